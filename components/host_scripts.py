@@ -1,0 +1,85 @@
+"""Render the node scripts in components/scripts/ into programs for `sudo bash -s`.
+
+Each rendered program is self-contained: the inputs as shell assignments, then the shared
+library (lib/common.sh), then the script body. It travels on stdin, so inputs never go through
+the SSH environment (sshd drops it) and secrets such as the join token never appear in argv.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+
+SCRIPTS_DIR = Path(__file__).resolve().parent / "scripts"
+COMMON_LIB = "lib/common.sh"
+
+_PARAM_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
+
+
+def available_scripts() -> list[str]:
+    """Names of the node scripts, e.g. ["install-driver.sh", ...]."""
+    return sorted(p.name for p in SCRIPTS_DIR.glob("*.sh"))
+
+
+def script_text(name: str) -> str:
+    """The text of a script under SCRIPTS_DIR, e.g. "install-driver.sh" or "lib/common.sh"."""
+    path = (SCRIPTS_DIR / name).resolve()
+    if SCRIPTS_DIR not in path.parents or not path.is_file():
+        raise ValueError(
+            f"unknown host script {name!r}; expected one of {', '.join(available_scripts())}"
+        )
+    return path.read_text(encoding="utf-8")
+
+
+def _strip_shebang(text: str) -> str:
+    if text.startswith("#!"):
+        return text.split("\n", 1)[1] if "\n" in text else ""
+    return text
+
+
+def _assignments(params: Mapping[str, str]) -> str:
+    lines = []
+    for name in sorted(params):
+        value = params[name]
+        if not isinstance(name, str) or not _PARAM_NAME.match(name):
+            raise ValueError(
+                f"script parameter name {name!r} is not a shell variable name "
+                "(expected ^[A-Z][A-Z0-9_]*$)"
+            )
+        if not isinstance(value, str):
+            raise TypeError(f"script parameter {name} must be a string, got {type(value).__name__}")
+        if "\0" in value:
+            raise ValueError(f"script parameter {name} contains a NUL byte")
+        lines.append(f"{name}={shlex.quote(value)}\n")
+    return "".join(lines)
+
+
+def render_script(name: str, params: Mapping[str, str]) -> str:
+    """One bash program: shebang, sorted NAME='value' inputs, common.sh, the script body.
+
+    The same name and params always give byte-identical text.
+    """
+    if name == COMMON_LIB:
+        raise ValueError(f"{COMMON_LIB} is a library, not a node script")
+    body = _strip_shebang(script_text(name))
+    common = _strip_shebang(script_text(COMMON_LIB))
+    return "".join(
+        [
+            "#!/usr/bin/env bash\n",
+            f"# {name}, rendered by components/host_scripts.py; runs as `sudo bash -s`.\n",
+            "# ---- inputs\n",
+            _assignments(params),
+            f"# ---- {COMMON_LIB}\n",
+            common if common.endswith("\n") else common + "\n",
+            f"# ---- {name}\n",
+            body,
+        ]
+    )
+
+
+def script_digest(name: str, params: Mapping[str, str]) -> str:
+    """sha256 of the rendered program, for Pulumi `triggers` (re-run on any change)."""
+    return hashlib.sha256(render_script(name, params).encode("utf-8")).hexdigest()

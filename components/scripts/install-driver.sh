@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# install-driver.sh: the NVIDIA driver of one pinned branch, from Ubuntu's archive
+# (Canonical's precompiled, signed kernel modules; no DKMS build on the host).
+#
+# Inputs:
+#   DRIVER_BRANCH         driver branch, e.g. 580 (required)
+#   GPU_COUNT             GPUs nvidia-smi must list, from the instance catalog (required)
+#   NEEDS_FABRIC_MANAGER  true on NVSwitch types (p4d, p4de, p5*, p6), else false (required)
+#   DRIVER_FLAVOR         server (default) or server-open (open kernel modules)
+#   KERNEL_FLAVOUR        kernel flavour of linux-modules-nvidia-*, default from
+#                         `uname -r` (6.8.0-1021-aws -> aws)
+#   (plus the tunables listed in lib/common.sh)
+#
+# Exit status 3 with a line "REBOOT_REQUIRED: ..." on stderr: nouveau is loaded and
+# cannot be unloaded; reboot the host and run this script again.
+set -Eeuo pipefail
+
+if ! declare -F init_script >/dev/null; then
+  # shellcheck source=lib/common.sh
+  source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+fi
+
+EXIT_REBOOT_REQUIRED=3
+
+check_inputs() {
+  require_vars DRIVER_BRANCH GPU_COUNT NEEDS_FABRIC_MANAGER
+  [[ "${DRIVER_BRANCH}" =~ ^[0-9]{3}$ ]] ||
+    fatal "DRIVER_BRANCH must be a driver branch like 580, got '${DRIVER_BRANCH}'"
+  [[ "${GPU_COUNT}" =~ ^[1-9][0-9]*$ ]] ||
+    fatal "GPU_COUNT must be a positive integer, got '${GPU_COUNT}'"
+  [[ "${NEEDS_FABRIC_MANAGER}" == true || "${NEEDS_FABRIC_MANAGER}" == false ]] ||
+    fatal "NEEDS_FABRIC_MANAGER must be true or false, got '${NEEDS_FABRIC_MANAGER}'"
+  case "${DRIVER_FLAVOR:-server}" in
+    server | server-open) ;;
+    *) fatal "DRIVER_FLAVOR must be server or server-open, got '${DRIVER_FLAVOR}'" ;;
+  esac
+}
+
+# driver_suffix: 580-server or 580-server-open, as in Ubuntu's package names.
+driver_suffix() {
+  printf '%s-%s\n' "${DRIVER_BRANCH}" "${DRIVER_FLAVOR:-server}"
+}
+
+kernel_flavour() {
+  if [[ -n "${KERNEL_FLAVOUR:-}" ]]; then
+    printf '%s\n' "${KERNEL_FLAVOUR}"
+  else
+    # 6.8.0-1021-aws -> aws; 6.8.0-60-generic -> generic
+    uname -r | cut -d- -f3-
+  fi
+}
+
+driver_packages() {
+  local suffix
+  suffix="$(driver_suffix)"
+  printf '%s\n' \
+    "linux-modules-nvidia-${suffix}-$(kernel_flavour)" \
+    "nvidia-headless-no-dkms-${suffix}" \
+    "nvidia-utils-${suffix}"
+}
+
+fabric_manager_packages() {
+  printf '%s\n' "nvidia-fabricmanager-${DRIVER_BRANCH}" "libnvidia-nscq-${DRIVER_BRANCH}"
+}
+
+block_nouveau() {
+  local changed
+  changed="$(write_file_if_changed /etc/modprobe.d/blacklist-nouveau.conf <<'CONF'
+# Written by gpu-cluster install-driver.sh: the NVIDIA driver needs nouveau unloaded.
+blacklist nouveau
+options nouveau modeset=0
+CONF
+)"
+  if [[ "${changed}" == changed ]]; then
+    log "rebuilding the initramfs without nouveau"
+    timeout -k 30 600 update-initramfs -u
+  fi
+  if module_loaded nouveau; then
+    log "unloading nouveau"
+    if ! modprobe -r nouveau; then
+      printf 'REBOOT_REQUIRED: nouveau is loaded and could not be unloaded; %s\n' \
+        "it is blocklisted now, so reboot the host and run install-driver.sh again" >&2
+      exit "${EXIT_REBOOT_REQUIRED}"
+    fi
+  fi
+}
+
+install_driver_packages() {
+  local packages=()
+  mapfile -t packages < <(driver_packages)
+  apt_install "${packages[@]}" >/dev/null
+  apt_hold "${packages[@]}"
+}
+
+install_fabric_manager() {
+  if [[ "${NEEDS_FABRIC_MANAGER}" != true ]]; then
+    log "no NVSwitch on this instance type, fabric manager not needed"
+    return 0
+  fi
+  local packages=()
+  mapfile -t packages < <(fabric_manager_packages)
+  apt_install "${packages[@]}" >/dev/null
+  apt_hold "${packages[@]}"
+}
+
+load_driver() {
+  ensure_kernel_module nvidia
+  if [[ "${NEEDS_FABRIC_MANAGER}" == true ]]; then
+    enable_service nvidia-fabricmanager
+  fi
+}
+
+verify_gpus() {
+  local report versions count version
+  report="$(timeout -k 10 120 nvidia-smi --query-gpu=index,name,driver_version \
+    --format=csv,noheader)" || fatal "nvidia-smi failed; the nvidia kernel module did not load"
+  count="$(grep -c . <<<"${report}")"
+  versions="$(awk -F', ' '{ print $3 }' <<<"${report}" | sort -u)"
+  version="$(head -n1 <<<"${versions}")"
+  if [[ "$(grep -c . <<<"${versions}")" -ne 1 || "${version}" != "${DRIVER_BRANCH}."* ]]; then
+    fatal "driver ${DRIVER_BRANCH} wanted, nvidia-smi reports ${versions//$'\n'/, }"
+  fi
+  if ((count != GPU_COUNT)); then
+    fatal "${GPU_COUNT} GPUs expected for this instance type, nvidia-smi lists ${count}:"$'\n'"${report}"
+  fi
+  log "driver ${version}, ${count} GPU(s)"
+}
+
+main() {
+  init_script driver
+  check_inputs
+  make_temp_dir
+  run_steps \
+    block_nouveau \
+    install_driver_packages \
+    install_fabric_manager \
+    load_driver \
+    verify_gpus
+}
+
+main "$@"

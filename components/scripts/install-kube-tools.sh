@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# install-kube-tools.sh: kubelet, kubeadm and kubectl of one Kubernetes minor from
+# pkgs.k8s.io, plus the host settings kubeadm checks (swap off, br_netfilter,
+# overlay, bridge netfilter and IP forwarding).
+#
+# Inputs:
+#   KUBERNETES_MINOR  e.g. 1.35; never newer than the API server (required)
+#   (plus the tunables listed in lib/common.sh)
+set -Eeuo pipefail
+
+if ! declare -F init_script >/dev/null; then
+  # shellcheck source=lib/common.sh
+  source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+fi
+
+KUBE_KEYRING=/etc/apt/keyrings/kubernetes-apt-keyring.gpg
+KUBE_SOURCES=/etc/apt/sources.list.d/kubernetes.list
+KUBE_PACKAGES="kubelet kubeadm kubectl"
+
+check_inputs() {
+  require_vars KUBERNETES_MINOR
+  [[ "${KUBERNETES_MINOR}" =~ ^1\.[0-9]+$ ]] ||
+    fatal "KUBERNETES_MINOR must be a minor version like 1.35, got '${KUBERNETES_MINOR}'"
+}
+
+repo_url() {
+  printf 'https://pkgs.k8s.io/core:/stable:/v%s/deb/\n' "${KUBERNETES_MINOR}"
+}
+
+disable_swap() {
+  swapoff -a
+  if [[ ! -f /etc/fstab ]]; then
+    return 0
+  fi
+  # Comment out entries whose type (third field) is swap; leave every other line as is.
+  awk '!/^[[:space:]]*#/ && $3 == "swap" { print "# " $0 " # disabled by gpu-cluster: kubelet"; next }
+       { print }' /etc/fstab | write_file_if_changed /etc/fstab >/dev/null
+}
+
+load_kernel_modules() {
+  printf '%s\n' overlay br_netfilter |
+    write_file_if_changed /etc/modules-load.d/kubernetes.conf >/dev/null
+  ensure_kernel_module overlay
+  ensure_kernel_module br_netfilter
+}
+
+set_sysctls() {
+  write_file_if_changed /etc/sysctl.d/99-kubernetes.conf >/dev/null <<'CONF'
+net.bridge.bridge-nf-call-iptables = 1
+net.bridge.bridge-nf-call-ip6tables = 1
+net.ipv4.ip_forward = 1
+CONF
+  ensure_sysctl net.bridge.bridge-nf-call-iptables 1
+  ensure_sysctl net.bridge.bridge-nf-call-ip6tables 1
+  ensure_sysctl net.ipv4.ip_forward 1
+}
+
+add_kubernetes_apt_repo() {
+  local key changed_key="" changed_list
+  changed_list="$(write_file_if_changed "${KUBE_SOURCES}" <<LIST
+deb [signed-by=${KUBE_KEYRING}] $(repo_url) /
+LIST
+)"
+  if [[ ! -s "${KUBE_KEYRING}" || "${changed_list}" == changed ]]; then
+    key="$(temp_path Release.key)"
+    download "$(repo_url)Release.key" "${key}"
+    gpg --batch --yes --dearmor -o "${key}.gpg" "${key}"
+    changed_key="$(install_file_if_changed "${key}.gpg" "${KUBE_KEYRING}")"
+  fi
+  if [[ "${changed_key}${changed_list}" == *changed* ]]; then
+    apt_update
+  fi
+}
+
+install_kube_packages() {
+  local pkg specs=() packages=()
+  read -r -a packages <<<"${KUBE_PACKAGES}"
+  for pkg in "${packages[@]}"; do
+    specs+=("${pkg}=${KUBERNETES_MINOR}.*")
+  done
+  apt_install "${specs[@]}" >/dev/null
+  apt_hold "${packages[@]}"
+  enable_kubelet
+}
+
+# kubelet restarts in a loop until kubeadm join writes its config; that is expected.
+enable_kubelet() {
+  if systemctl is-enabled --quiet kubelet; then
+    log "kubelet already enabled"
+  else
+    systemctl enable kubelet
+  fi
+}
+
+verify_kube_tools() {
+  local found
+  found="$(kubeadm version -o short)"
+  [[ "${found}" == "v${KUBERNETES_MINOR}."* ]] ||
+    fatal "kubeadm v${KUBERNETES_MINOR}.x expected, found ${found}"
+  log "kubeadm ${found}"
+}
+
+main() {
+  init_script kube-tools
+  check_inputs
+  make_temp_dir
+  run_steps \
+    disable_swap \
+    load_kernel_modules \
+    set_sysctls \
+    add_kubernetes_apt_repo \
+    install_kube_packages \
+    verify_kube_tools
+}
+
+main "$@"

@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# install-runtime.sh: containerd plus the NVIDIA Container Toolkit, with nvidia as
+# containerd's default runtime and the systemd cgroup driver kubelet expects.
+#
+# Inputs:
+#   NVIDIA_CTK_VERSION  NVIDIA Container Toolkit apt version, e.g. 1.17.8-1 (required)
+#   CONTAINERD_VERSION  containerd apt version from Ubuntu's archive; may end in '*'
+#                       (e.g. 1.7.*); empty (default) takes the archive's candidate.
+#                       Either way the package is held.
+#   (plus the tunables listed in lib/common.sh)
+set -Eeuo pipefail
+
+if ! declare -F init_script >/dev/null; then
+  # shellcheck source=lib/common.sh
+  source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+fi
+
+CONTAINERD_CONFIG=/etc/containerd/config.toml
+NVIDIA_KEY_URL=https://nvidia.github.io/libnvidia-container/gpgkey
+NVIDIA_KEYRING=/etc/apt/keyrings/nvidia-container-toolkit.gpg
+NVIDIA_SOURCES=/etc/apt/sources.list.d/nvidia-container-toolkit.list
+CTK_PACKAGES="nvidia-container-toolkit nvidia-container-toolkit-base libnvidia-container-tools libnvidia-container1"
+
+check_inputs() {
+  require_vars NVIDIA_CTK_VERSION
+  [[ "${NVIDIA_CTK_VERSION}" =~ ^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.~+]+)?$ ]] ||
+    fatal "NVIDIA_CTK_VERSION must be an apt version like 1.17.8-1, got '${NVIDIA_CTK_VERSION}'"
+}
+
+install_containerd() {
+  local spec=containerd
+  if [[ -n "${CONTAINERD_VERSION:-}" ]]; then
+    spec="containerd=${CONTAINERD_VERSION}"
+  fi
+  apt_install "${spec}" >/dev/null
+  apt_hold containerd
+}
+
+add_nvidia_apt_repo() {
+  local key changed_key="" changed_list
+  if [[ ! -s "${NVIDIA_KEYRING}" ]]; then
+    key="$(temp_path nvidia.gpgkey)"
+    download "${NVIDIA_KEY_URL}" "${key}"
+    gpg --batch --yes --dearmor -o "${key}.gpg" "${key}"
+    changed_key="$(install_file_if_changed "${key}.gpg" "${NVIDIA_KEYRING}")"
+  fi
+  changed_list="$(write_file_if_changed "${NVIDIA_SOURCES}" <<LIST
+deb [signed-by=${NVIDIA_KEYRING}] https://nvidia.github.io/libnvidia-container/stable/deb/\$(ARCH) /
+LIST
+)"
+  if [[ "${changed_key}${changed_list}" == *changed* ]]; then
+    apt_update
+  fi
+}
+
+install_container_toolkit() {
+  local pkg specs=() packages=()
+  read -r -a packages <<<"${CTK_PACKAGES}"
+  for pkg in "${packages[@]}"; do
+    specs+=("${pkg}=${NVIDIA_CTK_VERSION}")
+  done
+  apt_install "${specs[@]}" >/dev/null
+  apt_hold "${packages[@]}"
+}
+
+# The wanted config is rebuilt from scratch each run (containerd's full default,
+# systemd cgroups, then nvidia-ctk on that copy) and installed only if it differs.
+configure_containerd() {
+  local staged matches changed
+  staged="$(temp_path config.toml)"
+  containerd config default >"${staged}"
+  matches="$(awk '/^[[:space:]]*SystemdCgroup = (true|false)$/ { n++ } END { print n + 0 }' \
+    "${staged}")"
+  [[ "${matches}" == 1 ]] ||
+    fatal "expected one SystemdCgroup key in 'containerd config default', found ${matches}"
+  sed -i -E 's/^([[:space:]]*)SystemdCgroup = false$/\1SystemdCgroup = true/' "${staged}"
+  nvidia-ctk runtime configure --runtime=containerd --set-as-default \
+    --config="${staged}" >/dev/null
+  changed="$(install_file_if_changed "${staged}" "${CONTAINERD_CONFIG}")"
+  enable_service containerd
+  restart_if_changed containerd "${changed}"
+}
+
+verify_runtime() {
+  grep -qE '^[[:space:]]*SystemdCgroup = true$' "${CONTAINERD_CONFIG}" ||
+    fatal "SystemdCgroup = true expected in ${CONTAINERD_CONFIG}, not found"
+  local found state
+  found="$(awk '/default_runtime_name/ { $1 = $1; print }' "${CONTAINERD_CONFIG}")"
+  [[ "${found}" == *'default_runtime_name = "nvidia"'* ]] ||
+    fatal "default_runtime_name = \"nvidia\" expected in ${CONTAINERD_CONFIG}, found '${found}'"
+  grep -qE 'runtimes\.nvidia\]' "${CONTAINERD_CONFIG}" ||
+    fatal "an nvidia runtime section expected in ${CONTAINERD_CONFIG}, not found"
+  state="$(systemctl is-active containerd)" ||
+    fatal "containerd expected active, systemctl reports '${state}'"
+  log "containerd active, nvidia is the default runtime"
+}
+
+main() {
+  init_script runtime
+  check_inputs
+  make_temp_dir
+  run_steps \
+    install_containerd \
+    add_nvidia_apt_repo \
+    install_container_toolkit \
+    configure_containerd \
+    verify_runtime
+}
+
+main "$@"

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# join-node.sh: kubeadm join this host as a worker node, from a JoinConfiguration file.
+#
+# Inputs:
+#   NODE_NAME         Kubernetes node name (required)
+#   API_ENDPOINT      API server host:port, e.g. 10.0.1.10:6443 (required)
+#   JOIN_TOKEN        bootstrap token abcdef.0123456789abcdef (required, secret: never printed)
+#   CA_CERT_HASH      sha256:<64 hex> of the cluster CA public key (required)
+#   KUBERNETES_MINOR  e.g. 1.35; the installed kubeadm must match (required)
+#   NODE_LABELS       comma-separated key=value labels (optional)
+#   NODE_TAINTS       comma-separated key=value:Effect or key:Effect taints (optional)
+#   JOIN_TIMEOUT_SECONDS  bound on kubeadm join (default 600)
+#
+# The JoinConfiguration holds the token: it is written 0600 in a private temporary
+# directory and removed when the script exits, whether the join worked or not.
+set -Eeuo pipefail
+set +x # the token must not reach a trace
+
+if ! declare -F init_script >/dev/null; then
+  # shellcheck source=lib/common.sh
+  source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+fi
+
+KUBELET_KUBECONFIG=/etc/kubernetes/kubelet.conf
+LABEL_RE='^([A-Za-z0-9.-]+/)?[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?=([A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?)?$'
+TAINT_RE='^([A-Za-z0-9.-]+/)?[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?(=[A-Za-z0-9._-]*)?:(NoSchedule|PreferNoSchedule|NoExecute)$'
+
+# Inputs are checked before anything is touched; messages never include the token.
+check_inputs() {
+  require_vars NODE_NAME API_ENDPOINT JOIN_TOKEN CA_CERT_HASH KUBERNETES_MINOR
+  local item items=()
+  [[ "${NODE_NAME}" =~ ^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$ ]] ||
+    fatal "NODE_NAME must be a lowercase DNS name, got '${NODE_NAME}'"
+  [[ "${API_ENDPOINT}" =~ ^[A-Za-z0-9.-]+:[0-9]+$ ]] ||
+    fatal "API_ENDPOINT must be host:port, got '${API_ENDPOINT}'"
+  [[ "${JOIN_TOKEN}" =~ ^[a-z0-9]{6}\.[a-z0-9]{16}$ ]] ||
+    fatal "JOIN_TOKEN is not a bootstrap token ([a-z0-9]{6}.[a-z0-9]{16}); value not shown"
+  [[ "${CA_CERT_HASH}" =~ ^sha256:[a-f0-9]{64}$ ]] ||
+    fatal "CA_CERT_HASH must be sha256:<64 hex digits>, got '${CA_CERT_HASH}'"
+  [[ "${KUBERNETES_MINOR}" =~ ^1\.[0-9]+$ ]] ||
+    fatal "KUBERNETES_MINOR must be a minor version like 1.35, got '${KUBERNETES_MINOR}'"
+  IFS=, read -r -a items <<<"${NODE_LABELS:-}"
+  for item in "${items[@]}"; do
+    [[ "${item}" =~ ${LABEL_RE} ]] || fatal "NODE_LABELS: '${item}' is not key=value"
+  done
+  IFS=, read -r -a items <<<"${NODE_TAINTS:-}"
+  for item in "${items[@]}"; do
+    [[ "${item}" =~ ${TAINT_RE} ]] ||
+      fatal "NODE_TAINTS: '${item}' is not key=value:Effect (NoSchedule, PreferNoSchedule, NoExecute)"
+  done
+}
+
+already_joined() {
+  [[ -f "${KUBELET_KUBECONFIG}" ]] && systemctl is-active --quiet kubelet
+}
+
+check_kubeadm_version() {
+  local found
+  found="$(kubeadm version -o short)"
+  [[ "${found}" == "v${KUBERNETES_MINOR}."* ]] ||
+    fatal "kubeadm v${KUBERNETES_MINOR}.x expected, found ${found}; run install-kube-tools.sh"
+}
+
+kubelet_args_yaml() {
+  if [[ -z "${NODE_LABELS:-}" ]]; then
+    printf '  kubeletExtraArgs: []\n'
+    return 0
+  fi
+  printf '  kubeletExtraArgs:\n    - name: node-labels\n      value: "%s"\n' "${NODE_LABELS}"
+}
+
+taints_yaml() {
+  local item key value effect items=()
+  IFS=, read -r -a items <<<"${NODE_TAINTS:-}"
+  if ((${#items[@]} == 0)); then
+    printf '  taints: []\n'
+    return 0
+  fi
+  printf '  taints:\n'
+  for item in "${items[@]}"; do
+    effect="${item##*:}"
+    key="${item%:*}"
+    value=""
+    if [[ "${key}" == *=* ]]; then
+      value="${key#*=}"
+      key="${key%%=*}"
+    fi
+    printf '    - key: "%s"\n      value: "%s"\n      effect: %s\n' "${key}" "${value}" "${effect}"
+  done
+}
+
+# write_join_config <file>: kubeadm.k8s.io/v1beta4 JoinConfiguration, mode 0600.
+write_join_config() {
+  (
+    umask 077
+    cat >"$1" <<YAML
+apiVersion: kubeadm.k8s.io/v1beta4
+kind: JoinConfiguration
+discovery:
+  bootstrapToken:
+    apiServerEndpoint: "${API_ENDPOINT}"
+    token: "${JOIN_TOKEN}"
+    caCertHashes:
+      - "${CA_CERT_HASH}"
+nodeRegistration:
+  name: "${NODE_NAME}"
+  criSocket: unix:///run/containerd/containerd.sock
+$(kubelet_args_yaml)
+$(taints_yaml)
+YAML
+  )
+  chmod 0600 "$1"
+}
+
+join_cluster() {
+  if already_joined; then
+    log "already joined (${KUBELET_KUBECONFIG} exists, kubelet active), skipping"
+    return 0
+  fi
+  check_kubeadm_version
+  local config
+  config="$(temp_path join-config.yaml)"
+  write_join_config "${config}"
+  log "kubeadm join ${API_ENDPOINT} as ${NODE_NAME}"
+  timeout -k 30 "${JOIN_TIMEOUT_SECONDS:-600}" kubeadm join --config "${config}" >&2
+  rm -f -- "${config}"
+}
+
+verify_joined() {
+  [[ -f "${KUBELET_KUBECONFIG}" ]] ||
+    fatal "${KUBELET_KUBECONFIG} expected after kubeadm join, not found"
+  local state
+  state="$(systemctl is-active kubelet)" ||
+    fatal "kubelet expected active after kubeadm join, systemctl reports '${state}'"
+  log "${NODE_NAME} joined ${API_ENDPOINT}"
+}
+
+main() {
+  init_script join
+  check_inputs
+  make_temp_dir
+  run_steps \
+    join_cluster \
+    verify_joined
+}
+
+main "$@"
