@@ -1,0 +1,65 @@
+"""gpu-cluster: AWS GPU machines -> joined Kubernetes nodes -> allocatable, validated GPUs.
+
+Load the settings (bad config stops here, before any resource), wire the components in the
+order of the chain, export what operators need.
+"""
+
+import pulumi
+
+from components.config import load_settings
+from components.control_plane import ControlPlane
+from components.device_plugin import NvidiaDevicePlugin
+from components.gpu_node import GpuNodePool
+from components.network import Network
+from components.validation import GpuValidation
+
+settings = load_settings()
+
+network = Network("network", settings)
+control_plane = ControlPlane(settings.cluster_name, settings=settings, network=network)
+device_plugin = NvidiaDevicePlugin(
+    "nvidia-device-plugin", settings=settings.device_plugin, provider=control_plane.provider
+)
+pools = [
+    GpuNodePool(
+        f"{settings.cluster_name}-{pool.name}",
+        pool=pool,
+        settings=settings,
+        network=network,
+        control_plane=control_plane,
+    )
+    for pool in settings.node_pools
+]
+validations = {
+    node.node_name: GpuValidation(
+        f"{node.node_name}-validation",
+        node=node,
+        settings=settings,
+        device_plugin=device_plugin,
+        control_plane=control_plane,
+    )
+    for pool in pools
+    for node in pool.nodes
+    if settings.validation.enabled
+}
+
+pulumi.export("endpoint", control_plane.endpoint)
+pulumi.export("kubeconfig", pulumi.Output.secret(control_plane.kubeconfig))
+pulumi.export("kubernetesVersion", settings.kubernetes_version)
+pulumi.export("nodePools", {pool.pool.name: [node.node_name for node in pool.nodes] for pool in pools})
+pulumi.export(
+    "gpuNodes",
+    {
+        node.node_name: {
+            "pool": pool.pool.name,
+            "instanceType": node.gpu_type.name,
+            "gpuModel": node.gpu_type.gpu.name,
+            "gpuCount": node.gpu_type.gpu_count,
+            "validated": validations[node.node_name].passed
+            if node.node_name in validations
+            else "disabled",
+        }
+        for pool in pools
+        for node in pool.nodes
+    },
+)

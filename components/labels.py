@@ -1,0 +1,8 @@
+"""Names shared by the host side (set at join) and the Kubernetes side (selected on)."""
+
+# Set on every GPU node at join; the device plugin DaemonSet selects on it (the same label
+# NVIDIA's GPU feature discovery sets, so the plugin lands on GPU nodes only).
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+POOL_LABEL = "gpu-cluster.io/pool"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+GPU_RESOURCE = "nvidia.com/gpu"

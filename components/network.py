@@ -1,0 +1,146 @@
+"""Network: a small VPC of public subnets, or the given subnets of an existing VPC, plus the
+security group every cluster machine shares (SSH from the allowed ranges, all traffic among
+cluster members for the CNI)."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import pulumi
+import pulumi_aws as aws
+
+from components.settings import Settings
+
+SUBNETS_IN_NEW_VPC = 2
+
+
+class Network(pulumi.ComponentResource):
+    vpc_id: pulumi.Output[str]
+    vpc_cidr: pulumi.Output[str]
+    subnet_ids: list[pulumi.Output[str]]
+    cluster_security_group_id: pulumi.Output[str]
+
+    def __init__(self, name: str, settings: Settings, opts: pulumi.ResourceOptions | None = None):
+        super().__init__("gpu-cluster:index:Network", name, None, opts)
+        self._name = name
+        self._tags = settings.stack_tags
+        network = settings.network
+        if network.creates_vpc:
+            self._create_vpc(settings)
+        else:
+            self.vpc_id = pulumi.Output.from_input(network.vpc_id)
+            vpc = aws.ec2.get_vpc_output(id=network.vpc_id, opts=pulumi.InvokeOutputOptions(parent=self))
+            self.vpc_cidr = vpc.cidr_block
+            self.subnet_ids = [pulumi.Output.from_input(s) for s in network.subnet_ids]
+        self.cluster_security_group_id = self._cluster_security_group(settings).id
+        self.register_outputs(
+            {
+                "vpcId": self.vpc_id,
+                "subnetIds": self.subnet_ids,
+                "clusterSecurityGroupId": self.cluster_security_group_id,
+            }
+        )
+
+    def tags(self, name: str) -> dict[str, str]:
+        return {**self._tags, "Name": name}
+
+    def child(self) -> pulumi.ResourceOptions:
+        return pulumi.ResourceOptions(parent=self)
+
+    def _create_vpc(self, settings: Settings) -> None:
+        name, network = self._name, settings.network
+        vpc = aws.ec2.Vpc(
+            f"{name}-vpc",
+            cidr_block=network.cidr,
+            enable_dns_hostnames=True,
+            enable_dns_support=True,
+            tags=self.tags(f"{settings.cluster_name}-vpc"),
+            opts=self.child(),
+        )
+        gateway = aws.ec2.InternetGateway(
+            f"{name}-igw", vpc_id=vpc.id, tags=self.tags(f"{settings.cluster_name}-igw"), opts=self.child()
+        )
+        routes = aws.ec2.RouteTable(
+            f"{name}-public",
+            vpc_id=vpc.id,
+            routes=[aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", gateway_id=gateway.id)],
+            tags=self.tags(f"{settings.cluster_name}-public"),
+            opts=self.child(),
+        )
+        zones = network.availability_zones or None
+        if zones is None:
+            available = aws.get_availability_zones_output(
+                state="available", opts=pulumi.InvokeOutputOptions(parent=self)
+            )
+            zone_names = [available.names[i] for i in range(SUBNETS_IN_NEW_VPC)]
+        else:
+            zone_names = [pulumi.Output.from_input(z) for z in zones]
+        blocks = list(ipaddress.ip_network(network.cidr).subnets(prefixlen_diff=4))
+        self.subnet_ids = []
+        for index, zone in enumerate(zone_names):
+            subnet = aws.ec2.Subnet(
+                f"{name}-public-{index}",
+                vpc_id=vpc.id,
+                cidr_block=str(blocks[index]),
+                availability_zone=zone,
+                map_public_ip_on_launch=network.assigns_public_ips,
+                tags=self.tags(f"{settings.cluster_name}-public-{index}"),
+                opts=self.child(),
+            )
+            aws.ec2.RouteTableAssociation(
+                f"{name}-public-{index}", subnet_id=subnet.id, route_table_id=routes.id, opts=self.child()
+            )
+            self.subnet_ids.append(subnet.id)
+        self.vpc_id = vpc.id
+        self.vpc_cidr = vpc.cidr_block
+
+    def _cluster_security_group(self, settings: Settings) -> aws.ec2.SecurityGroup:
+        """Shared by the control plane and every node: SSH from the operators' ranges (and from
+        inside the VPC when a bastion relays), and any traffic among members for the CNI."""
+        ssh_port = settings.ssh.port
+        ingress = [
+            aws.ec2.SecurityGroupIngressArgs(
+                description="cluster members: pod network, kubelet to API, node to node",
+                protocol="-1",
+                from_port=0,
+                to_port=0,
+                self=True,
+            )
+        ]
+        if settings.network.ssh_allowed_cidrs:
+            ingress.append(
+                aws.ec2.SecurityGroupIngressArgs(
+                    description="SSH from the operators' ranges (network.sshAllowedCidrs)",
+                    protocol="tcp",
+                    from_port=ssh_port,
+                    to_port=ssh_port,
+                    cidr_blocks=list(settings.network.ssh_allowed_cidrs),
+                )
+            )
+        if settings.network.bastion is not None:
+            ingress.append(
+                aws.ec2.SecurityGroupIngressArgs(
+                    description="SSH relayed by the bastion (network.bastion)",
+                    protocol="tcp",
+                    from_port=ssh_port,
+                    to_port=ssh_port,
+                    cidr_blocks=[self.vpc_cidr],
+                )
+            )
+        return aws.ec2.SecurityGroup(
+            f"{self._name}-cluster",
+            description=f"{settings.cluster_name}: cluster members and SSH",
+            vpc_id=self.vpc_id,
+            ingress=ingress,
+            egress=[
+                aws.ec2.SecurityGroupEgressArgs(
+                    description="package downloads, image pulls, AWS APIs",
+                    protocol="-1",
+                    from_port=0,
+                    to_port=0,
+                    cidr_blocks=["0.0.0.0/0"],
+                )
+            ],
+            tags=self.tags(f"{settings.cluster_name}-cluster"),
+            opts=self.child(),
+        )

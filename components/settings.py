@@ -1,0 +1,524 @@
+"""The stack configuration contract: one typed model, validated once, before any resource exists.
+
+Key names (camelCase, in the `gpu-cluster:` namespace) are the public interface documented in
+DESIGN.md and Pulumi.yaml. Defaults live here, not in Pulumi.yaml, so a program run under the SDK's
+mocks sees the same values as `pulumi up`.
+
+Rules that involve one field are field validators; rules across fields are model validators that
+raise `problems(...)`, so each problem still names the exact key it is about.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
+
+from components import catalog
+
+PROJECT = "gpu-cluster"
+
+# Kubernetes minors this program installs and tests (kubelet/kubeadm come from pkgs.k8s.io,
+# which publishes one repository per minor; the manifests are validated against these schemas).
+SUPPORTED_KUBERNETES_MINORS = ("1.33", "1.34", "1.35", "1.36", "1.37")
+# NVIDIA driver branches with Ubuntu server packages (nvidia-headless-<branch>-server).
+SUPPORTED_DRIVER_BRANCHES = ("535", "550", "570", "575", "580")
+SUPPORTED_UBUNTU = ("24.04", "22.04")
+DEFAULT_DEVICE_PLUGIN_VERSION = "v0.20.0"
+DEFAULT_VALIDATION_IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0"
+
+_DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_SEMVER_TAG = re.compile(r"^v\d+\.\d+\.\d+$")
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_SSH_PUBLIC_KEY = re.compile(
+    r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)|sk-ssh-ed25519@openssh\.com) "
+    r"[A-Za-z0-9+/=]+( .*)?$"
+)
+_PRIVATE_KEY = re.compile(r"-----BEGIN ([A-Z]+ )?PRIVATE KEY-----.+-----END ([A-Z]+ )?PRIVATE KEY-----", re.S)
+_HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*$")
+_AMI_ID = re.compile(r"^ami-[0-9a-f]{8}([0-9a-f]{9})?$")
+_VPC_ID = re.compile(r"^vpc-[0-9a-f]{8}([0-9a-f]{9})?$")
+_SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8}([0-9a-f]{9})?$")
+_IMAGE_REF = re.compile(
+    r"^(?P<name>[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*)"
+    r"(:(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(@(?P<digest>sha256:[0-9a-f]{64}))?$"
+)
+
+
+def problem(key: str, given: Any, accepted: str) -> PydanticCustomError:
+    """One cross-field problem, about `key` relative to the model that raises it."""
+    return problems([(key, given, accepted)])
+
+
+def problems(items: list[tuple[str, Any, str]]) -> PydanticCustomError:
+    return PydanticCustomError(
+        "gpu_cluster_problems",
+        "{count} problem(s)",
+        {"count": len(items), "problems": tuple(items)},
+    )
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        frozen=True,
+        str_strip_whitespace=True,
+    )
+
+
+# ---------------------------------------------------------------- field checks
+
+
+def _cidr(value: str) -> str:
+    try:
+        net = ipaddress.ip_network(value, strict=True)
+    except ValueError as exc:
+        raise PydanticCustomError(
+            "cidr", "a CIDR block with no host bits set, like 203.0.113.0/24 ({reason})",
+            {"reason": str(exc)},
+        ) from None
+    return str(net)
+
+
+Cidr = Annotated[str, AfterValidator(_cidr)]
+
+
+def _dns_label(value: str) -> str:
+    if len(value) > 40 or not _DNS_LABEL.match(value):
+        raise PydanticCustomError(
+            "dns_label",
+            "a lowercase DNS label: letters, digits and '-', starting with a letter, "
+            "at most 40 characters (it becomes part of resource and node names)",
+        )
+    return value
+
+
+DnsLabel = Annotated[str, AfterValidator(_dns_label)]
+
+
+def _host(value: str) -> str:
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    if not _HOSTNAME.match(value):
+        raise PydanticCustomError("host", "an IP address or DNS name, like 10.0.1.10")
+    return value
+
+
+Host = Annotated[str, AfterValidator(_host)]
+
+
+def _endpoint(value: str) -> str:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise PydanticCustomError("endpoint", "host:port of the Kubernetes API, like 10.0.1.10:6443")
+    _host(host.strip("[]"))
+    return value
+
+
+def _image(value: str) -> str:
+    match = _IMAGE_REF.match(value)
+    if not match:
+        raise PydanticCustomError("image", "a container image reference, like registry/name:tag")
+    if not match.group("digest") and match.group("tag") in (None, "latest"):
+        raise PydanticCustomError(
+            "image_pinned",
+            "an image pinned to a version tag or digest (not 'latest', not untagged), "
+            "like nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0",
+        )
+    return value
+
+
+PinnedImage = Annotated[str, AfterValidator(_image)]
+
+
+def _pattern(regex: re.Pattern[str], error_type: str, expected: str):
+    def check(value: str) -> str:
+        if not regex.match(value):
+            raise PydanticCustomError(error_type, expected)
+        return value
+
+    return AfterValidator(check)
+
+
+AmiId = Annotated[str, _pattern(_AMI_ID, "ami_id", "an AMI id like ami-0123456789abcdef0")]
+
+
+def _label_key(key: str) -> str:
+    prefix, _, name = key.rpartition("/")
+    if (prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix))) or (
+        len(name) > 63 or not _LABEL_NAME.match(name)
+    ):
+        raise PydanticCustomError(
+            "label_key",
+            "a Kubernetes label key: an optional DNS prefix and '/', then at most 63 letters, "
+            "digits, '-', '_' or '.'",
+        )
+    return key
+
+
+def _label_value(value: str) -> str:
+    if value and (len(value) > 63 or not _LABEL_NAME.match(value)):
+        raise PydanticCustomError(
+            "label_value",
+            "a Kubernetes label value: at most 63 letters, digits, '-', '_' or '.', "
+            "starting and ending with a letter or digit",
+        )
+    return value
+
+
+LabelKey = Annotated[str, AfterValidator(_label_key)]
+LabelValue = Annotated[str, AfterValidator(_label_value)]
+
+
+# ---------------------------------------------------------------- models
+
+
+class Bastion(Model):
+    host: Host
+    user: str | None = Field(default=None, description="SSH user on the bastion (default: ssh.user)")
+    port: int = Field(default=22, ge=1, le=65535)
+
+
+class Network(Model):
+    create: bool | None = None
+    cidr: Cidr = "10.42.0.0/16"
+    vpc_id: Annotated[str, _pattern(_VPC_ID, "vpc_id", "a VPC id like vpc-0123456789abcdef0")] | None = None
+    subnet_ids: list[
+        Annotated[str, _pattern(_SUBNET_ID, "subnet_id", "a subnet id like subnet-0123456789abcdef0")]
+    ] = Field(default_factory=list)
+    availability_zones: list[str] = Field(default_factory=list, max_length=6)
+    ssh_allowed_cidrs: list[Cidr] = Field(default_factory=list)
+    bastion: Bastion | None = None
+    public_ips: bool | None = None
+
+    @field_validator("cidr")
+    @classmethod
+    def _vpc_size(cls, value: str) -> str:
+        net = ipaddress.ip_network(value)
+        if net.version != 4 or not 16 <= net.prefixlen <= 24:
+            raise PydanticCustomError("vpc_cidr", "an IPv4 block from /16 to /24 for the VPC")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Network:
+        found: list[tuple[str, Any, str]] = []
+        existing = self.vpc_id is not None or bool(self.subnet_ids)
+        if self.create is True and existing:
+            found.append(
+                ("vpcId", self.vpc_id, "either create: true (a new VPC) or vpcId + subnetIds, not both")
+            )
+        elif self.create is False or (self.create is None and existing):
+            if self.vpc_id is None:
+                found.append(("vpcId", None, "the id of the existing VPC (with create: false)"))
+            if not self.subnet_ids:
+                found.append(
+                    ("subnetIds", [], "at least one subnet id of the existing VPC (with create: false)")
+                )
+        if len(set(self.subnet_ids)) != len(self.subnet_ids):
+            found.append(("subnetIds", self.subnet_ids, "each subnet id once"))
+        if found:
+            raise problems(found)
+        return self
+
+    @property
+    def creates_vpc(self) -> bool:
+        return self.create is not False and self.vpc_id is None
+
+    @property
+    def assigns_public_ips(self) -> bool:
+        """Instances get a public address: always in a created VPC (it has no NAT gateway)."""
+        return self.public_ips if self.public_ips is not None else self.creates_vpc
+
+    @property
+    def connects_to_public_ips(self) -> bool:
+        """SSH goes to public addresses, unless a bastion relays to private ones."""
+        return self.bastion is None and self.assigns_public_ips
+
+
+class Ssh(Model):
+    user: Annotated[
+        str, _pattern(re.compile(r"^[a-z_][a-z0-9_-]{0,31}$"), "unix_user", "a Unix user name like ubuntu")
+    ] = "ubuntu"
+    public_key: Annotated[
+        str,
+        _pattern(
+            _SSH_PUBLIC_KEY,
+            "ssh_public_key",
+            "an OpenSSH public key line like 'ssh-ed25519 AAAA... ops@example'",
+        ),
+    ]
+    port: int = Field(default=22, ge=1, le=65535)
+
+
+class ManagedControlPlane(Model):
+    mode: Literal["managed"]
+    instance_type: Annotated[
+        str,
+        _pattern(
+            re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$"), "instance_type", "an EC2 instance type like m7i.large"
+        ),
+    ] = "m7i.large"
+    api_allowed_cidrs: list[Cidr] = Field(default_factory=list)
+    pod_cidr: Cidr = "10.244.0.0/16"
+    service_cidr: Cidr = "10.96.0.0/12"
+    root_volume_gi_b: int = Field(default=50, ge=20, le=16384, alias="rootVolumeGiB")
+    os_version: Literal["24.04", "22.04"] = "24.04"
+    ami_id: AmiId | None = None
+
+    @model_validator(mode="after")
+    def _cidrs_apart(self) -> ManagedControlPlane:
+        if ipaddress.ip_network(self.pod_cidr).overlaps(ipaddress.ip_network(self.service_cidr)):
+            raise problem("serviceCidr", self.service_cidr, f"a block that does not overlap podCidr {self.pod_cidr}")
+        return self
+
+
+class ExistingControlPlane(Model):
+    mode: Literal["existing"]
+    host: Host | None = None
+    endpoint: Annotated[str, AfterValidator(_endpoint)] | None = None
+    user: str | None = Field(default=None, description="SSH user on the control-plane host (default: ssh.user)")
+
+    @model_validator(mode="after")
+    def _reachable(self) -> ExistingControlPlane:
+        found = []
+        if self.host is None:
+            found.append(("host", None, "the control-plane node's address, reachable over SSH (mode: existing)"))
+        if self.endpoint is None:
+            found.append(("endpoint", None, "the API server address as host:port, like 10.0.1.10:6443 (mode: existing)"))
+        if found:
+            raise problems(found)
+        return self
+
+
+ControlPlane = Annotated[
+    ManagedControlPlane | ExistingControlPlane, Field(discriminator="mode")
+]
+
+
+class Taint(Model):
+    key: LabelKey
+    value: LabelValue = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+
+
+class NodePool(Model):
+    name: DnsLabel
+    instance_type: str
+    count: int = Field(ge=0, le=1000)
+    driver_version: str = "580"
+    root_volume_gi_b: int = Field(default=200, ge=50, le=16384, alias="rootVolumeGiB")
+    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
+    taints: list[Taint] = Field(
+        default_factory=lambda: [Taint(key="nvidia.com/gpu", value="true", effect="NoSchedule")]
+    )
+    market: Literal["on-demand", "spot"] = "on-demand"
+    os_version: Literal["24.04", "22.04"] = "24.04"
+    ami_id: AmiId | None = None
+    metadata_hop_limit: int = Field(default=1, ge=1, le=2)
+
+    @field_validator("instance_type")
+    @classmethod
+    def _known_type(cls, value: str) -> str:
+        if value not in catalog.CATALOG:
+            raise PydanticCustomError(
+                "gpu_instance_type",
+                "an EC2 GPU instance type from the catalog (families: {families}; "
+                "see components/catalog.py)",
+                {"families": ", ".join(catalog.families())},
+            )
+        return value
+
+    @field_validator("driver_version")
+    @classmethod
+    def _driver_branch(cls, value: str) -> str:
+        if value not in SUPPORTED_DRIVER_BRANCHES:
+            raise PydanticCustomError(
+                "driver_branch",
+                "an NVIDIA driver branch, one of {branches} (the branch number, not a full version)",
+                {"branches": ", ".join(SUPPORTED_DRIVER_BRANCHES)},
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _driver_supports_gpu(self) -> NodePool:
+        gpu = catalog.CATALOG[self.instance_type].gpu
+        branch = int(self.driver_version)
+        if branch < gpu.min_driver_branch or (
+            gpu.max_driver_branch is not None and branch > gpu.max_driver_branch
+        ):
+            newest = f" to {gpu.max_driver_branch}" if gpu.max_driver_branch else " or newer"
+            raise problem(
+                "driverVersion",
+                self.driver_version,
+                f"a branch that supports the {gpu.name} of {self.instance_type}: "
+                f"{gpu.min_driver_branch}{newest}",
+            )
+        taint_keys = [(t.key, t.effect) for t in self.taints]
+        if len(set(taint_keys)) != len(taint_keys):
+            raise problem("taints", [t.model_dump() for t in self.taints], "each key/effect pair once")
+        return self
+
+    @property
+    def gpu_type(self) -> catalog.GpuInstanceType:
+        return catalog.CATALOG[self.instance_type]
+
+
+class TimeSlicing(Model):
+    replicas: int = Field(default=1, ge=1, le=64)
+
+
+class DevicePlugin(Model):
+    version: str = DEFAULT_DEVICE_PLUGIN_VERSION
+    mig_strategy: Literal["none", "single", "mixed"] = "none"
+    time_slicing: TimeSlicing = TimeSlicing()
+
+    @field_validator("version")
+    @classmethod
+    def _pinned(cls, value: str) -> str:
+        if not _SEMVER_TAG.match(value):
+            raise PydanticCustomError(
+                "pinned_version",
+                "a pinned release tag of the NVIDIA device plugin like {default} "
+                "(not 'latest', not a branch)",
+                {"default": DEFAULT_DEVICE_PLUGIN_VERSION},
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _slicing_without_mig(self) -> DevicePlugin:
+        if self.time_slicing.replicas > 1 and self.mig_strategy != "none":
+            raise problem(
+                "timeSlicing.replicas",
+                self.time_slicing.replicas,
+                f"1 while migStrategy is {self.mig_strategy!r} (time slicing and MIG do not "
+                "mix here; set migStrategy: none to share whole GPUs)",
+            )
+        return self
+
+
+class Validation(Model):
+    enabled: bool = True
+    image: PinnedImage = DEFAULT_VALIDATION_IMAGE
+    timeout_seconds: int = Field(default=900, ge=60, le=7200)
+
+
+def _tag_key(key: str) -> str:
+    if not 1 <= len(key) <= 128 or key.lower().startswith("aws:"):
+        raise PydanticCustomError(
+            "tag_key", "an AWS tag key of 1 to 128 characters, not starting with 'aws:'"
+        )
+    return key
+
+
+def _tag_value(value: str) -> str:
+    if len(value) > 256:
+        raise PydanticCustomError("tag_value", "an AWS tag value of at most 256 characters")
+    return value
+
+
+class Settings(Model):
+    cluster_name: DnsLabel
+    kubernetes_version: str = "1.35"
+    control_plane: ControlPlane = Field(
+        default_factory=lambda: ManagedControlPlane(mode="managed")
+    )
+    network: Network = Network()
+    ssh: Ssh
+    ssh_private_key: SecretStr
+    node_pools: list[NodePool] = Field(min_length=1)
+    device_plugin: DevicePlugin = DevicePlugin()
+    validation: Validation = Validation()
+    tags: dict[Annotated[str, AfterValidator(_tag_key)], Annotated[str, AfterValidator(_tag_value)]] = Field(
+        default_factory=dict, max_length=40
+    )
+
+    @field_validator("kubernetes_version")
+    @classmethod
+    def _supported_minor(cls, value: str) -> str:
+        if value not in SUPPORTED_KUBERNETES_MINORS:
+            raise PydanticCustomError(
+                "kubernetes_minor",
+                "a Kubernetes minor version in the supported window: {window} "
+                "(the minor only, like \"1.35\"; kubelet and kubeadm are pinned to it)",
+                {"window": ", ".join(SUPPORTED_KUBERNETES_MINORS)},
+            )
+        return value
+
+    @field_validator("ssh_private_key")
+    @classmethod
+    def _private_key(cls, value: SecretStr) -> SecretStr:
+        if not _PRIVATE_KEY.search(value.get_secret_value()):
+            raise PydanticCustomError(
+                "ssh_private_key",
+                "an unencrypted PEM/OpenSSH private key, set with "
+                "`pulumi config set --secret gpu-cluster:sshPrivateKey < ~/.ssh/id_ed25519`",
+            )
+        return value
+
+    @field_validator("node_pools")
+    @classmethod
+    def _unique_pool_names(cls, pools: list[NodePool]) -> list[NodePool]:
+        found: list[tuple[str, Any, str]] = []
+        seen: dict[str, int] = {}
+        for index, pool in enumerate(pools):
+            if pool.name in seen:
+                found.append(
+                    (
+                        f"[{index}].name",
+                        pool.name,
+                        f"a name no other pool uses (nodePools[{seen[pool.name]}] is also {pool.name!r})",
+                    )
+                )
+            seen.setdefault(pool.name, index)
+        if found:
+            raise problems(found)
+        return pools
+
+    @model_validator(mode="after")
+    def _across_sections(self) -> Settings:
+        found: list[tuple[str, Any, str]] = []
+        cp = self.control_plane
+        if isinstance(cp, ManagedControlPlane):
+            vpc = ipaddress.ip_network(self.network.cidr)
+            for key in ("podCidr", "serviceCidr"):
+                value = cp.pod_cidr if key == "podCidr" else cp.service_cidr
+                if self.network.creates_vpc and ipaddress.ip_network(value).overlaps(vpc):
+                    found.append(
+                        (f"controlPlane.{key}", value, f"a block outside the VPC {self.network.cidr}")
+                    )
+        if self.network.creates_vpc and self.network.public_ips is False:
+            found.append(
+                (
+                    "network.publicIps",
+                    False,
+                    "true (or unset) with create: true: the new VPC has no NAT gateway, so hosts "
+                    "need public addresses to download packages; use vpcId + subnetIds of a VPC "
+                    "with NAT for private hosts",
+                )
+            )
+        if found:
+            raise problems(found)
+        return self
+
+    @property
+    def stack_tags(self) -> dict[str, str]:
+        """Tags every AWS resource carries: the configured ones plus the cluster's own."""
+        return {**self.tags, "gpu-cluster:cluster": self.cluster_name}

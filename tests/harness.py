@@ -1,0 +1,405 @@
+"""Run the real program in-process under the Pulumi SDK's mocks and return what the engine got.
+
+`run_program("dev")` loads `Pulumi.dev.yaml` (plus test secrets), runs `__main__.py` with
+`preview=False` against a `RecordingMonitor`, and returns a `Graph` of every
+`RegisterResourceRequest`: type, name, URN, parent, dependencies, property dependencies, provider,
+inputs (secret-ness kept), custom timeouts, additional secret outputs and replace-on-changes.
+Those are the fields the real engine receives, so assertions on them hold for real deployments.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import runpy
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import yaml
+from google.protobuf import json_format
+from pulumi.runtime import config as runtime_config
+from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import settings as runtime_settings
+from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.sync_await import _sync_await
+
+ROOT = Path(__file__).resolve().parent.parent
+PROGRAM = ROOT / "__main__.py"
+PROJECT = "gpu-cluster"
+STACKS = ("dev", "staging", "prod")
+
+_SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
+_SIG_KEY = "4dabf18193072939515e22adb298388d"
+_UNKNOWN = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
+
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def _test_private_key() -> str:
+    """A syntactically valid OpenSSH private key that opens nothing (tests never dial)."""
+    body = "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZWQyNTUxOQ"
+    return f"-----BEGIN OPENSSH PRIVATE KEY-----\n{body}\n-----END OPENSSH PRIVATE KEY-----\n"
+
+
+TEST_SECRETS = {"sshPrivateKey": _test_private_key()}
+
+
+@dataclass(frozen=True)
+class Secret:
+    """An input the program marked secret; `value` is what it wraps."""
+
+    value: Any
+
+
+@dataclass
+class Resource:
+    type: str
+    name: str
+    urn: str
+    parent: str | None
+    custom: bool
+    dependencies: set[str]
+    property_dependencies: dict[str, set[str]]
+    provider: str | None
+    inputs: dict[str, Any]
+    custom_timeouts: dict[str, str]
+    additional_secret_outputs: list[str]
+    replace_on_changes: list[str]
+    delete_before_replace: bool
+    ignore_changes: list[str]
+    protect: bool
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def provider_urn(self) -> str | None:
+        return self.provider.rsplit("::", 1)[0] if self.provider else None
+
+    def plain_inputs(self) -> dict[str, Any]:
+        """The inputs with secret wrappers removed (for asserting on values)."""
+        return unwrap(self.inputs)
+
+
+def unwrap(value: Any) -> Any:
+    if isinstance(value, Secret):
+        return unwrap(value.value)
+    if isinstance(value, dict):
+        return {k: unwrap(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [unwrap(v) for v in value]
+    return value
+
+
+def secret_paths(value: Any, path: str = "") -> list[str]:
+    """Paths (like `connection.privateKey`) of the values that are marked secret."""
+    if isinstance(value, Secret):
+        return [path or "."]
+    found: list[str] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found += secret_paths(item, f"{path}.{key}" if path else key)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found += secret_paths(item, f"{path}[{index}]")
+    return found
+
+
+def plain_strings(value: Any) -> Iterator[str]:
+    """Every string NOT under a secret marker: where a leaked secret would show up."""
+    if isinstance(value, Secret):
+        return
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield str(key)
+            yield from plain_strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from plain_strings(item)
+
+
+class Graph:
+    """The registered resources of one program run, and questions about their order."""
+
+    def __init__(self, resources: list[Resource], stack_outputs: dict[str, Any]):
+        self.resources = resources
+        self.by_urn = {r.urn: r for r in resources}
+        self.outputs = stack_outputs
+
+    def __iter__(self) -> Iterator[Resource]:
+        return iter(self.resources)
+
+    def __len__(self) -> int:
+        return len(self.resources)
+
+    def of_type(self, type_: str) -> list[Resource]:
+        return [r for r in self.resources if r.type == type_]
+
+    def named(self, name: str) -> Resource:
+        found = [r for r in self.resources if r.name == name]
+        if len(found) != 1:
+            names = sorted(r.name for r in self.resources)
+            raise KeyError(f"{len(found)} resources named {name!r}; names: {names}")
+        return found[0]
+
+    def find(self, predicate: Callable[[Resource], bool]) -> list[Resource]:
+        return [r for r in self.resources if predicate(r)]
+
+    def children(self, parent: Resource) -> list[Resource]:
+        return [r for r in self.resources if r.parent == parent.urn]
+
+    def direct_dependencies(self, resource: Resource) -> set[str]:
+        """URNs the engine waits for before this resource: explicit and property dependencies,
+        and the provider it is created with."""
+        deps = set(resource.dependencies)
+        for urns in resource.property_dependencies.values():
+            deps |= urns
+        if resource.provider_urn and resource.provider_urn in self.by_urn:
+            deps.add(resource.provider_urn)
+        return deps & self.by_urn.keys()
+
+    def depends_on(self, a: Resource, b: Resource) -> bool:
+        """True when `a` waits, directly or transitively, for `b`."""
+        return b.urn in self.ancestors(a)
+
+    def ancestors(self, resource: Resource) -> set[str]:
+        seen: set[str] = set()
+        stack = [resource.urn]
+        while stack:
+            for dep in self.direct_dependencies(self.by_urn[stack.pop()]):
+                if dep not in seen:
+                    seen.add(dep)
+                    stack.append(dep)
+        return seen
+
+    def longest_path(self, resource: Resource) -> list[Resource]:
+        """The longest chain of dependencies that ends at `resource` (its depth in the plan)."""
+        memo: dict[str, list[str]] = {}
+        order: list[str] = []
+        # Iterative DFS post-order so 1,000-node graphs do not hit the recursion limit.
+        stack: list[tuple[str, bool]] = [(resource.urn, False)]
+        while stack:
+            urn, done = stack.pop()
+            if urn in memo:
+                continue
+            deps = self.direct_dependencies(self.by_urn[urn])
+            if done:
+                best = max((memo[d] for d in deps), key=len, default=[])
+                memo[urn] = [*best, urn]
+                order.append(urn)
+                continue
+            stack.append((urn, True))
+            stack.extend((d, False) for d in deps if d not in memo)
+        return [self.by_urn[u] for u in memo[resource.urn]]
+
+    def secret_inputs(self, resource: Resource) -> list[str]:
+        return secret_paths(resource.inputs)
+
+
+# ---------------------------------------------------------------- mocks
+
+
+def _fake_id(prefix: str, name: str, length: int = 17) -> str:
+    return prefix + hashlib.sha256(name.encode()).hexdigest()[:length]
+
+
+def _fake_ip(prefix: str, name: str) -> str:
+    digest = hashlib.sha256(name.encode()).digest()
+    return f"{prefix}.{digest[0] % 250 + 2}.{digest[1] % 250 + 2}"
+
+
+# Outputs of host steps whose stdout the program parses, keyed by the end of the resource name.
+COMMAND_STDOUT: dict[str, Callable[[pulumi_mocks.MockResourceArgs], str]] = {}
+
+
+class Mocks(pulumi_mocks.Mocks):
+    """Plausible provider answers: every output a component reads has a value, so no
+    dependency edge is lost to a missing output."""
+
+    def new_resource(self, args: pulumi_mocks.MockResourceArgs):
+        state = dict(args.inputs)
+        name, typ = args.name, args.typ
+        if typ == "aws:ec2/instance:Instance":
+            state.update(
+                publicIp=_fake_ip("198.51", name),
+                privateIp=_fake_ip("10.42", name),
+                privateDns=f"ip-{_fake_ip('10-42', name).replace('.', '-')}.ec2.internal",
+                arn=f"arn:aws:ec2:us-west-2:123456789012:instance/{_fake_id('i-', name)}",
+            )
+            return _fake_id("i-", name), state
+        if typ == "aws:ec2/vpc:Vpc":
+            return _fake_id("vpc-", name), state
+        if typ == "aws:ec2/subnet:Subnet":
+            return _fake_id("subnet-", name), state
+        if typ == "aws:ec2/securityGroup:SecurityGroup":
+            return _fake_id("sg-", name), state
+        if typ == "aws:ec2/keyPair:KeyPair":
+            state.update(keyName=state.get("keyName") or name)
+            return _fake_id("key-", name), state
+        if typ == "command:remote:Command":
+            for suffix, make in COMMAND_STDOUT.items():
+                if name.endswith(suffix):
+                    state["stdout"] = make(args)
+                    break
+            else:
+                state.setdefault("stdout", "")
+            state.setdefault("stderr", "")
+            return _fake_id("cmd-", name, 12), state
+        return _fake_id(f"{name}-", name, 8), state
+
+    def call(self, args: pulumi_mocks.MockCallArgs):
+        token, inputs = args.token, args.args
+        if token == "aws:ec2/getAmi:getAmi":
+            name_filter = next(
+                (f["values"][0] for f in inputs.get("filters", []) if f["name"] == "name"), "ami"
+            )
+            return {"id": _fake_id("ami-", name_filter), "name": name_filter, "architecture": "x86_64"}
+        if token == "aws:index/getAvailabilityZones:getAvailabilityZones":
+            return {"names": ["us-west-2a", "us-west-2b", "us-west-2c"], "zoneIds": ["usw2-az1", "usw2-az2", "usw2-az3"]}
+        if token == "aws:index/getRegion:getRegion":
+            return {"name": "us-west-2", "region": "us-west-2"}
+        if token == "aws:ec2/getVpc:getVpc":
+            return {"id": inputs.get("id"), "cidrBlock": "10.0.0.0/16"}
+        if token == "aws:ec2/getSubnet:getSubnet":
+            subnet = inputs.get("id", "subnet-0")
+            index = int(hashlib.sha256(subnet.encode()).hexdigest(), 16) % 3
+            return {
+                "id": subnet,
+                "vpcId": "vpc-0a1b2c3d4e5f60718",
+                "cidrBlock": f"10.0.{index + 1}.0/24",
+                "availabilityZone": f"us-west-2{'abc'[index]}",
+            }
+        return {}
+
+
+class RecordingMonitor(pulumi_mocks.MockMonitor):
+    """The SDK's mock monitor, recording each registration request as the engine would see it."""
+
+    def __init__(self, mocks: pulumi_mocks.Mocks):
+        super().__init__(mocks)
+        self.recorded: list[Resource] = []
+        self.outputs_by_urn: dict[str, dict[str, Any]] = {}
+
+    def RegisterResource(self, request):
+        response = super().RegisterResource(request)
+        if request.type == "pulumi:pulumi:Stack":
+            return response
+        timeouts = request.customTimeouts
+        self.recorded.append(
+            Resource(
+                type=request.type,
+                name=request.name,
+                urn=response.urn,
+                parent=request.parent or None,
+                custom=request.custom,
+                dependencies=set(request.dependencies),
+                property_dependencies={
+                    key: set(deps.urns) for key, deps in request.propertyDependencies.items()
+                },
+                provider=request.provider or None,
+                inputs=_decode(json_format.MessageToDict(request.object)),
+                custom_timeouts={
+                    k: v
+                    for k, v in (
+                        ("create", timeouts.create),
+                        ("update", timeouts.update),
+                        ("delete", timeouts.delete),
+                    )
+                    if v
+                },
+                additional_secret_outputs=list(request.additionalSecretOutputs),
+                replace_on_changes=list(request.replaceOnChanges),
+                delete_before_replace=request.deleteBeforeReplace,
+                ignore_changes=list(request.ignoreChanges),
+                protect=request.protect,
+            )
+        )
+        return response
+
+    def RegisterResourceOutputs(self, request):
+        self.outputs_by_urn[request.urn] = _decode(json_format.MessageToDict(request.outputs))
+        return super().RegisterResourceOutputs(request)
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, dict):
+        if value.get(_SIG_KEY) == _SECRET_SIG:
+            return Secret(_decode(value.get("value")))
+        return {k: _decode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+# ---------------------------------------------------------------- running the program
+
+
+@cache
+def stack_file(stack: str) -> dict[str, Any]:
+    """The `config:` of Pulumi.<stack>.yaml, as written."""
+    data = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())
+    return dict(data.get("config") or {})
+
+
+def engine_config(
+    values: Mapping[str, Any], secrets: Mapping[str, str]
+) -> tuple[dict[str, str], list[str]]:
+    """Config as the CLI hands it to a program: every value a string, objects as JSON."""
+    flat: dict[str, str] = {}
+    for key, value in values.items():
+        flat[key] = value if isinstance(value, str) else json.dumps(value)
+    secret_keys = []
+    for key, value in secrets.items():
+        full = key if ":" in key else f"{PROJECT}:{key}"
+        flat[full] = value
+        secret_keys.append(full)
+    return flat, secret_keys
+
+
+def run_program(
+    stack: str = "dev",
+    *,
+    config: Mapping[str, Any] | None = None,
+    replace_config: bool = False,
+    secrets: Mapping[str, str] | None = None,
+    program: Path | Callable[[], None] = PROGRAM,
+) -> Graph:
+    """Run the program for a stack file and return its registered graph.
+
+    `config` overrides (or with `replace_config`, replaces) keys of Pulumi.<stack>.yaml; keys may
+    be given without the `gpu-cluster:` prefix. `secrets` default to a test SSH key.
+    """
+    values: dict[str, Any] = {} if replace_config else dict(stack_file(stack))
+    for key, value in (config or {}).items():
+        full = key if ":" in key else f"{PROJECT}:{key}"
+        if value is None:
+            values.pop(full, None)
+        else:
+            values[full] = value
+    flat, secret_keys = engine_config(values, TEST_SECRETS if secrets is None else secrets)
+    runtime_config.set_all_config(flat, secret_keys)
+    runtime_settings.ROOT.set(None)
+    mocks = Mocks()
+    monitor = RecordingMonitor(mocks)
+    pulumi_mocks.set_mocks(mocks, project=PROJECT, stack=stack, preview=False, monitor=monitor)
+    runtime_settings.SETTINGS.outputs.clear()
+
+    def main() -> None:
+        if callable(program):
+            program()
+        else:
+            runpy.run_path(str(program), run_name="__main__")
+
+    _sync_await(run_pulumi_func(main))
+    stack_urn = f"urn:pulumi:{stack}::{PROJECT}::pulumi:pulumi:Stack::{PROJECT}-{stack}"
+    for resource in monitor.recorded:
+        resource.outputs = monitor.outputs_by_urn.get(resource.urn, {})
+    return Graph(monitor.recorded, monitor.outputs_by_urn.get(stack_urn, {}))
