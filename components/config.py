@@ -66,7 +66,9 @@ def load_settings(config: pulumi.Config | None = None) -> Settings:
             try:
                 value = json.loads(value)
             except json.JSONDecodeError:
-                found.append(Problem(f"{PROJECT}:{key}", _show((key,), value), "a YAML object or list"))
+                found.append(
+                    Problem(f"{PROJECT}:{key}", _show((key,), value), "a YAML object or list")
+                )
                 continue
         raw[key] = value
     unreadable = {p.key for p in found}
@@ -90,7 +92,9 @@ def _configured_keys() -> set[str]:
     env_prefix = "PULUMI_CONFIG_" + PROJECT.upper().replace("-", "_") + "_"
     names = {k[len(prefix) :] for k in keys if k.startswith(prefix)}
     names.update(
-        k[len(env_prefix) :] for k in os.environ if k.startswith(env_prefix) and k[len(env_prefix) :]
+        k[len(env_prefix) :]
+        for k in os.environ
+        if k.startswith(env_prefix) and k[len(env_prefix) :]
     )
     return {n.removesuffix(":") for n in names}
 
@@ -112,7 +116,9 @@ def _problems(exc: ValidationError) -> list[Problem]:
         if error["type"] == "union_tag_invalid":
             parts = (*parts, "mode")
             expected = error["ctx"]["expected_tags"].replace("'", "")
-            out.append(Problem(_format_path(parts), repr(error["ctx"]["tag"]), f"one of: {expected}"))
+            out.append(
+                Problem(_format_path(parts), repr(error["ctx"]["tag"]), f"one of: {expected}")
+            )
             continue
         if error["type"] == "extra_forbidden":
             out.append(_unknown_key(loc))
@@ -134,7 +140,7 @@ _EXPECTED = {
     "int_from_float": "a whole number",
     "bool_parsing": "true or false",
     "bool_type": "true or false",
-    "string_type": "a string (quote numbers like \"1.35\")",
+    "string_type": 'a string (quote numbers like "1.35")',
     "list_type": "a list",
     "dict_type": "a mapping of keys to values",
     "model_type": "an object with keys",
@@ -143,10 +149,20 @@ _EXPECTED = {
 }
 
 
+_REQUIRED_HINTS = {
+    "sshPrivateKey": "the SSH private key matching ssh.publicKey, set as a secret: "
+    "`pulumi config set --secret gpu-cluster:sshPrivateKey < ~/.ssh/id_ed25519`",
+    "clusterName": "a cluster name: `pulumi config set gpu-cluster:clusterName dev-gpu`",
+    "ssh": "an ssh section with at least publicKey (an OpenSSH public key line)",
+    "nodePools": "a list of node pools, each with name, instanceType and count",
+}
+
+
 def _expected(error: dict) -> str:
     kind = error["type"]
     if kind == "missing":
-        return "a value (this key is required)"
+        key = ".".join(str(p) for p in error["loc"])
+        return _REQUIRED_HINTS.get(key, "a value (this key is required)")
     if kind in _EXPECTED:
         return _EXPECTED[kind].format(**error.get("ctx", {}))
     message = error["msg"]
@@ -246,7 +262,9 @@ def _unknown_key(loc: tuple) -> Problem:
     name = str(loc[-1])
     close = difflib.get_close_matches(name, accepted, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return Problem(_format_path(_path_parts(loc)), "an unknown key", f"one of: {', '.join(accepted)}{hint}")
+    return Problem(
+        _format_path(_path_parts(loc)), "an unknown key", f"one of: {', '.join(accepted)}{hint}"
+    )
 
 
 def _variant(union: Any, tag: str) -> Any:

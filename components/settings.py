@@ -47,8 +47,12 @@ _SSH_PUBLIC_KEY = re.compile(
     r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)|sk-ssh-ed25519@openssh\.com) "
     r"[A-Za-z0-9+/=]+( .*)?$"
 )
-_PRIVATE_KEY = re.compile(r"-----BEGIN ([A-Z]+ )?PRIVATE KEY-----.+-----END ([A-Z]+ )?PRIVATE KEY-----", re.S)
-_HOSTNAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*$")
+_PRIVATE_KEY = re.compile(
+    r"-----BEGIN ([A-Z]+ )?PRIVATE KEY-----.+-----END ([A-Z]+ )?PRIVATE KEY-----", re.S
+)
+_HOSTNAME = re.compile(
+    r"^(?=.{1,253}$)[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*$"
+)
 _AMI_ID = re.compile(r"^ami-[0-9a-f]{8}([0-9a-f]{9})?$")
 _VPC_ID = re.compile(r"^vpc-[0-9a-f]{8}([0-9a-f]{9})?$")
 _SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8}([0-9a-f]{9})?$")
@@ -89,7 +93,8 @@ def _cidr(value: str) -> str:
         net = ipaddress.ip_network(value, strict=True)
     except ValueError as exc:
         raise PydanticCustomError(
-            "cidr", "a CIDR block with no host bits set, like 203.0.113.0/24 ({reason})",
+            "cidr",
+            "a CIDR block with no host bits set, like 203.0.113.0/24 ({reason})",
             {"reason": str(exc)},
         ) from None
     return str(net)
@@ -128,7 +133,9 @@ Host = Annotated[str, AfterValidator(_host)]
 def _endpoint(value: str) -> str:
     host, sep, port = value.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise PydanticCustomError("endpoint", "host:port of the Kubernetes API, like 10.0.1.10:6443")
+        raise PydanticCustomError(
+            "endpoint", "host:port of the Kubernetes API, like 10.0.1.10:6443"
+        )
     _host(host.strip("[]"))
     return value
 
@@ -193,16 +200,22 @@ LabelValue = Annotated[str, AfterValidator(_label_value)]
 
 class Bastion(Model):
     host: Host
-    user: str | None = Field(default=None, description="SSH user on the bastion (default: ssh.user)")
+    user: str | None = Field(
+        default=None, description="SSH user on the bastion (default: ssh.user)"
+    )
     port: int = Field(default=22, ge=1, le=65535)
 
 
 class Network(Model):
     create: bool | None = None
     cidr: Cidr = "10.42.0.0/16"
-    vpc_id: Annotated[str, _pattern(_VPC_ID, "vpc_id", "a VPC id like vpc-0123456789abcdef0")] | None = None
+    vpc_id: (
+        Annotated[str, _pattern(_VPC_ID, "vpc_id", "a VPC id like vpc-0123456789abcdef0")] | None
+    ) = None
     subnet_ids: list[
-        Annotated[str, _pattern(_SUBNET_ID, "subnet_id", "a subnet id like subnet-0123456789abcdef0")]
+        Annotated[
+            str, _pattern(_SUBNET_ID, "subnet_id", "a subnet id like subnet-0123456789abcdef0")
+        ]
     ] = Field(default_factory=list)
     availability_zones: list[str] = Field(default_factory=list, max_length=6)
     ssh_allowed_cidrs: list[Cidr] = Field(default_factory=list)
@@ -223,14 +236,22 @@ class Network(Model):
         existing = self.vpc_id is not None or bool(self.subnet_ids)
         if self.create is True and existing:
             found.append(
-                ("vpcId", self.vpc_id, "either create: true (a new VPC) or vpcId + subnetIds, not both")
+                (
+                    "vpcId",
+                    self.vpc_id,
+                    "either create: true (a new VPC) or vpcId + subnetIds, not both",
+                )
             )
         elif self.create is False or (self.create is None and existing):
             if self.vpc_id is None:
                 found.append(("vpcId", None, "the id of the existing VPC (with create: false)"))
             if not self.subnet_ids:
                 found.append(
-                    ("subnetIds", [], "at least one subnet id of the existing VPC (with create: false)")
+                    (
+                        "subnetIds",
+                        [],
+                        "at least one subnet id of the existing VPC (with create: false)",
+                    )
                 )
         if len(set(self.subnet_ids)) != len(self.subnet_ids):
             found.append(("subnetIds", self.subnet_ids, "each subnet id once"))
@@ -255,7 +276,10 @@ class Network(Model):
 
 class Ssh(Model):
     user: Annotated[
-        str, _pattern(re.compile(r"^[a-z_][a-z0-9_-]{0,31}$"), "unix_user", "a Unix user name like ubuntu")
+        str,
+        _pattern(
+            re.compile(r"^[a-z_][a-z0-9_-]{0,31}$"), "unix_user", "a Unix user name like ubuntu"
+        ),
     ] = "ubuntu"
     public_key: Annotated[
         str,
@@ -273,7 +297,9 @@ class ManagedControlPlane(Model):
     instance_type: Annotated[
         str,
         _pattern(
-            re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$"), "instance_type", "an EC2 instance type like m7i.large"
+            re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$"),
+            "instance_type",
+            "an EC2 instance type like m7i.large",
         ),
     ] = "m7i.large"
     api_allowed_cidrs: list[Cidr] = Field(default_factory=list)
@@ -286,7 +312,11 @@ class ManagedControlPlane(Model):
     @model_validator(mode="after")
     def _cidrs_apart(self) -> ManagedControlPlane:
         if ipaddress.ip_network(self.pod_cidr).overlaps(ipaddress.ip_network(self.service_cidr)):
-            raise problem("serviceCidr", self.service_cidr, f"a block that does not overlap podCidr {self.pod_cidr}")
+            raise problem(
+                "serviceCidr",
+                self.service_cidr,
+                f"a block that does not overlap podCidr {self.pod_cidr}",
+            )
         return self
 
 
@@ -294,23 +324,35 @@ class ExistingControlPlane(Model):
     mode: Literal["existing"]
     host: Host | None = None
     endpoint: Annotated[str, AfterValidator(_endpoint)] | None = None
-    user: str | None = Field(default=None, description="SSH user on the control-plane host (default: ssh.user)")
+    user: str | None = Field(
+        default=None, description="SSH user on the control-plane host (default: ssh.user)"
+    )
 
     @model_validator(mode="after")
     def _reachable(self) -> ExistingControlPlane:
         found = []
         if self.host is None:
-            found.append(("host", None, "the control-plane node's address, reachable over SSH (mode: existing)"))
+            found.append(
+                (
+                    "host",
+                    None,
+                    "the control-plane node's address, reachable over SSH (mode: existing)",
+                )
+            )
         if self.endpoint is None:
-            found.append(("endpoint", None, "the API server address as host:port, like 10.0.1.10:6443 (mode: existing)"))
+            found.append(
+                (
+                    "endpoint",
+                    None,
+                    "the API server address as host:port, like 10.0.1.10:6443 (mode: existing)",
+                )
+            )
         if found:
             raise problems(found)
         return self
 
 
-ControlPlane = Annotated[
-    ManagedControlPlane | ExistingControlPlane, Field(discriminator="mode")
-]
+ControlPlane = Annotated[ManagedControlPlane | ExistingControlPlane, Field(discriminator="mode")]
 
 
 class Taint(Model):
@@ -352,7 +394,8 @@ class NodePool(Model):
         if value not in SUPPORTED_DRIVER_BRANCHES:
             raise PydanticCustomError(
                 "driver_branch",
-                "an NVIDIA driver branch, one of {branches} (the branch number, not a full version)",
+                "an NVIDIA driver branch, one of {branches} "
+                "(the branch number, not a full version)",
                 {"branches": ", ".join(SUPPORTED_DRIVER_BRANCHES)},
             )
         return value
@@ -373,7 +416,9 @@ class NodePool(Model):
             )
         taint_keys = [(t.key, t.effect) for t in self.taints]
         if len(set(taint_keys)) != len(taint_keys):
-            raise problem("taints", [t.model_dump() for t in self.taints], "each key/effect pair once")
+            raise problem(
+                "taints", [t.model_dump() for t in self.taints], "each key/effect pair once"
+            )
         return self
 
     @property
@@ -437,18 +482,16 @@ def _tag_value(value: str) -> str:
 class Settings(Model):
     cluster_name: DnsLabel
     kubernetes_version: str = "1.35"
-    control_plane: ControlPlane = Field(
-        default_factory=lambda: ManagedControlPlane(mode="managed")
-    )
+    control_plane: ControlPlane = Field(default_factory=lambda: ManagedControlPlane(mode="managed"))
     network: Network = Network()
     ssh: Ssh
     ssh_private_key: SecretStr
     node_pools: list[NodePool] = Field(min_length=1)
     device_plugin: DevicePlugin = DevicePlugin()
     validation: Validation = Validation()
-    tags: dict[Annotated[str, AfterValidator(_tag_key)], Annotated[str, AfterValidator(_tag_value)]] = Field(
-        default_factory=dict, max_length=40
-    )
+    tags: dict[
+        Annotated[str, AfterValidator(_tag_key)], Annotated[str, AfterValidator(_tag_value)]
+    ] = Field(default_factory=dict, max_length=40)
 
     @field_validator("kubernetes_version")
     @classmethod
@@ -457,7 +500,7 @@ class Settings(Model):
             raise PydanticCustomError(
                 "kubernetes_minor",
                 "a Kubernetes minor version in the supported window: {window} "
-                "(the minor only, like \"1.35\"; kubelet and kubeadm are pinned to it)",
+                '(the minor only, like "1.35"; kubelet and kubeadm are pinned to it)',
                 {"window": ", ".join(SUPPORTED_KUBERNETES_MINORS)},
             )
         return value
@@ -484,7 +527,8 @@ class Settings(Model):
                     (
                         f"[{index}].name",
                         pool.name,
-                        f"a name no other pool uses (nodePools[{seen[pool.name]}] is also {pool.name!r})",
+                        f"a name no other pool uses "
+                        f"(nodePools[{seen[pool.name]}] is also {pool.name!r})",
                     )
                 )
             seen.setdefault(pool.name, index)
@@ -502,7 +546,11 @@ class Settings(Model):
                 value = cp.pod_cidr if key == "podCidr" else cp.service_cidr
                 if self.network.creates_vpc and ipaddress.ip_network(value).overlaps(vpc):
                     found.append(
-                        (f"controlPlane.{key}", value, f"a block outside the VPC {self.network.cidr}")
+                        (
+                            f"controlPlane.{key}",
+                            value,
+                            f"a block outside the VPC {self.network.cidr}",
+                        )
                     )
         if self.network.creates_vpc and self.network.public_ips is False:
             found.append(

@@ -19,7 +19,6 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import pulumi
 import yaml
 from google.protobuf import json_format
 from pulumi.runtime import config as runtime_config
@@ -259,9 +258,16 @@ class Mocks(pulumi_mocks.Mocks):
             name_filter = next(
                 (f["values"][0] for f in inputs.get("filters", []) if f["name"] == "name"), "ami"
             )
-            return {"id": _fake_id("ami-", name_filter), "name": name_filter, "architecture": "x86_64"}
+            return {
+                "id": _fake_id("ami-", name_filter),
+                "name": name_filter,
+                "architecture": "x86_64",
+            }
         if token == "aws:index/getAvailabilityZones:getAvailabilityZones":
-            return {"names": ["us-west-2a", "us-west-2b", "us-west-2c"], "zoneIds": ["usw2-az1", "usw2-az2", "usw2-az3"]}
+            return {
+                "names": ["us-west-2a", "us-west-2b", "us-west-2c"],
+                "zoneIds": ["usw2-az1", "usw2-az2", "usw2-az3"],
+            }
         if token == "aws:index/getRegion:getRegion":
             return {"name": "us-west-2", "region": "us-west-2"}
         if token == "aws:ec2/getVpc:getVpc":
@@ -364,6 +370,33 @@ def engine_config(
     return flat, secret_keys
 
 
+def set_stack_config(
+    stack: str = "dev",
+    *,
+    config: Mapping[str, Any] | None = None,
+    replace_config: bool = False,
+    secrets: Mapping[str, str] | None = None,
+) -> None:
+    """Make the engine config what `pulumi up` on this stack would see (plus overrides)."""
+    values: dict[str, Any] = {} if replace_config else dict(stack_file(stack))
+    for key, value in (config or {}).items():
+        full = key if ":" in key else f"{PROJECT}:{key}"
+        if value is None:
+            values.pop(full, None)
+        else:
+            values[full] = value
+    flat, secret_keys = engine_config(values, TEST_SECRETS if secrets is None else secrets)
+    runtime_config.set_all_config(flat, secret_keys)
+
+
+def load_stack_settings(stack: str = "dev", **kwargs: Any):
+    """Only the loader (no program run): the validated Settings, or ConfigError."""
+    from components.config import load_settings
+
+    set_stack_config(stack, **kwargs)
+    return load_settings()
+
+
 def run_program(
     stack: str = "dev",
     *,
@@ -377,15 +410,7 @@ def run_program(
     `config` overrides (or with `replace_config`, replaces) keys of Pulumi.<stack>.yaml; keys may
     be given without the `gpu-cluster:` prefix. `secrets` default to a test SSH key.
     """
-    values: dict[str, Any] = {} if replace_config else dict(stack_file(stack))
-    for key, value in (config or {}).items():
-        full = key if ":" in key else f"{PROJECT}:{key}"
-        if value is None:
-            values.pop(full, None)
-        else:
-            values[full] = value
-    flat, secret_keys = engine_config(values, TEST_SECRETS if secrets is None else secrets)
-    runtime_config.set_all_config(flat, secret_keys)
+    set_stack_config(stack, config=config, replace_config=replace_config, secrets=secrets)
     runtime_settings.ROOT.set(None)
     mocks = Mocks()
     monitor = RecordingMonitor(mocks)

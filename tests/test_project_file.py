@@ -1,0 +1,57 @@
+"""Pulumi.yaml documents the same contract the settings model enforces."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from components.settings import Settings
+from tests.harness import ROOT, STACKS, load_stack_settings
+
+PROJECT = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
+
+
+def test_project_is_python_with_a_virtualenv():
+    assert PROJECT["name"] == "gpu-cluster"
+    assert PROJECT["runtime"]["name"] == "python"
+    assert PROJECT["runtime"]["options"]["virtualenv"] == "venv"
+
+
+def test_every_settings_key_is_declared_with_a_description():
+    declared = PROJECT["config"]
+    keys = {field.alias or name for name, field in Settings.model_fields.items()}
+    assert set(declared) == keys, f"Pulumi.yaml config {sorted(declared)} != model {sorted(keys)}"
+    for key, declaration in declared.items():
+        assert len(declaration.get("description", "")) > 20, f"{key}: describe it"
+
+
+def test_declared_defaults_equal_the_models():
+    """The CLI applies Pulumi.yaml defaults, the mocks do not: both must give the same values."""
+    defaults = {
+        key: declaration["default"]
+        for key, declaration in PROJECT["config"].items()
+        if "default" in declaration
+    }
+    minimal = {
+        "gpu-cluster:clusterName": "mini",
+        "gpu-cluster:ssh": {"publicKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA ops@example"},
+        "gpu-cluster:nodePools": [{"name": "a", "instanceType": "g5.xlarge", "count": 1}],
+    }
+    from_code = load_stack_settings(config=minimal, replace_config=True)
+    with_cli_defaults = load_stack_settings(
+        config={**minimal, **{f"gpu-cluster:{k}": v for k, v in defaults.items()}},
+        replace_config=True,
+    )
+    assert from_code == with_cli_defaults
+
+
+def test_secret_keys_are_declared_secret():
+    assert PROJECT["config"]["sshPrivateKey"].get("secret") is True
+
+
+def test_stack_files_hold_no_secret_material():
+    for stack in STACKS:
+        text = (Path(ROOT) / f"Pulumi.{stack}.yaml").read_text()
+        assert "PRIVATE KEY" not in text, f"Pulumi.{stack}.yaml holds a private key"
+        assert "sshPrivateKey:" not in text.replace("# secret:", ""), stack
