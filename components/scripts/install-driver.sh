@@ -16,7 +16,7 @@
 set -Eeuo pipefail
 
 if ! declare -F init_script >/dev/null; then
-  # shellcheck source=lib/common.sh
+  # shellcheck source-path=SCRIPTDIR source=lib/common.sh
   source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 fi
 
@@ -73,7 +73,7 @@ CONF
 )"
   if [[ "${changed}" == changed ]]; then
     log "rebuilding the initramfs without nouveau"
-    timeout -k 30 600 update-initramfs -u
+    timeout -k 30 600 update-initramfs -u >&2
   fi
   if module_loaded nouveau; then
     log "unloading nouveau"

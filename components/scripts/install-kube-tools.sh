@@ -9,7 +9,7 @@
 set -Eeuo pipefail
 
 if ! declare -F init_script >/dev/null; then
-  # shellcheck source=lib/common.sh
+  # shellcheck source-path=SCRIPTDIR source=lib/common.sh
   source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 fi
 

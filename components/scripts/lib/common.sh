@@ -150,8 +150,11 @@ apt_update() {
 
 # installed_version <pkg>: the installed version, empty when not installed.
 installed_version() {
-  dpkg-query -W -f='${db:Status-Status} ${Version}\n' "$1" 2>/dev/null |
-    awk '$1 == "installed" { print $2 }'
+  local status
+  # dpkg-query fails for a package it has never seen: that is "not installed".
+  if status="$(dpkg-query -W -f='${db:Status-Status} ${Version}\n' "$1" 2>/dev/null)"; then
+    awk '$1 == "installed" { print $2 }' <<<"${status}"
+  fi
 }
 
 # apt_install pkg[=version]...: install what is missing or at another version.

@@ -1,0 +1,68 @@
+# shellcheck shell=bash
+# Shared by the stub commands in this directory (see tests/sandbox.py).
+# Every stub records its argv in $STUB_STATE/calls.log (fields separated by \x1f)
+# and keeps the state it simulates as small files under $STUB_STATE.
+set -euo pipefail
+
+: "${STUB_STATE:?STUB_STATE must point at the sandbox state directory}"
+
+stub_record() {
+  local line="$1"
+  shift
+  local arg
+  for arg in "$@"; do
+    line+=$'\x1f'"${arg}"
+  done
+  printf '%s\n' "${line}" >>"${STUB_STATE}/calls.log"
+}
+
+# state_get <key> [default]
+state_get() {
+  if [[ -f "${STUB_STATE}/$1" ]]; then
+    cat "${STUB_STATE}/$1"
+  else
+    printf '%s' "${2:-}"
+  fi
+}
+
+state_set() {
+  mkdir -p "$(dirname "${STUB_STATE}/$1")"
+  printf '%s' "$2" >"${STUB_STATE}/$1"
+}
+
+state_has() {
+  [[ -f "${STUB_STATE}/$1" ]]
+}
+
+# should_fail <key>: true while the counter in <key> is above zero, counting it down.
+should_fail() {
+  local left
+  left="$(state_get "$1" 0)"
+  if ((left > 0)); then
+    state_set "$1" "$((left - 1))"
+    return 0
+  fi
+  return 1
+}
+
+# installed_version <pkg>: version recorded by the apt-get stub, empty if absent.
+installed_version() {
+  state_get "dpkg/$1"
+}
+
+# installed_like <glob>: true when some installed package name matches the glob.
+installed_like() {
+  local f
+  for f in "${STUB_STATE}"/dpkg/*; do
+    # shellcheck disable=SC2053 # glob match on purpose
+    if [[ -f "${f}" && "$(basename "${f}")" == $1 ]]; then
+      return 0
+    fi
+  done
+  return 1
+}
+
+# upstream_version 580.95.05-0ubuntu0.24.04.2 -> 580.95.05
+upstream_version() {
+  printf '%s\n' "${1%%-*}"
+}
