@@ -5,13 +5,13 @@ order of the chain, export what operators need.
 """
 
 import pulumi
-
-from components.config import load_settings
 from components.control_plane import ControlPlane
 from components.device_plugin import NvidiaDevicePlugin
 from components.gpu_node import GpuNodePool
-from components.network import Network
 from components.validation import GpuValidation
+
+from components.config import load_settings
+from components.network import Network
 
 settings = load_settings()
 
@@ -46,7 +46,9 @@ validations = {
 pulumi.export("endpoint", control_plane.endpoint)
 pulumi.export("kubeconfig", pulumi.Output.secret(control_plane.kubeconfig))
 pulumi.export("kubernetesVersion", settings.kubernetes_version)
-pulumi.export("nodePools", {pool.pool.name: [node.node_name for node in pool.nodes] for pool in pools})
+pulumi.export(
+    "nodePools", {pool.pool.name: [node.node_name for node in pool.nodes] for pool in pools}
+)
 pulumi.export(
     "gpuNodes",
     {

@@ -129,7 +129,9 @@ def lookup(instance_type: str) -> GpuInstanceType:
     try:
         return CATALOG[instance_type]
     except KeyError:
-        raise KeyError(f"{instance_type!r} is not an EC2 GPU instance type in the catalog") from None
+        raise KeyError(
+            f"{instance_type!r} is not an EC2 GPU instance type in the catalog"
+        ) from None
 
 
 def families() -> list[str]:

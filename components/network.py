@@ -29,7 +29,9 @@ class Network(pulumi.ComponentResource):
             self._create_vpc(settings)
         else:
             self.vpc_id = pulumi.Output.from_input(network.vpc_id)
-            vpc = aws.ec2.get_vpc_output(id=network.vpc_id, opts=pulumi.InvokeOutputOptions(parent=self))
+            vpc = aws.ec2.get_vpc_output(
+                id=network.vpc_id, opts=pulumi.InvokeOutputOptions(parent=self)
+            )
             self.vpc_cidr = vpc.cidr_block
             self.subnet_ids = [pulumi.Output.from_input(s) for s in network.subnet_ids]
         self.cluster_security_group_id = self._cluster_security_group(settings).id
@@ -58,7 +60,10 @@ class Network(pulumi.ComponentResource):
             opts=self.child(),
         )
         gateway = aws.ec2.InternetGateway(
-            f"{name}-igw", vpc_id=vpc.id, tags=self.tags(f"{settings.cluster_name}-igw"), opts=self.child()
+            f"{name}-igw",
+            vpc_id=vpc.id,
+            tags=self.tags(f"{settings.cluster_name}-igw"),
+            opts=self.child(),
         )
         routes = aws.ec2.RouteTable(
             f"{name}-public",
@@ -88,7 +93,10 @@ class Network(pulumi.ComponentResource):
                 opts=self.child(),
             )
             aws.ec2.RouteTableAssociation(
-                f"{name}-public-{index}", subnet_id=subnet.id, route_table_id=routes.id, opts=self.child()
+                f"{name}-public-{index}",
+                subnet_id=subnet.id,
+                route_table_id=routes.id,
+                opts=self.child(),
             )
             self.subnet_ids.append(subnet.id)
         self.vpc_id = vpc.id

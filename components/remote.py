@@ -96,9 +96,9 @@ def run_script(
         merged = dict(zip(names + secret_names, values, strict=True))
         return render_script(script, merged)
 
-    stdin = pulumi.Output.all(*[params[n] for n in names], *[secret_params[n] for n in secret_names]).apply(
-        render
-    )
+    stdin = pulumi.Output.all(
+        *[params[n] for n in names], *[secret_params[n] for n in secret_names]
+    ).apply(render)
     # The trigger covers the script and its public parameters only: a secret (a fresh join
     # token) must not force a re-run of a step that already succeeded.
     trigger = pulumi.Output.all(*[params[n] for n in names]).apply(
@@ -120,7 +120,9 @@ def run_script(
         stdin=stdin,
         delete=delete,
         triggers=[trigger, *[_identity(a) for a in after]],
-        logging=command.common.Logging.NONE if secret_stdout else command.common.Logging.STDOUT_AND_STDERR,
+        logging=command.common.Logging.NONE
+        if secret_stdout
+        else command.common.Logging.STDOUT_AND_STDERR,
         opts=pulumi.ResourceOptions(
             parent=parent,
             depends_on=list(after),
