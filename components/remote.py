@@ -120,9 +120,9 @@ def run_script(
         stdin=stdin,
         delete=delete,
         triggers=[trigger, *[_identity(a) for a in after]],
-        logging=command.common.Logging.NONE
+        logging=command.remote.Logging.NONE
         if secret_stdout
-        else command.common.Logging.STDOUT_AND_STDERR,
+        else command.remote.Logging.STDOUT_AND_STDERR,
         opts=pulumi.ResourceOptions(
             parent=parent,
             depends_on=list(after),

@@ -1,0 +1,288 @@
+"""GPU node pools: EC2 GPU instances bootstrapped over SSH, step by step, into joined Nodes.
+
+Per node the chain is strict, one `remote.Command` per host script, each named after its step:
+
+    <node> (EC2 instance) -> <node>-wait-ready -> <node>-driver -> <node>-runtime
+      -> <node>-kube-tools -> <node>-join-token (control plane) -> <node>-join
+      -> <node>-node-ready (control plane)
+
+Nodes never wait on each other, so the time to a joined node does not grow with the pool size.
+Teardown runs the chain backwards: the control plane drains and deletes the Node
+(`<node>-node-ready`'s delete), then `kubeadm reset -f` runs on the host (`<node>-join`'s
+delete), then the instance terminates. Each step's trigger is the digest of its script and
+parameters plus the ids of the steps before it, so changing a pool's driver branch re-runs that
+pool's driver step and everything after it, never the instance.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_command as command
+
+from components import machines
+from components.catalog import GpuInstanceType
+from components.labels import GPU_PRESENT_LABEL, POOL_LABEL
+from components.network import Network
+from components.remote import Host, run_script, ssh_host
+from components.settings import NodePool, Settings
+
+if TYPE_CHECKING:
+    from components.control_plane import ControlPlane
+
+KUBELET_PORT = 10250
+# NVIDIA Container Toolkit apt version installed by install-runtime.sh (pinned and held).
+NVIDIA_CTK_VERSION = "1.17.8-1"
+
+# Bounds on each host step (the SSH dial keeps retrying until these end the wait).
+WAIT_READY_TIMEOUT = "20m"  # first boot: sshd, cloud-init, unattended upgrades
+DRIVER_TIMEOUT = "45m"  # several GB of driver packages on p5
+RUNTIME_TIMEOUT = "20m"
+KUBE_TOOLS_TIMEOUT = "15m"
+JOIN_TIMEOUT = "15m"
+
+
+class GpuNodePool(pulumi.ComponentResource):
+    """`pool.count` GpuNodes of one instance type, spread over the network's subnets, sharing a
+    key pair and a security group (kubelet only from the control plane)."""
+
+    pool: NodePool
+    nodes: list[GpuNode]
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        pool: NodePool,
+        settings: Settings,
+        network: Network,
+        control_plane: ControlPlane,
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        super().__init__("gpu-cluster:index:GpuNodePool", name, None, opts)
+        self.pool = pool
+        ami = machines.ubuntu_ami(pool.os_version, pool.ami_id, parent=self)
+        key = machines.key_pair(name, settings, parent=self)
+        security_group = self._security_group(name, settings, network, control_plane)
+        machine = _Machine(
+            ami=ami,
+            ami_pinned=pool.ami_id is not None,
+            key_name=key.key_name,
+            security_group_ids=[network.cluster_security_group_id, security_group.id],
+        )
+        self.nodes = [
+            GpuNode(
+                f"{settings.cluster_name}-{pool.name}-{index}",
+                index=index,
+                pool=pool,
+                settings=settings,
+                network=network,
+                control_plane=control_plane,
+                machine=machine,
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            for index in range(pool.count)
+        ]
+        self.register_outputs({"nodeNames": [node.node_name for node in self.nodes]})
+
+    def _security_group(
+        self, name: str, settings: Settings, network: Network, control_plane: ControlPlane
+    ) -> aws.ec2.SecurityGroup:
+        """Kubelet (:10250) from the control plane only. SSH (from network.sshAllowedCidrs or the
+        bastion), node-to-node CNI traffic and egress come from the shared cluster group."""
+        return aws.ec2.SecurityGroup(
+            f"{name}-nodes",
+            description=f"{name}: kubelet API from the control plane",
+            vpc_id=network.vpc_id,
+            ingress=[
+                aws.ec2.SecurityGroupIngressArgs(
+                    description="kubelet API from the control plane (logs, exec, metrics)",
+                    protocol="tcp",
+                    from_port=KUBELET_PORT,
+                    to_port=KUBELET_PORT,
+                    cidr_blocks=control_plane.kubelet_client_cidrs,
+                )
+            ],
+            tags={**settings.stack_tags, "Name": f"{name}-nodes"},
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+
+
+class _Machine:
+    """What every instance of a pool shares."""
+
+    def __init__(
+        self,
+        *,
+        ami: pulumi.Output[str],
+        ami_pinned: bool,
+        key_name: pulumi.Output[str],
+        security_group_ids: list[pulumi.Input[str]],
+    ):
+        self.ami = ami
+        self.ami_pinned = ami_pinned
+        self.key_name = key_name
+        self.security_group_ids = security_group_ids
+
+
+class GpuNode(pulumi.ComponentResource):
+    """One GPU instance and its bootstrap chain, ending in a Ready Node named `node_name`.
+
+    The component itself is registered as `<node>-node` so that `<node>` names exactly one
+    resource, the instance (as the interface contract and the tests look it up).
+    """
+
+    node_name: str
+    gpu_type: GpuInstanceType
+    pool: NodePool
+    instance: aws.ec2.Instance
+    host: Host
+    join: command.remote.Command
+    node_ready: command.remote.Command
+
+    def __init__(
+        self,
+        node_name: str,
+        *,
+        index: int,
+        pool: NodePool,
+        settings: Settings,
+        network: Network,
+        control_plane: ControlPlane,
+        machine: _Machine,
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        super().__init__("gpu-cluster:index:GpuNode", f"{node_name}-node", None, opts)
+        self.node_name = node_name
+        self.pool = pool
+        self.gpu_type = pool.gpu_type
+        self.instance = self._instance(index, settings, network, machine)
+        address = (
+            self.instance.public_ip
+            if settings.network.connects_to_public_ips
+            else self.instance.private_ip
+        )
+        self.host = ssh_host(node_name, address, settings)
+        self.join, self.node_ready = self._bootstrap(settings, control_plane)
+        self.register_outputs(
+            {
+                "nodeName": node_name,
+                "instanceId": self.instance.id,
+                "privateIp": self.instance.private_ip,
+            }
+        )
+
+    def _instance(
+        self, index: int, settings: Settings, network: Network, machine: _Machine
+    ) -> aws.ec2.Instance:
+        pool, name = self.pool, self.node_name
+        tags = {**settings.stack_tags, POOL_LABEL: pool.name, "Name": name}
+        market = None
+        if pool.market == "spot":
+            market = aws.ec2.InstanceInstanceMarketOptionsArgs(
+                market_type="spot",
+                spot_options=aws.ec2.InstanceInstanceMarketOptionsSpotOptionsArgs(
+                    spot_instance_type="one-time",
+                    instance_interruption_behavior="terminate",
+                ),
+            )
+        root = machines.root_volume(pool.root_volume_gi_b)
+        root.tags = tags
+        return aws.ec2.Instance(
+            name,
+            ami=machine.ami,
+            instance_type=pool.instance_type,
+            subnet_id=network.subnet_ids[index % len(network.subnet_ids)],
+            vpc_security_group_ids=machine.security_group_ids,
+            key_name=machine.key_name,
+            associate_public_ip_address=settings.network.assigns_public_ips,
+            metadata_options=machines.metadata_options(pool.metadata_hop_limit),
+            root_block_device=root,
+            instance_market_options=market,
+            tags=tags,
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                # A looked-up AMI moves with every Canonical release; a running node is not
+                # replaced for that (a configured amiId still is).
+                ignore_changes=[] if machine.ami_pinned else ["ami"],
+            ),
+        )
+
+    def _bootstrap(
+        self, settings: Settings, control_plane: ControlPlane
+    ) -> tuple[command.remote.Command, command.remote.Command]:
+        name, pool, gpu = self.node_name, self.pool, self.gpu_type
+
+        def step(suffix: str, script: str, after: pulumi.Resource, timeout: str, **params):
+            return run_script(
+                f"{name}-{suffix}",
+                host=self.host,
+                script=script,
+                params=params,
+                after=[after],
+                parent=self,
+                timeout=timeout,
+            )
+
+        wait_ready = step("wait-ready", "wait-ready.sh", self.instance, WAIT_READY_TIMEOUT)
+        driver = step(
+            "driver",
+            "install-driver.sh",
+            wait_ready,
+            DRIVER_TIMEOUT,
+            DRIVER_BRANCH=pool.driver_version,
+            GPU_COUNT=str(gpu.gpu_count),
+            NEEDS_FABRIC_MANAGER="true" if gpu.needs_fabric_manager else "false",
+        )
+        runtime = step(
+            "runtime",
+            "install-runtime.sh",
+            driver,
+            RUNTIME_TIMEOUT,
+            NVIDIA_CTK_VERSION=NVIDIA_CTK_VERSION,
+        )
+        kube_tools = step(
+            "kube-tools",
+            "install-kube-tools.sh",
+            runtime,
+            KUBE_TOOLS_TIMEOUT,
+            KUBERNETES_MINOR=settings.kubernetes_version,
+        )
+        credentials = control_plane.join_credentials(
+            name, parent=self, after=[kube_tools, *control_plane.ready]
+        )
+        join = run_script(
+            f"{name}-join",
+            host=self.host,
+            script="join-node.sh",
+            params={
+                "NODE_NAME": name,
+                "API_ENDPOINT": credentials.endpoint,
+                "CA_CERT_HASH": credentials.ca_cert_hash,
+                "KUBERNETES_MINOR": settings.kubernetes_version,
+                "NODE_LABELS": node_labels(pool),
+                "NODE_TAINTS": node_taints(pool),
+            },
+            secret_params={"JOIN_TOKEN": credentials.token},
+            delete_script="reset-node.sh",
+            after=[credentials.step],
+            parent=self,
+            timeout=JOIN_TIMEOUT,
+        )
+        node_ready = control_plane.register_node(name, parent=self, after=[join])
+        return join, node_ready
+
+
+def node_labels(pool: NodePool) -> str:
+    """NODE_LABELS for join-node.sh: the pool's labels plus the GPU and pool labels, sorted."""
+    labels = {**pool.labels, GPU_PRESENT_LABEL: "true", POOL_LABEL: pool.name}
+    return ",".join(f"{key}={labels[key]}" for key in sorted(labels))
+
+
+def node_taints(pool: NodePool) -> str:
+    """NODE_TAINTS for join-node.sh: key=value:Effect (key:Effect without a value)."""
+    return ",".join(
+        f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}" for t in pool.taints
+    )
