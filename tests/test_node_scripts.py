@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
+import sys
 import time
 import tomllib
 from pathlib import Path
@@ -131,8 +133,9 @@ def bash_files() -> list[Path]:
 def test_shellcheck_finds_nothing():
     files = bash_files()
     assert len(files) > 20
+    shellcheck = shutil.which("shellcheck") or str(Path(sys.executable).parent / "shellcheck")
     result = subprocess.run(
-        ["shellcheck", "-x", "--severity=style", *map(str, files)],
+        [shellcheck, "-x", "--severity=style", *map(str, files)],
         capture_output=True,
         text=True,
         check=False,
@@ -463,6 +466,21 @@ def test_runtime_restarts_containerd_only_when_its_config_changed(sandbox):
     third = sandbox.run("install-runtime.sh", RUNTIME)
     assert third.returncode == 0, third.stderr
     assert restarts(third) == [["systemctl", "restart", "containerd"]]
+
+
+@needs_sandbox
+def test_runtime_without_the_toolkit_for_control_plane_hosts(sandbox):
+    params = {"WITH_NVIDIA_TOOLKIT": "false", **FAST}
+    result = sandbox.run("install-runtime.sh", params)
+    assert result.returncode == 0, result.stderr
+    assert sandbox.held() == {"containerd"}
+    assert result.called("curl") == [] and result.called("nvidia-ctk") == []
+    config = tomllib.loads(sandbox.read("/etc/containerd/config.toml"))
+    cri = config["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
+    assert cri["default_runtime_name"] == "runc"
+    assert cri["runtimes"]["runc"]["options"]["SystemdCgroup"] is True
+    again = sandbox.run("install-runtime.sh", params)
+    assert restarts(again) == [] and installs(again) == []
 
 
 @needs_sandbox

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# install-runtime.sh: containerd plus the NVIDIA Container Toolkit, with nvidia as
-# containerd's default runtime and the systemd cgroup driver kubelet expects.
+# install-runtime.sh: containerd with the systemd cgroup driver kubelet expects, plus
+# (on GPU nodes) the NVIDIA Container Toolkit with nvidia as containerd's default runtime.
 #
 # Inputs:
-#   NVIDIA_CTK_VERSION  NVIDIA Container Toolkit apt version, e.g. 1.17.8-1 (required)
+#   WITH_NVIDIA_TOOLKIT true (default) or false (a control-plane host: containerd only)
+#   NVIDIA_CTK_VERSION  NVIDIA Container Toolkit apt version, e.g. 1.17.8-1
+#                       (required unless WITH_NVIDIA_TOOLKIT=false)
 #   CONTAINERD_VERSION  containerd apt version from Ubuntu's archive; may end in '*'
 #                       (e.g. 1.7.*); empty (default) takes the archive's candidate.
 #                       Either way the package is held.
@@ -21,7 +23,16 @@ NVIDIA_KEYRING=/etc/apt/keyrings/nvidia-container-toolkit.gpg
 NVIDIA_SOURCES=/etc/apt/sources.list.d/nvidia-container-toolkit.list
 CTK_PACKAGES="nvidia-container-toolkit nvidia-container-toolkit-base libnvidia-container-tools libnvidia-container1"
 
+with_toolkit() {
+  [[ "${WITH_NVIDIA_TOOLKIT:-true}" == true ]]
+}
+
 check_inputs() {
+  case "${WITH_NVIDIA_TOOLKIT:-true}" in
+    true) ;;
+    false) return 0 ;;
+    *) fatal "WITH_NVIDIA_TOOLKIT must be true or false, got '${WITH_NVIDIA_TOOLKIT}'" ;;
+  esac
   require_vars NVIDIA_CTK_VERSION
   [[ "${NVIDIA_CTK_VERSION}" =~ ^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.~+]+)?$ ]] ||
     fatal "NVIDIA_CTK_VERSION must be an apt version like 1.17.8-1, got '${NVIDIA_CTK_VERSION}'"
@@ -37,6 +48,10 @@ install_containerd() {
 }
 
 add_nvidia_apt_repo() {
+  if ! with_toolkit; then
+    log "no NVIDIA Container Toolkit on this host"
+    return 0
+  fi
   local key changed_key="" changed_list
   if [[ ! -s "${NVIDIA_KEYRING}" ]]; then
     key="$(temp_path nvidia.gpgkey)"
@@ -54,6 +69,7 @@ LIST
 }
 
 install_container_toolkit() {
+  with_toolkit || return 0
   local pkg specs=() packages=()
   read -r -a packages <<<"${CTK_PACKAGES}"
   for pkg in "${packages[@]}"; do
@@ -74,8 +90,10 @@ configure_containerd() {
   [[ "${matches}" == 1 ]] ||
     fatal "expected one SystemdCgroup key in 'containerd config default', found ${matches}"
   sed -i -E 's/^([[:space:]]*)SystemdCgroup = false$/\1SystemdCgroup = true/' "${staged}"
-  nvidia-ctk runtime configure --runtime=containerd --set-as-default \
-    --config="${staged}" >/dev/null
+  if with_toolkit; then
+    nvidia-ctk runtime configure --runtime=containerd --set-as-default \
+      --config="${staged}" >/dev/null
+  fi
   changed="$(install_file_if_changed "${staged}" "${CONTAINERD_CONFIG}")"
   enable_service containerd
   restart_if_changed containerd "${changed}"
@@ -84,14 +102,19 @@ configure_containerd() {
 verify_runtime() {
   grep -qE '^[[:space:]]*SystemdCgroup = true$' "${CONTAINERD_CONFIG}" ||
     fatal "SystemdCgroup = true expected in ${CONTAINERD_CONFIG}, not found"
-  local found state
+  local state
+  state="$(systemctl is-active containerd)" ||
+    fatal "containerd expected active, systemctl reports '${state}'"
+  if ! with_toolkit; then
+    log "containerd active"
+    return 0
+  fi
+  local found
   found="$(awk '/default_runtime_name/ { $1 = $1; print }' "${CONTAINERD_CONFIG}")"
   [[ "${found}" == *'default_runtime_name = "nvidia"'* ]] ||
     fatal "default_runtime_name = \"nvidia\" expected in ${CONTAINERD_CONFIG}, found '${found}'"
   grep -qE 'runtimes\.nvidia\]' "${CONTAINERD_CONFIG}" ||
     fatal "an nvidia runtime section expected in ${CONTAINERD_CONFIG}, not found"
-  state="$(systemctl is-active containerd)" ||
-    fatal "containerd expected active, systemctl reports '${state}'"
   log "containerd active, nvidia is the default runtime"
 }
 
