@@ -250,9 +250,7 @@ class GpuNode(pulumi.ComponentResource):
             KUBE_TOOLS_TIMEOUT,
             KUBERNETES_MINOR=settings.kubernetes_version,
         )
-        credentials = control_plane.join_credentials(
-            name, parent=self, after=[kube_tools, *control_plane.ready]
-        )
+        credentials = control_plane.join_credentials(name, parent=self, after=[kube_tools])
         join = run_script(
             f"{name}-join",
             host=self.host,

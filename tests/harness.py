@@ -213,8 +213,18 @@ def _fake_ip(prefix: str, name: str) -> str:
     return f"{prefix}.{digest[0] % 250 + 2}.{digest[1] % 250 + 2}"
 
 
+def _join_token_stdout(args: pulumi_mocks.MockResourceArgs) -> str:
+    """What mint-join-token.sh prints: one JSON line, a bootstrap token unique to the node."""
+    digest = hashlib.sha256(args.name.encode()).hexdigest()
+    token = f"{digest[:6]}.{digest[6:22]}"
+    ca_hash = "sha256:" + hashlib.sha256(b"test cluster CA").hexdigest()
+    return json.dumps({"token": token, "caCertHash": ca_hash}) + "\n"
+
+
 # Outputs of host steps whose stdout the program parses, keyed by the end of the resource name.
-COMMAND_STDOUT: dict[str, Callable[[pulumi_mocks.MockResourceArgs], str]] = {}
+COMMAND_STDOUT: dict[str, Callable[[pulumi_mocks.MockResourceArgs], str]] = {
+    "-join-token": _join_token_stdout,
+}
 
 
 class Mocks(pulumi_mocks.Mocks):
@@ -249,7 +259,10 @@ class Mocks(pulumi_mocks.Mocks):
             else:
                 state.setdefault("stdout", "")
             state.setdefault("stderr", "")
-            return _fake_id("cmd-", name, 12), state
+            # A (re)created command gets a new id, as with the real provider: the id follows
+            # the triggers, so a step chained after a re-run step sees a changed trigger.
+            triggers = json.dumps(args.inputs.get("triggers"), sort_keys=True, default=str)
+            return _fake_id("cmd-", f"{name}|{triggers}", 12), state
         return _fake_id(f"{name}-", name, 8), state
 
     def call(self, args: pulumi_mocks.MockCallArgs):
