@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings as hypothesis_settings, strategies as st
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from components import catalog
 from components.config import ConfigError
@@ -94,7 +96,7 @@ def test_catalog_covers_the_required_families():
         assert entry.needs_fabric_manager == nvswitch, f"{name}: fabric manager flag"
     assert catalog.lookup("p5.48xlarge").gpu_count == 8
     assert catalog.lookup("g5.12xlarge").gpu_count == 4
-    with pytest.raises(KeyError, match="g9.huge"):
+    with pytest.raises(KeyError, match=r"g9\.huge"):
         catalog.lookup("g9.huge")
 
 
@@ -129,7 +131,9 @@ def test_message_says_what_was_given_and_what_is_accepted():
 
 
 def test_unknown_key_suggests_the_right_one():
-    error = _problems(config={"nodepools": [{"name": "a", "instanceType": "g5.xlarge", "count": 1}]})
+    error = _problems(
+        config={"nodepools": [{"name": "a", "instanceType": "g5.xlarge", "count": 1}]}
+    )
     (problem,) = [p for p in error.problems if p.key == "gpu-cluster:nodepools"]
     assert "did you mean 'nodePools'" in problem.expected
 
@@ -145,8 +149,9 @@ def test_bad_config_registers_no_resource():
 
 _json = st.recursive(
     st.none() | st.booleans() | st.integers(-5, 5000) | st.text(max_size=12),
-    lambda children: st.lists(children, max_size=3)
-    | st.dictionaries(st.text(max_size=10), children, max_size=3),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=10), children, max_size=3)
+    ),
     max_leaves=8,
 )
 _TOP_KEYS = [
@@ -178,9 +183,7 @@ def _mutated_config(draw):
     return config
 
 
-@hypothesis_settings(
-    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow]
-)
+@hypothesis_settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_mutated_config())
 def test_loader_never_crashes(config):
     try:
