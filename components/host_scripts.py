@@ -70,6 +70,7 @@ def render_script(name: str, params: Mapping[str, str]) -> str:
         [
             "#!/usr/bin/env bash\n",
             f"# {name}, rendered by components/host_scripts.py; runs as `sudo bash -s`.\n",
+            "set +x  # the inputs may hold a secret: keep them out of any trace\n",
             "# ---- inputs\n",
             _assignments(params),
             f"# ---- {COMMON_LIB}\n",

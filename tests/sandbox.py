@@ -174,6 +174,8 @@ class Sandbox:
         calls = [line.split(FIELD_SEPARATOR) for line in recorded.splitlines() if line]
         return RunResult(proc.returncode, proc.stdout, proc.stderr, calls, dict(self.uppers))
 
-    def run(self, script: str, params: dict[str, str] | None = None, timeout: float = 60):
+    def run(
+        self, script: str, params: dict[str, str] | None = None, timeout: float = 60
+    ) -> RunResult:
         """Render a node script (components/scripts/<script>) with params and run it."""
         return self.run_text(render_script(script, params or {}), timeout=timeout)

@@ -92,6 +92,7 @@ def test_render_is_deterministic_sorted_and_quoted():
     text = render_script("join-node.sh", params)
     assert text == render_script("join-node.sh", dict(reversed(params.items())))
     assert text.startswith("#!/usr/bin/env bash\n")
+    assert text.index("set +x") < text.index("JOIN_TOKEN=")
     assert text.count("#!/usr/bin/env bash") == 1
     inputs = text.split("# ---- inputs\n", 1)[1].split("# ----", 1)[0]
     assert inputs.splitlines() == [
@@ -309,8 +310,8 @@ def test_driver_happy_path(sandbox):
     assert commands.index("update-initramfs -u") < commands.index("modprobe -r nouveau")
     assert commands.index("modprobe -r nouveau") < commands.index("modprobe nvidia")
     assert sandbox.state("modules").split() == ["nvidia"]
-    assert "[driver 5/5] driver 580.95.05, 4 GPU(s)" in result.stderr
-    assert "[driver 2/5] install driver packages" in result.stderr
+    assert "[driver 5/6] driver 580.95.05, 4 GPU(s)" in result.stderr
+    assert "[driver 2/6] install driver packages" in result.stderr
     assert not any("fabricmanager" in c for c in commands)
 
 
@@ -342,6 +343,17 @@ def test_fabric_manager_installed_and_started_on_nvswitch_types(sandbox):
     again = sandbox.run("install-driver.sh", {**DRIVER, "NEEDS_FABRIC_MANAGER": "true"})
     assert again.returncode == 0, again.stderr
     assert again.called("systemctl", "enable") == [] and installs(again) == []
+
+
+@needs_sandbox
+def test_fabric_manager_of_another_driver_build_fails(sandbox):
+    sandbox.apt_available("nvidia-fabricmanager-580", "580.65.06-0ubuntu0.24.04.1")
+    result = sandbox.run("install-driver.sh", {**DRIVER, "NEEDS_FABRIC_MANAGER": "true"})
+    assert result.returncode == 1
+    assert (
+        "[driver] FAILED: fabric manager must match driver 580.95.05, "
+        "nvidia-fabricmanager-580 is 580.65.06-0ubuntu0.24.04.1" in result.stderr
+    )
 
 
 @needs_sandbox
@@ -388,7 +400,7 @@ def test_failing_package_install_names_the_step(sandbox):
     result = sandbox.run("install-driver.sh", {**DRIVER, "APT_RETRIES": "2"})
     assert result.returncode != 0
     assert len(installs(result)) == 2
-    assert "[driver 2/5] install driver packages" in result.stderr
+    assert "[driver 2/6] install driver packages" in result.stderr
     assert "[driver] FAILED in apt_install" in result.stderr
     assert result.called("modprobe", "nvidia") == []
 

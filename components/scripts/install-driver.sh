@@ -11,6 +11,8 @@
 #                         `uname -r` (6.8.0-1021-aws -> aws)
 #   (plus the tunables listed in lib/common.sh)
 #
+# Expects wait-ready.sh to have run (cloud-init done, package lists fresh).
+#
 # Exit status 3 with a line "REBOOT_REQUIRED: ..." on stderr: nouveau is loaded and
 # cannot be unloaded; reboot the host and run this script again.
 set -Eeuo pipefail
@@ -126,6 +128,23 @@ verify_gpus() {
   log "driver ${version}, ${count} GPU(s)"
 }
 
+# Fabric manager refuses to start unless its version is exactly the driver's; without
+# it CUDA fails with error 802 on NVSwitch systems while nvidia-smi looks fine.
+verify_fabric_manager() {
+  if [[ "${NEEDS_FABRIC_MANAGER}" != true ]]; then
+    return 0
+  fi
+  local driver fabric state
+  driver="$(timeout -k 10 120 nvidia-smi --query-gpu=driver_version --format=csv,noheader |
+    head -n1)"
+  fabric="$(installed_version "nvidia-fabricmanager-${DRIVER_BRANCH}")"
+  [[ "${fabric%%-*}" == "${driver}" ]] ||
+    fatal "fabric manager must match driver ${driver}, nvidia-fabricmanager-${DRIVER_BRANCH} is ${fabric:-not installed}"
+  state="$(systemctl is-active nvidia-fabricmanager)" ||
+    fatal "nvidia-fabricmanager expected active, systemctl reports '${state}'"
+  log "fabric manager ${fabric%%-*} active"
+}
+
 main() {
   init_script driver
   check_inputs
@@ -135,7 +154,8 @@ main() {
     install_driver_packages \
     install_fabric_manager \
     load_driver \
-    verify_gpus
+    verify_gpus \
+    verify_fabric_manager
 }
 
 main "$@"

@@ -132,7 +132,8 @@ wait_for_cloud_init() {
 # download <url> <dest>: fetch over HTTPS with retries; dest is written only on success.
 download() {
   local url="$1" dest="$2"
-  retry "${DOWNLOAD_RETRIES:-5}" curl -fsSL --connect-timeout 20 --max-time 120 -o "${dest}" "${url}"
+  retry "${DOWNLOAD_RETRIES:-5}" curl -fsSL --proto =https --connect-timeout 20 --max-time 120 \
+    -o "${dest}" "${url}"
 }
 
 # ---- apt ----------------------------------------------------------------------
