@@ -1,0 +1,529 @@
+"""GpuNodePool / GpuNode on the registered graph of the real program, for every stack file.
+
+What is asserted is what the engine receives: dependencies (the per-node chain, no edge between
+nodes), inputs (IMDSv2, encrypted gp3, spot, subnets, tags, script parameters), secret markers
+and delete/replace options (teardown order: drain -> kubeadm reset -> terminate).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from functools import cache
+from itertools import combinations, pairwise
+
+import pytest
+import yaml
+
+from components.catalog import CATALOG
+from tests.harness import (
+    STACKS,
+    TEST_SECRETS,
+    Graph,
+    Resource,
+    Secret,
+    plain_strings,
+    run_program,
+    secret_paths,
+    stack_file,
+    unwrap,
+)
+
+INSTANCE = "aws:ec2/instance:Instance"
+SECURITY_GROUP = "aws:ec2/securityGroup:SecurityGroup"
+COMMAND = "command:remote:Command"
+GPU_NODE = "gpu-cluster:index:GpuNode"
+VALIDATION = "gpu-cluster:index:GpuValidation"
+# The per-node chain of the interface contract, after the instance `<node>`.
+HOST_CHAIN = ["wait-ready", "driver", "runtime", "kube-tools", "join-token", "join", "node-ready"]
+VALIDATION_CHAIN = ["gpu-capacity", "validation-job"]
+ANYWHERE = {"0.0.0.0/0", "::/0"}
+
+
+@cache
+def graph(stack: str, overrides: str = "") -> Graph:
+    """The program's graph for a stack file; `overrides` is YAML of config overrides (hashable,
+    so one run serves every test that asks for the same configuration)."""
+    return run_program(stack, config=yaml.safe_load(overrides) if overrides else None)
+
+
+def config(stack: str, key: str):
+    return stack_file(stack)[f"gpu-cluster:{key}"]
+
+
+def pools_with(stack: str, **changes_by_pool: dict) -> str:
+    """YAML overrides of the stack's nodePools, with `changes_by_pool[name]` merged into a pool."""
+    pools = [
+        {**pool, **changes_by_pool.get(pool["name"], {})} for pool in config(stack, "nodePools")
+    ]
+    return yaml.safe_dump({"nodePools": pools}, sort_keys=True)
+
+
+def node_names(stack: str, overrides: str = "") -> list[str]:
+    pools = yaml.safe_load(overrides)["nodePools"] if overrides else config(stack, "nodePools")
+    cluster = config(stack, "clusterName")
+    return [f"{cluster}-{p['name']}-{i}" for p in pools for i in range(p["count"])]
+
+
+def pool_of(stack: str, node: str) -> dict:
+    cluster = config(stack, "clusterName")
+    return next(
+        p
+        for p in config(stack, "nodePools")
+        if re.fullmatch(rf"{re.escape(cluster)}-{re.escape(p['name'])}-\d+", node)
+    )
+
+
+def owned_by(g: Graph, node: str) -> list[Resource]:
+    """The resources of one node: the instance `<node>` and everything named `<node>-...`."""
+    return g.find(lambda r: r.name == node or r.name.startswith(f"{node}-"))
+
+
+def step(g: Graph, name: str) -> Resource:
+    return g.named(name)
+
+
+def script_inputs(resource: Resource) -> dict[str, str]:
+    """The NAME='value' input lines of a rendered script on the step's stdin (secrets unwrapped)."""
+    stdin = unwrap(resource.inputs["stdin"])
+    header = stdin.split("# ---- lib/common.sh", 1)[0]
+    found = {}
+    for line in header.splitlines():
+        match = re.fullmatch(r"([A-Z][A-Z0-9_]*)=(.*)", line)
+        if match:
+            found[match.group(1)] = shlex.split(match.group(2))[0] if match.group(2) else ""
+    return found
+
+
+def full_chain(g: Graph, node: str) -> list[str]:
+    chain = [node, *(f"{node}-{s}" for s in HOST_CHAIN)]
+    if g.of_type(VALIDATION):
+        chain += [f"{node}-{s}" for s in VALIDATION_CHAIN]
+    return chain
+
+
+# ---------------------------------------------------------------- the chain
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_each_node_runs_its_chain_in_contract_order(stack):
+    g = graph(stack)
+    for node in node_names(stack):
+        chain = [g.named(name) for name in full_chain(g, node)]
+        assert chain[0].type == INSTANCE, f"{chain[0].urn} should be the node's EC2 instance"
+        for before, after in pairwise(chain):
+            assert before.urn in g.direct_dependencies(after), (
+                f"{after.urn} must wait directly for {before.urn}"
+            )
+            assert not g.depends_on(before, after), f"{before.urn} must not wait for {after.urn}"
+        steps = [r for r in chain if r.type == COMMAND]
+        # Every host step re-runs when the one before it does: its id is in the trigger.
+        for before, after in pairwise(steps):
+            assert len(unwrap(after.inputs["triggers"])) >= 2, (
+                f"{after.urn} triggers must hold the script digest and {before.name}'s id"
+            )
+
+
+@pytest.mark.parametrize("stack", ["staging", "prod"])
+def test_nodes_never_wait_on_each_other(stack):
+    g = graph(stack)
+    nodes = node_names(stack)
+    assert len(nodes) >= 2, f"{stack} should have several nodes to compare"
+    owned = {node: {r.urn for r in owned_by(g, node)} for node in nodes}
+    reach = {node: set().union(*(g.ancestors(r) for r in owned_by(g, node))) for node in nodes}
+    for a, b in combinations(nodes, 2):
+        assert not reach[a] & owned[b], f"{a} waits on {sorted(reach[a] & owned[b])} of {b}"
+        assert not reach[b] & owned[a], f"{b} waits on {sorted(reach[b] & owned[a])} of {a}"
+
+
+def test_nodes_of_one_pool_never_wait_on_each_other():
+    overrides = pools_with("dev", a10g={"count": 3})
+    g = graph("dev", overrides)
+    nodes = node_names("dev", overrides)
+    for a, b in combinations(nodes, 2):
+        for last_a, last_b in ((g.named(f"{a}-join"), g.named(f"{b}-join")),):
+            for resource in owned_by(g, b):
+                assert not g.depends_on(last_a, resource), f"{last_a.urn} waits on {resource.urn}"
+            for resource in owned_by(g, a):
+                assert not g.depends_on(last_b, resource), f"{last_b.urn} waits on {resource.urn}"
+
+
+# ---------------------------------------------------------------- host step parameters
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_driver_step_gets_the_pools_branch_gpu_count_and_fabric_manager(stack):
+    g = graph(stack)
+    for node in node_names(stack):
+        pool = pool_of(stack, node)
+        gpu_type = CATALOG[pool["instanceType"]]
+        driver = step(g, f"{node}-driver")
+        params = script_inputs(driver)
+        assert params.get("DRIVER_BRANCH") == str(pool["driverVersion"]), f"{driver.urn}: {params}"
+        assert params.get("GPU_COUNT") == str(gpu_type.gpu_count), f"{driver.urn}: {params}"
+        expected_fm = "true" if gpu_type.needs_fabric_manager else "false"
+        assert params.get("NEEDS_FABRIC_MANAGER") == expected_fm, f"{driver.urn}: {params}"
+
+
+def test_fabric_manager_on_p5_only_in_prod():
+    g = graph("prod")
+    for node, expected in (("prod-gpu-h100-0", "true"), ("prod-gpu-a10g-0", "false")):
+        driver = step(g, f"{node}-driver")
+        params = script_inputs(driver)
+        assert params["NEEDS_FABRIC_MANAGER"] == expected, f"{driver.urn}: {params}"
+    h100 = script_inputs(step(g, "prod-gpu-h100-0-driver"))
+    assert h100["GPU_COUNT"] == "8", f"prod-gpu-h100-0-driver: {h100}"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_kube_tools_and_join_pinned_to_the_configured_minor(stack):
+    g = graph(stack)
+    minor = config(stack, "kubernetesVersion")
+    for node in node_names(stack):
+        for name in (f"{node}-kube-tools", f"{node}-join"):
+            params = script_inputs(step(g, name))
+            assert params.get("KUBERNETES_MINOR") == minor, f"{g.named(name).urn}: {params}"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_join_configuration_inputs(stack):
+    g = graph(stack)
+    for node in node_names(stack):
+        pool = pool_of(stack, node)
+        join = step(g, f"{node}-join")
+        params = script_inputs(join)
+        assert params["NODE_NAME"] == node, f"{join.urn}: {params['NODE_NAME']}"
+        assert re.fullmatch(r"sha256:[0-9a-f]{64}", params["CA_CERT_HASH"]), f"{join.urn}"
+        assert re.fullmatch(r"[A-Za-z0-9.-]+:\d+", params["API_ENDPOINT"]), f"{join.urn}"
+        labels = dict(item.split("=", 1) for item in params["NODE_LABELS"].split(","))
+        expected = {
+            **pool.get("labels", {}),
+            "nvidia.com/gpu.present": "true",
+            "gpu-cluster.io/pool": pool["name"],
+        }
+        assert labels == expected, f"{join.urn}: labels {labels}"
+        taints = params["NODE_TAINTS"].split(",") if params["NODE_TAINTS"] else []
+        configured = pool.get(
+            "taints", [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
+        )
+        assert taints == [f"{t['key']}={t['value']}:{t['effect']}" for t in configured], (
+            f"{join.urn}: taints {taints}"
+        )
+
+
+# ---------------------------------------------------------------- secrets and teardown
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_join_token_only_inside_the_secret_stdin(stack):
+    g = graph(stack)
+    for node in node_names(stack):
+        join = step(g, f"{node}-join")
+        assert isinstance(join.inputs["stdin"], Secret), f"{join.urn}: stdin carries the token"
+        token = script_inputs(join)["JOIN_TOKEN"]
+        assert re.fullmatch(r"[a-z0-9]{6}\.[a-z0-9]{16}", token), f"{join.urn}: no token on stdin"
+        assert "JOIN_TOKEN" not in unwrap(join.inputs["create"]), f"{join.urn}: token in create"
+        for resource in g:
+            leaks = [s for s in plain_strings(resource.inputs) if token in s]
+            assert not leaks, f"{resource.urn}: join token of {node} in a plain input"
+        mint = step(g, f"{node}-join-token")
+        assert {"stdout", "stderr"} <= set(mint.additional_secret_outputs), (
+            f"{mint.urn}: the minted token must be a secret output"
+        )
+        assert unwrap(mint.inputs.get("logging")) == "none", f"{mint.urn}: token must not be logged"
+
+
+def _under_secret(path: str, secret: list[str]) -> bool:
+    """True when `path` is a secret or inside one (the SDK may mark a whole object secret)."""
+    return any(path == s or path.startswith(f"{s}.") or s == "." for s in secret)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_ssh_key_and_kubeconfig_are_secret_everywhere(stack):
+    g = graph(stack)
+    key_body = TEST_SECRETS["sshPrivateKey"].splitlines()[1]
+    for resource in g:
+        leaks = [s for s in plain_strings(resource.inputs) if key_body in s]
+        assert not leaks, f"{resource.urn}: SSH private key in a plain input"
+    for node in node_names(stack):
+        for resource in owned_by(g, node):
+            if resource.type != COMMAND:
+                continue
+            paths = secret_paths(resource.inputs)
+            wanted = ["connection.privateKey"]
+            if config(stack, "network").get("bastion"):
+                wanted.append("connection.proxy.privateKey")
+            for path in wanted:
+                assert _under_secret(path, paths), f"{resource.urn}: {path} not secret ({paths})"
+    assert isinstance(g.outputs.get("kubeconfig"), Secret), f"stack {stack}: kubeconfig output"
+    assert not [s for s in plain_strings(g.outputs) if key_body in s], f"stack {stack} outputs"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_teardown_drains_then_resets_then_terminates(stack):
+    g = graph(stack)
+    for node in node_names(stack):
+        instance, join, ready = (
+            g.named(node),
+            step(g, f"{node}-join"),
+            step(g, f"{node}-node-ready"),
+        )
+        assert join.delete_before_replace, f"{join.urn}: a re-join must reset before joining again"
+        delete = unwrap(join.inputs.get("delete")) or ""
+        assert "# ---- reset-node.sh" in delete and "kubeadm reset -f" in delete, (
+            f"{join.urn}: delete must run reset-node.sh"
+        )
+        ready_delete = unwrap(ready.inputs.get("delete")) or ""
+        assert "drain" in ready_delete and node in ready_delete, (
+            f"{ready.urn}: delete must drain and delete Node {node}"
+        )
+        assert ready.delete_before_replace, f"{ready.urn}: drains before a replacement"
+        # Pulumi deletes dependents first: node-ready, then join, then the instance.
+        assert g.depends_on(ready, join) and g.depends_on(join, instance), (
+            f"{ready.urn} -> {join.urn} -> {instance.urn} must be chained for teardown order"
+        )
+
+
+# ---------------------------------------------------------------- re-runs and scaling
+
+
+def _all_inputs(g: Graph, node: str) -> dict[str, dict]:
+    return {r.name: unwrap(r.inputs) for r in owned_by(g, node)}
+
+
+def test_changing_a_pools_driver_reruns_its_driver_chain_only():
+    before = graph("prod")
+    after_yaml = pools_with("prod", h100={"driverVersion": "570"})
+    after = graph("prod", after_yaml)
+    rerun = ["driver", "runtime", "kube-tools", "join-token", "join", "node-ready"]
+    for node in node_names("prod"):
+        old, new = before.named(node), after.named(node)
+        assert old.plain_inputs() == new.plain_inputs(), f"{new.urn}: instance inputs changed"
+        wait_old, wait_new = before.named(f"{node}-wait-ready"), after.named(f"{node}-wait-ready")
+        assert wait_old.plain_inputs() == wait_new.plain_inputs(), f"{wait_new.urn} changed"
+        if "-h100-" in node:
+            for suffix in rerun:
+                a, b = before.named(f"{node}-{suffix}"), after.named(f"{node}-{suffix}")
+                assert unwrap(a.inputs["triggers"]) != unwrap(b.inputs["triggers"]), (
+                    f"{b.urn}: trigger unchanged after the pool's driver changed"
+                )
+        else:
+            assert _all_inputs(before, node) == _all_inputs(after, node), (
+                f"{node}: another pool's driver change touched this node"
+            )
+
+
+def test_scaling_a_pool_from_3_to_2_removes_exactly_the_last_node():
+    three = graph("dev", pools_with("dev", a10g={"count": 3}))
+    two = graph("dev", pools_with("dev", a10g={"count": 2}))
+    for node in ("dev-gpu-a10g-0", "dev-gpu-a10g-1"):
+        assert _all_inputs(three, node) == _all_inputs(two, node), f"{node}: inputs changed"
+        for r in owned_by(two, node):
+            assert r.urn in three.by_urn, f"{r.urn}: not in the 3-node graph"
+    removed = {r.urn for r in three} - {r.urn for r in two}
+    expected = {r.urn for r in owned_by(three, "dev-gpu-a10g-2")}
+    assert removed == expected, (
+        f"removed {sorted(removed - expected)} / kept {sorted(expected - removed)}"
+    )
+    added = {r.urn for r in two} - {r.urn for r in three}
+    assert not added, f"scaling down added {sorted(added)}"
+
+
+# ---------------------------------------------------------------- instances
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_instances_require_imdsv2_and_encrypt_their_gp3_root(stack):
+    g = graph(stack)
+    for node in node_names(stack):
+        pool = pool_of(stack, node)
+        instance = g.named(node).plain_inputs()
+        urn = g.named(node).urn
+        meta = instance["metadataOptions"]
+        assert meta["httpTokens"] == "required", f"{urn}: IMDSv2 {meta}"
+        assert meta["httpPutResponseHopLimit"] == pool.get("metadataHopLimit", 1), f"{urn}: {meta}"
+        root = instance["rootBlockDevice"]
+        assert root["encrypted"] is True and root["volumeType"] == "gp3", f"{urn}: {root}"
+        assert root["volumeSize"] == pool["rootVolumeGiB"], f"{urn}: {root}"
+        assert instance["instanceType"] == pool["instanceType"], f"{urn}"
+    # Every instance in the stack, the control plane's too.
+    for resource in g.of_type(INSTANCE):
+        inputs = resource.plain_inputs()
+        assert inputs["metadataOptions"]["httpTokens"] == "required", f"{resource.urn}"
+        assert inputs["rootBlockDevice"]["encrypted"] is True, f"{resource.urn}"
+
+
+def test_hop_limit_from_config():
+    g = graph("dev", pools_with("dev", a10g={"metadataHopLimit": 2}))
+    meta = g.named("dev-gpu-a10g-0").plain_inputs()["metadataOptions"]
+    assert meta["httpPutResponseHopLimit"] == 2, f"{g.named('dev-gpu-a10g-0').urn}: {meta}"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_spot_market_only_for_spot_pools(stack):
+    g = graph(stack)
+    for node in node_names(stack):
+        resource = g.named(node)
+        market = resource.plain_inputs().get("instanceMarketOptions")
+        if pool_of(stack, node).get("market") == "spot":
+            assert market and market["marketType"] == "spot", f"{resource.urn}: {market}"
+        else:
+            assert not market, f"{resource.urn}: on-demand pool with market options {market}"
+
+
+def test_instances_round_robin_over_the_given_subnets():
+    g = graph("prod")
+    subnets = config("prod", "network")["subnetIds"]
+    for index in range(4):
+        resource = g.named(f"prod-gpu-a10g-{index}")
+        subnet = resource.plain_inputs()["subnetId"]
+        assert subnet == subnets[index % len(subnets)], f"{resource.urn}: subnet {subnet}"
+
+
+def test_instances_spread_over_the_created_subnets():
+    g = graph("dev", pools_with("dev", a10g={"count": 3}))
+    subnets = [g.named(f"dev-gpu-a10g-{i}").plain_inputs()["subnetId"] for i in range(3)]
+    assert subnets[0] != subnets[1] and subnets[0] == subnets[2], f"dev-gpu-a10g-*: {subnets}"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_everything_of_a_pool_is_tagged(stack):
+    g = graph(stack)
+    tags = {**config(stack, "tags"), "gpu-cluster:cluster": config(stack, "clusterName")}
+    for node in node_names(stack):
+        resource = g.named(node)
+        inputs = resource.plain_inputs()
+        assert inputs["tags"]["Name"] == node, f"{resource.urn}: {inputs['tags']}"
+        assert tags.items() <= inputs["tags"].items(), f"{resource.urn}: {inputs['tags']}"
+        assert tags.items() <= inputs["rootBlockDevice"]["tags"].items(), f"{resource.urn}: volume"
+    pools = g.of_type("gpu-cluster:index:GpuNodePool")
+    for pool in pools:
+        for child in g.children(pool):
+            if child.type.startswith("aws:"):
+                assert tags.items() <= child.plain_inputs()["tags"].items(), f"{child.urn}: tags"
+
+
+def test_configured_ami_id_is_used_and_not_ignored():
+    g = graph("dev", pools_with("dev", a10g={"amiId": "ami-0123456789abcdef0"}))
+    resource = g.named("dev-gpu-a10g-0")
+    assert resource.plain_inputs()["ami"] == "ami-0123456789abcdef0", f"{resource.urn}"
+    assert "ami" not in resource.ignore_changes, f"{resource.urn}: a configured AMI must apply"
+    looked_up = graph("dev").named("dev-gpu-a10g-0")
+    assert looked_up.plain_inputs()["ami"].startswith("ami-"), f"{looked_up.urn}"
+    assert "ami" in looked_up.ignore_changes, f"{looked_up.urn}: new Canonical AMI must not replace"
+
+
+# ---------------------------------------------------------------- network access
+
+
+def _ingress_rules(g: Graph) -> list[tuple[Resource, dict]]:
+    rules = []
+    for resource in g:
+        inputs = resource.plain_inputs()
+        if resource.type == SECURITY_GROUP:
+            rules += [(resource, rule) for rule in inputs.get("ingress") or []]
+        elif resource.type == "aws:ec2/securityGroupRule:SecurityGroupRule":
+            if inputs.get("type") == "ingress":
+                rules.append((resource, inputs))
+        elif resource.type == "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule":
+            rules.append(
+                (
+                    resource,
+                    {
+                        "protocol": inputs.get("ipProtocol"),
+                        "fromPort": inputs.get("fromPort", 0),
+                        "toPort": inputs.get("toPort", 0),
+                        "cidrBlocks": [inputs.get("cidrIpv4")],
+                        "ipv6CidrBlocks": [inputs.get("cidrIpv6")],
+                    },
+                )
+            )
+    return rules
+
+
+def _covers(rule: dict, port: int) -> bool:
+    if str(rule.get("protocol")) in ("-1", "all"):
+        return True
+    return int(rule.get("fromPort", 0)) <= port <= int(rule.get("toPort", 0))
+
+
+def _sources(rule: dict) -> set[str]:
+    return {c for c in (rule.get("cidrBlocks") or []) + (rule.get("ipv6CidrBlocks") or []) if c}
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_no_ssh_from_anywhere(stack):
+    g = graph(stack)
+    ssh_port = (stack_file(stack).get("gpu-cluster:ssh") or {}).get("port", 22)
+    for resource, rule in _ingress_rules(g):
+        if _covers(rule, ssh_port):
+            assert not _sources(rule) & ANYWHERE, f"{resource.urn}: SSH open to the world: {rule}"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_kubelet_only_from_the_control_plane(stack):
+    g = graph(stack)
+    pool_groups = [
+        g.named(f"{config(stack, 'clusterName')}-{p['name']}-nodes")
+        for p in config(stack, "nodePools")
+    ]
+    for group in pool_groups:
+        kubelet = [r for r in group.plain_inputs()["ingress"] if _covers(r, 10250)]
+        assert len(kubelet) == 1, f"{group.urn}: kubelet rules {kubelet}"
+        sources = _sources(kubelet[0])
+        assert sources and all(s.endswith("/32") for s in sources), f"{group.urn}: {sources}"
+        if stack == "prod":
+            assert sources == {"10.20.1.10/32"}, f"{group.urn}: {sources}"
+    for resource, rule in _ingress_rules(g):
+        if _covers(rule, 10250):
+            assert not _sources(rule) & ANYWHERE, f"{resource.urn}: kubelet open to the world"
+    for node in node_names(stack):
+        resource = g.named(node)
+        groups = resource.plain_inputs()["vpcSecurityGroupIds"]
+        assert len(groups) == 2, f"{resource.urn}: cluster + pool security groups, got {groups}"
+
+
+def test_connections_use_the_bastion_in_prod():
+    g = graph("prod")
+    bastion = config("prod", "network")["bastion"]
+    for node in node_names("prod"):
+        for name in (f"{node}-wait-ready", f"{node}-join"):
+            resource = step(g, name)
+            connection = resource.plain_inputs()["connection"]
+            assert connection["host"].startswith("10."), (
+                f"{resource.urn}: private IP, got {connection}"
+            )
+            proxy = connection.get("proxy") or {}
+            assert proxy.get("host") == bastion["host"], f"{resource.urn}: proxy {proxy}"
+            assert connection["dialErrorLimit"] == -1, f"{resource.urn}: {connection}"
+
+
+@pytest.mark.parametrize("stack", ["dev", "staging"])
+def test_connections_use_public_ips_without_a_bastion(stack):
+    g = graph(stack)
+    for node in node_names(stack):
+        instance = g.named(node)
+        assert instance.plain_inputs()["associatePublicIpAddress"] is True, f"{instance.urn}"
+        resource = step(g, f"{node}-wait-ready")
+        connection = resource.plain_inputs()["connection"]
+        assert not connection.get("proxy"), f"{resource.urn}: no bastion in {stack}"
+        assert not connection["host"].startswith("10."), f"{resource.urn}: public IP, {connection}"
+
+
+# ---------------------------------------------------------------- outputs
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_pool_and_node_outputs(stack):
+    g = graph(stack)
+    nodes = node_names(stack)
+    for pool in g.of_type("gpu-cluster:index:GpuNodePool"):
+        names = pool.outputs.get("nodeNames")
+        assert names and all(n in nodes for n in names), f"{pool.urn}: nodeNames {names}"
+    components = g.of_type(GPU_NODE)
+    assert sorted(c.name for c in components) == sorted(f"{n}-node" for n in nodes), f"{stack}"
+    for component in components:
+        outputs = component.outputs
+        assert f"{outputs.get('nodeName')}-node" == component.name, f"{component.urn}: {outputs}"
+        assert str(outputs.get("instanceId", "")).startswith("i-"), f"{component.urn}: {outputs}"
+        assert outputs.get("privateIp"), f"{component.urn}: {outputs}"
