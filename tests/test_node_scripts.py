@@ -215,7 +215,7 @@ def test_apt_lock_held_past_the_timeout_fails_naming_the_step(sandbox):
     )
     assert result.returncode != 0
     assert "Could not get lock /var/lib/dpkg/lock-frontend" in result.stderr
-    assert "[runtime] FAILED in apt_install" in result.stderr
+    assert "[runtime] FAILED at step 1/5 (install containerd), in apt_install" in result.stderr
     assert "[runtime 1/5] install containerd" in result.stderr
 
 
@@ -236,7 +236,7 @@ def test_download_that_keeps_failing_fails_the_step(sandbox):
     assert result.returncode != 0
     assert len(result.called("curl")) == 3
     assert "giving up after 3 attempts" in result.stderr
-    assert "[kube-tools] FAILED in download" in result.stderr
+    assert "[kube-tools] FAILED at step 4/6 (add kubernetes apt repo), in download" in result.stderr
     assert result.called("apt-get", "install") == []
 
 
@@ -401,7 +401,7 @@ def test_failing_package_install_names_the_step(sandbox):
     assert result.returncode != 0
     assert len(installs(result)) == 2
     assert "[driver 2/6] install driver packages" in result.stderr
-    assert "[driver] FAILED in apt_install" in result.stderr
+    assert "[driver] FAILED at step 2/6 (install driver packages), in apt_install" in result.stderr
     assert result.called("modprobe", "nvidia") == []
 
 
@@ -500,7 +500,10 @@ def test_runtime_fails_when_containerd_does_not_come_back(sandbox):
     sandbox.state("systemctl.fail.restart.containerd", 1)
     result = sandbox.run("install-runtime.sh", RUNTIME)
     assert result.returncode != 0
-    assert "[runtime] FAILED in restart_if_changed" in result.stderr
+    assert (
+        "[runtime] FAILED at step 4/5 (configure containerd), in restart_if_changed"
+        in result.stderr
+    )
     assert "[runtime 4/5] configure containerd" in result.stderr
 
 
@@ -630,7 +633,7 @@ def test_failed_join_names_the_step_and_keeps_the_token_secret(kube_host):
     kube_host.state("kubeadm.fail.join", 1)
     result = kube_host.run("join-node.sh", JOIN)
     assert result.returncode != 0
-    assert "[join] FAILED in join_cluster" in result.stderr
+    assert "[join] FAILED at step 1/2 (join cluster), in join_cluster" in result.stderr
     assert TOKEN not in result.output
     assert list(kube_host.tmp_dir.iterdir()) == []
 

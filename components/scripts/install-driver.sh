@@ -132,6 +132,7 @@ verify_gpus() {
 # it CUDA fails with error 802 on NVSwitch systems while nvidia-smi looks fine.
 verify_fabric_manager() {
   if [[ "${NEEDS_FABRIC_MANAGER}" != true ]]; then
+    log "not needed"
     return 0
   fi
   local driver fabric state

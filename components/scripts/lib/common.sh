@@ -35,13 +35,15 @@ fatal() {
 }
 
 # ERR trap: which step failed, where, and the command (as written, so a secret
-# held in a variable shows as its name, never its value).
+# held in a variable shows as its name, never its value). Lines count from the top
+# of the rendered program.
 on_error() {
   local rc=$? cmd="${BASH_COMMAND}"
   local where="${FUNCNAME[1]:-main}" line="${BASH_LINENO[0]:-?}"
   trap - ERR
-  printf '[%s] FAILED in %s (line %s, exit %s): %s\n' \
-    "${STEP:-host}" "${where}" "${line}" "${rc}" "${cmd}" >&2
+  printf '[%s] FAILED at step %s/%s (%s), in %s, line %s, exit %s: %s\n' \
+    "${STEP:-host}" "${STEP_INDEX:-0}" "${STEP_COUNT:-0}" "${STEP_TITLE:-setup}" \
+    "${where}" "${line}" "${rc}" "${cmd}" >&2
   exit "${rc}"
 }
 
@@ -65,7 +67,8 @@ run_steps() {
   local fn
   for fn in "$@"; do
     STEP_INDEX=$((STEP_INDEX + 1))
-    log "${fn//_/ }"
+    STEP_TITLE="${fn//_/ }"
+    log "${STEP_TITLE}"
     "${fn}"
   done
 }
@@ -89,7 +92,7 @@ temp_path() {
 # ---- retries and bounds -----------------------------------------------------
 
 # retry <attempts> <cmd...>: run cmd until it succeeds, sleeping base*2^(n-1)
-# plus up to 50% jitter between attempts.
+# plus up to 50% jitter between attempts. The command is logged: no secrets in it.
 retry() {
   local attempts="$1" n=1 delay rc
   shift
@@ -100,13 +103,13 @@ retry() {
       return 0
     fi
     if ((n >= attempts)); then
-      log "giving up after ${attempts} attempts (exit ${rc}): $1"
+      log "giving up after ${attempts} attempts (exit ${rc}): $*"
       return "${rc}"
     fi
     delay="$(awk -v b="${RETRY_BASE_SECONDS:-2}" -v n="${n}" -v r="${RANDOM}" \
       -v m="${RETRY_MAX_SECONDS:-60}" \
       'BEGIN { d = b * 2 ^ (n - 1); if (d > m) d = m; printf "%.3f", d + d * (r / 32767) / 2 }')"
-    log "attempt ${n}/${attempts} failed (exit ${rc}): $1; retrying in ${delay}s"
+    log "attempt ${n}/${attempts} failed (exit ${rc}): $*; retrying in ${delay}s"
     sleep "${delay}"
     n=$((n + 1))
   done
