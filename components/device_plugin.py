@@ -1,0 +1,77 @@
+"""NvidiaDevicePlugin: the DaemonSet that turns a joined GPU node into allocatable nvidia.com/gpu.
+
+It depends on the Kubernetes provider only, never on a GPU node: with no GPU node joined yet the
+DaemonSet wants zero pods and is ready at once (pulumi-kubernetes awaits the rollout), and each
+node gets its plugin pod as soon as it joins with the GPU label. So node chains run in parallel
+and every node's validation waits for the DaemonSet, not for the other nodes.
+
+It also creates the `gpu-validation` namespace the per-node validation Jobs run in: one namespace
+for all nodes, that (like the DaemonSet) needs only the provider.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components import kubernetes_manifests as manifests
+from components.settings import DevicePlugin, Taint
+
+
+class NvidiaDevicePlugin(pulumi.ComponentResource):
+    namespace: k8s.core.v1.Namespace
+    config_map: k8s.core.v1.ConfigMap
+    daemon_set: k8s.apps.v1.DaemonSet
+    validation_namespace: k8s.core.v1.Namespace
+
+    def __init__(
+        self,
+        name: str,
+        settings: DevicePlugin,
+        provider: k8s.Provider,
+        opts: pulumi.ResourceOptions | None = None,
+        *,
+        pool_taints: Iterable[Taint] | None = None,
+    ):
+        """`pool_taints`: the taints of all node pools. The plugin tolerates the GPU taint and
+        each of these, else it would never land on a pool with an extra taint; when they are not
+        given it tolerates every taint (it still runs only on nodes with the GPU label)."""
+        super().__init__("gpu-cluster:index:NvidiaDevicePlugin", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self, provider=provider)
+
+        self.namespace = k8s.core.v1.Namespace(
+            f"{name}-namespace", metadata=manifests.device_plugin_namespace(), opts=child
+        )
+        namespace_name = self.namespace.metadata.name
+        self.config_map = k8s.core.v1.ConfigMap(
+            f"{name}-config",
+            metadata={"name": manifests.DEVICE_PLUGIN_CONFIG_MAP, "namespace": namespace_name},
+            data=manifests.device_plugin_config_map_data(settings),
+            opts=child,
+        )
+        self.daemon_set = k8s.apps.v1.DaemonSet(
+            name,
+            metadata={
+                "name": manifests.DEVICE_PLUGIN_NAME,
+                "namespace": namespace_name,
+                "labels": {**manifests.device_plugin_labels(), **manifests.MANAGED_BY},
+            },
+            spec=manifests.device_plugin_daemon_set_spec(settings, pool_taints=pool_taints),
+            opts=pulumi.ResourceOptions.merge(
+                child, pulumi.ResourceOptions(depends_on=[self.config_map])
+            ),
+        )
+        self.validation_namespace = k8s.core.v1.Namespace(
+            f"{name}-validation-namespace",
+            metadata=manifests.validation_namespace(),
+            opts=child,
+        )
+        self.register_outputs(
+            {
+                "namespace": namespace_name,
+                "image": manifests.device_plugin_image(settings),
+                "daemonSet": self.daemon_set.metadata.name,
+            }
+        )

@@ -1,0 +1,300 @@
+"""The Kubernetes objects of the device plugin and the GPU validation, as plain data.
+
+Pure functions, no Pulumi: the components pass these dicts to typed pulumi-kubernetes resources
+(`k8s.apps.v1.DaemonSet(name, metadata=..., spec=...)`), and tests validate the very same data
+against the Kubernetes JSON schemas. Field names are the Kubernetes API's (camelCase).
+
+The device plugin follows NVIDIA's static manifest (k8s-device-plugin
+deployments/static/nvidia-device-plugin.yml, v0.17+): container `nvidia-device-plugin-ctr`,
+FAIL_ON_INIT_ERROR=false, no privileges beyond the kubelet's device-plugins directory,
+`system-node-critical`, a toleration for the GPU taint. Additions: its own namespace, the plugin
+config from a ConfigMap (MIG strategy, time slicing), a node selector on the GPU label set at join,
+and tolerations for every taint the pools carry, so the plugin reaches every GPU node.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import yaml
+
+from components.labels import GPU_PRESENT_LABEL, GPU_RESOURCE
+from components.settings import DevicePlugin, Taint
+
+DEVICE_PLUGIN_NAMESPACE = "nvidia-device-plugin"
+DEVICE_PLUGIN_NAME = "nvidia-device-plugin"  # the DaemonSet: `kubectl -n ... logs ds/<this>`
+DEVICE_PLUGIN_CONFIG_MAP = "nvidia-device-plugin-config"
+DEVICE_PLUGIN_CONTAINER = "nvidia-device-plugin-ctr"
+DEVICE_PLUGIN_IMAGE_REPOSITORY = "nvcr.io/nvidia/k8s-device-plugin"
+DEVICE_PLUGINS_HOST_PATH = "/var/lib/kubelet/device-plugins"
+CONFIG_KEY = "config.yaml"
+CONFIG_MOUNT_PATH = "/etc/nvidia-device-plugin"
+VALIDATION_NAMESPACE = "gpu-validation"
+VALIDATION_CONTAINER = "cuda-validation"
+# The cuda-sample images (NVIDIA/k8s-samples) install the sample as /cuda-samples/<name> and
+# point their ENTRYPOINT at this symlink; the vectoradd tag runs vectorAdd.
+CUDA_SAMPLE_BINARY = "/cuda-samples/sample"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-cluster"}
+# Changing the plugin config rolls the DaemonSet (a ConfigMap edit alone restarts nothing).
+CONFIG_HASH_ANNOTATION = "gpu-cluster.io/config-sha256"
+# Set on the validation pod template to the id of the node's capacity check: when the node's
+# chain re-runs (new instance, new driver), the Job is replaced and validates the node again.
+CAPACITY_CHECK_ANNOTATION = "gpu-cluster.io/capacity-check"
+# pulumi-kubernetes: a Job that failed in an earlier `up` is replaced on the next one (rather than
+# awaited forever), so fixing the node and running `pulumi up` validates it again.
+REPLACE_UNREADY_ANNOTATION = "pulumi.com/replaceUnready"
+MAX_NAME_LENGTH = 63  # a Job's name becomes its pods' job-name label value
+
+
+def namespace(name: str, pod_security: str) -> dict[str, Any]:
+    """Metadata of a namespace with its Pod Security Admission level enforced explicitly, so a
+    cluster-wide default cannot reject the pods (the plugin needs a hostPath: `privileged`)."""
+    return {
+        "name": name,
+        "labels": {
+            **MANAGED_BY,
+            "pod-security.kubernetes.io/enforce": pod_security,
+        },
+    }
+
+
+def device_plugin_namespace() -> dict[str, Any]:
+    return namespace(DEVICE_PLUGIN_NAMESPACE, "privileged")
+
+
+def validation_namespace() -> dict[str, Any]:
+    return namespace(VALIDATION_NAMESPACE, "baseline")
+
+
+# ---------------------------------------------------------------- tolerations
+
+
+def toleration(taint: Taint) -> dict[str, str]:
+    """Tolerate `taint` whatever its value (a value change then needs no new manifest)."""
+    return {"key": taint.key, "operator": "Exists", "effect": taint.effect}
+
+
+GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+
+
+# Tolerates every taint (kubeadm's kube-proxy DaemonSet does the same): for the device plugin when
+# the pools' taints are not known, so that no pool taint can keep it off a GPU node.
+TOLERATE_ALL = {"operator": "Exists"}
+
+
+def tolerations(taints: Iterable[Taint] | None) -> list[dict[str, str]]:
+    """The GPU taint's toleration, then one per distinct taint key/effect, in a stable order;
+    with `taints=None`, the GPU toleration and TOLERATE_ALL."""
+    if taints is None:
+        return [GPU_TOLERATION, TOLERATE_ALL]
+    found = [GPU_TOLERATION]
+    for taint in taints:
+        item = toleration(taint)
+        if item not in found:
+            found.append(item)
+    return [found[0], *sorted(found[1:], key=lambda t: (t["key"], t["effect"]))]
+
+
+def tolerates(tolerations_: Iterable[Mapping[str, str]], taint: Taint) -> bool:
+    """Kubernetes' matching rule: does one of `tolerations_` tolerate `taint`?"""
+    for item in tolerations_:
+        if item.get("effect") and item["effect"] != taint.effect:
+            continue
+        operator = item.get("operator", "Equal")
+        if operator == "Exists" and item.get("key") in (None, "", taint.key):
+            return True
+        if (
+            operator == "Equal"
+            and item.get("key") == taint.key
+            and item.get("value", "") == taint.value
+        ):
+            return True
+    return False
+
+
+# ---------------------------------------------------------------- device plugin
+
+
+def device_plugin_config(settings: DevicePlugin) -> str:
+    """The plugin's config file (upstream format `version: v1`), as stable YAML text."""
+    config: dict[str, Any] = {"version": "v1", "flags": {"migStrategy": settings.mig_strategy}}
+    replicas = settings.time_slicing.replicas
+    if replicas > 1:
+        config["sharing"] = {
+            "timeSlicing": {"resources": [{"name": GPU_RESOURCE, "replicas": replicas}]}
+        }
+    return yaml.safe_dump(config, sort_keys=True)
+
+
+def device_plugin_config_map_data(settings: DevicePlugin) -> dict[str, str]:
+    return {CONFIG_KEY: device_plugin_config(settings)}
+
+
+def device_plugin_image(settings: DevicePlugin) -> str:
+    return f"{DEVICE_PLUGIN_IMAGE_REPOSITORY}:{settings.version}"
+
+
+def device_plugin_labels() -> dict[str, str]:
+    return {"app.kubernetes.io/name": DEVICE_PLUGIN_NAME}
+
+
+def device_plugin_daemon_set_spec(
+    settings: DevicePlugin, *, pool_taints: Iterable[Taint] | None = None
+) -> dict[str, Any]:
+    """The DaemonSet spec: one plugin pod on each node labelled GPU_PRESENT_LABEL=true, tolerating
+    the GPU taint and each of `pool_taints` (every taint, when they are not given)."""
+    config_hash = hashlib.sha256(device_plugin_config(settings).encode()).hexdigest()
+    selector = device_plugin_labels()
+    return {
+        "selector": {"matchLabels": selector},
+        "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
+        "template": {
+            "metadata": {
+                "labels": {**selector, **MANAGED_BY},
+                "annotations": {CONFIG_HASH_ANNOTATION: config_hash},
+            },
+            "spec": {
+                "priorityClassName": "system-node-critical",
+                "nodeSelector": {GPU_PRESENT_LABEL: "true"},
+                "tolerations": tolerations(pool_taints),
+                "containers": [
+                    {
+                        "name": DEVICE_PLUGIN_CONTAINER,
+                        "image": device_plugin_image(settings),
+                        "args": [f"--config-file={CONFIG_MOUNT_PATH}/{CONFIG_KEY}"],
+                        "env": [{"name": "FAIL_ON_INIT_ERROR", "value": "false"}],
+                        "securityContext": {
+                            "allowPrivilegeEscalation": False,
+                            "capabilities": {"drop": ["ALL"]},
+                        },
+                        "volumeMounts": [
+                            {
+                                "name": "kubelet-device-plugins-dir",
+                                "mountPath": DEVICE_PLUGINS_HOST_PATH,
+                            },
+                            {"name": "config", "mountPath": CONFIG_MOUNT_PATH, "readOnly": True},
+                        ],
+                    }
+                ],
+                "volumes": [
+                    {
+                        "name": "kubelet-device-plugins-dir",
+                        "hostPath": {"path": DEVICE_PLUGINS_HOST_PATH, "type": "Directory"},
+                    },
+                    {"name": "config", "configMap": {"name": DEVICE_PLUGIN_CONFIG_MAP}},
+                ],
+            },
+        },
+    }
+
+
+# ---------------------------------------------------------------- validation Job
+
+
+def validation_job_name(node_name: str) -> str:
+    """`<node>-validation`, shortened with a hash suffix when longer than a label value allows."""
+    name = f"{node_name}-validation"
+    if len(name) <= MAX_NAME_LENGTH:
+        return name
+    digest = hashlib.sha256(node_name.encode()).hexdigest()[:8]
+    head = re.sub(r"-+$", "", name[: MAX_NAME_LENGTH - len(digest) - 1])
+    return f"{head}-{digest}"
+
+
+def validation_command(gpu_count: int) -> str:
+    """POSIX sh run in the validation pod: `nvidia-smi -L` must list exactly `gpu_count` GPUs,
+    then the CUDA sample runs once on each GPU (a bad GPU fails the Job, not just GPU 0)."""
+    return (
+        "set -eu\n"
+        'if ! gpus="$(nvidia-smi -L)"; then\n'
+        '  echo "nvidia-smi -L failed: the driver or the nvidia container runtime" >&2\n'
+        "  exit 1\n"
+        "fi\n"
+        "printf '%s\\n' \"$gpus\"\n"
+        "found=\"$(printf '%s\\n' \"$gpus\" | awk '/^GPU / { n++ } END { print n + 0 }')\"\n"
+        f'if [ "$found" -ne {gpu_count} ]; then\n'
+        f'  echo "expected {gpu_count} GPU(s), nvidia-smi -L lists $found" >&2\n'
+        "  exit 1\n"
+        "fi\n"
+        "i=0\n"
+        f'while [ "$i" -lt {gpu_count} ]; do\n'
+        '  echo "CUDA sample on GPU $i"\n'
+        f'  CUDA_VISIBLE_DEVICES="$i" {CUDA_SAMPLE_BINARY}\n'
+        "  i=$((i + 1))\n"
+        "done\n"
+        f'echo "validated {gpu_count} GPU(s)"\n'
+    )
+
+
+def validation_job_metadata(node_name: str) -> dict[str, Any]:
+    return {
+        "name": validation_job_name(node_name),
+        "namespace": VALIDATION_NAMESPACE,
+        "labels": {**MANAGED_BY, "gpu-cluster.io/node": node_name},
+        "annotations": {REPLACE_UNREADY_ANNOTATION: "true"},
+    }
+
+
+def validation_job_spec(
+    *,
+    node_name: str,
+    gpu_count: int,
+    image: str,
+    timeout_seconds: int,
+    taints: Iterable[Taint] = (),
+    template_annotations: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A Job pinned to `node_name` (node affinity on the Node's name, through the scheduler, so
+    the pod waits for the GPUs instead of being rejected by the kubelet) that requests all of its
+    `gpu_count` GPUs and runs `validation_command`. One retry, then `up` fails; the whole Job is
+    bounded by `timeout_seconds` (activeDeadlineSeconds, image pull included)."""
+    gpus = str(gpu_count)
+    return {
+        "backoffLimit": 1,
+        "activeDeadlineSeconds": timeout_seconds,
+        "template": {
+            "metadata": {
+                "labels": {**MANAGED_BY, "gpu-cluster.io/node": node_name},
+                "annotations": dict(template_annotations or {}),
+            },
+            "spec": {
+                "restartPolicy": "Never",
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchFields": [
+                                        {
+                                            "key": "metadata.name",
+                                            "operator": "In",
+                                            "values": [node_name],
+                                        }
+                                    ]
+                                }
+                            ]
+                        }
+                    }
+                },
+                "tolerations": tolerations(taints),
+                "containers": [
+                    {
+                        "name": VALIDATION_CONTAINER,
+                        "image": image,
+                        "command": ["sh", "-c", validation_command(gpu_count)],
+                        "resources": {
+                            "limits": {GPU_RESOURCE: gpus},
+                            "requests": {GPU_RESOURCE: gpus},
+                        },
+                        "securityContext": {
+                            "allowPrivilegeEscalation": False,
+                            "capabilities": {"drop": ["ALL"]},
+                        },
+                    }
+                ],
+            },
+        },
+    }
