@@ -1,0 +1,628 @@
+"""The guardrails of gpu-cluster as pure functions, testable without the policy runtime.
+
+A resource check takes a `Resource` (what the engine shows a policy: type, inputs in the
+engine's camelCase names, URN, name, additional secret outputs) and the policy's config, and
+returns one message per problem. Each message names the resource and the fix. The stack check
+takes every resource of the stack and returns (URN, message) pairs.
+
+`gpu_cluster_policies.pack` adapts `pulumi_policy` arguments to these functions; the tests call
+them directly with the resources recorded from a program run.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+# Every EC2 GPU instance type in components/catalog.py (the pack runs on its own, without the
+# program's modules; tests/test_policies.py keeps this list equal to the catalog).
+CATALOG_INSTANCE_TYPES: tuple[str, ...] = (
+    *(
+        f"g4dn.{s}"
+        for s in ("xlarge", "2xlarge", "4xlarge", "8xlarge", "16xlarge", "12xlarge", "metal")
+    ),
+    *(
+        f"{family}.{size}"
+        for family in ("g5", "g6", "g6e")
+        for size in (
+            "xlarge",
+            "2xlarge",
+            "4xlarge",
+            "8xlarge",
+            "16xlarge",
+            "12xlarge",
+            "24xlarge",
+            "48xlarge",
+        )
+    ),
+    "p3.2xlarge",
+    "p3.8xlarge",
+    "p3.16xlarge",
+    "p3dn.24xlarge",
+    "p4d.24xlarge",
+    "p4de.24xlarge",
+    "p5.48xlarge",
+    "p5e.48xlarge",
+    "p5en.48xlarge",
+    "p6-b200.48xlarge",
+)
+
+# EC2 accelerated families with NVIDIA (or other) GPUs: g*, gr*, p*. Other types (the control
+# plane's m7i) are not GPU types and are not limited by the allowlist.
+GPU_FAMILY = re.compile(r"^(g|gr|p)\d[a-z0-9-]*\.")
+
+INSTANCE = "aws:ec2/instance:Instance"
+SPOT_REQUEST = "aws:ec2/spotInstanceRequest:SpotInstanceRequest"
+LAUNCH_TEMPLATE = "aws:ec2/launchTemplate:LaunchTemplate"
+EBS_VOLUME = "aws:ebs/volume:Volume"
+SECURITY_GROUP = "aws:ec2/securityGroup:SecurityGroup"
+SECURITY_GROUP_RULE = "aws:ec2/securityGroupRule:SecurityGroupRule"
+INGRESS_RULE = "aws:vpc/securityGroupIngressRule:SecurityGroupIngressRule"
+JOB = "kubernetes:batch/v1:Job"
+CRON_JOB = "kubernetes:batch/v1:CronJob"
+POD = "kubernetes:core/v1:Pod"
+REMOTE_COMMAND = "command:remote:Command"
+LOCAL_COMMAND = "command:local:Command"
+
+MACHINE_TYPES = (INSTANCE, SPOT_REQUEST)
+
+# AWS types that accept `tags` (tests/test_policies.py checks that every taggable type the stacks
+# register is listed here).
+TAGGABLE_TYPES = frozenset(
+    {
+        INSTANCE,
+        SPOT_REQUEST,
+        LAUNCH_TEMPLATE,
+        EBS_VOLUME,
+        SECURITY_GROUP,
+        "aws:ec2/vpc:Vpc",
+        "aws:ec2/subnet:Subnet",
+        "aws:ec2/internetGateway:InternetGateway",
+        "aws:ec2/routeTable:RouteTable",
+        "aws:ec2/keyPair:KeyPair",
+        "aws:ec2/eip:Eip",
+        "aws:ec2/natGateway:NatGateway",
+        "aws:ec2/networkInterface:NetworkInterface",
+        "aws:ec2/placementGroup:PlacementGroup",
+        "aws:iam/role:Role",
+        "aws:iam/instanceProfile:InstanceProfile",
+        INGRESS_RULE,
+    }
+)
+
+WORKLOAD_POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
+    POD: ("spec",),
+    JOB: ("spec", "template", "spec"),
+    CRON_JOB: ("spec", "jobTemplate", "spec", "template", "spec"),
+    "kubernetes:apps/v1:DaemonSet": ("spec", "template", "spec"),
+    "kubernetes:apps/v1:Deployment": ("spec", "template", "spec"),
+    "kubernetes:apps/v1:StatefulSet": ("spec", "template", "spec"),
+    "kubernetes:apps/v1:ReplicaSet": ("spec", "template", "spec"),
+}
+
+GPU_RESOURCE = "nvidia.com/gpu"
+PORT_NAMES = {22: "SSH", 6443: "Kubernetes API", 10250: "kubelet API"}
+WORLD = ("0.0.0.0/0", "::/0")
+
+# What a command prints when its output is a credential: a bootstrap token, a join command, or
+# the admin kubeconfig.
+SECRET_OUTPUT_PATTERN = re.compile(
+    r"kubeadm\s+token\s+create|print-join-command|cat\s+[^\n|;&]*admin\.conf|"
+    r"kubeadm\s+kubeconfig\s+user"
+)
+
+
+@dataclass(frozen=True)
+class Resource:
+    """What a policy sees of one resource (the same fields as pulumi_policy's arguments)."""
+
+    resource_type: str
+    props: Mapping[str, Any]
+    urn: str
+    name: str
+    additional_secret_outputs: tuple[str, ...] = ()
+    # URNs this resource waits for: its dependencies and property dependencies.
+    dependencies: frozenset[str] = field(default_factory=frozenset)
+
+
+Config = Mapping[str, Any]
+ResourceCheck = Callable[[Resource, Config], list[str]]
+StackCheck = Callable[[Sequence[Resource], Config], list[tuple[str, str]]]
+
+
+def _label(resource: Resource) -> str:
+    return f"{resource.resource_type} '{resource.name}'"
+
+
+def _get(value: Any, *path: str | int) -> Any:
+    """`value[path[0]][path[1]]...`, or None where a step is missing."""
+    for key in path:
+        if isinstance(key, int):
+            if not isinstance(value, Sequence) or isinstance(value, str) or key >= len(value):
+                return None
+        elif not isinstance(value, Mapping) or key not in value:
+            return None
+        value = value[key]
+    return value
+
+
+def _items(value: Any) -> list[Any]:
+    if value is None or isinstance(value, (str, Mapping)):
+        return []
+    return list(value)
+
+
+# ---------------------------------------------------------------- EC2 instances
+
+
+def check_imdsv2(resource: Resource, config: Config) -> list[str]:
+    """Instances and launch templates accept only IMDSv2 (session tokens): with IMDSv1 any SSRF
+    in a pod or on the host can read the instance role's credentials."""
+    if resource.resource_type not in (*MACHINE_TYPES, LAUNCH_TEMPLATE):
+        return []
+    tokens = _get(resource.props, "metadataOptions", "httpTokens")
+    if tokens == "required":
+        return []
+    return [
+        f"{_label(resource)}: metadataOptions.httpTokens is {tokens or 'unset'} (IMDSv1 allowed). "
+        'Fix: set metadata_options with http_tokens="required" '
+        "(components/machines.py metadata_options())."
+    ]
+
+
+def check_volumes_encrypted(resource: Resource, config: Config) -> list[str]:
+    """Root and data EBS volumes are encrypted (a volume is unencrypted unless it says so)."""
+    props, label = resource.props, _label(resource)
+    fix = "Fix: set encrypted=True on it (components/machines.py root_volume())."
+    found: list[str] = []
+    if resource.resource_type in MACHINE_TYPES:
+        if _get(props, "rootBlockDevice", "encrypted") is not True:
+            found.append(f"{label}: root volume (rootBlockDevice) is not encrypted. {fix}")
+        for index, device in enumerate(_items(props.get("ebsBlockDevices"))):
+            if _get(device, "encrypted") is not True:
+                where = (
+                    f"ebsBlockDevices[{index}] ({_get(device, 'deviceName') or 'no device name'})"
+                )
+                found.append(f"{label}: data volume {where} is not encrypted. {fix}")
+    elif resource.resource_type == LAUNCH_TEMPLATE:
+        for index, mapping in enumerate(_items(props.get("blockDeviceMappings"))):
+            ebs = _get(mapping, "ebs")
+            if ebs is not None and _get(ebs, "encrypted") not in (True, "true"):
+                found.append(
+                    f"{label}: blockDeviceMappings[{index}].ebs is not encrypted. "
+                    'Fix: set encrypted="true" on it.'
+                )
+    elif resource.resource_type == EBS_VOLUME and props.get("encrypted") is not True:
+        found.append(f"{label}: the volume is not encrypted. Fix: set encrypted=True.")
+    return found
+
+
+def check_gpu_instance_type(resource: Resource, config: Config) -> list[str]:
+    """GPU instances use a type from the allowlist (default: every type in the catalog)."""
+    if resource.resource_type not in (*MACHINE_TYPES, LAUNCH_TEMPLATE):
+        return []
+    instance_type = resource.props.get("instanceType")
+    if not isinstance(instance_type, str) or not GPU_FAMILY.match(instance_type):
+        return []
+    allowed = list(config.get("allowedInstanceTypes") or CATALOG_INSTANCE_TYPES)
+    if instance_type in allowed:
+        return []
+    return [
+        f"{_label(resource)}: GPU instance type {instance_type} is not allowed. "
+        f"Fix: use one of {', '.join(sorted(allowed))} in gpu-cluster:nodePools[].instanceType, "
+        "or add it to the policy's allowedInstanceTypes."
+    ]
+
+
+# ---------------------------------------------------------------- network
+
+
+def _ports_opened(protocol: Any, from_port: Any, to_port: Any, ports: Iterable[int]) -> list[int]:
+    protocol = str(protocol).lower() if protocol is not None else ""
+    if protocol in ("-1", "all"):
+        return sorted(ports)
+    if protocol not in ("tcp", "6"):
+        return []
+    try:
+        low, high = int(from_port), int(to_port)
+    except (TypeError, ValueError):
+        return []
+    if low == -1 and high == -1:
+        return sorted(ports)
+    return sorted(p for p in ports if low <= p <= high)
+
+
+def _describe_ports(ports: list[int]) -> str:
+    return ", ".join(f"{p} ({PORT_NAMES[p]})" if p in PORT_NAMES else str(p) for p in ports)
+
+
+def check_no_world_ingress(resource: Resource, config: Config) -> list[str]:
+    """No ingress from 0.0.0.0/0 or ::/0 to SSH, the Kubernetes API or the kubelet."""
+    protected = [int(p) for p in (config.get("protectedPorts") or PORT_NAMES)]
+    props, label = resource.props, _label(resource)
+    rules: list[tuple[str, Any, Any, Any, list[str]]] = []
+    if resource.resource_type == SECURITY_GROUP:
+        for index, rule in enumerate(_items(props.get("ingress"))):
+            sources = [*_items(_get(rule, "cidrBlocks")), *_items(_get(rule, "ipv6CidrBlocks"))]
+            rules.append(
+                (
+                    f"ingress[{index}]",
+                    _get(rule, "protocol"),
+                    _get(rule, "fromPort"),
+                    _get(rule, "toPort"),
+                    sources,
+                )
+            )
+    elif resource.resource_type == SECURITY_GROUP_RULE and props.get("type") == "ingress":
+        sources = [*_items(props.get("cidrBlocks")), *_items(props.get("ipv6CidrBlocks"))]
+        rules.append(
+            ("rule", props.get("protocol"), props.get("fromPort"), props.get("toPort"), sources)
+        )
+    elif resource.resource_type == INGRESS_RULE:
+        sources = [s for s in (props.get("cidrIpv4"), props.get("cidrIpv6")) if s]
+        rules.append(
+            ("rule", props.get("ipProtocol"), props.get("fromPort"), props.get("toPort"), sources)
+        )
+    found = []
+    for where, protocol, from_port, to_port, sources in rules:
+        world = [s for s in sources if s in WORLD]
+        ports = _ports_opened(protocol, from_port, to_port, protected)
+        if world and ports:
+            found.append(
+                f"{label}: {where} opens port {_describe_ports(ports)} to {' and '.join(world)}. "
+                "Fix: allow only the operators' ranges (gpu-cluster:network.sshAllowedCidrs, "
+                "gpu-cluster:controlPlane.apiAllowedCidrs) or reach the hosts through a bastion."
+            )
+    return found
+
+
+# ---------------------------------------------------------------- tags
+
+
+def check_required_tags(resource: Resource, config: Config) -> list[str]:
+    """Taggable AWS resources carry the required tags (default: env and owner) with a value."""
+    props = resource.props
+    if resource.resource_type not in TAGGABLE_TYPES and not (
+        resource.resource_type.startswith("aws:") and "tags" in props
+    ):
+        return []
+    required = list(config.get("requiredTags") or ["env", "owner"])
+    tags: dict[str, Any] = {}
+    for key in ("tagsAll", "tags"):
+        value = props.get(key)
+        if isinstance(value, Mapping):
+            tags.update(value)
+    missing = [key for key in required if not tags.get(key)]
+    if not missing:
+        return []
+    return [
+        f"{_label(resource)}: missing required tag(s) {', '.join(missing)}. "
+        f"Fix: set them in gpu-cluster:tags of the stack file (every component tags its "
+        "resources with settings.stack_tags)."
+    ]
+
+
+# ---------------------------------------------------------------- Kubernetes workloads
+
+
+def _pod_spec(resource: Resource) -> Mapping[str, Any] | None:
+    path = WORKLOAD_POD_SPEC_PATHS.get(resource.resource_type)
+    spec = _get(resource.props, *path) if path else None
+    return spec if isinstance(spec, Mapping) else None
+
+
+def _containers(pod_spec: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    for kind in ("initContainers", "containers", "ephemeralContainers"):
+        for index, container in enumerate(_items(pod_spec.get(kind))):
+            if isinstance(container, Mapping):
+                yield f"{kind}[{index}] ({container.get('name', 'unnamed')})", container
+
+
+def image_unpinned_reason(image: Any) -> str | None:
+    """Why `image` is not pinned, or None when it names a version tag or a digest."""
+    if not isinstance(image, str) or not image:
+        return "no image"
+    if "@sha256:" in image:
+        return None
+    last = image.rsplit("/", 1)[-1]
+    if ":" not in last:
+        return "untagged (means latest)"
+    if last.rsplit(":", 1)[1] == "latest":
+        return "tagged latest"
+    return None
+
+
+def check_images_pinned(resource: Resource, config: Config) -> list[str]:
+    """Workload containers (device plugin, validation) use a version tag or digest."""
+    pod_spec = _pod_spec(resource)
+    if pod_spec is None:
+        return []
+    found = []
+    for where, container in _containers(pod_spec):
+        reason = image_unpinned_reason(container.get("image"))
+        if reason:
+            found.append(
+                f"{_label(resource)}: {where} image {container.get('image')!r} is {reason}. "
+                "Fix: pin a version tag or digest (gpu-cluster:devicePlugin.version, "
+                "gpu-cluster:validation.image), like "
+                "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0."
+            )
+    return found
+
+
+def _positive_int(value: Any) -> bool:
+    """A positive whole number, as the engine sends it (numbers arrive as floats) or a quantity
+    string ("1")."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, (int, float)):
+        return value > 0 and float(value).is_integer()
+    return isinstance(value, str) and value.isdigit() and int(value) > 0
+
+
+def check_validation_job_bounded(resource: Resource, config: Config) -> list[str]:
+    """The per-node validation Job has a deadline and requests the node's GPUs as limits."""
+    suffix = config.get("validationJobSuffix") or "-validation-job"
+    if resource.resource_type != JOB or not resource.name.endswith(suffix):
+        return []
+    found = []
+    label = _label(resource)
+    deadline = _get(resource.props, "spec", "activeDeadlineSeconds")
+    if not _positive_int(deadline):
+        found.append(
+            f"{label}: spec.activeDeadlineSeconds is {'unset' if deadline is None else deadline}; "
+            "a stuck validation would hold the node's GPUs forever. Fix: set it from "
+            "gpu-cluster:validation.timeoutSeconds."
+        )
+    pod_spec = _pod_spec(resource) or {}
+    gpu_limits = [
+        _get(container, "resources", "limits", GPU_RESOURCE)
+        for _, container in _containers(pod_spec)
+    ]
+    if not any(_positive_int(limit) for limit in gpu_limits):
+        found.append(
+            f"{label}: no container has resources.limits[{GPU_RESOURCE!r}]; the pod would run "
+            "without GPUs and prove nothing. Fix: set the limit to the node's GPU count."
+        )
+    return found
+
+
+# ---------------------------------------------------------------- remote commands
+
+
+def carries_secret_output(resource: Resource, config: Config) -> bool:
+    """A command whose stdout is a credential: named like one (`<node>-join-token`) or running a
+    script that prints a token, a join command or the admin kubeconfig."""
+    if resource.resource_type not in (REMOTE_COMMAND, LOCAL_COMMAND):
+        return False
+    suffixes = tuple(config.get("secretOutputCommandSuffixes") or ("-join-token", "-kubeconfig"))
+    if resource.name.endswith(suffixes):
+        return True
+    scripts = [resource.props.get(key) for key in ("create", "update", "stdin")]
+    return any(isinstance(s, str) and SECRET_OUTPUT_PATTERN.search(s) for s in scripts)
+
+
+def check_secret_command_output(resource: Resource, config: Config) -> list[str]:
+    """Commands whose output carries a secret mark stdout secret and do not log it."""
+    if not carries_secret_output(resource, config):
+        return []
+    found = []
+    label = _label(resource)
+    if "stdout" not in resource.additional_secret_outputs:
+        found.append(
+            f"{label}: its stdout carries a credential but is not a secret output. "
+            "Fix: run it with run_script(..., secret_stdout=True) "
+            '(additional_secret_outputs=["stdout", "stderr"]).'
+        )
+    logging = resource.props.get("logging") or "stdoutAndStderr"
+    if logging not in ("none", "stderr"):
+        found.append(
+            f"{label}: logging is {logging}, so the credential would be printed in the update "
+            "log. Fix: run it with run_script(..., secret_stdout=True) (logging=Logging.NONE)."
+        )
+    return found
+
+
+# ---------------------------------------------------------------- stack: ordering
+
+
+def check_join_ordering(resources: Sequence[Resource], config: Config) -> list[tuple[str, str]]:
+    """Every `<node>-join` waits, directly or through other steps, for `<node>-driver` and
+    `<node>-runtime`: joining a node whose GPUs or runtime are not ready admits a broken node."""
+    by_urn = {r.urn: r for r in resources}
+    commands = {r.name: r for r in resources if r.resource_type == REMOTE_COMMAND}
+
+    def ancestors(resource: Resource) -> set[str]:
+        seen: set[str] = set()
+        stack = [resource]
+        while stack:
+            for urn in stack.pop().dependencies:
+                if urn not in seen and urn in by_urn:
+                    seen.add(urn)
+                    stack.append(by_urn[urn])
+        return seen
+
+    found = []
+    for name, join in sorted(commands.items()):
+        if not name.endswith("-join"):
+            continue
+        node = name.removesuffix("-join")
+        upstream = ancestors(join)
+        for step in ("driver", "runtime"):
+            required = commands.get(f"{node}-{step}")
+            if required is None:
+                found.append(
+                    (
+                        join.urn,
+                        f"{_label(join)}: node {node} has no '{node}-{step}' step, so it would "
+                        f"join without its {step}. Fix: create the {step} step and chain the "
+                        "join after it.",
+                    )
+                )
+            elif required.urn not in upstream:
+                found.append(
+                    (
+                        join.urn,
+                        f"{_label(join)}: does not depend on '{node}-{step}', so the node could "
+                        f"join before its {step} is installed. Fix: chain it with "
+                        f"run_script(..., after=[<{step} step or a step after it>]).",
+                    )
+                )
+    return found
+
+
+# ---------------------------------------------------------------- the policies
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """One policy of the pack: a resource check or a stack check, with its config schema (JSON
+    schema properties, each with its default) and enforcement level ("mandatory" unless the
+    stack's policy config says otherwise)."""
+
+    name: str
+    description: str
+    check: ResourceCheck | StackCheck
+    stack: bool = False
+    config_schema: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    enforcement_level: str = "mandatory"
+
+    def defaults(self) -> dict[str, Any]:
+        return {
+            key: schema["default"]
+            for key, schema in self.config_schema.items()
+            if "default" in schema
+        }
+
+    def config(self, given: Config | None = None) -> dict[str, Any]:
+        """The defaults, overridden by the given policy config."""
+        return {**self.defaults(), **dict(given or {})}
+
+
+_STRINGS = {"type": "array", "items": {"type": "string"}}
+
+POLICIES: tuple[PolicySpec, ...] = (
+    PolicySpec(
+        "imdsv2-required",
+        "EC2 instances and launch templates require IMDSv2 (metadataOptions.httpTokens: required).",
+        check_imdsv2,
+    ),
+    PolicySpec(
+        "ebs-volumes-encrypted",
+        "Root and data EBS volumes of instances, launch templates and volumes are encrypted.",
+        check_volumes_encrypted,
+    ),
+    PolicySpec(
+        "no-world-ingress-to-admin-ports",
+        "No security group ingress from 0.0.0.0/0 or ::/0 to SSH (22), the Kubernetes API (6443) "
+        "or the kubelet (10250).",
+        check_no_world_ingress,
+        config_schema={
+            "protectedPorts": {
+                "type": "array",
+                "items": {"type": "integer", "minimum": 0, "maximum": 65535},
+                "default": sorted(PORT_NAMES),
+                "description": "TCP ports that must not be open to the whole internet.",
+            }
+        },
+    ),
+    PolicySpec(
+        "gpu-instance-type-allowed",
+        "GPU instances (g*, gr*, p* families) use an instance type from the allowlist.",
+        check_gpu_instance_type,
+        config_schema={
+            "allowedInstanceTypes": {
+                **_STRINGS,
+                "default": list(CATALOG_INSTANCE_TYPES),
+                "description": "GPU instance types allowed (default: every type in the catalog).",
+            }
+        },
+    ),
+    PolicySpec(
+        "required-tags",
+        "Taggable AWS resources carry the required tags with a non-empty value.",
+        check_required_tags,
+        config_schema={
+            "requiredTags": {
+                **_STRINGS,
+                "default": ["env", "owner"],
+                "description": "Tag keys every taggable AWS resource must carry.",
+            }
+        },
+    ),
+    PolicySpec(
+        "container-images-pinned",
+        "Kubernetes workload containers (device plugin, validation) use a version tag or digest, "
+        "not latest and not untagged.",
+        check_images_pinned,
+    ),
+    PolicySpec(
+        "validation-job-bounded",
+        "The per-node GPU validation Job has activeDeadlineSeconds and a nvidia.com/gpu limit.",
+        check_validation_job_bounded,
+        config_schema={
+            "validationJobSuffix": {
+                "type": "string",
+                "default": "-validation-job",
+                "description": "Resource-name suffix of the validation Jobs.",
+            }
+        },
+    ),
+    PolicySpec(
+        "secret-command-output",
+        "Remote commands whose output carries a credential (join token, kubeconfig) declare stdout "
+        "secret and do not log it.",
+        check_secret_command_output,
+        config_schema={
+            "secretOutputCommandSuffixes": {
+                **_STRINGS,
+                "default": ["-join-token", "-kubeconfig"],
+                "description": "Resource-name suffixes of commands whose stdout is a credential.",
+            }
+        },
+    ),
+    PolicySpec(
+        "join-after-driver-and-runtime",
+        "Every node's join step depends on that node's driver and runtime steps.",
+        check_join_ordering,
+        stack=True,
+    ),
+)
+
+RESOURCE_POLICIES = tuple(p for p in POLICIES if not p.stack)
+STACK_POLICIES = tuple(p for p in POLICIES if p.stack)
+
+
+def validate_resource(
+    resource: Resource, config: Mapping[str, Config] | None = None
+) -> dict[str, list[str]]:
+    """Every resource policy's violations for one resource, by policy name (only policies that
+    found something). `config` maps policy names to their config."""
+    config = config or {}
+    found = {}
+    for policy in RESOURCE_POLICIES:
+        messages = policy.check(resource, policy.config(config.get(policy.name)))
+        if messages:
+            found[policy.name] = messages
+    return found
+
+
+def validate_stack(
+    resources: Sequence[Resource], config: Mapping[str, Config] | None = None
+) -> list[tuple[str, str, str]]:
+    """Every violation of every policy over a whole stack, as (policy, URN, message)."""
+    config = config or {}
+    found = [
+        (name, resource.urn, message)
+        for resource in resources
+        for name, messages in validate_resource(resource, config).items()
+        for message in messages
+    ]
+    for policy in STACK_POLICIES:
+        found += [
+            (policy.name, urn, message)
+            for urn, message in policy.check(resources, policy.config(config.get(policy.name)))
+        ]
+    return found

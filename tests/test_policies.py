@@ -1,0 +1,521 @@
+"""The CrossGuard policy pack (policies/): each policy against a passing and a violating resource,
+every stack file's recorded graph against all mandatory policies, and an unsafe dev variant.
+
+The validators are pure functions over what the engine shows a policy (engine camelCase input
+names, URN, name, additional secret outputs); the stack-level tests also run the resources through
+pulumi_policy's own analyzer servicer (the code the CLI talks to over gRPC), without its server.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pulumi_aws
+import pytest
+from google.protobuf import struct_pb2
+from pulumi.runtime.proto import analyzer_pb2
+from pulumi_policy import EnforcementLevel
+from pulumi_policy.policy import _PolicyAnalyzerServicer
+
+from tests.harness import COMMAND_STDOUT, STACKS, Graph, run_program, unwrap
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "policies"))
+
+from gpu_cluster_policies import validators as v
+from gpu_cluster_policies.pack import PACK_NAME, build_policies
+
+from components import catalog
+
+# mint-join-token.sh prints one JSON line; the program parses it (the token is made up).
+COMMAND_STDOUT.setdefault(
+    "-join-token",
+    lambda args: json.dumps(
+        {"token": "abcdef.0123456789abcdef", "caCertHash": "sha256:" + "a" * 64}
+    ),
+)
+
+URN = "urn:pulumi:dev::gpu-cluster::{type}::{name}"
+
+
+def resource(type_: str, name: str, props: dict[str, Any], **extra: Any) -> v.Resource:
+    return v.Resource(type_, props, URN.format(type=type_, name=name), name, **extra)
+
+
+def policy(name: str) -> v.PolicySpec:
+    return next(p for p in v.POLICIES if p.name == name)
+
+
+def check(name: str, res: v.Resource, config: dict[str, Any] | None = None) -> list[str]:
+    spec = policy(name)
+    return spec.check(res, spec.config(config))
+
+
+def assert_names_resource_and_fix(messages: list[str], res: v.Resource, count: int = 1) -> None:
+    assert len(messages) == count, f"{res.urn}: expected {count} violation(s), got {messages}"
+    for message in messages:
+        assert f"'{res.name}'" in message, (
+            f"{res.urn}: message does not name the resource: {message}"
+        )
+        assert "Fix:" in message, f"{res.urn}: message does not say the fix: {message}"
+
+
+# ---------------------------------------------------------------- resources used by the cases
+
+SAFE_INSTANCE = {
+    "instanceType": "g5.xlarge",
+    "metadataOptions": {
+        "httpEndpoint": "enabled",
+        "httpTokens": "required",
+        "httpPutResponseHopLimit": 1,
+    },
+    "rootBlockDevice": {"volumeType": "gp3", "volumeSize": 200, "encrypted": True},
+    "tags": {"env": "dev", "owner": "ml-platform", "Name": "dev-gpu-a10g-0"},
+}
+
+
+def instance(name: str = "dev-gpu-a10g-0", **changes: Any) -> v.Resource:
+    props = copy.deepcopy(SAFE_INSTANCE)
+    for key, value in changes.items():
+        if value is None:
+            props.pop(key, None)
+        else:
+            props[key] = value
+    return resource(v.INSTANCE, name, props)
+
+
+def security_group(*ingress: dict[str, Any], name: str = "network-cluster") -> v.Resource:
+    return resource(
+        v.SECURITY_GROUP, name, {"ingress": list(ingress), "tags": {"env": "dev", "owner": "ml"}}
+    )
+
+
+def ssh_rule(*cidrs: str, port: int = 22) -> dict[str, Any]:
+    return {"protocol": "tcp", "fromPort": port, "toPort": port, "cidrBlocks": list(cidrs)}
+
+
+def pod_template(*containers: dict[str, Any]) -> dict[str, Any]:
+    return {"template": {"spec": {"containers": list(containers)}}}
+
+
+def validation_job(
+    name: str = "dev-gpu-a10g-0-validation-job",
+    *,
+    image: str = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0",
+    deadline: int | None = 900,
+    gpus: int | None = 1,
+) -> v.Resource:
+    container: dict[str, Any] = {"name": "cuda", "image": image}
+    if gpus is not None:
+        container["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+    spec = pod_template(container)
+    if deadline is not None:
+        spec["activeDeadlineSeconds"] = deadline
+    return resource(v.JOB, name, {"metadata": {"name": "gpu-validation"}, "spec": spec})
+
+
+def command(name: str, *, secret: bool, stdin: str = "") -> v.Resource:
+    return resource(
+        v.REMOTE_COMMAND,
+        name,
+        {
+            "create": "sudo bash -s",
+            "stdin": stdin,
+            "logging": "none" if secret else "stdoutAndStderr",
+        },
+        additional_secret_outputs=("stdout", "stderr") if secret else (),
+    )
+
+
+# ---------------------------------------------------------------- one policy at a time
+
+
+def test_imdsv2_required():
+    assert check("imdsv2-required", instance()) == [], "IMDSv2-only instance flagged"
+    for tokens in ("optional", None):
+        bad = instance(metadataOptions={"httpTokens": tokens} if tokens else None)
+        messages = check("imdsv2-required", bad)
+        assert_names_resource_and_fix(messages, bad)
+        assert "httpTokens" in messages[0] and "required" in messages[0], f"{bad.urn}: {messages}"
+
+
+def test_root_and_data_volumes_encrypted():
+    good = instance(ebsBlockDevices=[{"deviceName": "/dev/sdf", "encrypted": True}])
+    assert check("ebs-volumes-encrypted", good) == [], f"{good.urn}: encrypted volumes flagged"
+    bad_root = instance(rootBlockDevice={"volumeSize": 200})
+    assert_names_resource_and_fix(check("ebs-volumes-encrypted", bad_root), bad_root)
+    bad_data = instance(ebsBlockDevices=[{"deviceName": "/dev/sdf", "encrypted": False}])
+    messages = check("ebs-volumes-encrypted", bad_data)
+    assert_names_resource_and_fix(messages, bad_data)
+    assert "/dev/sdf" in messages[0], f"{bad_data.urn}: the volume is not named: {messages}"
+    volume = resource(v.EBS_VOLUME, "scratch", {"size": 100})
+    assert_names_resource_and_fix(check("ebs-volumes-encrypted", volume), volume)
+
+
+@pytest.mark.parametrize("port", [22, 6443, 10250])
+def test_no_world_ingress_to_admin_ports(port: int):
+    good = security_group(ssh_rule("203.0.113.0/24", port=port), {"protocol": "-1", "self": True})
+    assert check("no-world-ingress-to-admin-ports", good) == [], f"{good.urn}: narrow range flagged"
+    for world in ("0.0.0.0/0", "::/0"):
+        rule = ssh_rule(port=port)
+        rule["cidrBlocks" if world == "0.0.0.0/0" else "ipv6CidrBlocks"] = [world]
+        bad = security_group({"protocol": "-1", "self": True}, rule)
+        messages = check("no-world-ingress-to-admin-ports", bad)
+        assert_names_resource_and_fix(messages, bad)
+        assert f"ingress[1] opens port {port}" in messages[0], f"{bad.urn}: {messages}"
+
+
+def test_world_ingress_on_other_ports_and_separate_rules():
+    https = security_group(
+        {"protocol": "tcp", "fromPort": 443, "toPort": 443, "cidrBlocks": ["0.0.0.0/0"]}
+    )
+    assert check("no-world-ingress-to-admin-ports", https) == [], f"{https.urn}: 443 flagged"
+    everything = security_group(
+        {"protocol": "-1", "fromPort": 0, "toPort": 0, "cidrBlocks": ["0.0.0.0/0"]}
+    )
+    messages = check("no-world-ingress-to-admin-ports", everything)
+    assert_names_resource_and_fix(messages, everything)
+    assert "22" in messages[0] and "6443" in messages[0] and "10250" in messages[0], messages
+    rule = resource(
+        v.SECURITY_GROUP_RULE,
+        "ssh-anywhere",
+        {
+            "type": "ingress",
+            "protocol": "tcp",
+            "fromPort": 0,
+            "toPort": 65535,
+            "cidrBlocks": ["0.0.0.0/0"],
+        },
+    )
+    assert_names_resource_and_fix(check("no-world-ingress-to-admin-ports", rule), rule)
+    egress = resource(v.SECURITY_GROUP_RULE, "out", {**rule.props, "type": "egress"})
+    assert check("no-world-ingress-to-admin-ports", egress) == [], f"{egress.urn}: egress flagged"
+    vpc_rule = resource(
+        v.INGRESS_RULE,
+        "kubelet",
+        {"ipProtocol": "tcp", "fromPort": 10250, "toPort": 10250, "cidrIpv6": "::/0"},
+    )
+    assert_names_resource_and_fix(check("no-world-ingress-to-admin-ports", vpc_rule), vpc_rule)
+
+
+def test_gpu_instance_type_allowlist():
+    assert check("gpu-instance-type-allowed", instance()) == [], "catalog type flagged"
+    control_plane = instance("dev-gpu-control-plane", instanceType="m7i.large")
+    assert check("gpu-instance-type-allowed", control_plane) == [], (
+        f"{control_plane.urn}: not a GPU type"
+    )
+    unknown = instance(instanceType="g5g.xlarge")
+    messages = check("gpu-instance-type-allowed", unknown)
+    assert_names_resource_and_fix(messages, unknown)
+    assert "g5g.xlarge" in messages[0] and "g5.xlarge" in messages[0], f"{unknown.urn}: {messages}"
+    narrowed = {"allowedInstanceTypes": ["g6.xlarge"]}
+    messages = check("gpu-instance-type-allowed", instance(), narrowed)
+    assert len(messages) == 1 and "g6.xlarge" in messages[0], f"config not applied: {messages}"
+
+
+def test_allowlist_default_is_the_catalog():
+    assert sorted(v.CATALOG_INSTANCE_TYPES) == sorted(catalog.CATALOG), (
+        "policies/gpu_cluster_policies/validators.py CATALOG_INSTANCE_TYPES differs from "
+        f"components/catalog.py: {sorted(set(v.CATALOG_INSTANCE_TYPES) ^ set(catalog.CATALOG))}"
+    )
+    default = policy("gpu-instance-type-allowed").defaults()["allowedInstanceTypes"]
+    assert sorted(default) == sorted(catalog.CATALOG), (
+        "allowedInstanceTypes default is not the catalog"
+    )
+    assert all(v.GPU_FAMILY.match(t) for t in catalog.CATALOG), "a catalog type is not seen as GPU"
+
+
+def test_required_tags():
+    assert check("required-tags", instance()) == [], "tagged instance flagged"
+    bad = instance(tags={"env": "dev", "owner": ""})
+    messages = check("required-tags", bad)
+    assert_names_resource_and_fix(messages, bad)
+    assert "owner" in messages[0] and "gpu-cluster:tags" in messages[0], f"{bad.urn}: {messages}"
+    untagged = resource("aws:ec2/vpc:Vpc", "network-vpc", {"cidrBlock": "10.42.0.0/16"})
+    assert_names_resource_and_fix(check("required-tags", untagged), untagged)
+    association = resource(
+        "aws:ec2/routeTableAssociation:RouteTableAssociation", "a", {"subnetId": "s"}
+    )
+    assert check("required-tags", association) == [], "an untaggable type was flagged"
+    messages = check("required-tags", instance(), {"requiredTags": ["cost-center"]})
+    assert len(messages) == 1 and "cost-center" in messages[0], f"config not applied: {messages}"
+
+
+@pytest.mark.parametrize(
+    ("image", "reason"),
+    [
+        ("nvcr.io/nvidia/k8s-device-plugin:latest", "latest"),
+        ("nvcr.io/nvidia/k8s-device-plugin", "untagged"),
+        ("localhost:5000/device-plugin", "untagged"),
+    ],
+)
+def test_container_images_pinned(image: str, reason: str):
+    def daemonset(image: str) -> v.Resource:
+        spec = pod_template({"name": "nvidia-device-plugin-ctr", "image": image})
+        return resource("kubernetes:apps/v1:DaemonSet", "nvidia-device-plugin", {"spec": spec})
+
+    for pinned in (
+        "nvcr.io/nvidia/k8s-device-plugin:v0.20.0",
+        "registry:5000/plugin@sha256:" + "0" * 64,
+    ):
+        assert check("container-images-pinned", daemonset(pinned)) == [], f"{pinned} flagged"
+    bad = daemonset(image)
+    messages = check("container-images-pinned", bad)
+    assert_names_resource_and_fix(messages, bad)
+    assert reason in messages[0] and "nvidia-device-plugin-ctr" in messages[0], (
+        f"{bad.urn}: {messages}"
+    )
+    job = validation_job(image=image)
+    assert_names_resource_and_fix(check("container-images-pinned", job), job)
+
+
+def test_validation_job_has_deadline_and_gpu_limits():
+    assert check("validation-job-bounded", validation_job()) == [], "bounded validation Job flagged"
+    no_deadline = validation_job(deadline=None)
+    messages = check("validation-job-bounded", no_deadline)
+    assert_names_resource_and_fix(messages, no_deadline)
+    assert "activeDeadlineSeconds" in messages[0], f"{no_deadline.urn}: {messages}"
+    no_gpus = validation_job(gpus=None)
+    messages = check("validation-job-bounded", no_gpus)
+    assert_names_resource_and_fix(messages, no_gpus)
+    assert "nvidia.com/gpu" in messages[0], f"{no_gpus.urn}: {messages}"
+    assert_names_resource_and_fix(
+        check("validation-job-bounded", validation_job(deadline=None, gpus=0)), no_gpus, count=2
+    )
+    other = validation_job("nightly-report", deadline=None, gpus=None)
+    assert check("validation-job-bounded", other) == [], f"{other.urn}: not a validation Job"
+
+
+def test_secret_command_output_declared_secret():
+    for name, stdin in (
+        ("dev-gpu-a10g-0-join-token", "mint"),
+        ("dev-gpu-kubeconfig", "read"),
+        ("print-token", "kubeadm token create --ttl 15m"),
+        ("admin", "cat /etc/kubernetes/admin.conf"),
+    ):
+        good = command(name, secret=True, stdin=stdin)
+        assert check("secret-command-output", good) == [], f"{good.urn}: declared secret, flagged"
+        bad = command(name, secret=False, stdin=stdin)
+        messages = check("secret-command-output", bad)
+        assert_names_resource_and_fix(messages, bad, count=2)
+        assert "secret_stdout=True" in messages[0], f"{bad.urn}: {messages}"
+    plain = command("dev-gpu-a10g-0-driver", secret=False, stdin="apt-get install nvidia-driver")
+    assert check("secret-command-output", plain) == [], f"{plain.urn}: no secret, flagged"
+    using = command(
+        "join", secret=False, stdin="kubectl --kubeconfig /etc/kubernetes/admin.conf get nodes"
+    )
+    assert check("secret-command-output", using) == [], (
+        f"{using.urn}: uses admin.conf, prints nothing"
+    )
+
+
+def chain(node: str, *, join_after: str = "kube-tools") -> list[v.Resource]:
+    """A node's host steps, each after the previous one, and the join after `join_after`."""
+    steps: dict[str, v.Resource] = {}
+    previous = None
+    for step in ("wait-ready", "driver", "runtime", "kube-tools", "join"):
+        after = steps[join_after] if step == "join" else previous
+        deps = frozenset({after.urn}) if after else frozenset()
+        steps[step] = previous = resource(v.REMOTE_COMMAND, f"{node}-{step}", {}, dependencies=deps)
+    return list(steps.values())
+
+
+def test_join_depends_on_driver_and_runtime():
+    spec = policy("join-after-driver-and-runtime")
+    good = chain("dev-gpu-a10g-0") + chain("dev-gpu-a10g-1")
+    assert spec.check(good, spec.config()) == [], "a strict chain was flagged"
+    early = chain("dev-gpu-a10g-0", join_after="driver")
+    found = spec.check(early, spec.config())
+    join = next(r for r in early if r.name.endswith("-join"))
+    assert [urn for urn, _ in found] == [join.urn], (
+        f"{join.urn}: expected one violation, got {found}"
+    )
+    assert_names_resource_and_fix([m for _, m in found], join)
+    assert "dev-gpu-a10g-0-runtime" in found[0][1], f"{join.urn}: {found}"
+    missing = [r for r in chain("dev-gpu-a10g-0") if not r.name.endswith("-driver")]
+    found = spec.check(missing, spec.config())
+    assert len(found) == 1 and "has no 'dev-gpu-a10g-0-driver'" in found[0][1], (
+        f"missing driver step not reported once: {found}"
+    )
+
+
+def test_every_policy_is_mandatory_with_a_schema_default_for_each_setting():
+    names = [p.name for p in v.POLICIES]
+    assert len(names) == len(set(names)), f"duplicate policy names: {names}"
+    for spec, built in zip(v.POLICIES, build_policies(), strict=True):
+        assert built.name == spec.name and built.enforcement_level is EnforcementLevel.MANDATORY, (
+            f"{spec.name}: enforcement {built.enforcement_level}"
+        )
+        for key, schema in spec.config_schema.items():
+            assert "default" in schema and "description" in schema, f"{spec.name}.{key}: {schema}"
+
+
+# ---------------------------------------------------------------- through pulumi_policy's analyzer
+
+
+def as_policy_input(r, **changes: Any) -> v.Resource:
+    dependencies = set(r.dependencies).union(*r.property_dependencies.values())
+    return v.Resource(
+        r.type,
+        {**unwrap(r.inputs), **changes},
+        r.urn,
+        r.name,
+        tuple(r.additional_secret_outputs),
+        frozenset(dependencies),
+    )
+
+
+def _analyzer_resource(r: v.Resource, message_type):
+    properties = struct_pb2.Struct()
+    properties.update(json.loads(json.dumps(dict(r.props))))
+    return message_type(
+        type=r.resource_type,
+        properties=properties,
+        urn=r.urn,
+        name=r.name,
+        options=analyzer_pb2.AnalyzerResourceOptions(
+            additionalSecretOutputs=list(r.additional_secret_outputs)
+        ),
+    )
+
+
+def analyze(resources: list[v.Resource]) -> list[tuple[str, str, str, int]]:
+    """Run the pack's policies in pulumi_policy's analyzer servicer (what the CLI calls) and
+    return (policy, URN, message, enforcement level) for every diagnostic."""
+    servicer = _PolicyAnalyzerServicer(
+        PACK_NAME, "0.0.1", build_policies(), EnforcementLevel.MANDATORY
+    )
+    diagnostics = []
+    for r in resources:
+        request = _analyzer_resource(r, analyzer_pb2.AnalyzeRequest)
+        for d in servicer.Analyze(request, None).diagnostics:
+            diagnostics.append(
+                (d.policyName, r.urn if not d.urn else d.urn, d.message, d.enforcementLevel)
+            )
+    stack_resources = []
+    for r in resources:
+        message = _analyzer_resource(r, analyzer_pb2.AnalyzerResource)
+        message.dependencies.extend(sorted(r.dependencies))
+        stack_resources.append(message)
+    response = servicer.AnalyzeStack(
+        analyzer_pb2.AnalyzeStackRequest(resources=stack_resources), None
+    )
+    diagnostics += [
+        (d.policyName, d.urn, d.message, d.enforcementLevel) for d in response.diagnostics
+    ]
+    return diagnostics
+
+
+MANDATORY = analyzer_pb2.EnforcementLevel.Value("MANDATORY")
+
+
+@pytest.fixture(scope="module", params=STACKS)
+def stack_graph(request) -> tuple[str, Graph]:
+    return request.param, run_program(request.param)
+
+
+def test_every_stack_passes_all_mandatory_policies(stack_graph):
+    stack, graph = stack_graph
+    resources = [as_policy_input(r) for r in graph]
+    found = analyze(resources)
+    assert found == [], f"{stack}: policy violations: " + "\n".join(
+        f"{p} {u}: {m}" for p, u, m, _ in found
+    )
+    # The policies had something to check: a vacuous pass proves nothing.
+    joins = [
+        r for r in resources if r.resource_type == v.REMOTE_COMMAND and r.name.endswith("-join")
+    ]
+    jobs = [r for r in resources if r.resource_type == v.JOB and r.name.endswith("-validation-job")]
+    nodes = [
+        r
+        for r in resources
+        if r.resource_type == v.INSTANCE and v.GPU_FAMILY.match(r.props["instanceType"])
+    ]
+    secret_steps = [
+        r.name
+        for r in resources
+        if v.carries_secret_output(r, policy("secret-command-output").config())
+    ]
+    assert nodes and len(joins) == len(nodes) == len(jobs), (
+        f"{stack}: {len(nodes)} GPU instances, {len(joins)} joins, {len(jobs)} validation Jobs"
+    )
+    assert len([n for n in secret_steps if n.endswith("-join-token")]) == len(nodes), (
+        f"{stack}: join-token steps not recognised as secret-bearing: {secret_steps}"
+    )
+    assert any(n.endswith("-kubeconfig") for n in secret_steps), (
+        f"{stack}: no kubeconfig step: {secret_steps}"
+    )
+    assert v.check_join_ordering(resources, {}) == [], f"{stack}: join ordering"
+
+
+def test_taggable_types_in_the_stacks_are_known(stack_graph):
+    """Every AWS type the program registers that takes `tags` is checked by required-tags even
+    when a change drops its tags (TAGGABLE_TYPES covers it)."""
+    _, graph = stack_graph
+    for r in graph:
+        if not r.type.startswith("aws:"):
+            continue
+        module = r.type.split(":")[1].split("/")[0]
+        cls = getattr(
+            pulumi_aws if module == "index" else getattr(pulumi_aws, module),
+            r.type.rsplit(":", 1)[1],
+        )
+        if "tags" in inspect.signature(cls._internal_init).parameters:
+            assert r.type in v.TAGGABLE_TYPES, (
+                f"{r.urn}: taggable type {r.type} missing from TAGGABLE_TYPES"
+            )
+
+
+def test_unsafe_dev_variant_is_rejected_once_per_problem():
+    """dev with SSH open to the world, an instance changed to IMDSv1 and the validation image
+    changed to `latest` (the settings model refuses `latest` and IMDSv1 is not configurable, so
+    the last two are applied to the recorded resources, as a changed program would send them)."""
+    network = {"create": True, "cidr": "10.42.0.0/16", "sshAllowedCidrs": ["0.0.0.0/0"]}
+    graph = run_program("dev", config={"network": network})
+    resources = []
+    for r in graph:
+        res = as_policy_input(r)
+        props = copy.deepcopy(dict(res.props))
+        if r.type == v.INSTANCE and v.GPU_FAMILY.match(props["instanceType"]):
+            props["metadataOptions"]["httpTokens"] = "optional"
+            imds_urn = r.urn
+        if r.type == v.JOB and r.name.endswith("-validation-job"):
+            for container in props["spec"]["template"]["spec"]["containers"]:
+                container["image"] = container["image"].rsplit(":", 1)[0] + ":latest"
+            job_urn = r.urn
+        resources.append(
+            v.Resource(
+                res.resource_type,
+                props,
+                res.urn,
+                res.name,
+                res.additional_secret_outputs,
+                res.dependencies,
+            )
+        )
+    found = analyze(resources)
+    by_policy = {}
+    for name, urn, message, level in found:
+        by_policy.setdefault(name, []).append((urn, message))
+        assert level == MANDATORY, f"{urn}: {name} reported as {level}, not mandatory"
+    report = "\n".join(f"{p} {u}: {m}" for p, u, m, _ in found)
+    assert sorted(by_policy) == [
+        "container-images-pinned",
+        "imdsv2-required",
+        "no-world-ingress-to-admin-ports",
+    ], f"unexpected violations:\n{report}"
+    assert all(len(items) == 1 for items in by_policy.values()), (
+        f"not one violation per problem:\n{report}"
+    )
+    assert by_policy["imdsv2-required"][0][0] == imds_urn, (
+        f"{imds_urn}: IMDSv1 not reported:\n{report}"
+    )
+    assert by_policy["container-images-pinned"][0][0] == job_urn, (
+        f"{job_urn}: latest not reported:\n{report}"
+    )
+    ssh_urn, ssh_message = by_policy["no-world-ingress-to-admin-ports"][0]
+    assert "22 (SSH)" in ssh_message and "0.0.0.0/0" in ssh_message, f"{ssh_urn}: {ssh_message}"
