@@ -9,6 +9,7 @@ Those are the fields the real engine receives, so assertions on them hold for re
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import runpy
@@ -24,7 +25,7 @@ from google.protobuf import json_format
 from pulumi.runtime import config as runtime_config
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import settings as runtime_settings
-from pulumi.runtime.stack import run_pulumi_func
+from pulumi.runtime.stack import massage, run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -221,9 +222,25 @@ def _join_token_stdout(args: pulumi_mocks.MockResourceArgs) -> str:
     return json.dumps({"token": token, "caCertHash": ca_hash}) + "\n"
 
 
+def _kubeconfig_stdout(args: pulumi_mocks.MockResourceArgs) -> str:
+    """What read-kubeconfig.sh prints: an admin kubeconfig with fake, recognisable credentials
+    (tests look for FAKE-TEST-ADMIN-KEY in plain inputs and outputs to catch a leak)."""
+    fake = base64.b64encode(f"FAKE-TEST-ADMIN-KEY for {args.name}".encode()).decode()
+    ca = base64.b64encode(b"FAKE-TEST-CA").decode()
+    return (
+        "apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n"
+        f"    certificate-authority-data: {ca}\n    server: https://203.0.113.10:6443\n"
+        "  name: kubernetes\ncontexts:\n- context:\n    cluster: kubernetes\n"
+        "    user: kubernetes-admin\n  name: kubernetes-admin@kubernetes\n"
+        "current-context: kubernetes-admin@kubernetes\nusers:\n- name: kubernetes-admin\n"
+        f"  user:\n    client-certificate-data: {fake}\n    client-key-data: {fake}\n"
+    )
+
+
 # Outputs of host steps whose stdout the program parses, keyed by the end of the resource name.
 COMMAND_STDOUT: dict[str, Callable[[pulumi_mocks.MockResourceArgs], str]] = {
     "-join-token": _join_token_stdout,
+    "-kubeconfig": _kubeconfig_stdout,
 }
 
 
@@ -263,6 +280,13 @@ class Mocks(pulumi_mocks.Mocks):
             # the triggers, so a step chained after a re-run step sees a changed trigger.
             triggers = json.dumps(args.inputs.get("triggers"), sort_keys=True, default=str)
             return _fake_id("cmd-", f"{name}|{triggers}", 12), state
+        if typ == "kubernetes:batch/v1:Job":
+            # pulumi-kubernetes returns a Job only once it has completed (it awaits the
+            # Complete condition and fails on Failed), so a created Job reports success.
+            state.setdefault(
+                "status",
+                {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]},
+            )
         return _fake_id(f"{name}-", name, 8), state
 
     def call(self, args: pulumi_mocks.MockCallArgs):
@@ -435,6 +459,11 @@ def run_program(
             program()
         else:
             runpy.run_path(str(program), run_name="__main__")
+        # set_mocks registered the root stack's (empty) outputs before the program ran; register
+        # what the program exported, as `pulumi up` does when the program returns.
+        root = runtime_settings.get_root_resource()
+        if root is not None and getattr(root, "outputs", None):
+            root.register_outputs(massage(root.outputs, []))
 
     _sync_await(run_pulumi_func(main))
     stack_urn = f"urn:pulumi:{stack}::{PROJECT}::pulumi:pulumi:Stack::{PROJECT}-{stack}"

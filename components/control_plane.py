@@ -1,0 +1,317 @@
+"""ControlPlane: the Kubernetes API the GPU nodes join, in one of two modes.
+
+- `managed`: a CPU EC2 instance this stack creates and bootstraps with the same runtime and
+  kube-tools scripts as the GPU nodes, then `kubeadm init` from an InitConfiguration, a pinned CNI,
+  and the admin kubeconfig read back (a secret) with an address the operator's machine reaches.
+- `existing`: a kubeadm cluster whose control-plane host answers over SSH (through the bastion
+  when there is one). The stack checks version skew first, then reads the kubeconfig.
+
+Both modes expose one interface, so node pools, the device plugin and validation never ask which
+mode is in use: `endpoint`, `kubeconfig` (secret), `provider`, `kubernetes_version`, `host`,
+`ready`, `kubelet_client_cidrs`, `join_credentials(...)` and `register_node(...)`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_command as command
+import pulumi_kubernetes as k8s
+
+from components import machines
+from components.network import Network
+from components.remote import Host, run_script, ssh_host
+from components.settings import ExistingControlPlane, ManagedControlPlane, Settings
+
+API_PORT = 6443
+# Bootstrap tokens live only as long as a join takes; each node gets its own.
+JOIN_TOKEN_TTL = "30m"
+NODE_READY_TIMEOUT_SECONDS = 600
+DRAIN_TIMEOUT_SECONDS = 300
+# The CNI of the managed control plane: flannel, pinned to one release manifest.
+FLANNEL_VERSION = "v0.27.4"
+
+
+@dataclass(frozen=True)
+class JoinCredentials:
+    """What one `kubeadm join` needs: a fresh bootstrap token (secret), the CA public key hash
+    that pins the API server's identity, and the endpoint. `step` is the minting command."""
+
+    token: pulumi.Output[str]
+    ca_cert_hash: pulumi.Output[str]
+    endpoint: pulumi.Output[str]
+    step: command.remote.Command
+
+
+def parse_join_token(stdout: str) -> dict[str, str]:
+    """The JSON line mint-join-token.sh prints: {"token": ..., "caCertHash": "sha256:..."}.
+
+    Errors never include the output: it holds the token."""
+    for line in reversed(stdout.splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            data = json.loads(line)
+            if not isinstance(data.get("token"), str) or not str(
+                data.get("caCertHash", "")
+            ).startswith("sha256:"):
+                raise ValueError("mint-join-token.sh printed JSON without token and caCertHash")
+            return data
+    raise ValueError("mint-join-token.sh printed no JSON line with the token (output not shown)")
+
+
+class ControlPlane(pulumi.ComponentResource):
+    endpoint: pulumi.Output[str]
+    kubeconfig: pulumi.Output[str]
+    provider: k8s.Provider
+    kubernetes_version: str
+    host: Host
+    ready: list[pulumi.Resource]
+    kubelet_client_cidrs: pulumi.Output[list[str]]
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        settings: Settings,
+        network: Network,
+        opts: pulumi.ResourceOptions | None = None,
+    ):
+        super().__init__("gpu-cluster:index:ControlPlane", name, None, opts)
+        self._name = name
+        self._settings = settings
+        self.kubernetes_version = settings.kubernetes_version
+        config = settings.control_plane
+        if isinstance(config, ManagedControlPlane):
+            self._managed(config, network)
+        else:
+            self._existing(config, network)
+        self.provider = k8s.Provider(
+            f"{name}-k8s",
+            kubeconfig=self.kubeconfig,
+            enable_server_side_apply=True,
+            opts=pulumi.ResourceOptions(parent=self, depends_on=list(self.ready)),
+        )
+        self.register_outputs(
+            {
+                "endpoint": self.endpoint,
+                "kubeconfig": self.kubeconfig,
+                "kubernetesVersion": self.kubernetes_version,
+            }
+        )
+
+    # ------------------------------------------------------------ managed
+
+    def _managed(self, config: ManagedControlPlane, network: Network) -> None:
+        name, settings = self._name, self._settings
+        machine = f"{name}-control-plane"
+        api_group = self._api_security_group(config, network)
+        instance = aws.ec2.Instance(
+            machine,
+            ami=machines.ubuntu_ami(config.os_version, config.ami_id, parent=self),
+            instance_type=config.instance_type,
+            subnet_id=network.subnet_ids[0],
+            vpc_security_group_ids=[network.cluster_security_group_id, api_group.id],
+            key_name=machines.key_pair(machine, settings, parent=self).key_name,
+            associate_public_ip_address=settings.network.assigns_public_ips,
+            metadata_options=machines.metadata_options(),
+            root_block_device=machines.root_volume(config.root_volume_gi_b),
+            tags={**settings.stack_tags, "Name": machine, "gpu-cluster:role": "control-plane"},
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        private_ip = instance.private_ip
+        # The operator's machine reaches the public address unless a bastion relays to private ones.
+        reachable = (
+            instance.public_ip if settings.network.connects_to_public_ips else instance.private_ip
+        )
+        self.host = ssh_host(machine, reachable, settings)
+        self.endpoint = pulumi.Output.concat(private_ip, f":{API_PORT}")
+        self.kubelet_client_cidrs = private_ip.apply(lambda ip: [f"{ip}/32"])
+
+        wait_ready = self._step("wait-ready", "wait-ready.sh", after=[instance], timeout="20m")
+        runtime = self._step(
+            "runtime", "install-runtime.sh", {"WITH_NVIDIA_TOOLKIT": "false"}, after=[wait_ready]
+        )
+        kube_tools = self._step(
+            "kube-tools",
+            "install-kube-tools.sh",
+            {"KUBERNETES_MINOR": settings.kubernetes_version},
+            after=[runtime],
+        )
+        cert_sans = pulumi.Output.all(instance.public_ip, private_ip, instance.private_dns).apply(
+            lambda values: ",".join(v for v in values if v)
+        )
+        init = self._step(
+            "init",
+            "init-control-plane.sh",
+            {
+                "CLUSTER_NAME": settings.cluster_name,
+                "NODE_NAME": machine,
+                "KUBERNETES_MINOR": settings.kubernetes_version,
+                "CONTROL_PLANE_ENDPOINT": self.endpoint,
+                "ADVERTISE_ADDRESS": private_ip,
+                "POD_SUBNET": config.pod_cidr,
+                "SERVICE_SUBNET": config.service_cidr,
+                "CERT_SANS": cert_sans,
+            },
+            after=[kube_tools],
+        )
+        cni = self._step(
+            "cni",
+            "install-cni.sh",
+            {
+                "FLANNEL_VERSION": FLANNEL_VERSION,
+                "POD_SUBNET": config.pod_cidr,
+                "NODE_NAME": machine,
+            },
+            after=[init],
+            timeout="15m",
+        )
+        kubeconfig = self._read_kubeconfig(
+            pulumi.Output.concat("https://", reachable, f":{API_PORT}"), after=[cni]
+        )
+        self.ready = [init, cni, kubeconfig]
+
+    def _api_security_group(
+        self, config: ManagedControlPlane, network: Network
+    ) -> aws.ec2.SecurityGroup:
+        """The API port from inside the VPC (nodes) and from `apiAllowedCidrs` (operators)."""
+        settings = self._settings
+        ingress = [
+            aws.ec2.SecurityGroupIngressArgs(
+                description="Kubernetes API from the VPC (nodes joining, kubelets)",
+                protocol="tcp",
+                from_port=API_PORT,
+                to_port=API_PORT,
+                cidr_blocks=[network.vpc_cidr],
+            )
+        ]
+        if config.api_allowed_cidrs:
+            ingress.append(
+                aws.ec2.SecurityGroupIngressArgs(
+                    description="Kubernetes API from the operators (controlPlane.apiAllowedCidrs)",
+                    protocol="tcp",
+                    from_port=API_PORT,
+                    to_port=API_PORT,
+                    cidr_blocks=list(config.api_allowed_cidrs),
+                )
+            )
+        return aws.ec2.SecurityGroup(
+            f"{self._name}-api",
+            description=f"{settings.cluster_name}: Kubernetes API on {API_PORT}",
+            vpc_id=network.vpc_id,
+            ingress=ingress,
+            tags={**settings.stack_tags, "Name": f"{self._name}-api"},
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+
+    # ------------------------------------------------------------ existing
+
+    def _existing(self, config: ExistingControlPlane, network: Network) -> None:
+        settings = self._settings
+        assert config.host is not None and config.endpoint is not None  # settings checks both
+        self.host = ssh_host(f"{self._name}-control-plane", config.host, settings, user=config.user)
+        self.endpoint = pulumi.Output.from_input(config.endpoint)
+        try:
+            address = ipaddress.ip_address(config.host)
+            self.kubelet_client_cidrs = pulumi.Output.from_input([f"{address}/32"])
+        except ValueError:
+            # A DNS name: the control plane lives somewhere in the VPC.
+            self.kubelet_client_cidrs = network.vpc_cidr.apply(lambda cidr: [cidr])
+        skew = self._step(
+            "version-skew",
+            "check-version-skew.sh",
+            {"KUBERNETES_MINOR": settings.kubernetes_version},
+            timeout="5m",
+        )
+        kubeconfig = self._read_kubeconfig(
+            pulumi.Output.from_input(f"https://{config.endpoint}"), after=[skew]
+        )
+        self.ready = [skew, kubeconfig]
+
+    # ------------------------------------------------------------ shared
+
+    def _step(
+        self,
+        step: str,
+        script: str,
+        params: dict[str, pulumi.Input[str]] | None = None,
+        *,
+        after: Sequence[pulumi.Resource] = (),
+        timeout: str = "30m",
+    ) -> command.remote.Command:
+        return run_script(
+            f"{self._name}-{step}",
+            host=self.host,
+            script=script,
+            params=params,
+            after=after,
+            parent=self,
+            timeout=timeout,
+        )
+
+    def _read_kubeconfig(
+        self, server: pulumi.Output[str], *, after: Sequence[pulumi.Resource]
+    ) -> command.remote.Command:
+        step = run_script(
+            f"{self._name}-kubeconfig",
+            host=self.host,
+            script="read-kubeconfig.sh",
+            params={"API_SERVER": server},
+            after=after,
+            parent=self,
+            timeout="5m",
+            secret_stdout=True,
+        )
+        self.kubeconfig = pulumi.Output.secret(step.stdout)
+        return step
+
+    def join_credentials(
+        self, node_name: str, *, parent: pulumi.Resource, after: Sequence[pulumi.Resource]
+    ) -> JoinCredentials:
+        """Mint a fresh bootstrap token for one node (`<node>-join-token`, on the control plane)."""
+        step = run_script(
+            f"{node_name}-join-token",
+            host=self.host,
+            script="mint-join-token.sh",
+            params={"NODE_NAME": node_name, "TOKEN_TTL": JOIN_TOKEN_TTL},
+            after=[*after, *self.ready],
+            parent=parent,
+            timeout="5m",
+            secret_stdout=True,
+        )
+        parsed = step.stdout.apply(parse_join_token)
+        return JoinCredentials(
+            token=pulumi.Output.secret(parsed.apply(lambda d: d["token"])),
+            # A hash of the CA's public key identifies the cluster; it is not a secret.
+            ca_cert_hash=pulumi.Output.unsecret(parsed.apply(lambda d: d["caCertHash"])),
+            endpoint=self.endpoint,
+            step=step,
+        )
+
+    def register_node(
+        self, node_name: str, *, parent: pulumi.Resource, after: Sequence[pulumi.Resource]
+    ) -> command.remote.Command:
+        """`<node>-node-ready` on the control plane: create waits for the Node to be Ready;
+        delete drains it and deletes the Node object (before the join step's `kubeadm reset`)."""
+        return run_script(
+            f"{node_name}-node-ready",
+            host=self.host,
+            script="wait-node-ready.sh",
+            params={
+                "NODE_NAME": node_name,
+                "READY_TIMEOUT_SECONDS": str(NODE_READY_TIMEOUT_SECONDS),
+            },
+            delete_script="drain-node.sh",
+            delete_params={
+                "NODE_NAME": node_name,
+                "DRAIN_TIMEOUT_SECONDS": str(DRAIN_TIMEOUT_SECONDS),
+            },
+            after=after,
+            parent=parent,
+            timeout="20m",
+        )

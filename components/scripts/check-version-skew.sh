@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# check-version-skew.sh: before any node is touched, check that the kubelet minor this stack
+# installs is one the API server supports: never newer, at most 3 minors older.
+#
+# Inputs:
+#   KUBERNETES_MINOR    the kubelet/kubeadm minor the nodes get, e.g. 1.35 (required)
+#   MAX_KUBELET_LAG     how many minors older than the API server kubelet may be (default 3)
+set -Eeuo pipefail
+
+if ! declare -F init_script >/dev/null; then
+  # shellcheck source-path=SCRIPTDIR source=lib/common.sh
+  source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+fi
+
+ADMIN_CONF=/etc/kubernetes/admin.conf
+SERVER_MINOR=""
+
+check_inputs() {
+  require_vars KUBERNETES_MINOR
+  [[ "${KUBERNETES_MINOR}" =~ ^1\.[0-9]+$ ]] ||
+    fatal "KUBERNETES_MINOR must be a minor version like 1.35, got '${KUBERNETES_MINOR}'"
+  [[ -r "${ADMIN_CONF}" ]] ||
+    fatal "${ADMIN_CONF} not found on this host; controlPlane.host must be a kubeadm" \
+      "control-plane node"
+}
+
+read_server_version() {
+  local body version
+  body="$(kubectl --kubeconfig="${ADMIN_CONF}" --request-timeout=30s get --raw /version)" ||
+    fatal "the API server did not answer 'kubectl get --raw /version' on this host"
+  version="$(sed -nE 's/.*"gitVersion": *"v([0-9]+\.[0-9]+)\.[^"]*".*/\1/p' <<<"${body}" | head -n 1)"
+  [[ "${version}" =~ ^1\.[0-9]+$ ]] ||
+    fatal "no gitVersion in the API server's /version answer"
+  SERVER_MINOR="${version}"
+  log "API server ${SERVER_MINOR}, kubelet ${KUBERNETES_MINOR}"
+}
+
+check_skew() {
+  local kubelet="${KUBERNETES_MINOR#1.}" server="${SERVER_MINOR#1.}"
+  local lag="${MAX_KUBELET_LAG:-3}"
+  if ((kubelet > server)); then
+    fatal "kubelet ${KUBERNETES_MINOR} would be newer than the API server ${SERVER_MINOR};" \
+      "set gpu-cluster:kubernetesVersion to ${SERVER_MINOR} or older"
+  fi
+  if ((server - kubelet > lag)); then
+    fatal "kubelet ${KUBERNETES_MINOR} would be more than ${lag} minors older than the API" \
+      "server ${SERVER_MINOR}; set gpu-cluster:kubernetesVersion to 1.$((server - lag)) or newer"
+  fi
+  log "version skew ok"
+}
+
+main() {
+  init_script version-skew
+  check_inputs
+  run_steps \
+    read_server_version \
+    check_skew
+}
+
+main "$@"

@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# init-control-plane.sh: `kubeadm init` this host as the cluster's control plane, from an
+# InitConfiguration + ClusterConfiguration file. Skips when the cluster already exists
+# (admin.conf present and the API answers): a second run initializes nothing.
+#
+# Inputs:
+#   CLUSTER_NAME            clusterName in the kubeadm config (required)
+#   NODE_NAME               this host's Node name (required)
+#   KUBERNETES_MINOR        e.g. 1.35; the version is the installed kubeadm's patch of it (required)
+#   CONTROL_PLANE_ENDPOINT  host:port nodes join, e.g. 10.42.3.7:6443 (required)
+#   ADVERTISE_ADDRESS       the API server's address on this host (private IP) (required)
+#   POD_SUBNET              pod network CIDR, must match the CNI's (required)
+#   SERVICE_SUBNET          service CIDR (required)
+#   CERT_SANS               comma-separated extra API server certificate names: the addresses
+#                           operators use (public and private IP, DNS names) (required)
+#   INIT_TIMEOUT_SECONDS    bound on kubeadm init (default 600)
+#   API_WAIT_SECONDS        how long to wait for the API server to answer (default 180)
+set -Eeuo pipefail
+
+if ! declare -F init_script >/dev/null; then
+  # shellcheck source-path=SCRIPTDIR source=lib/common.sh
+  source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+fi
+
+ADMIN_CONF=/etc/kubernetes/admin.conf
+KUBEADM_CONFIG=/etc/kubernetes/gpu-cluster/kubeadm-init.yaml
+CIDR_RE='^[0-9]{1,3}(\.[0-9]{1,3}){3}/[0-9]{1,2}$'
+NAME_RE='^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$'
+
+kube() {
+  kubectl --kubeconfig="${ADMIN_CONF}" --request-timeout=10s "$@"
+}
+
+check_inputs() {
+  require_vars CLUSTER_NAME NODE_NAME KUBERNETES_MINOR CONTROL_PLANE_ENDPOINT \
+    ADVERTISE_ADDRESS POD_SUBNET SERVICE_SUBNET CERT_SANS
+  local san sans=()
+  [[ "${KUBERNETES_MINOR}" =~ ^1\.[0-9]+$ ]] ||
+    fatal "KUBERNETES_MINOR must be a minor version like 1.35, got '${KUBERNETES_MINOR}'"
+  [[ "${CONTROL_PLANE_ENDPOINT}" =~ ^[A-Za-z0-9.-]+:[0-9]+$ ]] ||
+    fatal "CONTROL_PLANE_ENDPOINT must be host:port, got '${CONTROL_PLANE_ENDPOINT}'"
+  [[ "${ADVERTISE_ADDRESS}" =~ ^[0-9]{1,3}(\.[0-9]{1,3}){3}$ ]] ||
+    fatal "ADVERTISE_ADDRESS must be an IPv4 address, got '${ADVERTISE_ADDRESS}'"
+  [[ "${POD_SUBNET}" =~ ${CIDR_RE} ]] || fatal "POD_SUBNET must be a CIDR, got '${POD_SUBNET}'"
+  [[ "${SERVICE_SUBNET}" =~ ${CIDR_RE} ]] ||
+    fatal "SERVICE_SUBNET must be a CIDR, got '${SERVICE_SUBNET}'"
+  [[ "${NODE_NAME}" =~ ^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$ ]] ||
+    fatal "NODE_NAME must be a lowercase DNS name, got '${NODE_NAME}'"
+  IFS=, read -r -a sans <<<"${CERT_SANS}"
+  for san in "${sans[@]}"; do
+    [[ "${san}" =~ ${NAME_RE} ]] || fatal "CERT_SANS: '${san}' is not an IP address or DNS name"
+  done
+}
+
+api_answers() {
+  [[ "$(kube get --raw /readyz 2>/dev/null)" == ok ]]
+}
+
+# wait_for_api <seconds>: true once /readyz says ok, false when the time is up.
+wait_for_api() {
+  local deadline=$((SECONDS + $1))
+  until api_answers; do
+    if ((SECONDS >= deadline)); then
+      return 1
+    fi
+    sleep "${POLL_SECONDS:-5}"
+  done
+}
+
+# The version kubeadm deploys: the installed kubeadm's own (its patch of the pinned minor).
+kubernetes_version() {
+  local found
+  found="$(kubeadm version -o short)"
+  [[ "${found}" == "v${KUBERNETES_MINOR}."* ]] ||
+    fatal "kubeadm v${KUBERNETES_MINOR}.x expected, found ${found}; run install-kube-tools.sh"
+  printf '%s\n' "${found}"
+}
+
+cert_sans_yaml() {
+  local san sans=()
+  IFS=, read -r -a sans <<<"${CERT_SANS}"
+  for san in "${sans[@]}"; do
+    printf '    - "%s"\n' "${san}"
+  done
+}
+
+# write_kubeadm_config <version>: the init config, kept for `kubeadm upgrade` and debugging.
+# kubeadm always creates one bootstrap token at init; nodes get their own, so it lives 15m.
+write_kubeadm_config() {
+  write_file_if_changed "${KUBEADM_CONFIG}" 0600 >/dev/null <<YAML
+apiVersion: kubeadm.k8s.io/v1beta4
+kind: InitConfiguration
+bootstrapTokens:
+  - description: "kubeadm init default; nodes join with their own (mint-join-token.sh)"
+    ttl: 15m0s
+    usages: [signing, authentication]
+    groups: [system:bootstrappers:kubeadm:default-node-token]
+localAPIEndpoint:
+  advertiseAddress: "${ADVERTISE_ADDRESS}"
+  bindPort: ${CONTROL_PLANE_ENDPOINT##*:}
+nodeRegistration:
+  name: "${NODE_NAME}"
+  criSocket: unix:///run/containerd/containerd.sock
+---
+apiVersion: kubeadm.k8s.io/v1beta4
+kind: ClusterConfiguration
+clusterName: "${CLUSTER_NAME}"
+kubernetesVersion: "$1"
+controlPlaneEndpoint: "${CONTROL_PLANE_ENDPOINT}"
+networking:
+  podSubnet: "${POD_SUBNET}"
+  serviceSubnet: "${SERVICE_SUBNET}"
+apiServer:
+  certSANs:
+$(cert_sans_yaml)
+---
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: systemd
+YAML
+}
+
+init_cluster() {
+  if [[ -f "${ADMIN_CONF}" ]]; then
+    if wait_for_api "${API_WAIT_SECONDS:-180}"; then
+      log "already initialized (${ADMIN_CONF} exists, API answers), skipping kubeadm init"
+      return 0
+    fi
+    fatal "${ADMIN_CONF} exists but the API server does not answer /readyz; not re-initializing." \
+      "Look at 'journalctl -u kubelet' and 'crictl ps -a' on this host; to start over run" \
+      "'kubeadm reset -f' here and 'pulumi up' again"
+  fi
+  local version
+  version="$(kubernetes_version)"
+  write_kubeadm_config "${version}"
+  log "kubeadm init ${CLUSTER_NAME} (Kubernetes ${version}, endpoint ${CONTROL_PLANE_ENDPOINT})"
+  timeout -k 30 "${INIT_TIMEOUT_SECONDS:-600}" \
+    kubeadm init --config "${KUBEADM_CONFIG}" --skip-token-print >&2
+}
+
+verify_api() {
+  [[ -f "${ADMIN_CONF}" ]] || fatal "${ADMIN_CONF} expected after kubeadm init, not found"
+  wait_for_api "${API_WAIT_SECONDS:-180}" ||
+    fatal "API server did not answer /readyz within ${API_WAIT_SECONDS:-180}s after kubeadm init;" \
+      "look at 'journalctl -u kubelet' and 'crictl ps -a' on this host"
+  log "API server ready at ${CONTROL_PLANE_ENDPOINT}"
+}
+
+main() {
+  init_script init
+  check_inputs
+  make_temp_dir
+  run_steps \
+    init_cluster \
+    verify_api
+}
+
+main "$@"

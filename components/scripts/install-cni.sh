@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# install-cni.sh: the pod network (flannel, one pinned release manifest) on a cluster this
+# stack initialized, then wait until its DaemonSet has rolled out and the control-plane
+# Node is Ready. Skips the download and apply when the pinned release already runs.
+#
+# Inputs:
+#   FLANNEL_VERSION       flannel release tag, e.g. v0.27.4 (required)
+#   POD_SUBNET            pod network CIDR given to kubeadm init (required)
+#   NODE_NAME             the control-plane Node that must become Ready (required)
+#   CNI_TIMEOUT_SECONDS   bound on the rollout and on the Node Ready wait, each (default 300)
+#   (plus the tunables listed in lib/common.sh)
+set -Eeuo pipefail
+
+if ! declare -F init_script >/dev/null; then
+  # shellcheck source-path=SCRIPTDIR source=lib/common.sh
+  source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+fi
+
+ADMIN_CONF=/etc/kubernetes/admin.conf
+FLANNEL_NAMESPACE=kube-flannel
+FLANNEL_DAEMONSET=kube-flannel-ds
+# The pod network the release manifest ships with; replaced by POD_SUBNET.
+FLANNEL_DEFAULT_NETWORK=10.244.0.0/16
+
+kube() {
+  kubectl --kubeconfig="${ADMIN_CONF}" --request-timeout=30s "$@"
+}
+
+check_inputs() {
+  require_vars FLANNEL_VERSION POD_SUBNET NODE_NAME
+  [[ "${FLANNEL_VERSION}" =~ ^v[0-9]+\.[0-9]+\.[0-9]+$ ]] ||
+    fatal "FLANNEL_VERSION must be a release tag like v0.27.4, got '${FLANNEL_VERSION}'"
+  [[ "${POD_SUBNET}" =~ ^[0-9]{1,3}(\.[0-9]{1,3}){3}/[0-9]{1,2}$ ]] ||
+    fatal "POD_SUBNET must be a CIDR, got '${POD_SUBNET}'"
+  [[ -f "${ADMIN_CONF}" ]] || fatal "${ADMIN_CONF} not found; run init-control-plane.sh first"
+}
+
+manifest_url() {
+  printf 'https://github.com/flannel-io/flannel/releases/download/%s/kube-flannel.yml\n' \
+    "${FLANNEL_VERSION}"
+}
+
+running_image() {
+  kube -n "${FLANNEL_NAMESPACE}" get daemonset "${FLANNEL_DAEMONSET}" --ignore-not-found \
+    -o 'jsonpath={.spec.template.spec.containers[0].image}'
+}
+
+apply_manifest() {
+  local image manifest count
+  image="$(running_image)"
+  if [[ "${image}" == *":${FLANNEL_VERSION}" ]]; then
+    log "flannel ${FLANNEL_VERSION} already applied (${image}), not downloading"
+    return 0
+  fi
+  manifest="$(temp_path kube-flannel.yml)"
+  log "downloading flannel ${FLANNEL_VERSION} manifest"
+  download "$(manifest_url)" "${manifest}"
+  count="$(awk -v want="\"Network\": \"${FLANNEL_DEFAULT_NETWORK}\"" \
+    'index($0, want) { n++ } END { print n + 0 }' "${manifest}")"
+  [[ "${count}" == 1 ]] ||
+    fatal "expected one \"Network\": \"${FLANNEL_DEFAULT_NETWORK}\" in the flannel" \
+      "${FLANNEL_VERSION} manifest, found ${count}; $(manifest_url) changed shape"
+  sed -i "s#\"Network\": \"${FLANNEL_DEFAULT_NETWORK}\"#\"Network\": \"${POD_SUBNET}\"#" "${manifest}"
+  grep -q "flannel:${FLANNEL_VERSION}\$" "${manifest}" ||
+    fatal "the ${FLANNEL_VERSION} manifest does not use the flannel:${FLANNEL_VERSION} image"
+  log "applying flannel ${FLANNEL_VERSION} with pod network ${POD_SUBNET}${image:+ (was ${image})}"
+  kube apply -f "${manifest}" >&2
+}
+
+wait_for_rollout() {
+  local limit="${CNI_TIMEOUT_SECONDS:-300}"
+  timeout -k 10 "$((limit + 30))" kube -n "${FLANNEL_NAMESPACE}" rollout status \
+    "daemonset/${FLANNEL_DAEMONSET}" --timeout="${limit}s" >&2 ||
+    fatal "flannel DaemonSet not rolled out after ${limit}s; look at" \
+      "'kubectl -n ${FLANNEL_NAMESPACE} get pods -o wide' and their logs"
+  log "flannel DaemonSet rolled out"
+}
+
+wait_for_node_ready() {
+  local limit="${CNI_TIMEOUT_SECONDS:-300}"
+  timeout -k 10 "$((limit + 30))" kube wait --for=condition=Ready "node/${NODE_NAME}" \
+    --timeout="${limit}s" >&2 ||
+    fatal "Node ${NODE_NAME} not Ready ${limit}s after the CNI rolled out; look at" \
+      "'kubectl describe node ${NODE_NAME}' and 'journalctl -u kubelet' on this host"
+  log "Node ${NODE_NAME} Ready"
+}
+
+main() {
+  init_script cni
+  check_inputs
+  make_temp_dir
+  run_steps \
+    apply_manifest \
+    wait_for_rollout \
+    wait_for_node_ready
+}
+
+main "$@"

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# wait-node-ready.sh: on the control plane, wait (bounded) until a joined node's Node object
+# exists and is Ready. Its delete counterpart is drain-node.sh.
+#
+# Inputs:
+#   NODE_NAME              the Node to wait for (required)
+#   READY_TIMEOUT_SECONDS  how long to wait (default 600)
+#   POLL_SECONDS           pause between checks (default 5)
+set -Eeuo pipefail
+
+if ! declare -F init_script >/dev/null; then
+  # shellcheck source-path=SCRIPTDIR source=lib/common.sh
+  source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
+fi
+
+ADMIN_CONF=/etc/kubernetes/admin.conf
+
+kube() {
+  kubectl --kubeconfig="${ADMIN_CONF}" --request-timeout=30s "$@"
+}
+
+check_inputs() {
+  require_vars NODE_NAME
+  [[ "${NODE_NAME}" =~ ^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$ ]] ||
+    fatal "NODE_NAME must be a lowercase DNS name, got '${NODE_NAME}'"
+  [[ "${READY_TIMEOUT_SECONDS:-600}" =~ ^[0-9]+$ ]] ||
+    fatal "READY_TIMEOUT_SECONDS must be a number of seconds, got '${READY_TIMEOUT_SECONDS}'"
+}
+
+# ready_status: "True", "False", "Unknown", "" (no Ready condition yet) or "absent".
+ready_status() {
+  local found
+  found="$(kube get node "${NODE_NAME}" --ignore-not-found \
+    -o 'jsonpath={.metadata.name} {.status.conditions[?(@.type=="Ready")].status}')"
+  if [[ -z "${found}" ]]; then
+    echo absent
+  else
+    printf '%s\n' "${found#* }"
+  fi
+}
+
+wait_for_node_ready() {
+  local limit="${READY_TIMEOUT_SECONDS:-600}" status
+  local deadline=$((SECONDS + limit))
+  while true; do
+    status="$(ready_status)"
+    if [[ "${status}" == True ]]; then
+      log "Node ${NODE_NAME} Ready"
+      return 0
+    fi
+    if ((SECONDS >= deadline)); then
+      break
+    fi
+    sleep "${POLL_SECONDS:-5}"
+  done
+  if [[ "${status}" == absent ]]; then
+    fatal "Node ${NODE_NAME} not registered after ${limit}s: kubelet on the node never" \
+      "reached the API; look at 'journalctl -u kubelet' on ${NODE_NAME}"
+  fi
+  fatal "Node ${NODE_NAME} not Ready after ${limit}s (Ready=${status:-none}); look at" \
+    "'kubectl describe node ${NODE_NAME}' (CNI pod on it, kubelet conditions) and" \
+    "'journalctl -u kubelet' on the node"
+}
+
+main() {
+  init_script node-ready
+  check_inputs
+  run_steps wait_for_node_ready
+}
+
+main "$@"
