@@ -675,6 +675,17 @@ def test_join_twice_joins_once(kube_host):
 
 
 @needs_sandbox
+def test_join_of_a_joined_host_with_kubelet_stopped_starts_kubelet(kube_host):
+    assert kube_host.run("join-node.sh", JOIN).returncode == 0
+    kube_host.state("systemd/kubelet.active", "no")
+    again = kube_host.run("join-node.sh", JOIN)
+    assert again.returncode == 0, again.stderr
+    assert again.called("kubeadm", "join") == []
+    assert again.called("systemctl", "start", "kubelet")
+    assert kube_host.service_active("kubelet")
+
+
+@needs_sandbox
 def test_join_refuses_a_kubeadm_of_another_minor(kube_host):
     kube_host.state("kubeadm.version", "v1.34.2")
     result = kube_host.run("join-node.sh", JOIN)

@@ -50,9 +50,6 @@ check_inputs() {
   done
 }
 
-already_joined() {
-  [[ -f "${KUBELET_KUBECONFIG}" ]] && systemctl is-active --quiet kubelet
-}
 
 check_kubeadm_version() {
   local found
@@ -113,8 +110,14 @@ YAML
 }
 
 join_cluster() {
-  if already_joined; then
-    log "already joined (${KUBELET_KUBECONFIG} exists, kubelet active), skipping"
+  if [[ -f "${KUBELET_KUBECONFIG}" ]]; then
+    if systemctl is-active --quiet kubelet; then
+      log "already joined (${KUBELET_KUBECONFIG} exists, kubelet active), skipping"
+    else
+      # Joined before, kubelet stopped since: kubeadm join would refuse the existing file.
+      log "already joined but kubelet is not running, starting it"
+      systemctl start kubelet
+    fi
     return 0
   fi
   check_kubeadm_version
