@@ -16,6 +16,7 @@ pool's driver step and everything after it, never the instance.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pulumi
@@ -110,21 +111,14 @@ class GpuNodePool(pulumi.ComponentResource):
         )
 
 
+@dataclass(frozen=True)
 class _Machine:
     """What every instance of a pool shares."""
 
-    def __init__(
-        self,
-        *,
-        ami: pulumi.Output[str],
-        ami_pinned: bool,
-        key_name: pulumi.Output[str],
-        security_group_ids: list[pulumi.Input[str]],
-    ):
-        self.ami = ami
-        self.ami_pinned = ami_pinned
-        self.key_name = key_name
-        self.security_group_ids = security_group_ids
+    ami: pulumi.Output[str]
+    ami_pinned: bool
+    key_name: pulumi.Output[str]
+    security_group_ids: list[pulumi.Input[str]]
 
 
 class GpuNode(pulumi.ComponentResource):

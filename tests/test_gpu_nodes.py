@@ -141,11 +141,22 @@ def test_nodes_of_one_pool_never_wait_on_each_other():
     g = graph("dev", overrides)
     nodes = node_names("dev", overrides)
     for a, b in combinations(nodes, 2):
-        for last_a, last_b in ((g.named(f"{a}-join"), g.named(f"{b}-join")),):
-            for resource in owned_by(g, b):
-                assert not g.depends_on(last_a, resource), f"{last_a.urn} waits on {resource.urn}"
-            for resource in owned_by(g, a):
-                assert not g.depends_on(last_b, resource), f"{last_b.urn} waits on {resource.urn}"
+        for waiter, other in ((a, b), (b, a)):
+            ready = g.named(f"{waiter}-node-ready")
+            for resource in owned_by(g, other):
+                assert not g.depends_on(ready, resource), f"{ready.urn} waits on {resource.urn}"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_host_steps_keep_dialling_within_a_bounded_time(stack):
+    g = graph(stack)
+    for node in node_names(stack):
+        for suffix in ("wait-ready", "driver", "runtime", "kube-tools", "join"):
+            resource = step(g, f"{node}-{suffix}")
+            connection = resource.plain_inputs()["connection"]
+            assert connection["dialErrorLimit"] == -1, f"{resource.urn}: {connection}"
+            assert resource.custom_timeouts.get("create"), f"{resource.urn}: no create timeout"
+            assert unwrap(resource.inputs["create"]) == "sudo bash -s", f"{resource.urn}"
 
 
 # ---------------------------------------------------------------- host step parameters
@@ -453,6 +464,8 @@ def _sources(rule: dict) -> set[str]:
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_no_ssh_from_anywhere(stack):
+    allowed = set((stack_file(stack).get("gpu-cluster:network") or {}).get("sshAllowedCidrs", []))
+    assert not allowed & ANYWHERE, f"Pulumi.{stack}.yaml: network.sshAllowedCidrs {allowed}"
     g = graph(stack)
     ssh_port = (stack_file(stack).get("gpu-cluster:ssh") or {}).get("port", 22)
     for resource, rule in _ingress_rules(g):
