@@ -136,8 +136,9 @@ verify_fabric_manager() {
     return 0
   fi
   local driver fabric state
+  # awk reads to the end: head would close the pipe early and pipefail reports SIGPIPE.
   driver="$(timeout -k 10 120 nvidia-smi --query-gpu=driver_version --format=csv,noheader |
-    head -n1)"
+    awk 'NR == 1')"
   fabric="$(installed_version "nvidia-fabricmanager-${DRIVER_BRANCH}")"
   [[ "${fabric%%-*}" == "${driver}" ]] ||
     fatal "fabric manager must match driver ${driver}, nvidia-fabricmanager-${DRIVER_BRANCH} is ${fabric:-not installed}"
