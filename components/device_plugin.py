@@ -52,7 +52,7 @@ class NvidiaDevicePlugin(pulumi.ComponentResource):
             opts=child,
         )
         self.daemon_set = k8s.apps.v1.DaemonSet(
-            name,
+            f"{name}-daemonset",
             metadata={
                 "name": manifests.DEVICE_PLUGIN_NAME,
                 "namespace": namespace_name,

@@ -1,0 +1,218 @@
+"""Every Kubernetes object the program registers validates against the Kubernetes JSON schemas,
+in strict mode (unknown fields are errors), for the stack's configured minor.
+
+The objects come from the recorded graph of each stack file (types `kubernetes:*`): the inputs
+the engine receives are the manifest (apiVersion, kind, metadata, spec/data), so what is validated
+is what is deployed. The pure builders in components/kubernetes_manifests.py are also validated
+for every supported minor, so a stack moving to another minor is covered before it does.
+
+Schema versions: kubernetes-validate ships one schema set per minor (1.37.0 ships 1.2x..1.37). A
+minor it does not ship maps to the nearest older one it does (the API only grows within v1), or,
+older than all of them, to its oldest; `schema_version` does that mapping and a test reports it.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+import kubernetes_validate
+import pytest
+from kubernetes_validate import utils as kv_utils
+from packaging.version import Version
+
+from components import kubernetes_manifests as manifests
+from components.settings import SUPPORTED_KUBERNETES_MINORS, DevicePlugin, Taint, TimeSlicing
+from tests.harness import STACKS, Graph, Resource, run_program, stack_file
+
+EXPECTED_KINDS = {"Namespace", "ConfigMap", "DaemonSet", "Job"}
+
+
+def available_minors() -> list[str]:
+    """The minors kubernetes-validate has schemas for, oldest first."""
+    return sorted({kv_utils.major_minor(v) for v in kv_utils.all_versions()}, key=Version)
+
+
+def schema_version(minor: str) -> str:
+    """The schema set to validate a cluster of `minor` against (see the module docstring)."""
+    available = available_minors()
+    if minor in available:
+        return minor
+    older = [v for v in available if Version(v) <= Version(minor)]
+    return older[-1] if older else available[0]
+
+
+@cache
+def graph(stack: str) -> Graph:
+    return run_program(stack)
+
+
+def kubernetes_objects(g: Graph) -> list[Resource]:
+    return g.find(lambda r: r.type.startswith("kubernetes:"))
+
+
+def manifest(resource: Resource) -> dict[str, Any]:
+    """The recorded inputs as a manifest: apiVersion, kind and the object's own fields."""
+    inputs = resource.plain_inputs()
+    _, group_version, kind = resource.type.split(":")
+    expected_api = group_version.removeprefix("core/")
+    assert inputs.get("apiVersion") == expected_api and inputs.get("kind") == kind, (
+        f"{resource.urn}: recorded apiVersion/kind {inputs.get('apiVersion')}/{inputs.get('kind')}"
+        f" do not match its type {resource.type}"
+    )
+    return {k: v for k, v in inputs.items() if not k.startswith("__")}
+
+
+def validate(obj: dict[str, Any], minor: str, what: str) -> None:
+    version = schema_version(minor)
+    try:
+        kubernetes_validate.validate(obj, version, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        path = ".".join(str(p) for p in exc.path)
+        pytest.fail(f"{what}: invalid for Kubernetes {version} (strict) at {path}: {exc.message}")
+    except kubernetes_validate.SchemaNotFoundError as exc:
+        pytest.fail(f"{what}: no schema for Kubernetes {version}: {exc.message}")
+
+
+def stack_minor(stack: str) -> str:
+    return str(stack_file(stack).get("gpu-cluster:kubernetesVersion", "1.35"))
+
+
+# ---------------------------------------------------------------- the registered objects
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_registered_kubernetes_object_validates_strictly(stack):
+    g = graph(stack)
+    objects = kubernetes_objects(g)
+    kinds = {manifest(r)["kind"] for r in objects}
+    assert kinds >= EXPECTED_KINDS, (
+        f"stack {stack}: expected at least {sorted(EXPECTED_KINDS)} among the Kubernetes "
+        f"objects, got {sorted(kinds)} ({[r.urn for r in objects]})"
+    )
+    minor = stack_minor(stack)
+    for resource in objects:
+        validate(manifest(resource), minor, f"stack {stack}: {resource.urn}")
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_one_validation_job_per_gpu_node_is_validated(stack):
+    g = graph(stack)
+    jobs = g.of_type("kubernetes:batch/v1:Job")
+    nodes = sum(pool["count"] for pool in stack_file(stack)["gpu-cluster:nodePools"])
+    assert len(jobs) == nodes, (
+        f"stack {stack}: {len(jobs)} validation Jobs ({[j.urn for j in jobs]}) for {nodes} nodes"
+    )
+
+
+def test_validation_disabled_still_validates_what_is_left():
+    g = run_program("staging", config={"validation": {"enabled": False}})
+    objects = kubernetes_objects(g)
+    kinds = {manifest(r)["kind"] for r in objects}
+    assert kinds == {"Namespace", "ConfigMap", "DaemonSet"}, (
+        f"staging without validation: Kubernetes objects {[r.urn for r in objects]}"
+    )
+    for resource in objects:
+        validate(manifest(resource), stack_minor("staging"), f"staging: {resource.urn}")
+
+
+# ---------------------------------------------------------------- every supported minor
+
+
+def builder_objects(minor_settings: DevicePlugin) -> list[tuple[str, dict[str, Any]]]:
+    taints = [
+        Taint(key="nvidia.com/gpu", value="true", effect="NoSchedule"),
+        Taint(key="gpu-cluster.io/dedicated", value="training", effect="NoExecute"),
+    ]
+    return [
+        ("namespace", _obj("v1", "Namespace", manifests.device_plugin_namespace())),
+        ("validation namespace", _obj("v1", "Namespace", manifests.validation_namespace())),
+        (
+            "config map",
+            _obj(
+                "v1",
+                "ConfigMap",
+                {"name": "c", "namespace": "n"},
+                data=manifests.device_plugin_config_map_data(minor_settings),
+            ),
+        ),
+        (
+            "daemon set",
+            _obj(
+                "apps/v1",
+                "DaemonSet",
+                {"name": "d", "namespace": "n"},
+                spec=manifests.device_plugin_daemon_set_spec(minor_settings, pool_taints=taints),
+            ),
+        ),
+        (
+            "daemon set (taints unknown)",
+            _obj(
+                "apps/v1",
+                "DaemonSet",
+                {"name": "d", "namespace": "n"},
+                spec=manifests.device_plugin_daemon_set_spec(minor_settings),
+            ),
+        ),
+        (
+            "job",
+            _obj(
+                "batch/v1",
+                "Job",
+                manifests.validation_job_metadata("c-p-0"),
+                spec=manifests.validation_job_spec(
+                    node_name="c-p-0",
+                    gpu_count=8,
+                    image="nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0",
+                    timeout_seconds=900,
+                    taints=taints,
+                    template_annotations={manifests.CAPACITY_CHECK_ANNOTATION: "cmd-1"},
+                ),
+            ),
+        ),
+    ]
+
+
+def _obj(api_version: str, kind: str, metadata: dict, **fields: Any) -> dict[str, Any]:
+    return {"apiVersion": api_version, "kind": kind, "metadata": metadata, **fields}
+
+
+@pytest.mark.parametrize("minor", SUPPORTED_KUBERNETES_MINORS)
+@pytest.mark.parametrize(
+    "plugin",
+    [
+        DevicePlugin(),
+        DevicePlugin(mig_strategy="mixed"),
+        DevicePlugin(time_slicing=TimeSlicing(replicas=4)),
+    ],
+    ids=["default", "mig-mixed", "time-slicing-4"],
+)
+def test_builders_validate_for_every_supported_minor(minor, plugin):
+    for what, obj in builder_objects(plugin):
+        validate(obj, minor, f"{what} for Kubernetes {minor}")
+
+
+def test_every_supported_minor_has_its_own_schemas():
+    """Report the mapping; a minor served by another's schemas is named here, not hidden."""
+    mapping = {minor: schema_version(minor) for minor in SUPPORTED_KUBERNETES_MINORS}
+    borrowed = {m: v for m, v in mapping.items() if m != v}
+    assert not borrowed, (
+        f"kubernetes-validate {kubernetes_validate.version.__version__} has no schemas for "
+        f"{sorted(borrowed)}; validating them against {borrowed} (upgrade kubernetes-validate)"
+    )
+
+
+def test_schema_version_maps_to_the_nearest_older_minor():
+    available = available_minors()
+    assert schema_version(available[-1]) == available[-1], f"mapping of {available[-1]}"
+    assert schema_version("99.0") == available[-1], f"a future minor maps to {available[-1]}"
+    assert schema_version("0.1") == available[0], f"an ancient minor maps to {available[0]}"
+
+
+def test_strict_validation_rejects_an_unknown_field():
+    """The check is real: a typo'd field (spec.template.spec.tolerations -> toleration) fails."""
+    spec = manifests.device_plugin_daemon_set_spec(DevicePlugin())
+    spec["template"]["spec"]["toleration"] = spec["template"]["spec"].pop("tolerations")
+    obj = _obj("apps/v1", "DaemonSet", {"name": "d"}, spec=spec)
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(obj, schema_version("1.35"), strict=True)
