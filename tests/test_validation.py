@@ -1,0 +1,260 @@
+"""GpuValidation on the recorded graph: per node, the capacity wait then the pinned Job."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from components import kubernetes_manifests as manifests
+from components.catalog import CATALOG
+from components.settings import NodePool
+from tests.harness import STACKS, Graph, Resource, run_program, stack_file
+
+DAEMON_SET = "nvidia-device-plugin-daemonset"
+
+
+@cache
+def graph(stack: str) -> Graph:
+    return run_program(stack)
+
+
+def nodes(stack: str) -> list[tuple[str, NodePool]]:
+    """(node name, pool) for every node of a stack file."""
+    config = stack_file(stack)
+    cluster = config["gpu-cluster:clusterName"]
+    found = []
+    for raw in config["gpu-cluster:nodePools"]:
+        pool = NodePool.model_validate(raw)
+        found += [(f"{cluster}-{pool.name}-{i}", pool) for i in range(pool.count)]
+    return found
+
+
+def replicas(stack: str) -> int:
+    plugin = stack_file(stack).get("gpu-cluster:devicePlugin", {})
+    return int(plugin.get("timeSlicing", {}).get("replicas", 1))
+
+
+def timeout_seconds(stack: str) -> int:
+    return int(stack_file(stack).get("gpu-cluster:validation", {}).get("timeoutSeconds", 900))
+
+
+def script_param(step: Resource, name: str) -> str:
+    stdin = step.plain_inputs()["stdin"]
+    match = re.search(rf"^{name}=(\S+)$", stdin, re.M)
+    assert match, f"{step.urn}: no {name}= in the rendered script"
+    return match.group(1).strip("'")
+
+
+def job_pod(job: Resource) -> dict:
+    return job.plain_inputs()["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_each_validation_waits_for_its_node_and_the_daemon_set_only(stack):
+    g = graph(stack)
+    ds = g.named(DAEMON_SET)
+    names = [name for name, _ in nodes(stack)]
+    for name in names:
+        capacity = g.named(f"{name}-gpu-capacity")
+        job = g.named(f"{name}-validation-job")
+        ready = g.named(f"{name}-node-ready")
+        join = g.named(f"{name}-join")
+        for step in (capacity, job):
+            assert g.depends_on(step, ready), f"{step.urn} must wait for {ready.urn}"
+            assert g.depends_on(step, join), f"{step.urn} must wait for {join.urn}"
+            assert g.depends_on(step, ds), f"{step.urn} must wait for {ds.urn}"
+        assert g.depends_on(job, capacity), f"{job.urn} must wait for {capacity.urn}"
+        others = {
+            g.named(f"{other}-{suffix}").urn
+            for other in names
+            if other != name
+            for suffix in ("join", "node-ready", "gpu-capacity", "validation-job")
+        }
+        assert not g.ancestors(job) & others, (
+            f"{job.urn} waits for other nodes: {sorted(g.ancestors(job) & others)}"
+        )
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_capacity_wait_runs_on_the_control_plane_for_count_times_replicas(stack):
+    g = graph(stack)
+    for name, pool in nodes(stack):
+        capacity = g.named(f"{name}-gpu-capacity")
+        ready = g.named(f"{name}-node-ready")
+        host = capacity.plain_inputs()["connection"]["host"]
+        assert host == ready.plain_inputs()["connection"]["host"], (
+            f"{capacity.urn} runs on {host}, not on the control plane like {ready.urn}"
+        )
+        assert "wait-gpu-capacity.sh" in capacity.plain_inputs()["stdin"], f"{capacity.urn}"
+        expected = CATALOG[pool.instance_type].gpu_count * replicas(stack)
+        assert script_param(capacity, "NODE_NAME") == name, f"{capacity.urn}"
+        assert script_param(capacity, "EXPECTED_GPUS") == str(expected), (
+            f"{capacity.urn}: EXPECTED_GPUS {script_param(capacity, 'EXPECTED_GPUS')}, "
+            f"want {expected} ({pool.instance_type} x {replicas(stack)} replicas)"
+        )
+        bound = int(script_param(capacity, "TIMEOUT_SECONDS"))
+        assert bound == timeout_seconds(stack), f"{capacity.urn}: TIMEOUT_SECONDS {bound}"
+        create = capacity.custom_timeouts.get("create", "")
+        assert create.endswith("s") and int(create[:-1]) > bound, (
+            f"{capacity.urn}: step timeout {create} must exceed the script's bound {bound}s"
+        )
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_job_requests_exactly_the_nodes_gpus_and_is_pinned_to_it(stack):
+    g = graph(stack)
+    for name, pool in nodes(stack):
+        job = g.named(f"{name}-validation-job")
+        count = str(CATALOG[pool.instance_type].gpu_count)
+        pod = job_pod(job)
+        (container,) = pod["containers"]
+        resources = container["resources"]
+        assert resources["limits"] == {"nvidia.com/gpu": count}, f"{job.urn}: {resources}"
+        assert resources.get("requests", resources["limits"]) == resources["limits"], (
+            f"{job.urn}: {resources}"
+        )
+        terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        assert terms["nodeSelectorTerms"] == [
+            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]}
+        ], f"{job.urn} is not pinned to {name}: {terms}"
+        for taint in pool.taints:
+            assert manifests.tolerates(pod["tolerations"], taint), (
+                f"{job.urn} does not tolerate {taint} of {name}: {pod['tolerations']}"
+            )
+        assert f"-ne {count} ]" in container["command"][-1], f"{job.urn}: {container['command']}"
+        assert "nvidia-smi -L" in container["command"][-1], f"{job.urn}"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_job_fails_up_when_validation_fails(stack):
+    g = graph(stack)
+    image = stack_file(stack).get("gpu-cluster:validation", {}).get("image")
+    for name, _ in nodes(stack):
+        job = g.named(f"{name}-validation-job")
+        inputs = job.plain_inputs()
+        spec = inputs["spec"]
+        bound = timeout_seconds(stack)
+        assert spec["backoffLimit"] == 1, f"{job.urn}: backoffLimit {spec['backoffLimit']}"
+        assert spec["activeDeadlineSeconds"] == bound, f"{job.urn}: {spec}"
+        assert job_pod(job)["restartPolicy"] == "Never", f"{job.urn}"
+        annotations = inputs["metadata"].get("annotations") or {}
+        assert "pulumi.com/skipAwait" not in annotations, f"{job.urn}: the Job must be awaited"
+        create = job.custom_timeouts.get("create", "")
+        assert create.endswith("s") and int(create[:-1]) > bound, (
+            f"{job.urn}: create timeout {create} must outlast activeDeadlineSeconds {bound}"
+        )
+        assert inputs["metadata"]["name"] == f"{name}-validation", f"{job.urn}"
+        assert inputs["metadata"]["namespace"] == manifests.VALIDATION_NAMESPACE, f"{job.urn}"
+        want_image = image or "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0"
+        assert job_pod(job)["containers"][0]["image"] == want_image, f"{job.urn}"
+        assert job.delete_before_replace, f"{job.urn}: same-name replacement needs delete first"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_job_is_replaced_when_the_capacity_check_reruns(stack):
+    g = graph(stack)
+    for name, _ in nodes(stack):
+        job = g.named(f"{name}-validation-job")
+        capacity = g.named(f"{name}-gpu-capacity")
+        template = job.plain_inputs()["spec"]["template"]["metadata"]
+        assert template["annotations"].get(manifests.CAPACITY_CHECK_ANNOTATION), f"{job.urn}"
+        assert capacity.urn in job.property_dependencies.get("spec", set()), (
+            f"{job.urn}: the pod template must carry {capacity.urn}'s id"
+        )
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_outputs_report_model_count_and_validation_per_node(stack):
+    g = graph(stack)
+    outputs = g.outputs["gpuNodes"]
+    for name, pool in nodes(stack):
+        gpu = CATALOG[pool.instance_type]
+        got = outputs[name]
+        assert got["gpuModel"] == gpu.gpu.name, f"stack {stack} output gpuNodes.{name}: {got}"
+        assert got["gpuCount"] == gpu.gpu_count, f"stack {stack} output gpuNodes.{name}: {got}"
+        assert got["validated"] is True, f"stack {stack} output gpuNodes.{name}: {got}"
+        component = g.named(f"{name}-validation")
+        assert component.outputs.get("passed") is True, f"{component.urn}: {component.outputs}"
+
+
+def test_validation_disabled_creates_no_checks():
+    g = run_program("staging", config={"validation": {"enabled": False}})
+    checks = g.find(lambda r: r.name.endswith(("-gpu-capacity", "-validation-job")))
+    assert not checks, f"validation disabled, yet {[r.urn for r in checks]}"
+    assert g.of_type("kubernetes:apps/v1:DaemonSet"), "the device plugin is deployed anyway"
+    for name, _ in nodes("staging"):
+        got = g.outputs["gpuNodes"][name]
+        assert got["validated"] == "disabled", f"output gpuNodes.{name}: {got}"
+
+
+def test_time_slicing_expects_shares_but_requests_physical_gpus():
+    g = run_program("dev", config={"devicePlugin": {"timeSlicing": {"replicas": 4}}})
+    (name, pool), *_ = nodes("dev")
+    count = CATALOG[pool.instance_type].gpu_count
+    capacity = g.named(f"{name}-gpu-capacity")
+    job = g.named(f"{name}-validation-job")
+    assert script_param(capacity, "EXPECTED_GPUS") == str(count * 4), f"{capacity.urn}"
+    limits = job_pod(job)["containers"][0]["resources"]["limits"]
+    assert limits == {"nvidia.com/gpu": str(count)}, f"{job.urn}: {limits}"
+
+
+def test_long_node_names_give_valid_job_names():
+    long = "a" * 40 + "-" + "b" * 40 + "-999"
+    name = manifests.validation_job_name(long)
+    assert len(name) <= 63 and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", name), name
+    assert name != manifests.validation_job_name(long[:-1] + "8"), "names must stay distinct"
+    assert manifests.validation_job_name("n-0") == "n-0-validation"
+
+
+# ---------------------------------------------------------------- the pod's command, for real
+
+
+@pytest.fixture
+def fake_image(tmp_path: Path):
+    """A PATH with a fake nvidia-smi and a fake CUDA sample that logs CUDA_VISIBLE_DEVICES."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "sample.log"
+
+    def run(gpus: int, expected: int, sample_exit: int = 0) -> subprocess.CompletedProcess:
+        smi = bin_dir / "nvidia-smi"
+        listing = "".join(f"echo 'GPU {i}: NVIDIA A10G (UUID: GPU-{i})'\n" for i in range(gpus))
+        smi.write_text(f"#!/bin/sh\n{listing}")
+        sample = bin_dir / "sample"
+        sample.write_text(f'#!/bin/sh\necho "$CUDA_VISIBLE_DEVICES" >> {log}\nexit {sample_exit}\n')
+        for f in (smi, sample):
+            f.chmod(0o755)
+        command = manifests.validation_command(expected).replace(
+            manifests.CUDA_SAMPLE_BINARY, str(sample)
+        )
+        env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin"}
+        return subprocess.run(
+            ["sh", "-c", command], capture_output=True, text=True, env=env, check=False
+        )
+
+    run.log = log
+    return run
+
+
+def test_pod_command_runs_the_sample_on_every_gpu(fake_image):
+    result = fake_image(gpus=4, expected=4)
+    assert result.returncode == 0, f"validation command: {result.stdout}{result.stderr}"
+    assert fake_image.log.read_text().split() == ["0", "1", "2", "3"], "sample per GPU"
+    assert "validated 4 GPU(s)" in result.stdout, result.stdout
+
+
+def test_pod_command_fails_on_a_missing_gpu(fake_image):
+    result = fake_image(gpus=3, expected=4)
+    assert result.returncode != 0, f"validation command passed with 3 of 4: {result.stdout}"
+    assert "expected 4 GPU(s), nvidia-smi -L lists 3" in result.stderr, result.stderr
+    assert not fake_image.log.exists(), "the sample must not run after a failed count"
+
+
+def test_pod_command_fails_when_cuda_fails(fake_image):
+    result = fake_image(gpus=2, expected=2, sample_exit=1)
+    assert result.returncode != 0, f"validation command passed a failing kernel: {result.stdout}"
