@@ -1,0 +1,486 @@
+"""ControlPlane on the real registered graph, both modes: `dev` is managed (the stack creates and
+initializes the control plane), `prod` is existing (an SSH-reachable kubeadm control plane).
+
+The assertions are on what the engine receives: dependencies, inputs (secret markers kept),
+additional secret outputs and delete commands.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from functools import cache
+
+import pytest
+
+from components.control_plane import API_PORT, FLANNEL_VERSION, JOIN_TOKEN_TTL, parse_join_token
+from tests.harness import (
+    COMMAND_STDOUT,
+    Graph,
+    Resource,
+    Secret,
+    _fake_ip,
+    plain_strings,
+    run_program,
+    secret_paths,
+    stack_file,
+    unwrap,
+)
+
+INSTANCE = "aws:ec2/instance:Instance"
+COMMAND = "command:remote:Command"
+SECURITY_GROUP = "aws:ec2/securityGroup:SecurityGroup"
+K8S_PROVIDER = "pulumi:providers:kubernetes"
+DAEMONSET = "kubernetes:apps/v1:DaemonSet"
+MANAGED_CHAIN = (
+    "control-plane",
+    "wait-ready",
+    "runtime",
+    "kube-tools",
+    "init",
+    "cni",
+    "kubeconfig",
+)
+KUBECONFIG_LEAK_MARKER = "RkFLRS1URVNULUFETUlOLUtFWQ"  # base64 of "FAKE-TEST-ADMIN-KEY"
+
+
+@cache
+def stack_graph(stack: str) -> Graph:
+    return run_program(stack)
+
+
+def stdin_of(resource: Resource) -> str:
+    return unwrap(resource.inputs["stdin"])
+
+
+def param(resource: Resource, name: str) -> str:
+    """The value a rendered step script assigns to NAME (inputs are NAME='value' lines)."""
+    for line in stdin_of(resource).splitlines():
+        if line.startswith(f"{name}="):
+            return line.split("=", 1)[1].strip("'")
+    raise AssertionError(f"{resource.urn}: no input {name} in the rendered script")
+
+
+def script_of(resource: Resource) -> str:
+    """Which components/scripts file a step runs (from the rendered header)."""
+    second = stdin_of(resource).splitlines()[1]
+    return second.removeprefix("# ").split(",")[0]
+
+
+def nodes_of(graph: Graph) -> list[str]:
+    return sorted(
+        r.name
+        for r in graph.of_type(INSTANCE)
+        if "gpu-cluster:role" not in r.inputs.get("tags", {})
+    )
+
+
+def host_of(resource: Resource) -> str:
+    return unwrap(resource.inputs["connection"])["host"]
+
+
+# ------------------------------------------------------------------ managed (dev)
+
+
+def test_managed_chain_runs_in_order_on_the_control_plane_machine():
+    graph = stack_graph("dev")
+    cluster = "dev-gpu"
+    steps = [graph.named(f"{cluster}-{step}") for step in MANAGED_CHAIN]
+    assert steps[0].type == INSTANCE, f"{steps[0].urn}: the control plane is not an EC2 instance"
+    for before, after in itertools.pairwise(steps):
+        assert before.urn in graph.direct_dependencies(after), (
+            f"{after.urn}: does not wait directly for {before.urn}"
+        )
+    expected_scripts = {
+        "wait-ready": "wait-ready.sh",
+        "runtime": "install-runtime.sh",
+        "kube-tools": "install-kube-tools.sh",
+        "init": "init-control-plane.sh",
+        "cni": "install-cni.sh",
+        "kubeconfig": "read-kubeconfig.sh",
+    }
+    for step, script in expected_scripts.items():
+        resource = graph.named(f"{cluster}-{step}")
+        assert script_of(resource) == script, f"{resource.urn}: runs {script_of(resource)}"
+    machine = graph.named(f"{cluster}-control-plane")
+    public_ip = _fake_ip("198.51", machine.name)
+    for step in MANAGED_CHAIN[1:]:
+        resource = graph.named(f"{cluster}-{step}")
+        assert host_of(resource) == public_ip, f"{resource.urn}: not run on the control plane"
+
+
+def test_managed_machine_reuses_the_node_scripts_without_the_gpu_toolkit():
+    graph = stack_graph("dev")
+    runtime = graph.named("dev-gpu-runtime")
+    assert param(runtime, "WITH_NVIDIA_TOOLKIT") == "false", f"{runtime.urn}: installs the toolkit"
+    kube_tools = graph.named("dev-gpu-kube-tools")
+    assert param(kube_tools, "KUBERNETES_MINOR") == "1.35", f"{kube_tools.urn}: wrong minor"
+    node_tools = graph.named("dev-gpu-a10g-0-kube-tools")
+    assert script_of(node_tools) == script_of(kube_tools), (
+        f"{kube_tools.urn}: not the same kube-tools script as {node_tools.urn}"
+    )
+
+
+def test_managed_init_then_cni_then_kubeconfig_before_any_join():
+    graph = stack_graph("dev")
+    init, cni, kubeconfig = (graph.named(f"dev-gpu-{s}") for s in ("init", "cni", "kubeconfig"))
+    assert graph.depends_on(cni, init), f"{cni.urn}: CNI does not wait for kubeadm init"
+    assert graph.depends_on(kubeconfig, cni), f"{kubeconfig.urn}: kubeconfig before the CNI"
+    for node in nodes_of(graph):
+        for step in ("join-token", "join"):
+            resource = graph.named(f"{node}-{step}")
+            for before in (init, cni, kubeconfig):
+                assert graph.depends_on(resource, before), (
+                    f"{resource.urn}: does not wait for {before.name}"
+                )
+
+
+def test_managed_init_configuration_inputs():
+    graph = stack_graph("dev")
+    machine = graph.named("dev-gpu-control-plane")
+    public_ip, private_ip = _fake_ip("198.51", machine.name), _fake_ip("10.42", machine.name)
+    init = graph.named("dev-gpu-init")
+    assert param(init, "CLUSTER_NAME") == "dev-gpu", f"{init.urn}: cluster name"
+    assert param(init, "KUBERNETES_MINOR") == "1.35", f"{init.urn}: minor"
+    assert param(init, "POD_SUBNET") == "10.244.0.0/16", f"{init.urn}: pod subnet"
+    assert param(init, "SERVICE_SUBNET") == "10.96.0.0/12", f"{init.urn}: service subnet"
+    assert param(init, "CONTROL_PLANE_ENDPOINT") == f"{private_ip}:{API_PORT}", f"{init.urn}"
+    assert param(init, "ADVERTISE_ADDRESS") == private_ip, f"{init.urn}: advertise address"
+    sans = param(init, "CERT_SANS").split(",")
+    assert public_ip in sans and private_ip in sans, f"{init.urn}: cert SANs {sans}"
+    cni = graph.named("dev-gpu-cni")
+    assert param(cni, "FLANNEL_VERSION") == FLANNEL_VERSION, f"{cni.urn}: CNI not pinned"
+    assert param(cni, "POD_SUBNET") == param(init, "POD_SUBNET"), f"{cni.urn}: pod CIDR differs"
+    assert param(cni, "NODE_NAME") == "dev-gpu-control-plane", f"{cni.urn}: waits for another node"
+
+
+def test_managed_pod_and_service_cidrs_come_from_config_and_rerun_init_not_the_machine():
+    base = stack_graph("dev")
+    changed = run_program(
+        "dev",
+        config={
+            "controlPlane": {
+                "mode": "managed",
+                "podCidr": "10.200.0.0/16",
+                "apiAllowedCidrs": ["203.0.113.0/24"],
+            }
+        },
+    )
+    init = changed.named("dev-gpu-init")
+    assert param(init, "POD_SUBNET") == "10.200.0.0/16", f"{init.urn}: pod subnet from config"
+    assert param(changed.named("dev-gpu-cni"), "POD_SUBNET") == "10.200.0.0/16"
+    for name in ("dev-gpu-init", "dev-gpu-cni"):
+        before, after = base.named(name), changed.named(name)
+        assert before.inputs["triggers"] != after.inputs["triggers"], f"{after.urn}: no re-run"
+    for name in ("dev-gpu-control-plane", "dev-gpu-runtime", "dev-gpu-kube-tools"):
+        before, after = base.named(name), changed.named(name)
+        assert unwrap(before.inputs) == unwrap(after.inputs), f"{after.urn}: changed by podCidr"
+
+
+def test_managed_api_security_group_is_the_vpc_and_the_allowed_ranges_only():
+    graph = stack_graph("dev")
+    group = graph.named("dev-gpu-api")
+    rules = unwrap(group.inputs["ingress"])
+    assert {(r["fromPort"], r["toPort"], r["protocol"]) for r in rules} == {(6443, 6443, "tcp")}, (
+        f"{group.urn}: opens more than the API port: {rules}"
+    )
+    sources = sorted(c for r in rules for c in r["cidrBlocks"])
+    assert sources == ["10.42.0.0/16", "203.0.113.0/24"], f"{group.urn}: API sources {sources}"
+    machine = graph.named("dev-gpu-control-plane")
+    groups = unwrap(machine.inputs["vpcSecurityGroupIds"])
+    cluster_group = graph.named("network-cluster")
+    assert len(groups) == 2, f"{machine.urn}: security groups {groups}"
+    assert group.urn in graph.direct_dependencies(machine), f"{machine.urn}: not in the API group"
+    assert cluster_group.urn in graph.direct_dependencies(machine), (
+        f"{machine.urn}: not in the cluster group (SSH, CNI)"
+    )
+
+
+def test_managed_api_without_allowed_ranges_is_vpc_only():
+    graph = run_program("dev", config={"controlPlane": {"mode": "managed", "apiAllowedCidrs": []}})
+    group = graph.named("dev-gpu-api")
+    sources = [c for r in unwrap(group.inputs["ingress"]) for c in r["cidrBlocks"]]
+    assert sources == ["10.42.0.0/16"], f"{group.urn}: API open to {sources}"
+
+
+def test_managed_machine_is_hardened():
+    graph = stack_graph("dev")
+    machine = graph.named("dev-gpu-control-plane")
+    inputs = unwrap(machine.inputs)
+    metadata = inputs["metadataOptions"]
+    assert metadata["httpTokens"] == "required", f"{machine.urn}: IMDSv1 allowed"
+    assert metadata["httpPutResponseHopLimit"] == 1, f"{machine.urn}: hop limit {metadata}"
+    root = inputs["rootBlockDevice"]
+    assert root["encrypted"] is True and root["volumeType"] == "gp3", f"{machine.urn}: {root}"
+    assert root["volumeSize"] == 50, f"{machine.urn}: root volume {root}"
+    assert inputs["instanceType"] == "m7i.large", f"{machine.urn}: instance type"
+    (first_subnet,) = graph.find(
+        lambda r: r.type == "aws:ec2/subnet:Subnet" and r.name == "network-public-0"
+    )
+    assert first_subnet.urn in graph.direct_dependencies(machine), f"{machine.urn}: subnet"
+    key = graph.named("dev-gpu-control-plane-key")
+    assert key.urn in graph.direct_dependencies(machine), f"{machine.urn}: no key pair"
+    ami = inputs["ami"]
+    assert ami.startswith("ami-"), f"{machine.urn}: AMI {ami}"
+
+
+def test_managed_configured_ami_is_used_as_given():
+    graph = run_program(
+        "dev",
+        config={"controlPlane": {"mode": "managed", "amiId": "ami-0123456789abcdef0"}},
+    )
+    machine = graph.named("dev-gpu-control-plane")
+    assert machine.inputs["ami"] == "ami-0123456789abcdef0", f"{machine.urn}: AMI not as given"
+
+
+def test_managed_kubeconfig_address_follows_how_the_operator_connects():
+    graph = stack_graph("dev")
+    machine = graph.named("dev-gpu-control-plane")
+    step = graph.named("dev-gpu-kubeconfig")
+    public_ip = _fake_ip("198.51", machine.name)
+    assert param(step, "API_SERVER") == f"https://{public_ip}:{API_PORT}", f"{step.urn}"
+    # Behind a bastion (existing VPC with NAT) everything goes to the private address.
+    relayed = run_program(
+        "dev",
+        config={
+            "network": {
+                "create": False,
+                "vpcId": "vpc-0a1b2c3d4e5f60718",
+                "subnetIds": ["subnet-0a1b2c3d4e5f60711"],
+                "bastion": {"host": "198.51.100.7"},
+            }
+        },
+    )
+    machine = relayed.named("dev-gpu-control-plane")
+    private_ip = _fake_ip("10.42", machine.name)
+    step = relayed.named("dev-gpu-kubeconfig")
+    assert param(step, "API_SERVER") == f"https://{private_ip}:{API_PORT}", f"{step.urn}"
+    assert host_of(step) == private_ip, f"{step.urn}: SSH not to the private address"
+    assert unwrap(step.inputs["connection"])["proxy"]["host"] == "198.51.100.7", (
+        f"{step.urn}: not through the bastion"
+    )
+
+
+def test_managed_kubelet_clients_are_the_control_plane_address():
+    graph = stack_graph("dev")
+    machine = graph.named("dev-gpu-control-plane")
+    group = graph.named("dev-gpu-a10g-nodes")
+    sources = [c for r in unwrap(group.inputs["ingress"]) for c in r["cidrBlocks"]]
+    assert sources == [f"{_fake_ip('10.42', machine.name)}/32"], f"{group.urn}: {sources}"
+
+
+# ------------------------------------------------------------------ existing (prod)
+
+
+def test_existing_mode_creates_no_machine_and_checks_skew_before_any_node():
+    graph = stack_graph("prod")
+    assert not graph.find(lambda r: r.name == "prod-gpu-control-plane"), (
+        "prod: existing mode created a control-plane machine"
+    )
+    assert not graph.find(lambda r: r.name in ("prod-gpu-init", "prod-gpu-cni")), (
+        "prod: existing mode runs kubeadm init or installs a CNI"
+    )
+    skew = graph.named("prod-gpu-version-skew")
+    assert script_of(skew) == "check-version-skew.sh", f"{skew.urn}: runs {script_of(skew)}"
+    assert param(skew, "KUBERNETES_MINOR") == "1.34", f"{skew.urn}: checks another minor"
+    kubeconfig = graph.named("prod-gpu-kubeconfig")
+    assert graph.depends_on(kubeconfig, skew), f"{kubeconfig.urn}: before the skew check"
+    assert param(kubeconfig, "API_SERVER") == "https://10.20.1.10:6443", f"{kubeconfig.urn}"
+    nodes = nodes_of(graph)
+    assert len(nodes) == 8, f"prod: nodes {nodes}"
+    for node in nodes:
+        for step in ("wait-ready", "driver", "join-token", "join"):
+            resource = graph.named(f"{node}-{step}")
+            if step in ("join-token", "join"):
+                assert graph.depends_on(resource, skew), f"{resource.urn}: before the skew check"
+                assert graph.depends_on(resource, kubeconfig), f"{resource.urn}: before kubeconfig"
+
+
+def test_existing_mode_reaches_the_host_through_the_bastion():
+    graph = stack_graph("prod")
+    for name in ("prod-gpu-version-skew", "prod-gpu-kubeconfig", "prod-gpu-a10g-0-join-token"):
+        step = graph.named(name)
+        connection = unwrap(step.inputs["connection"])
+        assert connection["host"] == "10.20.1.10", f"{step.urn}: SSH to {connection['host']}"
+        assert connection["user"] == "ubuntu", f"{step.urn}: user {connection['user']}"
+        assert connection["proxy"]["host"] == "198.51.100.7", f"{step.urn}: no bastion"
+        assert connection["dialErrorLimit"] == -1, f"{step.urn}: gives up dialling"
+
+
+def test_existing_mode_user_override_and_kubelet_clients():
+    graph = run_program(
+        "prod",
+        config={
+            "controlPlane": {
+                "mode": "existing",
+                "host": "10.20.1.10",
+                "endpoint": "10.20.1.10:6443",
+                "user": "admin",
+            }
+        },
+    )
+    step = graph.named("prod-gpu-version-skew")
+    assert unwrap(step.inputs["connection"])["user"] == "admin", f"{step.urn}: user not used"
+    group = graph.named("prod-gpu-a10g-nodes")
+    sources = [c for r in unwrap(group.inputs["ingress"]) for c in r["cidrBlocks"]]
+    assert sources == ["10.20.1.10/32"], f"{group.urn}: kubelet open to {sources}"
+    # A DNS name for the host: the kubelet port is open to the VPC instead.
+    named = run_program(
+        "prod",
+        config={
+            "controlPlane": {
+                "mode": "existing",
+                "host": "cp.internal.example",
+                "endpoint": "api.internal.example:6443",
+            }
+        },
+    )
+    group = named.named("prod-gpu-a10g-nodes")
+    sources = [c for r in unwrap(group.inputs["ingress"]) for c in r["cidrBlocks"]]
+    assert sources == ["10.0.0.0/16"], f"{group.urn}: kubelet open to {sources}"
+    join = named.named("prod-gpu-a10g-0-join")
+    assert param(join, "API_ENDPOINT") == "api.internal.example:6443", f"{join.urn}: endpoint"
+
+
+def test_existing_mode_with_a_newer_kubelet_still_registers_the_skew_check_first():
+    """The skew check is a host step (the API server's version is only known there): a newer
+    kubernetesVersion reaches it, and no node step runs before it."""
+    graph = run_program("prod", config={"kubernetesVersion": "1.35"})
+    skew = graph.named("prod-gpu-version-skew")
+    assert param(skew, "KUBERNETES_MINOR") == "1.35", f"{skew.urn}: checks another minor"
+    for node in nodes_of(graph):
+        join = graph.named(f"{node}-join-token")
+        assert graph.depends_on(join, skew), f"{join.urn}: mints a token before the skew check"
+
+
+# ------------------------------------------------------------------ both modes
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_provider_is_built_from_the_secret_kubeconfig(stack):
+    graph = stack_graph(stack)
+    cluster = f"{stack}-gpu"
+    provider = graph.named(f"{cluster}-k8s")
+    assert provider.type == K8S_PROVIDER, f"{provider.urn}: type {provider.type}"
+    kubeconfig = provider.inputs["kubeconfig"]
+    assert isinstance(kubeconfig, Secret), f"{provider.urn}: kubeconfig is not a secret input"
+    expected = COMMAND_STDOUT["-kubeconfig"](_Args(f"{cluster}-kubeconfig"))
+    assert kubeconfig.value == expected, f"{provider.urn}: kubeconfig is not the step's stdout"
+    step = graph.named(f"{cluster}-kubeconfig")
+    assert step.urn in graph.direct_dependencies(provider), f"{provider.urn}: not after {step.urn}"
+    for daemonset in graph.of_type(DAEMONSET):
+        assert daemonset.provider_urn == provider.urn, f"{daemonset.urn}: another provider"
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_no_plain_secret_anywhere(stack):
+    graph = stack_graph(stack)
+    cluster = f"{stack}-gpu"
+    for name in (f"{cluster}-kubeconfig", *(f"{n}-join-token" for n in nodes_of(graph))):
+        step = graph.named(name)
+        assert set(step.additional_secret_outputs) >= {"stdout", "stderr"}, (
+            f"{step.urn}: output not secret"
+        )
+        assert step.inputs.get("logging") == "none", f"{step.urn}: output logged"
+    tokens = [
+        json.loads(COMMAND_STDOUT["-join-token"](_Args(f"{n}-join-token")))["token"]
+        for n in nodes_of(graph)
+    ]
+    for resource in graph:
+        for text in [*plain_strings(resource.inputs), *plain_strings(resource.outputs)]:
+            assert KUBECONFIG_LEAK_MARKER not in text, f"{resource.urn}: kubeconfig in plain text"
+            for token in tokens:
+                assert token not in text, f"{resource.urn}: a join token in plain text"
+    for text in plain_strings(graph.outputs):
+        assert KUBECONFIG_LEAK_MARKER not in text, f"{stack}: kubeconfig in a plain stack output"
+    assert isinstance(graph.outputs["kubeconfig"], Secret), f"{stack}: kubeconfig output plain"
+    component = graph.named(cluster)
+    assert isinstance(component.outputs["kubeconfig"], Secret), (
+        f"{component.urn}: kubeconfig registered as a plain output"
+    )
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_each_node_gets_its_own_short_lived_token_on_the_control_plane(stack):
+    graph = stack_graph(stack)
+    kubeconfig = graph.named(f"{stack}-gpu-kubeconfig")
+    for node in nodes_of(graph):
+        mint = graph.named(f"{node}-join-token")
+        assert script_of(mint) == "mint-join-token.sh", f"{mint.urn}: runs {script_of(mint)}"
+        assert param(mint, "NODE_NAME") == node, f"{mint.urn}: token for another node"
+        assert param(mint, "TOKEN_TTL") == JOIN_TOKEN_TTL, f"{mint.urn}: TTL"
+        assert host_of(mint) == host_of(kubeconfig), f"{mint.urn}: not on the control plane"
+        assert graph.depends_on(mint, graph.named(f"{node}-kube-tools")), f"{mint.urn}: too early"
+        join = graph.named(f"{node}-join")
+        expected = parse_join_token(COMMAND_STDOUT["-join-token"](_Args(mint.name)))
+        assert isinstance(join.inputs["stdin"], Secret), f"{join.urn}: stdin with token not secret"
+        assert f"JOIN_TOKEN={expected['token']}" in stdin_of(join), f"{join.urn}: not its token"
+        assert param(join, "CA_CERT_HASH") == expected["caCertHash"], f"{join.urn}: CA hash"
+        assert mint.urn in graph.direct_dependencies(join), f"{join.urn}: not after {mint.urn}"
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_node_registration_waits_ready_and_drains_on_delete(stack):
+    graph = stack_graph(stack)
+    kubeconfig = graph.named(f"{stack}-gpu-kubeconfig")
+    for node in nodes_of(graph):
+        ready = graph.named(f"{node}-node-ready")
+        join = graph.named(f"{node}-join")
+        assert join.urn in graph.direct_dependencies(ready), f"{ready.urn}: not after the join"
+        assert script_of(ready) == "wait-node-ready.sh", f"{ready.urn}: runs {script_of(ready)}"
+        assert param(ready, "NODE_NAME") == node, f"{ready.urn}: waits for another node"
+        assert host_of(ready) == host_of(kubeconfig), f"{ready.urn}: not on the control plane"
+        delete = ready.inputs.get("delete", "")
+        assert "# drain-node.sh, rendered" in delete, f"{ready.urn}: delete does not drain"
+        assert f"NODE_NAME={node}" in delete, f"{ready.urn}: drains another node"
+        assert ready.delete_before_replace, f"{ready.urn}: a replace would drain the new node"
+
+
+@pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
+def test_stack_outputs_come_from_the_control_plane(stack):
+    graph = run_program(stack) if stack == "staging" else stack_graph(stack)
+    settings = _settings(graph, stack)
+    outputs = graph.outputs
+    if stack == "prod":
+        assert outputs["endpoint"] == "10.20.1.10:6443", f"{stack}: endpoint {outputs['endpoint']}"
+    else:
+        machine = graph.named(f"{settings['cluster']}-control-plane")
+        expected = f"{_fake_ip('10.42', machine.name)}:{API_PORT}"
+        assert outputs["endpoint"] == expected, f"{stack}: endpoint {outputs['endpoint']}"
+    assert outputs["kubernetesVersion"] == settings["version"], f"{stack}: version output"
+    pools = outputs["nodePools"]
+    assert sorted(n for names in pools.values() for n in names) == nodes_of(graph), (
+        f"{stack}: nodePools output {pools}"
+    )
+    assert secret_paths(outputs["kubeconfig"]) == ["."], f"{stack}: kubeconfig output not secret"
+
+
+def test_join_token_parser_never_shows_the_output():
+    good = (
+        "[join-token 1/3] log line\n"
+        '{"token": "abcdef.0123456789abcdef", "caCertHash": "sha256:aa"}\n'
+    )
+    assert parse_join_token(good)["token"] == "abcdef.0123456789abcdef"
+    for bad in ("abcdef.0123456789abcdef\n", '{"token": "abcdef.0123456789abcdef"}\n'):
+        with pytest.raises(ValueError) as caught:
+            parse_join_token(bad)
+        assert "abcdef.0123456789abcdef" not in str(caught.value), "the token is in the error"
+
+
+# ------------------------------------------------------------------ helpers
+
+
+class _Args:
+    """The part of MockResourceArgs the stdout makers read."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.inputs: dict = {}
+
+
+def _settings(graph: Graph, stack: str) -> dict[str, str]:
+    config = stack_file(stack)
+    return {
+        "cluster": config["gpu-cluster:clusterName"],
+        "version": str(config["gpu-cluster:kubernetesVersion"]),
+    }
