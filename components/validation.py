@@ -9,7 +9,8 @@ after nothing of any other node:
    Ready (kubelet), a Ready node with no GPUs (device plugin or container runtime) and one with
    too few (driver, MIG/time-slicing config).
 2. `<node>-validation-job`: a Job pinned to the node that requests all of its physical GPUs (also
-   with time slicing: the plugin spreads a multi-replica request over distinct GPUs) and runs
+   with time slicing, where the count check below also catches an allocation that packs the
+   request onto fewer physical GPUs) and runs
    `nvidia-smi -L` (count checked) and the CUDA vectorAdd sample on each GPU.
    pulumi-kubernetes 4.x awaits a Job until its `Complete` condition and fails the resource (so
    `pulumi up`) on the `Failed` condition (backoffLimit 1, activeDeadlineSeconds) or at the custom
