@@ -67,11 +67,12 @@ def test_private_key_never_plain(stack_run):
 
 def _inputs_snapshot(stack: str, **config) -> str:
     graph = run_program(stack, config=config or None)
+    # Registration order is the SDK's concurrency, not an input: compare resources by URN.
     return json.dumps(
-        [
-            [r.type, r.urn, r.parent, sorted(r.dependencies), r.provider, _plain(r.inputs)]
+        sorted(
+            [r.urn, r.type, r.parent, sorted(r.dependencies), r.provider, _plain(r.inputs)]
             for r in graph
-        ],
+        ),
         sort_keys=True,
     )
 
