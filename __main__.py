@@ -5,20 +5,23 @@ order of the chain, export what operators need.
 """
 
 import pulumi
+
+from components.config import load_settings
 from components.control_plane import ControlPlane
 from components.device_plugin import NvidiaDevicePlugin
 from components.gpu_node import GpuNodePool
-from components.validation import GpuValidation
-
-from components.config import load_settings
 from components.network import Network
+from components.validation import GpuValidation
 
 settings = load_settings()
 
 network = Network("network", settings)
 control_plane = ControlPlane(settings.cluster_name, settings=settings, network=network)
 device_plugin = NvidiaDevicePlugin(
-    "nvidia-device-plugin", settings=settings.device_plugin, provider=control_plane.provider
+    "nvidia-device-plugin",
+    settings=settings.device_plugin,
+    provider=control_plane.provider,
+    pool_taints=[taint for pool in settings.node_pools for taint in pool.taints],
 )
 pools = [
     GpuNodePool(
