@@ -1,0 +1,272 @@
+"""The offline preview (`python -m tools.preview <stack>`) for every stack file: the printed plan,
+and artefacts that exist and parse (YAML loads, scripts pass shellcheck, the picture is a real
+SVG and PNG). Bad config and a missing Graphviz fail cleanly, with exit code 1."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests import harness
+from tests.harness import ROOT
+from tools import graph_picture, preview
+
+STACK_FILES = sorted(p.name.split(".")[1] for p in ROOT.glob("Pulumi.*.yaml"))
+CONTRACT_CHAIN = [
+    "instance",
+    "wait-ready",
+    "driver",
+    "runtime",
+    "kube-tools",
+    "join-token",
+    "join",
+    "node-ready",
+    "gpu-capacity",
+    "validation-job",
+]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+needs_dot = pytest.mark.skipif(
+    shutil.which("dot") is None, reason=f"Graphviz missing: {graph_picture.INSTALL_HINT}"
+)
+
+
+@pytest.fixture(scope="module")
+def previews(tmp_path_factory) -> dict[str, preview.Preview]:
+    if shutil.which("dot") is None:
+        pytest.fail(f"Graphviz `dot` is required for the preview: {graph_picture.INSTALL_HINT}")
+    out_root = tmp_path_factory.mktemp("preview")
+    return {stack: preview.preview(stack, out_root=out_root) for stack in STACK_FILES}
+
+
+def test_every_stack_file_is_previewed():
+    assert set(harness.STACKS) <= set(STACK_FILES), f"stack files found: {STACK_FILES}"
+
+
+@pytest.mark.parametrize("stack", STACK_FILES)
+def test_tree_lists_every_resource_with_its_dependencies(previews, stack):
+    result = previews[stack]
+    lines = result.text.splitlines()
+    for resource in result.graph:
+        entry = f"+ {resource.type}  {resource.name}  create"
+        matches = [i for i, line in enumerate(lines) if line.strip() == entry]
+        assert matches, f"{resource.urn}: no tree line {entry!r} in the {stack} preview"
+        deps = result.graph.direct_dependencies(resource)
+        if deps:
+            following = lines[matches[0] + 1].strip()
+            assert following.startswith("depends on: "), (
+                f"{resource.urn}: waits for {sorted(deps)} but the preview shows no 'depends on'"
+            )
+            for dep in deps:
+                assert result.graph.by_urn[dep].name in following, (
+                    f"{resource.urn}: dependency {dep} missing from {following!r}"
+                )
+
+
+@pytest.mark.parametrize("stack", STACK_FILES)
+def test_chains_follow_the_contract_for_every_node(previews, stack):
+    result = previews[stack]
+    expected_nodes = preview.node_names(result.graph)
+    assert expected_nodes, f"{stack}: the nodePools output names no node"
+    chain_lines = result.text.split("\nChains:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    for node_name in expected_nodes:
+        line = f"    {node_name}: {' -> '.join(CONTRACT_CHAIN)}"
+        assert line in chain_lines, (
+            f"{stack}: chain of node {node_name} is not the contract's; got "
+            f"{[c for c in chain_lines if c.strip().startswith(node_name + ':')]}"
+        )
+        chain = result.chains[node_name]
+        for later, earlier in ((b, a) for a, b in itertools.pairwise(chain)):
+            assert result.graph.depends_on(later, earlier), (
+                f"{later.urn}: printed after {earlier.urn} in the chain but does not wait for it"
+            )
+
+
+@pytest.mark.parametrize("stack", STACK_FILES)
+def test_policies_run_and_pass(previews, stack):
+    report = previews[stack].policies
+    assert report.available, f"{stack}: policy pack not run: {report.note}"
+    assert report.passed, f"{stack}: no mandatory policy was evaluated"
+    assert not report.violations, f"{stack}: policy violations: {report.violations}"
+    summary = f"Policies: {len(report.passed)} passed, 0 violations"
+    assert summary in previews[stack].text, f"{stack}: no {summary!r} line in the preview"
+
+
+# One-line, shell-quoted parameter assignments at the top of a rendered script.
+_ASSIGNMENT = re.compile(r"^([A-Z][A-Z0-9_]*)=('[^'\n]*'|[^\s'\"]*)$", re.M)
+
+
+def _distinct_scripts(files: list[Path]) -> list[Path]:
+    """One file per script that differs in more than its quoted parameter values (the nodes of a
+    pool run the same steps): shellcheck's verdict does not depend on a safely quoted value."""
+    seen: dict[str, Path] = {}
+    for path in files:
+        shape = _ASSIGNMENT.sub(r"\1='value'", path.read_text())
+        seen.setdefault(shape, path)
+    return list(seen.values())
+
+
+@pytest.mark.parametrize("stack", STACK_FILES)
+def test_every_host_step_has_its_scripts_and_they_pass_shellcheck(previews, stack):
+    result = previews[stack]
+    scripts = result.out_dir / "scripts"
+    commands = result.graph.of_type(preview.COMMAND_TYPE)
+    assert commands, f"{stack}: no host steps recorded"
+    for command in commands:
+        inputs = harness.unwrap(command.inputs)
+        script = scripts / f"{command.name}.sh"
+        assert script.is_file(), f"{command.urn}: {script} was not written"
+        assert script.read_text() == inputs["stdin"].rstrip("\n") + "\n", (
+            f"{command.urn}: {script} differs from the stdin the host will run"
+        )
+        delete = scripts / f"{command.name}.delete.sh"
+        assert delete.is_file() == bool(inputs.get("delete")), (
+            f"{command.urn}: delete script written={delete.is_file()}, "
+            f"has delete={bool(inputs.get('delete'))}"
+        )
+    files = _distinct_scripts(sorted(scripts.glob("*.sh")))
+    # SC1091: a rendered script carries lib/common.sh inline; its `source` line is not followed.
+    check = subprocess.run(
+        ["shellcheck", "-s", "bash", "-e", "SC1091", "--severity=style", *map(str, files)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert check.returncode == 0, f"{stack}: shellcheck findings:\n{check.stdout}{check.stderr}"
+
+
+@pytest.mark.parametrize("stack", STACK_FILES)
+def test_secrets_are_placeholders_in_scripts(previews, stack):
+    result = previews[stack]
+    for node_name in preview.node_names(result.graph):
+        join = (result.out_dir / "scripts" / f"{node_name}-join.sh").read_text()
+        assert "<secret:JOIN_TOKEN>" in join, f"{node_name}-join: no join token placeholder"
+    for path in result.out_dir.rglob("*"):
+        if path.suffix in (".sh", ".yaml", ".txt", ".dot", ".svg"):
+            text = path.read_text()
+            assert harness.TEST_SECRETS["sshPrivateKey"] not in text, f"{path}: holds a key"
+            assert "PRIVATE KEY-----\nb3Bl" not in text, f"{path}: holds a private key body"
+
+
+@pytest.mark.parametrize("stack", STACK_FILES)
+def test_manifests_are_yaml_kubernetes_objects(previews, stack):
+    result = previews[stack]
+    objects = [r for r in result.graph if r.type.startswith("kubernetes:")]
+    assert objects, f"{stack}: no Kubernetes objects recorded"
+    for resource in objects:
+        path = result.out_dir / "manifests" / f"{resource.name}.yaml"
+        assert path.is_file(), f"{resource.urn}: {path} was not written"
+        manifest = yaml.safe_load(path.read_text())
+        api_version, kind = resource.type.split(":", 1)[1].rsplit(":", 1)
+        assert manifest["kind"] == kind, f"{resource.urn}: kind {manifest.get('kind')!r}"
+        assert manifest["apiVersion"].endswith(api_version.rsplit("/", 1)[-1]), (
+            f"{resource.urn}: apiVersion {manifest.get('apiVersion')!r}"
+        )
+        assert "metadata" in manifest, f"{resource.urn}: manifest without metadata"
+        assert {"spec", "data"} & manifest.keys() or kind == "Namespace", (
+            f"{resource.urn}: manifest without spec or data: {sorted(manifest)}"
+        )
+
+
+@needs_dot
+@pytest.mark.parametrize("stack", STACK_FILES)
+def test_graph_picture_is_a_valid_svg_and_png(previews, stack):
+    out = previews[stack].out_dir
+    root = ET.parse(out / "graph.svg").getroot()
+    assert root.tag.rsplit("}", 1)[-1] == "svg", f"{stack}: graph.svg root is {root.tag}"
+    png = (out / "graph.png").read_bytes()
+    assert png.startswith(PNG_SIGNATURE) and len(png) > len(PNG_SIGNATURE), (
+        f"{stack}: graph.png is not a PNG ({len(png)} bytes)"
+    )
+    dot = (out / "graph.dot").read_text()
+    for node_name, chain in previews[stack].chains.items():
+        assert f'label="{node_name}"' in dot, f"{stack}: no cluster for node {node_name}"
+        for earlier, later in itertools.pairwise(chain):
+            assert f'"{earlier.urn}" -> "{later.urn}"' in dot, (
+                f"{later.urn}: edge from {earlier.urn} missing in graph.dot"
+            )
+
+
+def test_preview_leaves_the_harness_stdout_registry_as_it_was(previews):
+    assert not set(preview.PLACEHOLDER_STDOUT) - set(harness.COMMAND_STDOUT) or all(
+        harness.COMMAND_STDOUT.get(k) is not v for k, v in preview.PLACEHOLDER_STDOUT.items()
+    ), f"preview left its placeholders in COMMAND_STDOUT: {sorted(harness.COMMAND_STDOUT)}"
+
+
+def test_encrypted_stack_values_are_never_read(monkeypatch, tmp_path):
+    stack_config = dict(harness.stack_file("dev"))
+    stack_config["gpu-cluster:sshPrivateKey"] = {"secure": "v1:AAAAciphertextAAAA"}
+    monkeypatch.setattr(harness, "stack_file", lambda _stack: stack_config)
+    result = preview.preview("dev", out_root=tmp_path)
+    for path in result.out_dir.rglob("*"):
+        if path.is_file() and path.suffix != ".png":
+            assert "ciphertext" not in path.read_text(), f"{path}: holds the encrypted value"
+
+
+def test_bad_config_fails_like_pulumi_up(capsys, tmp_path):
+    code = preview.main(
+        [
+            "dev",
+            "--out",
+            str(tmp_path),
+            "--set",
+            'nodePools=[{"name": "a10g", "instanceType": "g5.huge", "count": 1}]',
+        ]
+    )
+    captured = capsys.readouterr()
+    assert code == 1, f"exit code {code} for a bad nodePools[0].instanceType"
+    assert "gpu-cluster:nodePools[0].instanceType: got 'g5.huge'" in captured.err, captured.err
+    assert captured.err.startswith("error: the stack configuration has 1 problem"), captured.err
+    assert "Traceback" not in captured.err + captured.out, "a traceback for a user's mistake"
+    assert not (tmp_path / "dev").exists(), "artefacts written for an invalid stack"
+
+
+def test_bad_config_from_the_command_line_has_no_traceback(tmp_path):
+    run = subprocess.run(
+        [
+            "python",
+            "-m",
+            "tools.preview",
+            "dev",
+            "--out",
+            str(tmp_path),
+            "--set",
+            "kubernetesVersion=1.20",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert run.returncode == 1, f"exit code {run.returncode}: {run.stderr}"
+    assert "gpu-cluster:kubernetesVersion: got '1.20'" in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr, run.stderr
+
+
+def test_missing_graphviz_names_the_install_command(monkeypatch, capsys, tmp_path):
+    real_which = shutil.which
+    monkeypatch.setattr(
+        graph_picture.shutil, "which", lambda cmd: None if cmd == "dot" else real_which(cmd)
+    )
+    code = preview.main(["dev", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 1, f"exit code {code} without Graphviz"
+    assert graph_picture.INSTALL_HINT in err, err
+    assert (tmp_path / "dev" / "graph.dot").is_file(), "the DOT file is written anyway"
+
+
+def test_unknown_stack_is_a_clean_error(capsys, tmp_path):
+    code = preview.main(["nosuchstack", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 1 and "Pulumi.nosuchstack.yaml" in err, f"exit {code}: {err}"
+
+
+def test_artefact_root_is_the_build_directory():
+    assert Path(preview.OUT_ROOT) == ROOT / "build" / "preview", f"OUT_ROOT {preview.OUT_ROOT}"

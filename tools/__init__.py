@@ -1,0 +1,1 @@
+"""Developer tools: offline preview, config reference, benchmark."""

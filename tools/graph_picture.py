@@ -1,0 +1,81 @@
+"""Draw a recorded resource graph with Graphviz: one cluster per GPU node chain, edges = waits.
+
+`to_dot(graph, chains)` builds the DOT text (deterministic: sorted, no timestamps);
+`render(dot_text, out_dir)` runs `dot` to write graph.dot, graph.svg and graph.png.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from tests.harness import Graph, Resource
+
+INSTALL_HINT = "apt-get install -y graphviz"
+
+
+class GraphvizMissing(RuntimeError):
+    pass
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _label(resource: Resource) -> str:
+    short_type = resource.type.rsplit(":", 1)[-1]
+    return f"{resource.name}\\n{short_type}"
+
+
+def to_dot(graph: Graph, chains: Mapping[str, Sequence[Resource]]) -> str:
+    """Custom resources (what the engine creates) as boxes; an edge b -> a when a waits for b."""
+    drawn = sorted((r for r in graph if r.custom), key=lambda r: r.urn)
+    in_chain = {r.urn for chain in chains.values() for r in chain}
+    lines = [
+        "digraph resources {",
+        "  rankdir=LR;",
+        '  node [shape=box, style="rounded,filled", fillcolor="#f5f5f5", fontname="Helvetica"];',
+        '  edge [color="#555555"];',
+    ]
+    for index, (node_name, chain) in enumerate(sorted(chains.items())):
+        lines.append(f"  subgraph cluster_{index} {{")
+        lines.append(f'    label={_quote(node_name)}; style=rounded; color="#4a7bb7";')
+        for resource in chain:
+            lines.append(
+                f"    {_quote(resource.urn)} [label={_quote(_label(resource))}, "
+                'fillcolor="#dde8f6"];'
+            )
+        lines.append("  }")
+    for resource in drawn:
+        if resource.urn not in in_chain:
+            lines.append(f"  {_quote(resource.urn)} [label={_quote(_label(resource))}];")
+    drawn_urns = {r.urn for r in drawn}
+    for resource in drawn:
+        for dep in sorted(graph.direct_dependencies(resource) & drawn_urns):
+            lines.append(f"  {_quote(dep)} -> {_quote(resource.urn)};")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def render(dot_text: str, out_dir: Path, stem: str = "graph") -> dict[str, Path]:
+    """Write <stem>.dot, <stem>.svg and <stem>.png into out_dir; needs Graphviz's `dot`."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"dot": out_dir / f"{stem}.dot"}
+    paths["dot"].write_text(dot_text, encoding="utf-8")
+    dot = shutil.which("dot")
+    if dot is None:
+        raise GraphvizMissing(
+            f"Graphviz `dot` is not installed, so the graph picture cannot be drawn "
+            f"(the DOT file is at {paths['dot']}); install it with `{INSTALL_HINT}`"
+        )
+    for fmt in ("svg", "png"):
+        paths[fmt] = out_dir / f"{stem}.{fmt}"
+        subprocess.run(
+            [dot, f"-T{fmt}", "-o", str(paths[fmt]), str(paths["dot"])],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
+    return paths

@@ -1,0 +1,375 @@
+"""See a stack's plan without a cloud: `python -m tools.preview <stack>`.
+
+Runs the real program (`__main__.py`) under the recording harness with the stack's config file,
+secrets replaced by marked placeholders (`<secret:SSH_PRIVATE_KEY>`, `<secret:JOIN_TOKEN>`, ...),
+and prints what `pulumi preview` would: every resource as a tree with what it waits for, the chain
+of each GPU node (computed from the graph), and the policy pack's verdict. It writes to
+`build/preview/<stack>/`:
+
+    scripts/<resource>.sh          the stdin of each host step, exactly as the host will run it
+    scripts/<resource>.delete.sh   the step's delete command (what destroy runs)
+    manifests/<resource>.yaml      every Kubernetes object the program creates
+    graph.dot/.svg/.png            the resource graph (Graphviz), one cluster per node chain
+    preview.txt                    the printed plan
+
+Bad configuration stops it with the same message as `pulumi up` (no traceback, exit code 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import shutil
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests import harness
+from tests.harness import ROOT, STACKS, Graph, Resource, Secret
+from tools import graph_picture
+
+OUT_ROOT = ROOT / "build" / "preview"
+COMMAND_TYPE = "command:remote:Command"
+
+PLACEHOLDER_PRIVATE_KEY = (
+    "-----BEGIN OPENSSH PRIVATE KEY-----\n"
+    "<secret:SSH_PRIVATE_KEY>\n"
+    "-----END OPENSSH PRIVATE KEY-----\n"
+)
+PLACEHOLDER_SECRETS = {"sshPrivateKey": PLACEHOLDER_PRIVATE_KEY}
+# What the control plane's steps print at `up` time, which the program parses: the same shape,
+# secrets as placeholders, so no real token or kubeconfig can ever show up in a preview.
+PLACEHOLDER_STDOUT: dict[str, Callable[[Any], str]] = {
+    "-join-token": lambda _args: json.dumps(
+        {"token": "<secret:JOIN_TOKEN>", "caCertHash": "sha256:" + "0" * 64}
+    ),
+    "-kubeconfig": lambda _args: "<secret:KUBECONFIG>",
+}
+
+
+@dataclass
+class Preview:
+    stack: str
+    graph: Graph
+    chains: dict[str, list[Resource]]
+    policies: PolicyReport
+    out_dir: Path
+    artefacts: dict[str, list[Path]] = field(default_factory=dict)
+    text: str = ""
+
+
+@dataclass
+class PolicyReport:
+    available: bool
+    passed: list[str] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+    note: str = ""
+
+
+# ---------------------------------------------------------------- running the program
+
+
+@contextlib.contextmanager
+def _placeholder_stdout() -> Iterator[None]:
+    saved = dict(harness.COMMAND_STDOUT)
+    harness.COMMAND_STDOUT.clear()
+    harness.COMMAND_STDOUT.update(PLACEHOLDER_STDOUT)
+    harness.COMMAND_STDOUT.update({k: v for k, v in saved.items() if k not in PLACEHOLDER_STDOUT})
+    try:
+        yield
+    finally:
+        harness.COMMAND_STDOUT.clear()
+        harness.COMMAND_STDOUT.update(saved)
+
+
+def record(stack: str, config: Mapping[str, Any] | None = None) -> Graph:
+    """Run the real program for a stack file with placeholder secrets; raises ConfigError."""
+    overrides: dict[str, Any] = {
+        # Encrypted values in the stack file are never read: placeholders stand in for them.
+        key: None
+        for key, value in harness.stack_file(stack).items()
+        if isinstance(value, dict) and "secure" in value
+    }
+    overrides.update(config or {})
+    with _placeholder_stdout():
+        return harness.run_program(stack, config=overrides, secrets=PLACEHOLDER_SECRETS)
+
+
+# ---------------------------------------------------------------- chains
+
+
+def node_names(graph: Graph) -> list[str]:
+    """The Kubernetes node names, from the stack's `nodePools` output."""
+    pools = harness.unwrap(graph.outputs.get("nodePools")) or {}
+    return [name for pool in pools.values() for name in pool]
+
+
+def chain_of(graph: Graph, node_name: str) -> list[Resource]:
+    """The longest dependency path through the node's own resources (`<node>`, `<node>-*`)."""
+    members = {
+        r.urn: r
+        for r in graph
+        if r.custom and (r.name == node_name or r.name.startswith(f"{node_name}-"))
+    }
+    best: dict[str, list[str]] = {}
+    order = _topological(graph, members)
+    for urn in order:
+        deps = graph.direct_dependencies(members[urn]) & members.keys()
+        longest = max((best[d] for d in deps), key=len, default=[])
+        best[urn] = [*longest, urn]
+    path = max(best.values(), key=len, default=[])
+    return [members[u] for u in path]
+
+
+def _topological(graph: Graph, members: Mapping[str, Resource]) -> list[str]:
+    done: set[str] = set()
+    order: list[str] = []
+    for start in members:
+        stack = [(start, False)]
+        while stack:
+            urn, expanded = stack.pop()
+            if urn in done:
+                continue
+            if expanded:
+                done.add(urn)
+                order.append(urn)
+                continue
+            stack.append((urn, True))
+            deps = graph.direct_dependencies(members[urn]) & members.keys()
+            stack.extend((d, False) for d in deps if d not in done)
+    return order
+
+
+def step_label(resource: Resource, node_name: str) -> str:
+    if resource.name == node_name:
+        return resource.type.rsplit(":", 1)[-1].lower()
+    return resource.name[len(node_name) + 1 :]
+
+
+# ---------------------------------------------------------------- policies
+
+
+def check_policies(graph: Graph) -> PolicyReport:
+    """Run the mandatory policies of the pack (policies/) over the recorded resources."""
+    try:
+        from tools import policy_adapter
+    except ImportError as exc:  # the pack's validators are not importable
+        return PolicyReport(available=False, note=f"policy pack not importable: {exc}")
+    return policy_adapter.run(graph)
+
+
+# ---------------------------------------------------------------- printing
+
+
+def _display_names(graph: Graph) -> dict[str, str]:
+    counts: dict[str, int] = {}
+    for r in graph:
+        counts[r.name] = counts.get(r.name, 0) + 1
+    return {r.urn: r.name if counts[r.name] == 1 else f"{r.name} ({r.type})" for r in graph}
+
+
+def render_tree(stack: str, graph: Graph) -> list[str]:
+    names = _display_names(graph)
+    children: dict[str | None, list[Resource]] = {}
+    for r in graph:
+        parent = r.parent if r.parent in graph.by_urn else None
+        children.setdefault(parent, []).append(r)
+    lines = [f"+ pulumi:pulumi:Stack  {harness.PROJECT}-{stack}  create"]
+    stack_items: list[tuple[Resource, int]] = [(r, 1) for r in reversed(children.get(None, []))]
+    while stack_items:
+        resource, depth = stack_items.pop()
+        pad = "    " * depth
+        lines.append(f"{pad}+ {resource.type}  {resource.name}  create")
+        deps = sorted(names[d] for d in graph.direct_dependencies(resource))
+        if deps:
+            lines.append(f"{pad}    depends on: {', '.join(deps)}")
+        stack_items.extend((c, depth + 1) for c in reversed(children.get(resource.urn, [])))
+    return lines
+
+
+def render_text(preview: Preview) -> str:
+    graph = preview.graph
+    lines = [
+        f"Previewing {harness.PROJECT}/{preview.stack} offline (the real program under the SDK's "
+        "mocks; secrets are <secret:...> placeholders, cloud-assigned values are made up)",
+        "",
+        *render_tree(preview.stack, graph),
+        "",
+        "Resources:",
+        f"    + {len(graph) + 1} to create",
+        "",
+        "Chains:",
+    ]
+    for node_name, chain in preview.chains.items():
+        steps = " -> ".join(step_label(r, node_name) for r in chain)
+        lines.append(f"    {node_name}: {steps}")
+    report = preview.policies
+    lines.append("")
+    if not report.available:
+        lines.append(f"Policies: not run ({report.note})")
+    else:
+        lines.append(f"Policies: {len(report.passed)} passed, {len(report.violations)} violations")
+        lines.extend(f"    violation: {v}" for v in report.violations)
+    lines.append("")
+    lines.append(f"Artefacts in {_relative(preview.out_dir)}/:")
+    for kind, paths in preview.artefacts.items():
+        lines.append(f"    {kind}: {len(paths)}")
+    return "\n".join(lines) + "\n"
+
+
+def _relative(path: Path) -> str:
+    try:
+        return str(path.relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+# ---------------------------------------------------------------- artefacts
+
+
+def _placeholders(value: Any, path: str = "") -> Any:
+    """Inputs with every secret replaced by `<secret:path>` (manifests are shown, not secrets)."""
+    if isinstance(value, Secret):
+        return f"<secret:{path or 'value'}>"
+    if isinstance(value, dict):
+        return {k: _placeholders(v, f"{path}.{k}" if path else k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_placeholders(v, f"{path}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+def _file_names(resources: Sequence[Resource]) -> dict[str, str]:
+    counts: dict[str, int] = {}
+    for r in resources:
+        counts[r.name] = counts.get(r.name, 0) + 1
+    out = {}
+    for r in resources:
+        stem = r.name if counts[r.name] == 1 else f"{r.name}.{r.type.rsplit(':', 1)[-1].lower()}"
+        out[r.urn] = stem.replace("/", "_")
+    return out
+
+
+def write_scripts(graph: Graph, out_dir: Path) -> list[Path]:
+    """Each host step's stdin (the rendered script: secret parameters are placeholders, since
+    the program ran with placeholder secrets) and its delete command."""
+    commands = graph.of_type(COMMAND_TYPE)
+    stems = _file_names(commands)
+    written = []
+    for command in commands:
+        inputs = command.inputs
+        for suffix, key in ((".sh", "stdin"), (".delete.sh", "delete")):
+            text = harness.unwrap(inputs.get(key))
+            if not text:
+                continue
+            path = out_dir / f"{stems[command.urn]}{suffix}"
+            path.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
+            written.append(path)
+    return written
+
+
+_MANIFEST_ORDER = ("apiVersion", "kind", "metadata")
+
+
+def write_manifests(graph: Graph, out_dir: Path) -> list[Path]:
+    objects = [r for r in graph if r.type.startswith("kubernetes:")]
+    stems = _file_names(objects)
+    written = []
+    for resource in objects:
+        inputs = _placeholders(resource.inputs)
+        manifest = {k: inputs[k] for k in _MANIFEST_ORDER if k in inputs}
+        manifest.update({k: v for k, v in sorted(inputs.items()) if k not in manifest})
+        path = out_dir / f"{stems[resource.urn]}.yaml"
+        path.write_text(yaml.safe_dump(manifest, sort_keys=False), encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def write_artefacts(preview: Preview) -> None:
+    out = preview.out_dir
+    if out.exists():
+        shutil.rmtree(out)
+    (out / "scripts").mkdir(parents=True)
+    (out / "manifests").mkdir(parents=True)
+    preview.artefacts["scripts"] = write_scripts(preview.graph, out / "scripts")
+    preview.artefacts["manifests"] = write_manifests(preview.graph, out / "manifests")
+    dot_text = graph_picture.to_dot(preview.graph, preview.chains)
+    pictures = graph_picture.render(dot_text, out)
+    preview.artefacts["graph"] = [pictures[k] for k in ("dot", "svg", "png")]
+
+
+# ---------------------------------------------------------------- entry points
+
+
+def preview(
+    stack: str, *, config: Mapping[str, Any] | None = None, out_root: Path = OUT_ROOT
+) -> Preview:
+    """Record the stack's graph and write its artefacts; raises ConfigError on bad config and
+    GraphvizMissing when `dot` is not installed."""
+    graph = record(stack, config)
+    chains = {name: chain_of(graph, name) for name in node_names(graph)}
+    result = Preview(
+        stack=stack,
+        graph=graph,
+        chains=chains,
+        policies=check_policies(graph),
+        out_dir=out_root / stack,
+    )
+    write_artefacts(result)
+    result.text = render_text(result)
+    (result.out_dir / "preview.txt").write_text(result.text, encoding="utf-8")
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from components.config import ConfigError
+
+    parser = argparse.ArgumentParser(
+        prog="python -m tools.preview",
+        description="Offline `pulumi preview`: the plan of a stack file, no cloud needed.",
+    )
+    parser.add_argument("stack", help=f"stack name (Pulumi.<stack>.yaml), e.g. {', '.join(STACKS)}")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one config key for this preview, like `pulumi config set` (a string; "
+        'objects and lists as JSON), e.g. --set \'devicePlugin={"migStrategy": "single"}\'',
+    )
+    parser.add_argument("--out", type=Path, default=OUT_ROOT, help="artefact root directory")
+    args = parser.parse_args(argv)
+    if not (ROOT / f"Pulumi.{args.stack}.yaml").is_file():
+        print(f"error: no stack file Pulumi.{args.stack}.yaml in {ROOT}", file=sys.stderr)
+        return 1
+    overrides: dict[str, Any] = {}
+    for item in args.set:
+        key, sep, raw = item.partition("=")
+        if not sep:
+            print(f"error: --set {item!r}: expected KEY=VALUE", file=sys.stderr)
+            return 1
+        overrides[key] = raw
+        if raw.lstrip().startswith(("{", "[")):
+            try:
+                overrides[key] = json.loads(raw)
+            except json.JSONDecodeError:
+                print(f"error: --set {key}: not valid JSON: {raw}", file=sys.stderr)
+                return 1
+    try:
+        result = preview(args.stack, config=overrides, out_root=args.out)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except graph_picture.GraphvizMissing as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    sys.stdout.write(result.text)
+    return 1 if result.policies.violations else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
