@@ -199,28 +199,52 @@ LabelValue = Annotated[str, AfterValidator(_label_value)]
 
 
 class Bastion(Model):
-    host: Host
+    host: Host = Field(
+        description="Address of the SSH jump host that reaches nodes in private subnets"
+    )
     user: str | None = Field(
         default=None, description="SSH user on the bastion (default: ssh.user)"
     )
-    port: int = Field(default=22, ge=1, le=65535)
+    port: int = Field(default=22, ge=1, le=65535, description="SSH port of the bastion")
 
 
 class Network(Model):
-    create: bool | None = None
-    cidr: Cidr = "10.42.0.0/16"
+    create: bool | None = Field(
+        default=None,
+        description="true: create a small VPC for the cluster; false: use vpcId + subnetIds "
+        "(unset: create unless vpcId/subnetIds are given)",
+    )
+    cidr: Cidr = Field(
+        default="10.42.0.0/16", description="IPv4 block of the created VPC, /16 to /24"
+    )
     vpc_id: (
         Annotated[str, _pattern(_VPC_ID, "vpc_id", "a VPC id like vpc-0123456789abcdef0")] | None
-    ) = None
+    ) = Field(default=None, description="Id of the existing VPC (with create: false)")
     subnet_ids: list[
         Annotated[
             str, _pattern(_SUBNET_ID, "subnet_id", "a subnet id like subnet-0123456789abcdef0")
         ]
-    ] = Field(default_factory=list)
-    availability_zones: list[str] = Field(default_factory=list, max_length=6)
-    ssh_allowed_cidrs: list[Cidr] = Field(default_factory=list)
-    bastion: Bastion | None = None
-    public_ips: bool | None = None
+    ] = Field(
+        default_factory=list,
+        description="Subnets of the existing VPC the nodes are spread over (with create: false)",
+    )
+    availability_zones: list[str] = Field(
+        default_factory=list,
+        max_length=6,
+        description="Zones for the created VPC's subnets (default: the region's first zones)",
+    )
+    ssh_allowed_cidrs: list[Cidr] = Field(
+        default_factory=list,
+        description="Sources allowed to reach SSH (22) on the hosts from outside the VPC",
+    )
+    bastion: Bastion | None = Field(
+        default=None, description="SSH jump host; hosts are then reached on their private addresses"
+    )
+    public_ips: bool | None = Field(
+        default=None,
+        description="Give hosts public addresses "
+        "(default: true in a created VPC, which has no NAT gateway)",
+    )
 
     @field_validator("cidr")
     @classmethod
@@ -280,7 +304,7 @@ class Ssh(Model):
         _pattern(
             re.compile(r"^[a-z_][a-z0-9_-]{0,31}$"), "unix_user", "a Unix user name like ubuntu"
         ),
-    ] = "ubuntu"
+    ] = Field(default="ubuntu", description="Login user on the hosts (the AMI's default user)")
     public_key: Annotated[
         str,
         _pattern(
@@ -288,12 +312,16 @@ class Ssh(Model):
             "ssh_public_key",
             "an OpenSSH public key line like 'ssh-ed25519 AAAA... ops@example'",
         ),
-    ]
-    port: int = Field(default=22, ge=1, le=65535)
+    ] = Field(
+        description="OpenSSH public key installed on every host; its private key is sshPrivateKey"
+    )
+    port: int = Field(default=22, ge=1, le=65535, description="SSH port of the hosts")
 
 
 class ManagedControlPlane(Model):
-    mode: Literal["managed"]
+    mode: Literal["managed"] = Field(
+        description="managed: the stack creates a kubeadm control plane on EC2 (CNI included)"
+    )
     instance_type: Annotated[
         str,
         _pattern(
@@ -301,13 +329,30 @@ class ManagedControlPlane(Model):
             "instance_type",
             "an EC2 instance type like m7i.large",
         ),
-    ] = "m7i.large"
-    api_allowed_cidrs: list[Cidr] = Field(default_factory=list)
-    pod_cidr: Cidr = "10.244.0.0/16"
-    service_cidr: Cidr = "10.96.0.0/12"
-    root_volume_gi_b: int = Field(default=50, ge=20, le=16384, alias="rootVolumeGiB")
-    os_version: Literal["24.04", "22.04"] = "24.04"
-    ami_id: AmiId | None = None
+    ] = Field(default="m7i.large", description="EC2 instance type of the control-plane machine")
+    api_allowed_cidrs: list[Cidr] = Field(
+        default_factory=list,
+        description="Sources allowed to reach the Kubernetes API (6443) from outside the VPC",
+    )
+    pod_cidr: Cidr = Field(
+        default="10.244.0.0/16", description="Pod network block (outside the VPC)"
+    )
+    service_cidr: Cidr = Field(
+        default="10.96.0.0/12", description="Service network block (outside the VPC and podCidr)"
+    )
+    root_volume_gi_b: int = Field(
+        default=50,
+        ge=20,
+        le=16384,
+        alias="rootVolumeGiB",
+        description="Root disk size of the control-plane machine, GiB",
+    )
+    os_version: Literal["24.04", "22.04"] = Field(
+        default="24.04", description="Ubuntu release of the control-plane machine (Canonical AMI)"
+    )
+    ami_id: AmiId | None = Field(
+        default=None, description="AMI id to use instead of looking up the Canonical Ubuntu AMI"
+    )
 
     @model_validator(mode="after")
     def _cidrs_apart(self) -> ManagedControlPlane:
@@ -321,9 +366,16 @@ class ManagedControlPlane(Model):
 
 
 class ExistingControlPlane(Model):
-    mode: Literal["existing"]
-    host: Host | None = None
-    endpoint: Annotated[str, AfterValidator(_endpoint)] | None = None
+    mode: Literal["existing"] = Field(description="existing: join an existing kubeadm cluster")
+    host: Host | None = Field(
+        default=None,
+        description="A control-plane node reachable over SSH (mints join tokens, drains nodes on "
+        "delete, serves the kubeconfig); required with mode: existing",
+    )
+    endpoint: Annotated[str, AfterValidator(_endpoint)] | None = Field(
+        default=None,
+        description="API server address nodes join, host:port; required with mode: existing",
+    )
     user: str | None = Field(
         default=None, description="SSH user on the control-plane host (default: ssh.user)"
     )
@@ -356,25 +408,55 @@ ControlPlane = Annotated[ManagedControlPlane | ExistingControlPlane, Field(discr
 
 
 class Taint(Model):
-    key: LabelKey
-    value: LabelValue = ""
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+    key: LabelKey = Field(description="Taint key")
+    value: LabelValue = Field(default="", description="Taint value")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = Field(
+        description="Taint effect"
+    )
 
 
 class NodePool(Model):
-    name: DnsLabel
-    instance_type: str
-    count: int = Field(ge=0, le=1000)
-    driver_version: str = "580"
-    root_volume_gi_b: int = Field(default=200, ge=50, le=16384, alias="rootVolumeGiB")
-    labels: dict[LabelKey, LabelValue] = Field(default_factory=dict)
-    taints: list[Taint] = Field(
-        default_factory=lambda: [Taint(key="nvidia.com/gpu", value="true", effect="NoSchedule")]
+    name: DnsLabel = Field(
+        description="Pool name, part of node names (<clusterName>-<name>-<index>)"
     )
-    market: Literal["on-demand", "spot"] = "on-demand"
-    os_version: Literal["24.04", "22.04"] = "24.04"
-    ami_id: AmiId | None = None
-    metadata_hop_limit: int = Field(default=1, ge=1, le=2)
+    instance_type: str = Field(
+        description="EC2 GPU instance type from the catalog (components/catalog.py); "
+        "GPU count and model come from it"
+    )
+    count: int = Field(ge=0, le=1000, description="Number of GPU nodes in the pool")
+    driver_version: str = Field(
+        default="580",
+        description=f"NVIDIA driver branch, one of {', '.join(SUPPORTED_DRIVER_BRANCHES)}",
+    )
+    root_volume_gi_b: int = Field(
+        default=200,
+        ge=50,
+        le=16384,
+        alias="rootVolumeGiB",
+        description="Root disk size of each node, GiB",
+    )
+    labels: dict[LabelKey, LabelValue] = Field(
+        default_factory=dict, description="Kubernetes labels of the pool's nodes"
+    )
+    taints: list[Taint] = Field(
+        default_factory=lambda: [Taint(key="nvidia.com/gpu", value="true", effect="NoSchedule")],
+        description="Kubernetes taints of the pool's nodes",
+    )
+    market: Literal["on-demand", "spot"] = Field(
+        default="on-demand", description="EC2 purchase option"
+    )
+    os_version: Literal["24.04", "22.04"] = Field(
+        default="24.04", description="Ubuntu release of the nodes (Canonical AMI)"
+    )
+    ami_id: AmiId | None = Field(
+        default=None, description="AMI id to use instead of looking up the Canonical Ubuntu AMI"
+    )
+    metadata_hop_limit: int = Field(
+        default=1,
+        ge=1,
+        le=2,
+        description="IMDSv2 response hop limit (2 lets containers reach instance metadata)",
+    )
 
     @field_validator("instance_type")
     @classmethod
@@ -427,13 +509,23 @@ class NodePool(Model):
 
 
 class TimeSlicing(Model):
-    replicas: int = Field(default=1, ge=1, le=64)
+    replicas: int = Field(
+        default=1, ge=1, le=64, description="Pods sharing each GPU (1: no sharing)"
+    )
 
 
 class DevicePlugin(Model):
-    version: str = DEFAULT_DEVICE_PLUGIN_VERSION
-    mig_strategy: Literal["none", "single", "mixed"] = "none"
-    time_slicing: TimeSlicing = TimeSlicing()
+    version: str = Field(
+        default=DEFAULT_DEVICE_PLUGIN_VERSION,
+        description="Release tag of the NVIDIA device plugin image "
+        "(nvcr.io/nvidia/k8s-device-plugin)",
+    )
+    mig_strategy: Literal["none", "single", "mixed"] = Field(
+        default="none", description="How MIG devices are advertised"
+    )
+    time_slicing: TimeSlicing = Field(
+        default=TimeSlicing(), description="GPU time slicing (not with MIG)"
+    )
 
     @field_validator("version")
     @classmethod
@@ -460,9 +552,17 @@ class DevicePlugin(Model):
 
 
 class Validation(Model):
-    enabled: bool = True
-    image: PinnedImage = DEFAULT_VALIDATION_IMAGE
-    timeout_seconds: int = Field(default=900, ge=60, le=7200)
+    enabled: bool = Field(
+        default=True,
+        description="Run a CUDA validation Job on every node after its GPUs are allocatable",
+    )
+    image: PinnedImage = Field(
+        default=DEFAULT_VALIDATION_IMAGE,
+        description="Pinned CUDA sample image of the validation Job (version tag or digest)",
+    )
+    timeout_seconds: int = Field(
+        default=900, ge=60, le=7200, description="How long the validation Job may run"
+    )
 
 
 def _tag_key(key: str) -> str:
@@ -480,18 +580,42 @@ def _tag_value(value: str) -> str:
 
 
 class Settings(Model):
-    cluster_name: DnsLabel
-    kubernetes_version: str = "1.35"
-    control_plane: ControlPlane = Field(default_factory=lambda: ManagedControlPlane(mode="managed"))
-    network: Network = Network()
-    ssh: Ssh
-    ssh_private_key: SecretStr
-    node_pools: list[NodePool] = Field(min_length=1)
-    device_plugin: DevicePlugin = DevicePlugin()
-    validation: Validation = Validation()
+    cluster_name: DnsLabel = Field(
+        description="Cluster name, the prefix of every resource and node name"
+    )
+    kubernetes_version: str = Field(
+        default="1.35",
+        description="Kubernetes minor version; kubelet and kubeadm are pinned to it; one of "
+        + ", ".join(SUPPORTED_KUBERNETES_MINORS),
+    )
+    control_plane: ControlPlane = Field(
+        default_factory=lambda: ManagedControlPlane(mode="managed"),
+        description="The Kubernetes control plane: created (mode: managed) or existing",
+    )
+    network: Network = Field(
+        default=Network(), description="Where the machines live: a created VPC or existing subnets"
+    )
+    ssh: Ssh = Field(description="How the program reaches the hosts over SSH")
+    ssh_private_key: SecretStr = Field(
+        description="Private key matching ssh.publicKey, set as a secret: "
+        "pulumi config set --secret gpu-cluster:sshPrivateKey < ~/.ssh/id_ed25519"
+    )
+    node_pools: list[NodePool] = Field(
+        min_length=1, description="GPU node pools, each a number of identical GPU nodes"
+    )
+    device_plugin: DevicePlugin = Field(
+        default=DevicePlugin(), description="The NVIDIA device plugin DaemonSet"
+    )
+    validation: Validation = Field(
+        default=Validation(), description="The per-node GPU validation Job"
+    )
     tags: dict[
         Annotated[str, AfterValidator(_tag_key)], Annotated[str, AfterValidator(_tag_value)]
-    ] = Field(default_factory=dict, max_length=40)
+    ] = Field(
+        default_factory=dict,
+        max_length=40,
+        description="AWS tags on every AWS resource (plus gpu-cluster:cluster)",
+    )
 
     @field_validator("kubernetes_version")
     @classmethod
