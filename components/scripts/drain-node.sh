@@ -37,7 +37,8 @@ drain_node() {
     return 0
   fi
   local limit="${DRAIN_TIMEOUT_SECONDS:-300}"
-  timeout -k 10 "$((limit + 30))" kube drain "${NODE_NAME}" --ignore-daemonsets \
+  timeout -k 10 "$((limit + 30))" kubectl --kubeconfig="${ADMIN_CONF}" \
+    drain "${NODE_NAME}" --ignore-daemonsets \
     --delete-emptydir-data --timeout="${limit}s" >&2 ||
     fatal "drain of ${NODE_NAME} did not finish in ${limit}s (a PodDisruptionBudget or a pod" \
       "that will not stop?); look at 'kubectl get pods -A -o wide" \

@@ -69,7 +69,10 @@ apply_manifest() {
 
 wait_for_rollout() {
   local limit="${CNI_TIMEOUT_SECONDS:-300}"
-  timeout -k 10 "$((limit + 30))" kube -n "${FLANNEL_NAMESPACE}" rollout status \
+  # kubectl's own --timeout bounds the watch; timeout(1) bounds kubectl itself (a function
+  # such as kube cannot run under it, so the kubeconfig is spelled out).
+  timeout -k 10 "$((limit + 30))" kubectl --kubeconfig="${ADMIN_CONF}" \
+    -n "${FLANNEL_NAMESPACE}" rollout status \
     "daemonset/${FLANNEL_DAEMONSET}" --timeout="${limit}s" >&2 ||
     fatal "flannel DaemonSet not rolled out after ${limit}s; look at" \
       "'kubectl -n ${FLANNEL_NAMESPACE} get pods -o wide' and their logs"
@@ -78,7 +81,8 @@ wait_for_rollout() {
 
 wait_for_node_ready() {
   local limit="${CNI_TIMEOUT_SECONDS:-300}"
-  timeout -k 10 "$((limit + 30))" kube wait --for=condition=Ready "node/${NODE_NAME}" \
+  timeout -k 10 "$((limit + 30))" kubectl --kubeconfig="${ADMIN_CONF}" \
+    wait --for=condition=Ready "node/${NODE_NAME}" \
     --timeout="${limit}s" >&2 ||
     fatal "Node ${NODE_NAME} not Ready ${limit}s after the CNI rolled out; look at" \
       "'kubectl describe node ${NODE_NAME}' and 'journalctl -u kubelet' on this host"

@@ -1,0 +1,135 @@
+# shellcheck shell=bash
+# The cluster-API part of the kubectl stub (see the header of ./kubectl). kubectl_api either
+# answers and exits, or returns so the stub's Node handling runs.
+
+# _ds_json <manifest>: the first DaemonSet of a manifest as "<ns>/<name> <json>", from the
+# metadata and the first image under `containers:` (initContainers are skipped, as in kubectl's
+# containers[0]).
+_ds_json() {
+  awk '
+    function flush() {
+      if (kind == "DaemonSet" && name != "") {
+        printf "%s/%s {\"metadata\": {\"name\": \"%s\", \"namespace\": \"%s\"}, ", ns, name, name, ns
+        printf "\"spec\": {\"template\": {\"spec\": {\"containers\": [{\"image\": \"%s\"}]}}}}\n", image
+      }
+      kind = ""; name = ""; ns = "default"; image = ""; in_meta = 0; in_containers = 0
+    }
+    BEGIN { flush() }
+    /^---/ { flush(); next }
+    /^kind: / { kind = $2 }
+    /^metadata:/ { in_meta = 1; next }
+    /^[^ ]/ { in_meta = 0 }
+    in_meta && /^  name: / { name = $2 }
+    in_meta && /^  namespace: / { ns = $2 }
+    /^ +containers:/ { in_containers = 1 }
+    in_containers && image == "" && /^ +(- )?image: / { sub(/^ +(- )?image: /, ""); image = $0 }
+    END { flush() }
+  ' "$1"
+}
+
+kubectl_api() {
+  local args=() kubeconfig="" namespace=default raw="" file="" condition="" arg i
+  local all=("$@")
+  for ((i = 0; i < ${#all[@]}; i++)); do
+    arg="${all[i]}"
+    case "${arg}" in
+      --kubeconfig) i=$((i + 1)) && kubeconfig="${all[i]}" ;;
+      --kubeconfig=*) kubeconfig="${arg#--kubeconfig=}" ;;
+      -n | --namespace) i=$((i + 1)) && namespace="${all[i]}" ;;
+      --namespace=*) namespace="${arg#--namespace=}" ;;
+      --raw) i=$((i + 1)) && raw="${all[i]}" ;;
+      -f) i=$((i + 1)) && file="${all[i]}" ;;
+      --for=*) condition="${arg#--for=}" ;;
+      -o | --request-timeout | --timeout) i=$((i + 1)) ;;
+      -*) ;;
+      *) args+=("${arg}") ;;
+    esac
+  done
+  if [[ -n "${kubeconfig}" && ! -f "${kubeconfig}" ]]; then
+    echo "error: stat ${kubeconfig}: no such file or directory" >&2
+    exit 1
+  fi
+  if state_has kubectl/api-down; then
+    echo "The connection to the server 10.0.0.1:6443 was refused - did you specify the right host or port?" >&2
+    exit 1
+  fi
+  local version minor
+  version="$(state_get kubectl/api)"
+  minor="${version#v*.}" && minor="${minor%%.*}"
+  case "${args[0]:-}" in
+    get)
+      case "${raw}" in
+        "") ;;
+        /readyz | /livez) echo ok && exit 0 ;;
+        /version)
+          printf '{\n  "major": "1",\n  "minor": "%s",\n  "gitVersion": "%s",\n  "platform": "linux/amd64"\n}\n' \
+            "${minor}" "${version}"
+          exit 0
+          ;;
+        *) echo "Error from server (NotFound): the server could not find ${raw}" >&2 && exit 1 ;;
+      esac
+      if [[ "${args[1]:-}" =~ ^(daemonset|daemonsets|ds)$ ]]; then
+        local ds="kubectl/daemonsets/${namespace}/${args[2]}.json" output=""
+        for ((i = 0; i < ${#all[@]}; i++)); do
+          [[ "${all[i]}" == -o ]] && output="${all[i + 1]}"
+        done
+        if ! state_has "${ds}"; then
+          [[ " ${all[*]} " == *" --ignore-not-found "* ]] && exit 0
+          echo "Error from server (NotFound): daemonsets.apps \"${args[2]}\" not found" >&2
+          exit 1
+        fi
+        python3 "$(dirname "$0")/_kubectl_jsonpath.py" "${output#jsonpath=}" <"${STUB_STATE}/${ds}"
+        exit 0
+      fi
+      ;;
+    apply)
+      [[ -f "${file}" ]] || { echo "error: the path \"${file}\" does not exist" >&2 && exit 1; }
+      mkdir -p "${STUB_STATE}/kubectl/applied"
+      cp "${file}" "${STUB_STATE}/kubectl/applied/$(basename "${file}")"
+      local line
+      line="$(_ds_json "${file}")"
+      if [[ -n "${line}" ]]; then
+        state_set "kubectl/daemonsets/${line%% *}.json" "${line#* }"
+        echo "daemonset.apps/${line%% *} configured"
+      fi
+      exit 0
+      ;;
+    rollout)
+      if should_fail kubectl.fail.rollout; then
+        echo "error: timed out waiting for the condition" >&2
+        exit 1
+      fi
+      echo "daemon set \"${args[2]#*/}\" successfully rolled out"
+      exit 0
+      ;;
+    wait)
+      local node="${args[1]#node/}" status=""
+      if state_has "kubectl/nodes/${node}.json"; then
+        status="$(python3 "$(dirname "$0")/_kubectl_jsonpath.py" \
+          '{.status.conditions[?(@.type=="Ready")].status}' <"${STUB_STATE}/kubectl/nodes/${node}.json")"
+      fi
+      if [[ "${condition}" == condition=Ready && "${status}" == True ]]; then
+        echo "node/${node} condition met"
+        exit 0
+      fi
+      echo "error: timed out waiting for the condition on nodes/${node}" >&2
+      exit 1
+      ;;
+    drain)
+      if should_fail kubectl.fail.drain; then
+        echo "error: unable to drain node \"${args[1]}\" due to error: Cannot evict pod as it would violate the pod's disruption budget." >&2
+        exit 1
+      fi
+      state_set "kubectl/drained/${args[1]}" yes
+      echo "node/${args[1]} drained"
+      exit 0
+      ;;
+    delete)
+      if [[ "${args[1]:-}" =~ ^(node|nodes|no)$ ]]; then
+        rm -f "${STUB_STATE}/kubectl/nodes/${args[2]}.json"
+        echo "node \"${args[2]}\" deleted"
+        exit 0
+      fi
+      ;;
+  esac
+}

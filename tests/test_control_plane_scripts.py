@@ -1,0 +1,530 @@
+"""The control-plane scripts, run for real with bash in the sandbox (tests/sandbox.py): kubeadm
+init, the CNI, the kubeconfig, join tokens, the version-skew check, and node registration.
+
+kubeadm and kubectl are stubs (tests/stubs) that simulate a cluster API; openssl, awk and sed
+are the real ones, so the CA hash is computed as on a real host and checked here independently.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.sandbox import Sandbox, sandbox_available
+
+pytestmark = pytest.mark.skipif(
+    not sandbox_available(), reason="needs root, unshare --mount and overlayfs"
+)
+
+FAST = {"RETRY_BASE_SECONDS": "0.01", "POLL_SECONDS": "0.01"}
+CP_NAME = "dev-gpu-control-plane"
+PRIVATE_IP = "10.42.3.7"
+PUBLIC_IP = "198.51.100.20"
+INIT = {
+    "CLUSTER_NAME": "dev-gpu",
+    "NODE_NAME": CP_NAME,
+    "KUBERNETES_MINOR": "1.35",
+    "CONTROL_PLANE_ENDPOINT": f"{PRIVATE_IP}:6443",
+    "ADVERTISE_ADDRESS": PRIVATE_IP,
+    "POD_SUBNET": "10.244.0.0/16",
+    "SERVICE_SUBNET": "10.96.0.0/12",
+    "CERT_SANS": f"{PUBLIC_IP},{PRIVATE_IP},ip-10-42-3-7.us-west-2.compute.internal",
+    "API_WAIT_SECONDS": "1",
+    **FAST,
+}
+CNI = {"FLANNEL_VERSION": "v0.27.4", "POD_SUBNET": "10.200.0.0/16", "NODE_NAME": CP_NAME, **FAST}
+NODE = "dev-gpu-a10g-0"
+TOKEN = "q8z3kd.7hx2m4p9r1t6v0wb"
+ADMIN_CONF = "/etc/kubernetes/admin.conf"
+ADMIN_KEY = base64.b64encode(b"FAKE-ADMIN-KEY-DATA").decode()
+ADMIN_KUBECONFIG = f"""apiVersion: v1
+kind: Config
+clusters:
+- cluster:
+    certificate-authority-data: RkFLRS1DQQ==
+    server: https://{PRIVATE_IP}:6443
+  name: kubernetes
+contexts:
+- context:
+    cluster: kubernetes
+    user: kubernetes-admin
+  name: kubernetes-admin@kubernetes
+current-context: kubernetes-admin@kubernetes
+users:
+- name: kubernetes-admin
+  user:
+    client-certificate-data: RkFLRS1DRVJU
+    client-key-data: {ADMIN_KEY}
+"""
+# The shape of flannel's release manifest, trimmed to what install-cni.sh and the stub read.
+FLANNEL_MANIFEST = """---
+kind: Namespace
+apiVersion: v1
+metadata:
+  name: kube-flannel
+  labels:
+    k8s-app: flannel
+    pod-security.kubernetes.io/enforce: privileged
+---
+kind: ConfigMap
+apiVersion: v1
+metadata:
+  name: kube-flannel-cfg
+  namespace: kube-flannel
+data:
+  net-conf.json: |
+    {
+      "Network": "10.244.0.0/16",
+      "EnableNFTables": false,
+      "Backend": {
+        "Type": "vxlan"
+      }
+    }
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: kube-flannel-ds
+  namespace: kube-flannel
+  labels:
+    app: flannel
+spec:
+  selector:
+    matchLabels:
+      app: flannel
+  template:
+    spec:
+      initContainers:
+      - name: install-cni-plugin
+        image: ghcr.io/flannel-io/flannel-cni-plugin:v1.7.1-flannel1
+      - name: install-cni
+        image: ghcr.io/flannel-io/flannel:v0.27.4
+      containers:
+      - name: kube-flannel
+        image: ghcr.io/flannel-io/flannel:v0.27.4
+"""
+
+
+def node_json(name: str, ready: str | None) -> str:
+    conditions = [] if ready is None else [{"type": "Ready", "status": ready}]
+    return json.dumps({"metadata": {"name": name}, "status": {"conditions": conditions}})
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Sandbox:
+    """A control-plane host after install-kube-tools.sh (kubeadm 1.35.1), no cluster yet."""
+    sb = Sandbox(tmp_path)
+    for pkg in ("kubelet", "kubeadm", "kubectl"):
+        sb.state(f"dpkg/{pkg}", "1.35.1-1.1")
+    (sb.state_dir / "kubectl" / "nodes").mkdir(parents=True)
+    return sb
+
+
+@pytest.fixture
+def cluster(sandbox: Sandbox) -> Sandbox:
+    """The same host with a running cluster (kubeadm init done, API answering)."""
+    sandbox.write(ADMIN_CONF, ADMIN_KUBECONFIG, 0o600)
+    sandbox.state("kubectl/api", "v1.35.1")
+    sandbox.state(f"kubectl/nodes/{CP_NAME}.json", node_json(CP_NAME, "True"))
+    return sandbox
+
+
+def kubeadm_config(sandbox: Sandbox) -> dict[str, dict]:
+    docs = yaml.safe_load_all(sandbox.state("kubeadm-init-config.yaml"))
+    return {doc["kind"]: doc for doc in docs}
+
+
+# ------------------------------------------------------------------ init-control-plane.sh
+
+
+def test_init_runs_kubeadm_from_an_init_configuration_once(sandbox):
+    first = sandbox.run("init-control-plane.sh", INIT)
+    assert first.returncode == 0, first.stderr
+    inits = first.called("kubeadm", "init")
+    config_path = "/etc/kubernetes/gpu-cluster/kubeadm-init.yaml"
+    assert inits == [["kubeadm", "init", "--config", config_path, "--skip-token-print"]], inits
+    config = kubeadm_config(sandbox)
+    init, cluster = config["InitConfiguration"], config["ClusterConfiguration"]
+    assert init["apiVersion"] == cluster["apiVersion"] == "kubeadm.k8s.io/v1beta4"
+    assert init["nodeRegistration"]["name"] == CP_NAME
+    assert init["localAPIEndpoint"] == {"advertiseAddress": PRIVATE_IP, "bindPort": 6443}
+    assert [t["ttl"] for t in init["bootstrapTokens"]] == ["15m0s"], "init token lives long"
+    assert cluster["clusterName"] == "dev-gpu"
+    assert cluster["kubernetesVersion"] == "v1.35.1", "not the installed kubeadm's patch"
+    assert cluster["controlPlaneEndpoint"] == f"{PRIVATE_IP}:6443"
+    assert cluster["networking"] == {"podSubnet": "10.244.0.0/16", "serviceSubnet": "10.96.0.0/12"}
+    assert cluster["apiServer"]["certSANs"] == INIT["CERT_SANS"].split(",")
+    assert config["KubeletConfiguration"]["cgroupDriver"] == "systemd"
+    assert oct(sandbox.host_path(config_path).stat().st_mode & 0o777) == "0o600"
+    assert "API server ready" in first.stderr
+
+    second = sandbox.run("init-control-plane.sh", INIT)
+    assert second.returncode == 0, second.stderr
+    assert not second.called("kubeadm", "init"), f"second run re-initialized: {second.commands()}"
+    assert "already initialized" in second.stderr
+    assert sandbox.state("kubeadm.init-count") == "1"
+
+
+def test_init_with_an_admin_conf_but_no_api_stops_without_reinitializing(cluster):
+    cluster.state("kubectl/api-down", "yes")
+    result = cluster.run("init-control-plane.sh", {**INIT, "API_WAIT_SECONDS": "0"})
+    assert result.returncode != 0
+    assert "admin.conf exists but the API server does not answer /readyz" in result.stderr
+    assert "kubeadm reset -f" in result.stderr, "no way forward in the message"
+    assert not result.called("kubeadm", "init"), result.commands()
+
+
+def test_init_with_kubeadm_of_another_minor_fails_with_expected_and_found(sandbox):
+    sandbox.state("dpkg/kubeadm", "1.34.2-1.1")
+    result = sandbox.run("init-control-plane.sh", INIT)
+    assert result.returncode != 0
+    assert "kubeadm v1.35.x expected, found v1.34.2" in result.stderr
+    assert not result.called("kubeadm", "init"), result.commands()
+
+
+def test_failed_kubeadm_init_names_the_step(sandbox):
+    sandbox.state("kubeadm.fail.init", 1)
+    result = sandbox.run("init-control-plane.sh", INIT)
+    assert result.returncode != 0
+    assert "[init] FAILED at step 1/2 (init cluster), in init_cluster" in result.stderr, (
+        result.stderr
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("POD_SUBNET", "10.244.0.0", "POD_SUBNET must be a CIDR"),
+        ("CERT_SANS", f"{PUBLIC_IP},bad name", "CERT_SANS: 'bad name'"),
+        ("CONTROL_PLANE_ENDPOINT", PRIVATE_IP, "CONTROL_PLANE_ENDPOINT must be host:port"),
+        ("KUBERNETES_MINOR", "1.35.1", "KUBERNETES_MINOR must be a minor version"),
+    ],
+)
+def test_init_rejects_malformed_inputs_before_acting(sandbox, name, value, message):
+    result = sandbox.run("init-control-plane.sh", {**INIT, name: value})
+    assert result.returncode != 0
+    assert message in result.stderr, result.stderr
+    assert result.calls == [], f"acted before checking inputs: {result.commands()}"
+
+
+# ------------------------------------------------------------------ install-cni.sh
+
+
+@pytest.fixture
+def flannel(cluster: Sandbox) -> Sandbox:
+    cluster.state("curl.body.kube-flannel.yml", FLANNEL_MANIFEST)
+    return cluster
+
+
+def test_cni_applies_the_pinned_manifest_with_the_pod_cidr_and_waits(flannel):
+    result = flannel.run("install-cni.sh", CNI)
+    assert result.returncode == 0, result.stderr
+    urls = [c[-1] for c in result.called("curl")]
+    assert urls == [
+        "https://github.com/flannel-io/flannel/releases/download/v0.27.4/kube-flannel.yml"
+    ], urls
+    applied = (flannel.state_dir / "kubectl/applied/kube-flannel.yml").read_text()
+    assert '"Network": "10.200.0.0/16"' in applied and "10.244.0.0/16" not in applied
+    commands = result.commands()
+    rollout = [c for c in commands if " rollout status daemonset/kube-flannel-ds" in c]
+    assert rollout and "--timeout=300s" in rollout[0], commands
+    assert any(f"wait --for=condition=Ready node/{CP_NAME}" in c for c in commands), commands
+    order = [
+        next(i for i, c in enumerate(commands) if f" {verb} " in c)
+        for verb in ("apply", "rollout status", "wait")
+    ]
+    assert order == sorted(order), f"not apply, then rollout, then Node Ready: {commands}"
+
+    second = flannel.run("install-cni.sh", CNI)
+    assert second.returncode == 0, second.stderr
+    assert not second.called("curl"), "downloaded the manifest again"
+    assert not [c for c in second.commands() if " apply " in c], "applied again"
+    assert "flannel v0.27.4 already applied" in second.stderr
+
+
+def test_cni_download_retries_then_works(flannel):
+    flannel.state("curl.fail", 2)
+    result = flannel.run("install-cni.sh", CNI)
+    assert result.returncode == 0, result.stderr
+    assert len(result.called("curl")) == 3, result.commands()
+
+
+def test_cni_rollout_that_does_not_finish_fails_naming_what_to_look_at(flannel):
+    flannel.state("kubectl.fail.rollout", 1)
+    result = flannel.run("install-cni.sh", {**CNI, "CNI_TIMEOUT_SECONDS": "5"})
+    assert result.returncode != 0
+    assert "flannel DaemonSet not rolled out after 5s" in result.stderr
+    assert "kubectl -n kube-flannel get pods" in result.stderr
+
+
+def test_cni_control_plane_node_never_ready_fails(flannel):
+    flannel.state(f"kubectl/nodes/{CP_NAME}.json", node_json(CP_NAME, "False"))
+    result = flannel.run("install-cni.sh", CNI)
+    assert result.returncode != 0
+    assert f"Node {CP_NAME} not Ready 300s after the CNI rolled out" in result.stderr
+
+
+def test_cni_manifest_of_another_shape_fails_before_applying(flannel):
+    flannel.state("curl.body.kube-flannel.yml", FLANNEL_MANIFEST.replace("10.244.0.0/16", "x"))
+    result = flannel.run("install-cni.sh", CNI)
+    assert result.returncode != 0
+    assert "changed shape" in result.stderr, result.stderr
+    assert not [c for c in result.commands() if " apply " in c], "applied an unknown manifest"
+
+
+def test_cni_needs_an_initialized_cluster(sandbox):
+    result = sandbox.run("install-cni.sh", CNI)
+    assert result.returncode != 0
+    assert f"{ADMIN_CONF} not found; run init-control-plane.sh first" in result.stderr
+
+
+# ------------------------------------------------------------------ read-kubeconfig.sh
+
+
+def test_kubeconfig_points_at_the_operators_address_and_is_not_logged(cluster):
+    server = f"https://{PUBLIC_IP}:6443"
+    result = cluster.run("read-kubeconfig.sh", {"API_SERVER": server})
+    assert result.returncode == 0, result.stderr
+    expected = ADMIN_KUBECONFIG.replace(f"https://{PRIVATE_IP}:6443", server)
+    assert result.stdout == expected
+    assert ADMIN_KEY not in result.stderr, "the admin key reached the log"
+
+
+def test_kubeconfig_on_a_host_without_admin_conf_fails_clearly(sandbox):
+    result = sandbox.run("read-kubeconfig.sh", {"API_SERVER": f"https://{PUBLIC_IP}:6443"})
+    assert result.returncode != 0
+    assert "admin.conf not found on this host" in result.stderr
+    assert result.stdout == ""
+
+
+# ------------------------------------------------------------------ mint-join-token.sh
+
+
+def _der_element(data: bytes, start: int) -> tuple[int, int, int]:
+    """(tag, content start, end) of the DER element at `start`."""
+    tag, length, position = data[start], data[start + 1], start + 2
+    if length & 0x80:
+        size = length & 0x7F
+        length = int.from_bytes(data[position : position + size], "big")
+        position += size
+    return tag, position, position + length
+
+
+def ca_public_key_hash(pem: str) -> str:
+    """sha256 of the certificate's SubjectPublicKeyInfo, read from the DER without openssl."""
+    body = "".join(line for line in pem.splitlines() if not line.startswith("-----"))
+    der = base64.b64decode(body)
+    _, certificate, _ = _der_element(der, 0)
+    _, tbs_start, tbs_end = _der_element(der, certificate)
+    fields, position = [], tbs_start
+    while position < tbs_end:
+        tag, _, end = _der_element(der, position)
+        fields.append((tag, position, end))
+        position = end
+    offset = 1 if fields[0][0] == 0xA0 else 0  # explicit [0] version
+    _, spki_start, spki_end = fields[offset + 5]
+    return "sha256:" + hashlib.sha256(der[spki_start:spki_end]).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def ca_cert(tmp_path_factory) -> str:
+    directory = tmp_path_factory.mktemp("ca")
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-subj", "/CN=kubernetes", "-keyout", str(directory / "ca.key")),
+            *("-out", str(directory / "ca.crt")),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return (directory / "ca.crt").read_text()
+
+
+def test_join_token_is_fresh_short_lived_and_pins_the_ca(cluster, ca_cert):
+    cluster.write("/etc/kubernetes/pki/ca.crt", ca_cert)
+    cluster.state("kubeadm.token", TOKEN)
+    result = cluster.run("mint-join-token.sh", {"NODE_NAME": NODE, "TOKEN_TTL": "30m"})
+    assert result.returncode == 0, result.stderr
+    printed = json.loads(result.stdout.strip().splitlines()[-1])
+    assert printed == {"token": TOKEN, "caCertHash": ca_public_key_hash(ca_cert)}
+    creates = result.called("kubeadm", "token", "create")
+    assert len(creates) == 1, result.commands()
+    args = creates[0]
+    assert args[args.index("--ttl") + 1] == "30m", args
+    assert NODE in args[args.index("--description") + 1], args
+    assert TOKEN not in result.stderr, "the token reached the log"
+    assert not any(TOKEN in " ".join(c) for c in result.calls), "the token in a command line"
+
+
+def test_join_token_failure_names_the_step_and_shows_no_token(cluster, ca_cert):
+    cluster.write("/etc/kubernetes/pki/ca.crt", ca_cert)
+    cluster.state("kubeadm.token", TOKEN)
+    cluster.state("kubeadm.fail.token", 1)
+    result = cluster.run("mint-join-token.sh", {"NODE_NAME": NODE})
+    assert result.returncode != 0
+    assert "[join-token] FAILED at step 2/3 (create token), in create_token" in result.stderr, (
+        result.stderr
+    )
+    assert TOKEN not in result.output
+
+
+def test_join_token_refuses_a_token_that_is_not_one(cluster, ca_cert):
+    cluster.write("/etc/kubernetes/pki/ca.crt", ca_cert)
+    cluster.state("kubeadm.token", "not-a-token")
+    result = cluster.run("mint-join-token.sh", {"NODE_NAME": NODE})
+    assert result.returncode != 0
+    assert "printed no bootstrap token (output not shown)" in result.stderr
+    assert "not-a-token" not in result.output
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"NODE_NAME": NODE, "TOKEN_TTL": "24 hours"}, "TOKEN_TTL must be a duration like 30m"),
+        ({"NODE_NAME": NODE}, "/etc/kubernetes/pki/ca.crt not found on this host"),
+    ],
+)
+def test_join_token_checks_before_minting(cluster, params, message):
+    result = cluster.run("mint-join-token.sh", params)
+    assert result.returncode != 0
+    assert message in result.stderr, result.stderr
+    assert not result.called("kubeadm"), result.commands()
+
+
+# ------------------------------------------------------------------ check-version-skew.sh
+
+
+@pytest.mark.parametrize(("server", "kubelet"), [("v1.35.1", "1.35"), ("v1.36.0", "1.33")])
+def test_skew_within_the_supported_window_passes(cluster, server, kubelet):
+    cluster.state("kubectl/api", server)
+    result = cluster.run("check-version-skew.sh", {"KUBERNETES_MINOR": kubelet})
+    assert result.returncode == 0, result.stderr
+    assert "version skew ok" in result.stderr
+
+
+def test_kubelet_newer_than_the_api_server_fails_clearly(cluster):
+    cluster.state("kubectl/api", "v1.34.3")
+    result = cluster.run("check-version-skew.sh", {"KUBERNETES_MINOR": "1.35"})
+    assert result.returncode != 0
+    assert (
+        "[version-skew] FAILED: kubelet 1.35 would be newer than the API server 1.34; "
+        "set gpu-cluster:kubernetesVersion to 1.34 or older"
+    ) in result.stderr, result.stderr
+    assert [c[:4] for c in result.called("kubectl")] == [
+        ["kubectl", f"--kubeconfig={ADMIN_CONF}", "--request-timeout=30s", "get"]
+    ], f"touched more than the version: {result.commands()}"
+
+
+def test_kubelet_too_far_behind_fails_clearly(cluster):
+    cluster.state("kubectl/api", "v1.37.0")
+    result = cluster.run("check-version-skew.sh", {"KUBERNETES_MINOR": "1.33"})
+    assert result.returncode != 0
+    assert "kubelet 1.33 would be more than 3 minors older than the API server 1.37" in (
+        result.stderr
+    )
+    assert "set gpu-cluster:kubernetesVersion to 1.34 or newer" in result.stderr
+
+
+def test_skew_on_a_host_that_is_not_a_control_plane(sandbox):
+    result = sandbox.run("check-version-skew.sh", {"KUBERNETES_MINOR": "1.35"})
+    assert result.returncode != 0
+    assert "controlPlane.host must be a kubeadm control-plane node" in result.stderr
+
+
+def test_skew_with_the_api_down_fails_clearly(cluster):
+    cluster.state("kubectl/api-down", "yes")
+    result = cluster.run("check-version-skew.sh", {"KUBERNETES_MINOR": "1.35"})
+    assert result.returncode != 0
+    assert "the API server did not answer" in result.stderr
+
+
+# ------------------------------------------------------ wait-node-ready.sh, drain-node.sh
+
+
+def test_node_ready_waits_until_the_node_is_ready(cluster):
+    node = f"kubectl/nodes/{NODE}"
+    cluster.state(f"{node}.json", node_json(NODE, "False"))
+    cluster.state(f"{node}.json.next", node_json(NODE, "True"))
+    cluster.state(f"{node}.next-after", 2)
+    result = cluster.run("wait-node-ready.sh", {"NODE_NAME": NODE, **FAST})
+    assert result.returncode == 0, result.stderr
+    assert len(result.called("kubectl")) == 3, result.commands()
+    assert f"Node {NODE} Ready" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("state", "message"),
+    [
+        (None, f"Node {NODE} not registered after 0s"),
+        ("False", f"Node {NODE} not Ready after 0s (Ready=False)"),
+        ("Unknown", f"Node {NODE} not Ready after 0s (Ready=Unknown)"),
+    ],
+)
+def test_node_never_ready_fails_naming_the_node_and_what_to_look_at(cluster, state, message):
+    if state is not None:
+        cluster.state(f"kubectl/nodes/{NODE}.json", node_json(NODE, state))
+    result = cluster.run(
+        "wait-node-ready.sh", {"NODE_NAME": NODE, "READY_TIMEOUT_SECONDS": "0", **FAST}
+    )
+    assert result.returncode != 0
+    assert message in result.stderr, result.stderr
+    assert "journalctl -u kubelet" in result.stderr
+
+
+def test_drain_then_delete_the_node(cluster):
+    cluster.state(f"kubectl/nodes/{NODE}.json", node_json(NODE, "True"))
+    result = cluster.run("drain-node.sh", {"NODE_NAME": NODE})
+    assert result.returncode == 0, result.stderr
+    drains = [c for c in result.calls if "drain" in c]
+    assert len(drains) == 1, result.commands()
+    assert {"--ignore-daemonsets", "--delete-emptydir-data", "--timeout=300s"} <= set(drains[0])
+    commands = result.commands()
+    drain_at = next(i for i, c in enumerate(commands) if " drain " in c)
+    delete_at = next(i for i, c in enumerate(commands) if f" delete node {NODE}" in c)
+    assert drain_at < delete_at, commands
+    assert not (cluster.state_dir / f"kubectl/nodes/{NODE}.json").exists(), "Node not deleted"
+
+
+def test_drain_of_a_node_already_gone_succeeds_without_acting(cluster):
+    result = cluster.run("drain-node.sh", {"NODE_NAME": NODE})
+    assert result.returncode == 0, result.stderr
+    assert not [c for c in result.calls if "drain" in c or "delete" in c], result.commands()
+    assert "already gone" in result.stderr
+
+
+def test_drain_that_is_blocked_fails_and_keeps_the_node(cluster):
+    cluster.state(f"kubectl/nodes/{NODE}.json", node_json(NODE, "True"))
+    cluster.state("kubectl.fail.drain", 1)
+    result = cluster.run("drain-node.sh", {"NODE_NAME": NODE, "DRAIN_TIMEOUT_SECONDS": "60"})
+    assert result.returncode != 0
+    assert f"drain of {NODE} did not finish in 60s" in result.stderr
+    assert (cluster.state_dir / f"kubectl/nodes/{NODE}.json").exists(), "deleted an undrained Node"
+
+
+# ------------------------------------------------------------------ all of them
+
+
+@pytest.mark.parametrize(
+    ("script", "required"),
+    [
+        ("init-control-plane.sh", "CLUSTER_NAME NODE_NAME KUBERNETES_MINOR"),
+        ("install-cni.sh", "FLANNEL_VERSION POD_SUBNET NODE_NAME"),
+        ("read-kubeconfig.sh", "API_SERVER"),
+        ("mint-join-token.sh", "NODE_NAME"),
+        ("check-version-skew.sh", "KUBERNETES_MINOR"),
+        ("wait-node-ready.sh", "NODE_NAME"),
+        ("drain-node.sh", "NODE_NAME"),
+    ],
+)
+def test_missing_inputs_fail_at_once_naming_them(cluster, script, required):
+    result = cluster.run(script, {})
+    assert result.returncode != 0
+    assert f"missing required input(s): {required}" in result.stderr, result.stderr
+    assert result.calls == [], f"{script} acted before checking inputs: {result.commands()}"
