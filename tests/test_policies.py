@@ -11,14 +11,16 @@ from __future__ import annotations
 import copy
 import inspect
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pulumi_aws
 import pytest
-from google.protobuf import struct_pb2
-from pulumi.runtime.proto import analyzer_pb2
+from google.protobuf import empty_pb2, json_format, struct_pb2
+from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
 from pulumi_policy import EnforcementLevel
 from pulumi_policy.policy import _PolicyAnalyzerServicer
 
@@ -519,3 +521,75 @@ def test_unsafe_dev_variant_is_rejected_once_per_problem():
     )
     ssh_urn, ssh_message = by_policy["no-world-ingress-to-admin-ports"][0]
     assert "22 (SSH)" in ssh_message and "0.0.0.0/0" in ssh_message, f"{ssh_urn}: {ssh_message}"
+
+
+# ---------------------------------------------------------------- configuration and the pack itself
+
+
+def test_enforcement_and_settings_come_from_the_policy_config():
+    """What `--policy-pack-config` sends: a policy made advisory reports as advisory, a disabled
+    one reports nothing, and policy settings replace the defaults."""
+    servicer = _PolicyAnalyzerServicer(
+        PACK_NAME, "0.0.1", build_policies(), EnforcementLevel.MANDATORY
+    )
+    levels = analyzer_pb2.EnforcementLevel
+    settings = struct_pb2.Struct()
+    settings.update({"requiredTags": ["cost-center"]})
+    servicer.Configure(
+        analyzer_pb2.ConfigureAnalyzerRequest(
+            policyConfig={
+                "imdsv2-required": analyzer_pb2.PolicyConfig(
+                    enforcementLevel=levels.Value("ADVISORY")
+                ),
+                "ebs-volumes-encrypted": analyzer_pb2.PolicyConfig(
+                    enforcementLevel=levels.Value("DISABLED")
+                ),
+                "required-tags": analyzer_pb2.PolicyConfig(
+                    enforcementLevel=levels.Value("MANDATORY"), properties=settings
+                ),
+            }
+        ),
+        None,
+    )
+    bad = instance(metadataOptions={"httpTokens": "optional"}, rootBlockDevice={"volumeSize": 200})
+    response = servicer.Analyze(_analyzer_resource(bad, analyzer_pb2.AnalyzeRequest), None)
+    found = {d.policyName: (d.enforcementLevel, d.message) for d in response.diagnostics}
+    assert sorted(found) == ["imdsv2-required", "required-tags"], f"{bad.urn}: {found}"
+    assert found["imdsv2-required"][0] == levels.Value("ADVISORY"), f"{bad.urn}: {found}"
+    assert "cost-center" in found["required-tags"][1], f"{bad.urn}: {found}"
+
+
+def test_the_pack_starts_and_lists_every_policy_as_mandatory():
+    """`python policies/__main__.py`, as the Pulumi CLI starts it: it prints its port and serves
+    the analyzer; GetAnalyzerInfo lists every policy, mandatory, with its config schema."""
+    pack_dir = Path(__file__).resolve().parent.parent / "policies"
+    process = subprocess.Popen(
+        [sys.executable, "-u", "__main__.py"],
+        cwd=pack_dir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        port = process.stdout.readline().decode().strip()
+        assert port.isdigit(), (
+            f"policies/__main__.py printed {port!r}: {process.stderr.read1().decode()}"
+        )
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            info = analyzer_pb2_grpc.AnalyzerStub(channel).GetAnalyzerInfo(
+                empty_pb2.Empty(), timeout=30
+            )
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+    assert info.name == PACK_NAME, f"pack name {info.name}"
+    listed = {p.name: p for p in info.policies}
+    assert sorted(listed) == sorted(p.name for p in v.POLICIES), (
+        f"policies listed: {sorted(listed)}"
+    )
+    for spec in v.POLICIES:
+        served = listed[spec.name]
+        assert served.enforcementLevel == MANDATORY, f"{spec.name}: level {served.enforcementLevel}"
+        schema = json_format.MessageToDict(served.configSchema.properties)
+        assert schema == json.loads(json.dumps(dict(spec.config_schema))), (
+            f"{spec.name}: schema {schema}"
+        )
