@@ -23,6 +23,7 @@ from google.protobuf import empty_pb2, json_format, struct_pb2
 from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
 from pulumi_policy import EnforcementLevel
 from pulumi_policy.policy import _PolicyAnalyzerServicer
+from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
 
 from tests.harness import COMMAND_STDOUT, STACKS, Graph, run_program, unwrap
 
@@ -313,6 +314,18 @@ def test_secret_command_output_declared_secret():
     assert check("secret-command-output", using) == [], (
         f"{using.urn}: uses admin.conf, prints nothing"
     )
+
+
+def test_secret_command_check_runs_in_preview_with_unknown_scripts():
+    """In preview, a join step's stdin (rendered with the minted token) is unknown: the check
+    still runs on what is known instead of giving up on the resource."""
+    props = unknown_checking_proxy(
+        {"create": "sudo bash -s", "stdin": UNKNOWN_STRING_VALUE, "logging": "none"}
+    )
+    join = resource(v.REMOTE_COMMAND, "dev-gpu-a10g-0-join", props)
+    assert check("secret-command-output", join) == [], f"{join.urn}: unknown stdin flagged"
+    token = resource(v.REMOTE_COMMAND, "dev-gpu-a10g-0-join-token", props)
+    assert_names_resource_and_fix(check("secret-command-output", token), token)
 
 
 def chain(node: str, *, join_after: str = "kube-tools") -> list[v.Resource]:

@@ -400,8 +400,20 @@ def carries_secret_output(resource: Resource, config: Config) -> bool:
     suffixes = tuple(config.get("secretOutputCommandSuffixes") or ("-join-token", "-kubeconfig"))
     if resource.name.endswith(suffixes):
         return True
-    scripts = [resource.props.get(key) for key in ("create", "update", "stdin")]
+    scripts = [_known(resource.props, key) for key in ("create", "update", "stdin")]
     return any(isinstance(s, str) and SECRET_OUTPUT_PATTERN.search(s) for s in scripts)
+
+
+def _known(props: Mapping[str, Any], key: str) -> Any:
+    """`props[key]`, or None while it is unknown (a script rendered from another resource's
+    output, during preview). The policy runtime raises its UnknownValueError on reading such a
+    value, which would turn the whole check into a "can't run during preview" notice."""
+    try:
+        return props.get(key)
+    except Exception as error:
+        if type(error).__name__ == "UnknownValueError":
+            return None
+        raise
 
 
 def check_secret_command_output(resource: Resource, config: Config) -> list[str]:
