@@ -426,7 +426,7 @@ class NodePool(Model):
     count: int = Field(ge=0, le=1000, description="Number of GPU nodes in the pool")
     driver_version: str = Field(
         default="580",
-        description=f"NVIDIA driver branch, one of {', '.join(SUPPORTED_DRIVER_BRANCHES)}",
+        description="NVIDIA driver branch (the branch number, not a full version)",
     )
     root_volume_gi_b: int = Field(
         default=200,
@@ -585,8 +585,7 @@ class Settings(Model):
     )
     kubernetes_version: str = Field(
         default="1.35",
-        description="Kubernetes minor version; kubelet and kubeadm are pinned to it; one of "
-        + ", ".join(SUPPORTED_KUBERNETES_MINORS),
+        description="Kubernetes minor version; kubelet and kubeadm are pinned to it",
     )
     control_plane: ControlPlane = Field(
         default_factory=lambda: ManagedControlPlane(mode="managed"),
