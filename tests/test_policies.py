@@ -372,11 +372,13 @@ def test_every_policy_is_mandatory_with_a_schema_default_for_each_setting():
 # ---------------------------------------------------------------- through pulumi_policy's analyzer
 
 
-def as_policy_input(r, **changes: Any) -> v.Resource:
+def as_policy_input(r) -> v.Resource:
+    """A recorded registration as the policy runtime shows it: inputs without secret markers,
+    dependencies and property dependencies together."""
     dependencies = set(r.dependencies).union(*r.property_dependencies.values())
     return v.Resource(
         r.type,
-        {**unwrap(r.inputs), **changes},
+        unwrap(r.inputs),
         r.urn,
         r.name,
         tuple(r.additional_secret_outputs),
@@ -491,27 +493,15 @@ def test_unsafe_dev_variant_is_rejected_once_per_problem():
     the last two are applied to the recorded resources, as a changed program would send them)."""
     network = {"create": True, "cidr": "10.42.0.0/16", "sshAllowedCidrs": ["0.0.0.0/0"]}
     graph = run_program("dev", config={"network": network})
-    resources = []
-    for r in graph:
-        res = as_policy_input(r)
-        props = copy.deepcopy(dict(res.props))
-        if r.type == v.INSTANCE and v.GPU_FAMILY.match(props["instanceType"]):
-            props["metadataOptions"]["httpTokens"] = "optional"
-            imds_urn = r.urn
-        if r.type == v.JOB and r.name.endswith("-validation-job"):
-            for container in props["spec"]["template"]["spec"]["containers"]:
-                container["image"] = container["image"].rsplit(":", 1)[0] + ":latest"
-            job_urn = r.urn
-        resources.append(
-            v.Resource(
-                res.resource_type,
-                props,
-                res.urn,
-                res.name,
-                res.additional_secret_outputs,
-                res.dependencies,
-            )
-        )
+    resources = [as_policy_input(r) for r in graph]
+    (node,) = [r for r in resources if r.resource_type == v.INSTANCE and r.name.endswith("-a10g-0")]
+    (job,) = [
+        r for r in resources if r.resource_type == v.JOB and r.name.endswith("-validation-job")
+    ]
+    imds_urn, job_urn = node.urn, job.urn
+    node.props["metadataOptions"]["httpTokens"] = "optional"
+    for container in job.props["spec"]["template"]["spec"]["containers"]:
+        container["image"] = container["image"].rsplit(":", 1)[0] + ":latest"
     found = analyze(resources)
     by_policy = {}
     for name, urn, message, level in found:
