@@ -271,9 +271,18 @@ class ControlPlane(pulumi.ComponentResource):
         return step
 
     def join_credentials(
-        self, node_name: str, *, parent: pulumi.Resource, after: Sequence[pulumi.Resource]
+        self,
+        node_name: str,
+        *,
+        parent: pulumi.Resource,
+        after: Sequence[pulumi.Resource],
+        join_spec: str = "",
     ) -> JoinCredentials:
-        """Mint a fresh bootstrap token for one node (`<node>-join-token`, on the control plane)."""
+        """Mint a fresh bootstrap token for one node (`<node>-join-token`, on the control plane).
+
+        `join_spec` is the digest of what the join step runs: when it changes, the join re-runs
+        and gets a fresh token with it, never the expired one minted for the previous join.
+        """
         step = run_script(
             f"{node_name}-join-token",
             host=self.host,
@@ -283,6 +292,7 @@ class ControlPlane(pulumi.ComponentResource):
             parent=parent,
             timeout="5m",
             secret_stdout=True,
+            rerun_when=[join_spec] if join_spec else [],
         )
         parsed = step.stdout.apply(parse_join_token)
         return JoinCredentials(

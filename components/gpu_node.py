@@ -25,6 +25,7 @@ import pulumi_command as command
 
 from components import machines
 from components.catalog import GpuInstanceType
+from components.host_scripts import script_digest
 from components.labels import GPU_PRESENT_LABEL, POOL_LABEL
 from components.network import Network
 from components.remote import Host, run_script, ssh_host
@@ -244,18 +245,26 @@ class GpuNode(pulumi.ComponentResource):
             KUBE_TOOLS_TIMEOUT,
             KUBERNETES_MINOR=settings.kubernetes_version,
         )
-        credentials = control_plane.join_credentials(name, parent=self, after=[kube_tools])
+        join_params = {
+            "NODE_NAME": name,
+            "KUBERNETES_MINOR": settings.kubernetes_version,
+            "NODE_LABELS": node_labels(pool),
+            "NODE_TAINTS": node_taints(pool),
+        }
+        credentials = control_plane.join_credentials(
+            name,
+            parent=self,
+            after=[kube_tools],
+            join_spec=script_digest("join-node.sh", join_params),
+        )
         join = run_script(
             f"{name}-join",
             host=self.host,
             script="join-node.sh",
             params={
-                "NODE_NAME": name,
+                **join_params,
                 "API_ENDPOINT": credentials.endpoint,
                 "CA_CERT_HASH": credentials.ca_cert_hash,
-                "KUBERNETES_MINOR": settings.kubernetes_version,
-                "NODE_LABELS": node_labels(pool),
-                "NODE_TAINTS": node_taints(pool),
             },
             secret_params={"JOIN_TOKEN": credentials.token},
             delete_script="reset-node.sh",

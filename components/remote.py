@@ -79,13 +79,15 @@ def run_script(
     parent: pulumi.Resource,
     timeout: str = "30m",
     secret_stdout: bool = False,
+    rerun_when: Sequence[pulumi.Input[str]] = (),
 ) -> command.remote.Command:
     """One host step: `script` on create, `delete_script` (if any) on delete, chained `after`.
 
     `secret_params` are rendered into stdin only, and make stdin a secret. With `secret_stdout`
     the command's output is a secret and is not logged (it carries a token or a kubeconfig).
     A step that undoes itself on delete is replaced delete-first, so a re-run never undoes the
-    new work (a `kubeadm reset` after the new join).
+    new work (a `kubeadm reset` after the new join). `rerun_when` adds values whose change must
+    re-run this step although its own script and parameters did not change.
     """
     params = dict(params or {})
     secret_params = dict(secret_params or {})
@@ -119,7 +121,7 @@ def run_script(
         create="sudo bash -s",
         stdin=stdin,
         delete=delete,
-        triggers=[trigger, *[_identity(a) for a in after]],
+        triggers=[trigger, *rerun_when, *[_identity(a) for a in after]],
         logging=command.remote.Logging.NONE
         if secret_stdout
         else command.remote.Logging.STDOUT_AND_STDERR,

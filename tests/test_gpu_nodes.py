@@ -324,6 +324,22 @@ def test_changing_a_pools_driver_reruns_its_driver_chain_only():
             )
 
 
+def test_changing_a_pools_labels_rejoins_with_a_fresh_token():
+    """A join re-runs when its labels change; the token minted for the first join has expired
+    by then, so the mint step must re-run with it (and nothing before the join)."""
+    before = graph("dev")
+    after = graph("dev", pools_with("dev", a10g={"labels": {"team": "research"}}))
+    for node in node_names("dev"):
+        for suffix in ("join-token", "join"):
+            a, b = before.named(f"{node}-{suffix}"), after.named(f"{node}-{suffix}")
+            assert unwrap(a.inputs["triggers"]) != unwrap(b.inputs["triggers"]), (
+                f"{b.urn}: not re-run after the pool's labels changed"
+            )
+        for suffix in ("wait-ready", "driver", "runtime", "kube-tools"):
+            a, b = before.named(f"{node}-{suffix}"), after.named(f"{node}-{suffix}")
+            assert a.plain_inputs() == b.plain_inputs(), f"{b.urn}: re-run for a label change"
+
+
 def test_scaling_a_pool_from_3_to_2_removes_exactly_the_last_node():
     three = graph("dev", pools_with("dev", a10g={"count": 3}))
     two = graph("dev", pools_with("dev", a10g={"count": 2}))

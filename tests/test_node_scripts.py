@@ -633,9 +633,12 @@ def test_failed_join_names_the_step_and_keeps_the_token_secret(kube_host):
     kube_host.state("kubeadm.fail.join", 1)
     result = kube_host.run("join-node.sh", JOIN)
     assert result.returncode != 0
-    assert "[join] FAILED at step 1/2 (join cluster), in join_cluster" in result.stderr
+    assert "[join] FAILED: kubeadm join 10.42.1.10:6443 failed (exit 1)" in result.stderr
+    assert "--target-replace <urn of a10g-0-join-token>" in result.stderr
     assert TOKEN not in result.output
     assert list(kube_host.tmp_dir.iterdir()) == []
+    # The half-done join is undone so the next `pulumi up` can join again.
+    assert result.called("kubeadm", "reset", "-f"), result.commands()
 
 
 @needs_sandbox

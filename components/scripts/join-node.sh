@@ -125,8 +125,19 @@ join_cluster() {
   config="$(temp_path join-config.yaml)"
   write_join_config "${config}"
   log "kubeadm join ${API_ENDPOINT} as ${NODE_NAME}"
-  timeout -k 30 "${JOIN_TIMEOUT_SECONDS:-600}" kubeadm join --config "${config}" >&2
+  local status=0
+  timeout -k 30 "${JOIN_TIMEOUT_SECONDS:-600}" kubeadm join --config "${config}" >&2 || status=$?
   rm -f -- "${config}"
+  if ((status != 0)); then
+    # Leave a clean host so the next `pulumi up` can join again (kubeadm's preflight refuses
+    # the files a half-done join leaves behind).
+    kubeadm reset -f >&2 || log "kubeadm reset after the failed join also failed"
+    fatal "kubeadm join ${API_ENDPOINT} failed (exit ${status}). If the output above says the" \
+      "token is invalid or expired (a join retried long after its token was minted), mint a" \
+      "new one: pulumi up --target-replace <urn of ${NODE_NAME}-join-token>" \
+      "(pulumi stack --show-urns lists it); otherwise check that ${API_ENDPOINT} is reachable" \
+      "from the node and the API server is healthy"
+  fi
 }
 
 verify_joined() {
