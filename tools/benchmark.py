@@ -1,25 +1,42 @@
 """How the program scales with the number of GPU nodes (a benchmark, not a test).
 
-    python -m tools.benchmark                 # 1, 8, 64 and 256 nodes
+    python -m tools.benchmark                 # 1, 8, 64, 256 and 1000 nodes
     python -m tools.benchmark --nodes 1 1000  # any counts
 
 For each count N the real program runs (tests.harness.run_program, the dev stack with one pool of
-N g5.xlarge nodes) and the table shows: registered resources, program seconds, milliseconds per
-node, and the longest dependency chain that ends at a node's `-join` step (the graph depth to a
-joined node). Nodes never wait on each other, so that depth must be the same for 1 node and for
-1,000: the run exits non-zero when it grows.
+N g5.xlarge nodes) in a fresh subprocess (so memory does not accumulate across sizes), then a bare
+program registering the same number of trivial resources under the same harness. The table shows:
+registered resources, program seconds, milliseconds per node and per resource, the bare program's
+milliseconds per resource, the overhead ratio (program / bare, per resource), the subprocess's peak
+memory (ru_maxrss), the longest dependency chain that ends at a node's `-join` step and the depth
+of the whole graph.
+
+Targets (the run exits non-zero when one is missed): overhead ratio at most 1.5; both depths the
+same at every N (nodes never wait on each other); 1,000 nodes in under 60 s and 2 GiB.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
+import os
+import resource
+import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
-from tests.harness import Graph, run_program, stack_file
+import pulumi
 
-DEFAULT_COUNTS = (1, 8, 64, 256)
+from tests.harness import ROOT, Graph, run_program, stack_file
+
+DEFAULT_COUNTS = (1, 8, 64, 256, 1000)
+MAX_OVERHEAD_RATIO = 1.5
+LARGE_NODES = 1000
+MAX_LARGE_SECONDS = 60.0
+MAX_LARGE_MIB = 2048.0
+BARE_TYPE = "bench:index:Trivial"
 STACK = "dev"
 INSTANCE_TYPE = "g5.xlarge"
 POOL_NAME = "bench"
@@ -31,10 +48,26 @@ class Row:
     resources: int
     seconds: float
     max_join_depth: int
+    graph_depth: int = 0
+    bare_seconds: float = math.nan
+    peak_mib: float = math.nan
 
     @property
     def ms_per_node(self) -> float:
         return 1000 * self.seconds / self.nodes
+
+    @property
+    def ms_per_resource(self) -> float:
+        return 1000 * self.seconds / self.resources
+
+    @property
+    def bare_ms_per_resource(self) -> float:
+        return 1000 * self.bare_seconds / self.resources
+
+    @property
+    def overhead_ratio(self) -> float:
+        """Program time per resource over the bare program's, for the same resource count."""
+        return self.seconds / self.bare_seconds
 
 
 def config_for(nodes: int) -> dict:
@@ -47,38 +80,130 @@ def config_for(nodes: int) -> dict:
 def join_depths(graph: Graph, nodes: int) -> list[int]:
     """Length of the longest dependency chain ending at each node's `-join` step."""
     cluster = stack_file(STACK)["gpu-cluster:clusterName"]
+    by_name = {r.name: r for r in graph}
     return [
-        len(graph.longest_path(graph.named(f"{cluster}-{POOL_NAME}-{index}-join")))
+        len(graph.longest_path(by_name[f"{cluster}-{POOL_NAME}-{index}-join"]))
         for index in range(nodes)
     ]
 
 
+def graph_depth(graph: Graph) -> int:
+    """Resources on the longest dependency chain of the whole graph (one pass, no recursion)."""
+    depth: dict[str, int] = {}
+    for start in graph:
+        stack = [(start.urn, False)]
+        while stack:
+            urn, expanded = stack.pop()
+            if urn in depth:
+                continue
+            deps = graph.direct_dependencies(graph.by_urn[urn])
+            if expanded:
+                depth[urn] = 1 + max((depth[d] for d in deps), default=0)
+                continue
+            stack.append((urn, True))
+            stack.extend((d, False) for d in deps if d not in depth)
+    return max(depth.values(), default=0)
+
+
+def bare_program(count: int):
+    """A program that registers `count` trivial custom resources: the SDK's own cost."""
+
+    def program() -> None:
+        for index in range(count):
+            pulumi.CustomResource(BARE_TYPE, f"trivial-{index}", {"index": str(index)})
+
+    return program
+
+
+def time_bare(count: int) -> float:
+    started = time.perf_counter()
+    run_program(STACK, config=config_for(1), program=bare_program(count))
+    return time.perf_counter() - started
+
+
+def peak_mib() -> float:
+    """This process's peak resident memory so far (ru_maxrss is KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def measure(nodes: int) -> Row:
-    """Run the program once for `nodes` GPU nodes and measure it."""
+    """Run the program once for `nodes` GPU nodes, then the bare program with as many resources.
+
+    Peak memory is taken right after the program run (the bare run comes after it); it is only
+    meaningful in a fresh process: see `measure_isolated`."""
     overrides = config_for(nodes)
     started = time.perf_counter()
     graph = run_program(STACK, config=overrides)
     seconds = time.perf_counter() - started
+    peak = peak_mib()
     return Row(
         nodes=nodes,
         resources=len(graph),
         seconds=seconds,
         max_join_depth=max(join_depths(graph, nodes)),
+        graph_depth=graph_depth(graph),
+        bare_seconds=time_bare(len(graph)),
+        peak_mib=peak,
     )
 
 
+def measure_isolated(nodes: int) -> Row:
+    """`measure(nodes)` in a fresh interpreter (after a warm-up run there)."""
+    run = subprocess.run(
+        [sys.executable, "-m", "tools.benchmark", "--one", str(nodes)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if run.returncode != 0:
+        raise RuntimeError(f"benchmark of {nodes} node(s) failed:\n{run.stderr[-4000:]}")
+    return Row(**json.loads(run.stdout.strip().splitlines()[-1]))
+
+
 def format_table(rows: list[Row]) -> str:
-    base = rows[0].max_join_depth
-    lines = [
-        f"{'nodes':>6} {'resources':>10} {'program s':>10} {'ms/node':>9} "
-        f"{'join depth':>11} {'depth ratio':>12}"
-    ]
+    header = (
+        f"{'nodes':>6} {'resources':>10} {'program s':>10} {'ms/node':>8} {'ms/res':>7} "
+        f"{'bare ms/res':>12} {'overhead':>9} {'peak MiB':>9} {'join depth':>11} "
+        f"{'graph depth':>12}"
+    )
+    lines = [header]
     for row in rows:
         lines.append(
-            f"{row.nodes:>6} {row.resources:>10} {row.seconds:>10.2f} {row.ms_per_node:>9.1f} "
-            f"{row.max_join_depth:>11} {row.max_join_depth / base:>12.2f}"
+            f"{row.nodes:>6} {row.resources:>10} {row.seconds:>10.2f} {row.ms_per_node:>8.1f} "
+            f"{row.ms_per_resource:>7.2f} {row.bare_ms_per_resource:>12.2f} "
+            f"{row.overhead_ratio:>9.2f} {row.peak_mib:>9.0f} {row.max_join_depth:>11} "
+            f"{row.graph_depth:>12}"
         )
     return "\n".join(lines)
+
+
+def missed_targets(rows: list[Row]) -> list[str]:
+    """One line per missed target (empty when every target holds)."""
+    missed = []
+    first = rows[0]
+    for row in rows:
+        if row.overhead_ratio > MAX_OVERHEAD_RATIO:
+            missed.append(
+                f"overhead ratio {row.overhead_ratio:.2f} > {MAX_OVERHEAD_RATIO} at {row.nodes} "
+                f"node(s) ({row.ms_per_resource:.2f} vs {row.bare_ms_per_resource:.2f} ms/resource)"
+            )
+        if (row.max_join_depth, row.graph_depth) != (first.max_join_depth, first.graph_depth):
+            missed.append(
+                f"depth grows: join depth {row.max_join_depth}, graph depth {row.graph_depth} at "
+                f"{row.nodes} node(s) vs {first.max_join_depth}, {first.graph_depth} at "
+                f"{first.nodes}: nodes wait on each other"
+            )
+        if row.nodes >= LARGE_NODES and row.seconds >= MAX_LARGE_SECONDS:
+            missed.append(
+                f"{row.nodes} nodes took {row.seconds:.1f} s (target < {MAX_LARGE_SECONDS:.0f} s)"
+            )
+        if row.nodes >= LARGE_NODES and row.peak_mib >= MAX_LARGE_MIB:
+            missed.append(
+                f"{row.nodes} nodes peaked at {row.peak_mib:.0f} MiB "
+                f"(target < {MAX_LARGE_MIB:.0f} MiB)"
+            )
+    return missed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,28 +218,33 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help=f"node counts to run (default: {' '.join(map(str, DEFAULT_COUNTS))})",
     )
+    parser.add_argument("--one", type=int, metavar="N", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.one is not None:
+        # Child of measure_isolated: warm up (imports, first registration), measure, print JSON.
+        run_program(STACK, config=config_for(1))
+        time_bare(10)
+        print(json.dumps(asdict(measure(args.one))))
+        return 0
     counts = sorted(set(args.nodes))
     if counts[0] < 1:
         parser.error("node counts must be at least 1")
-    # Warm-up: the first run pays for importing pulumi_aws and the components; not measured.
-    run_program(STACK, config=config_for(1))
     rows = []
     for nodes in counts:
-        rows.append(measure(nodes))
+        rows.append(measure_isolated(nodes))
         print(f"measured {nodes} node(s)", file=sys.stderr, flush=True)
+    print(f"Python {sys.version.split()[0]}, {os.cpu_count()} CPU(s), one process per row")
     print(format_table(rows))
-    grown = [row for row in rows if row.max_join_depth != rows[0].max_join_depth]
-    if grown:
-        print(
-            f"FAIL: the depth to a node's join grows with the node count "
-            f"({rows[0].max_join_depth} at {rows[0].nodes} node(s), "
-            + ", ".join(f"{r.max_join_depth} at {r.nodes}" for r in grown)
-            + "): nodes wait on each other",
-            file=sys.stderr,
-        )
+    missed = missed_targets(rows)
+    for line in missed:
+        print(f"MISSED: {line}", file=sys.stderr)
+    if missed:
         return 1
-    print(f"OK: depth to every join is {rows[0].max_join_depth} at every node count")
+    print(
+        f"OK: overhead <= {MAX_OVERHEAD_RATIO}, depth flat at {rows[0].max_join_depth}/"
+        f"{rows[0].graph_depth}, {LARGE_NODES} nodes < {MAX_LARGE_SECONDS:.0f} s "
+        f"and < {MAX_LARGE_MIB:.0f} MiB"
+    )
     return 0
 
 
