@@ -21,12 +21,14 @@ class GraphvizMissing(RuntimeError):
 
 
 def _quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+    # A real line break in a label becomes DOT's centred line break.
+    return '"' + escaped.replace("\n", "\\n") + '"'
 
 
 def _label(resource: Resource) -> str:
     short_type = resource.type.rsplit(":", 1)[-1]
-    return f"{resource.name}\\n{short_type}"
+    return f"{resource.name}\n{short_type}"
 
 
 def to_dot(graph: Graph, chains: Mapping[str, Sequence[Resource]]) -> str:
