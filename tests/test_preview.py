@@ -185,6 +185,10 @@ def test_graph_picture_is_a_valid_svg_and_png(previews, stack):
     assert png.startswith(PNG_SIGNATURE) and len(png) > len(PNG_SIGNATURE), (
         f"{stack}: graph.png is not a PNG ({len(png)} bytes)"
     )
+    texts = [t.text or "" for t in root.iter() if t.tag.rsplit("}", 1)[-1] == "text"]
+    assert texts and not any("\\n" in t for t in texts), (
+        f"{stack}: graph.svg shows a literal \\n in a label: {[t for t in texts if chr(92) in t]}"
+    )
     dot = (out / "graph.dot").read_text()
     for node_name, chain in previews[stack].chains.items():
         assert f'label="{node_name}"' in dot, f"{stack}: no cluster for node {node_name}"
