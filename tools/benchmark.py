@@ -8,8 +8,10 @@ N g5.xlarge nodes) in a fresh subprocess (so memory does not accumulate across s
 program registering the same number of trivial resources under the same harness. The table shows:
 registered resources, program seconds, milliseconds per node and per resource, the bare program's
 milliseconds per resource, the overhead ratio (program / bare, per resource), the subprocess's peak
-memory (ru_maxrss), the longest dependency chain that ends at a node's `-join` step and the depth
-of the whole graph.
+memory (ru_maxrss), the longest dependency chain that ends at a node's `-join` step, the depth
+of the whole graph, and (diagnostic) the time per resource for registering the same resource types
+with minimal inputs and the program's ratio to that ("own": the cost of our code alone; the rest of
+the overhead is the SDK's per-type cost, which grows with each type's number of properties).
 
 Targets (the run exits non-zero when one is missed): overhead ratio at most 1.5; both depths the
 same at every N (nodes never wait on each other); 1,000 nodes in under 60 s and 2 GiB.
@@ -28,6 +30,9 @@ import time
 from dataclasses import asdict, dataclass
 
 import pulumi
+import pulumi_aws as aws
+import pulumi_command as command
+import pulumi_kubernetes as k8s
 
 from tests.harness import ROOT, Graph, run_program, stack_file
 
@@ -51,6 +56,7 @@ class Row:
     graph_depth: int = 0
     bare_seconds: float = math.nan
     peak_mib: float = math.nan
+    same_types_seconds: float = math.nan
 
     @property
     def ms_per_node(self) -> float:
@@ -68,6 +74,12 @@ class Row:
     def overhead_ratio(self) -> float:
         """Program time per resource over the bare program's, for the same resource count."""
         return self.seconds / self.bare_seconds
+
+    @property
+    def own_ratio(self) -> float:
+        """Program time over registering the same resource types with minimal inputs: the cost
+        of our code alone (diagnostic; the target is on `overhead_ratio`)."""
+        return self.seconds / self.same_types_seconds
 
 
 def config_for(nodes: int) -> dict:
@@ -121,6 +133,37 @@ def time_bare(count: int) -> float:
     return time.perf_counter() - started
 
 
+def _minimal(type_: str, name: str) -> None:
+    """One resource of `type_` with minimal inputs (the SDK's cost for that type alone)."""
+    if type_ == "aws:ec2/instance:Instance":
+        aws.ec2.Instance(name, instance_type=INSTANCE_TYPE, ami="ami-0123456789abcdef0")
+    elif type_ == "command:remote:Command":
+        connection = command.remote.ConnectionArgs(host="192.0.2.10")
+        command.remote.Command(name, connection=connection, create="true")
+    elif type_ == "kubernetes:batch/v1:Job":
+        k8s.batch.v1.Job(name, spec={"template": {"spec": {"containers": []}}})
+    elif type_.startswith("gpu-cluster:"):
+        pulumi.ComponentResource(type_, name)
+    else:
+        pulumi.CustomResource(BARE_TYPE, name, {"index": name})
+
+
+def same_types_program(types: list[str]):
+    """A program registering resources of the given types, in order, with minimal inputs."""
+
+    def program() -> None:
+        for index, type_ in enumerate(types):
+            _minimal(type_, f"same-{index}")
+
+    return program
+
+
+def time_program(program) -> float:
+    started = time.perf_counter()
+    run_program(STACK, config=config_for(1), program=program)
+    return time.perf_counter() - started
+
+
 def peak_mib() -> float:
     """This process's peak resident memory so far (ru_maxrss is KiB on Linux)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -144,6 +187,7 @@ def measure(nodes: int) -> Row:
         graph_depth=graph_depth(graph),
         bare_seconds=time_bare(len(graph)),
         peak_mib=peak,
+        same_types_seconds=time_program(same_types_program([r.type for r in graph])),
     )
 
 
@@ -165,7 +209,7 @@ def format_table(rows: list[Row]) -> str:
     header = (
         f"{'nodes':>6} {'resources':>10} {'program s':>10} {'ms/node':>8} {'ms/res':>7} "
         f"{'bare ms/res':>12} {'overhead':>9} {'peak MiB':>9} {'join depth':>11} "
-        f"{'graph depth':>12}"
+        f"{'graph depth':>12} {'same-types ms/res':>18} {'own':>5}"
     )
     lines = [header]
     for row in rows:
@@ -173,7 +217,8 @@ def format_table(rows: list[Row]) -> str:
             f"{row.nodes:>6} {row.resources:>10} {row.seconds:>10.2f} {row.ms_per_node:>8.1f} "
             f"{row.ms_per_resource:>7.2f} {row.bare_ms_per_resource:>12.2f} "
             f"{row.overhead_ratio:>9.2f} {row.peak_mib:>9.0f} {row.max_join_depth:>11} "
-            f"{row.graph_depth:>12}"
+            f"{row.graph_depth:>12} {1000 * row.same_types_seconds / row.resources:>18.2f} "
+            f"{row.own_ratio:>5.2f}"
         )
     return "\n".join(lines)
 
