@@ -15,20 +15,14 @@ fi
 
 ADMIN_CONF=/etc/kubernetes/admin.conf
 
-kube() {
-  kubectl --kubeconfig="${ADMIN_CONF}" --request-timeout=30s "$@"
-}
-
 check_inputs() {
-  require_vars NODE_NAME
-  [[ "${NODE_NAME}" =~ ^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$ ]] ||
-    fatal "NODE_NAME must be a lowercase DNS name, got '${NODE_NAME}'"
+  require_node_name
   [[ "${DRAIN_TIMEOUT_SECONDS:-300}" =~ ^[0-9]+$ ]] ||
     fatal "DRAIN_TIMEOUT_SECONDS must be a number of seconds, got '${DRAIN_TIMEOUT_SECONDS}'"
 }
 
 node_exists() {
-  [[ -n "$(kube get node "${NODE_NAME}" --ignore-not-found -o name)" ]]
+  [[ -n "$(admin_kubectl get node "${NODE_NAME}" --ignore-not-found -o name)" ]]
 }
 
 drain_node() {
@@ -50,7 +44,7 @@ delete_node() {
     log "Node ${NODE_NAME} already gone"
     return 0
   fi
-  kube delete node "${NODE_NAME}" --ignore-not-found >&2
+  admin_kubectl delete node "${NODE_NAME}" --ignore-not-found >&2
   log "Node ${NODE_NAME} deleted"
 }
 

@@ -27,10 +27,6 @@ KUBEADM_CONFIG=/etc/kubernetes/gpu-cluster/kubeadm-init.yaml
 CIDR_RE='^[0-9]{1,3}(\.[0-9]{1,3}){3}/[0-9]{1,2}$'
 NAME_RE='^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$'
 
-kube() {
-  kubectl --kubeconfig="${ADMIN_CONF}" --request-timeout=10s "$@"
-}
-
 check_inputs() {
   require_vars CLUSTER_NAME NODE_NAME KUBERNETES_MINOR CONTROL_PLANE_ENDPOINT \
     ADVERTISE_ADDRESS POD_SUBNET SERVICE_SUBNET CERT_SANS
@@ -53,7 +49,7 @@ check_inputs() {
 }
 
 api_answers() {
-  [[ "$(kube get --raw /readyz 2>/dev/null)" == ok ]]
+  [[ "$(admin_kubectl --request-timeout=10s get --raw /readyz 2>/dev/null)" == ok ]]
 }
 
 # wait_for_api <seconds>: true once /readyz says ok, false when the time is up.

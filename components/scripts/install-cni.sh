@@ -22,10 +22,6 @@ FLANNEL_DAEMONSET=kube-flannel-ds
 # The pod network the release manifest ships with; replaced by POD_SUBNET.
 FLANNEL_DEFAULT_NETWORK=10.244.0.0/16
 
-kube() {
-  kubectl --kubeconfig="${ADMIN_CONF}" --request-timeout=30s "$@"
-}
-
 check_inputs() {
   require_vars FLANNEL_VERSION POD_SUBNET NODE_NAME
   [[ "${FLANNEL_VERSION}" =~ ^v[0-9]+\.[0-9]+\.[0-9]+$ ]] ||
@@ -41,7 +37,7 @@ manifest_url() {
 }
 
 running_image() {
-  kube -n "${FLANNEL_NAMESPACE}" get daemonset "${FLANNEL_DAEMONSET}" --ignore-not-found \
+  admin_kubectl -n "${FLANNEL_NAMESPACE}" get daemonset "${FLANNEL_DAEMONSET}" --ignore-not-found \
     -o 'jsonpath={.spec.template.spec.containers[0].image}'
 }
 
@@ -64,13 +60,13 @@ apply_manifest() {
   grep -q "flannel:${FLANNEL_VERSION}\$" "${manifest}" ||
     fatal "the ${FLANNEL_VERSION} manifest does not use the flannel:${FLANNEL_VERSION} image"
   log "applying flannel ${FLANNEL_VERSION} with pod network ${POD_SUBNET}${image:+ (was ${image})}"
-  kube apply -f "${manifest}" >&2
+  admin_kubectl apply -f "${manifest}" >&2
 }
 
 wait_for_rollout() {
   local limit="${CNI_TIMEOUT_SECONDS:-300}"
   # kubectl's own --timeout bounds the watch; timeout(1) bounds kubectl itself (a function
-  # such as kube cannot run under it, so the kubeconfig is spelled out).
+  # such as admin_kubectl cannot run under it, so the kubeconfig is spelled out).
   timeout -k 10 "$((limit + 30))" kubectl --kubeconfig="${ADMIN_CONF}" \
     -n "${FLANNEL_NAMESPACE}" rollout status \
     "daemonset/${FLANNEL_DAEMONSET}" --timeout="${limit}s" >&2 ||

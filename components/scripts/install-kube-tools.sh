@@ -73,13 +73,9 @@ LIST
 }
 
 install_kube_packages() {
-  local pkg specs=() packages=()
+  local packages=()
   read -r -a packages <<<"${KUBE_PACKAGES}"
-  for pkg in "${packages[@]}"; do
-    specs+=("${pkg}=${KUBERNETES_MINOR}.*")
-  done
-  apt_install "${specs[@]}" >/dev/null
-  apt_hold "${packages[@]}"
+  apt_install_held "${KUBERNETES_MINOR}.*" "${packages[@]}"
   enable_kubelet
 }
 

@@ -70,13 +70,9 @@ LIST
 
 install_container_toolkit() {
   with_toolkit || return 0
-  local pkg specs=() packages=()
+  local packages=()
   read -r -a packages <<<"${CTK_PACKAGES}"
-  for pkg in "${packages[@]}"; do
-    specs+=("${pkg}=${NVIDIA_CTK_VERSION}")
-  done
-  apt_install "${specs[@]}" >/dev/null
-  apt_hold "${packages[@]}"
+  apt_install_held "${NVIDIA_CTK_VERSION}" "${packages[@]}"
 }
 
 # The wanted config is rebuilt from scratch each run (containerd's full default,

@@ -13,16 +13,8 @@ if ! declare -F init_script >/dev/null; then
   source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 fi
 
-ADMIN_CONF=/etc/kubernetes/admin.conf
-
-kube() {
-  kubectl --kubeconfig="${ADMIN_CONF}" --request-timeout=30s "$@"
-}
-
 check_inputs() {
-  require_vars NODE_NAME
-  [[ "${NODE_NAME}" =~ ^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$ ]] ||
-    fatal "NODE_NAME must be a lowercase DNS name, got '${NODE_NAME}'"
+  require_node_name
   [[ "${READY_TIMEOUT_SECONDS:-600}" =~ ^[0-9]+$ ]] ||
     fatal "READY_TIMEOUT_SECONDS must be a number of seconds, got '${READY_TIMEOUT_SECONDS}'"
 }
@@ -30,7 +22,7 @@ check_inputs() {
 # ready_status: "True", "False", "Unknown", "" (no Ready condition yet) or "absent".
 ready_status() {
   local found
-  found="$(kube get node "${NODE_NAME}" --ignore-not-found \
+  found="$(admin_kubectl get node "${NODE_NAME}" --ignore-not-found \
     -o 'jsonpath={.metadata.name} {.status.conditions[?(@.type=="Ready")].status}')"
   if [[ -z "${found}" ]]; then
     echo absent

@@ -187,6 +187,18 @@ apt_install() {
   echo installed
 }
 
+# apt_install_held VERSION pkg...: install every pkg at VERSION (a glob such as 1.35.* is
+# allowed) and hold them, so the pinned versions stay what this script installed.
+apt_install_held() {
+  local version="$1" pkg specs=()
+  shift
+  for pkg in "$@"; do
+    specs+=("${pkg}=${version}")
+  done
+  apt_install "${specs[@]}" >/dev/null
+  apt_hold "$@"
+}
+
 # apt_hold pkg...: hold what is not held yet, so unattended upgrades leave it.
 apt_hold() {
   local held pkg todo=()
@@ -272,4 +284,19 @@ ensure_sysctl() {
     log "sysctl $1: ${have} -> $2"
     sysctl -q -w "$1=$2"
   fi
+}
+
+# ---- control plane ----------------------------------------------------------------
+
+# admin_kubectl args...: kubectl as the cluster admin on a control-plane host, each request
+# bounded (a later --request-timeout in args wins).
+admin_kubectl() {
+  kubectl --kubeconfig=/etc/kubernetes/admin.conf --request-timeout=30s "$@"
+}
+
+# require_node_name: NODE_NAME is set and a valid Node name (a lowercase DNS name).
+require_node_name() {
+  require_vars NODE_NAME
+  [[ "${NODE_NAME}" =~ ^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$ ]] ||
+    fatal "NODE_NAME must be a lowercase DNS name, got '${NODE_NAME}'"
 }
