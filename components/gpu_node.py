@@ -27,14 +27,13 @@ from components import machines
 from components.catalog import GpuInstanceType
 from components.host_scripts import script_digest
 from components.labels import GPU_PRESENT_LABEL, POOL_LABEL
-from components.network import Network
+from components.network import KUBELET_PORT, Network
 from components.remote import Host, run_script, ssh_host
 from components.settings import NodePool, Settings
 
 if TYPE_CHECKING:
     from components.control_plane import ControlPlane
 
-KUBELET_PORT = 10250
 # NVIDIA Container Toolkit apt version installed by install-runtime.sh (pinned and held).
 NVIDIA_CTK_VERSION = "1.17.8-1"
 

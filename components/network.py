@@ -9,9 +9,10 @@ import ipaddress
 import pulumi
 import pulumi_aws as aws
 
-from components.settings import Settings
+from components.settings import ExistingControlPlane, Settings
 
 SUBNETS_IN_NEW_VPC = 2
+KUBELET_PORT = 10250
 
 
 class Network(pulumi.ComponentResource):
@@ -104,17 +105,17 @@ class Network(pulumi.ComponentResource):
 
     def _cluster_security_group(self, settings: Settings) -> aws.ec2.SecurityGroup:
         """Shared by the control plane and every node: SSH from the operators' ranges (and from
-        inside the VPC when a bastion relays), and any traffic among members for the CNI."""
+        inside the VPC when a bastion relays), and the pod network among cluster members.
+
+        Members reach each other on every port but the kubelet's: that one is open only to the
+        control plane (each pool's own group), so one node cannot drive another's kubelet. An
+        existing cluster's machines are not members; their pod network traffic comes from the
+        VPC, so with `controlPlane.mode: existing` the same rules apply to the VPC's range.
+        """
         ssh_port = settings.ssh.port
-        ingress = [
-            aws.ec2.SecurityGroupIngressArgs(
-                description="cluster members: pod network, kubelet to API, node to node",
-                protocol="-1",
-                from_port=0,
-                to_port=0,
-                self=True,
-            )
-        ]
+        ingress = _member_rules("cluster members", self_=True)
+        if isinstance(settings.control_plane, ExistingControlPlane):
+            ingress += _member_rules("the existing cluster's machines (VPC)", cidr=self.vpc_cidr)
         if settings.network.ssh_allowed_cidrs:
             ingress.append(
                 aws.ec2.SecurityGroupIngressArgs(
@@ -152,3 +153,27 @@ class Network(pulumi.ComponentResource):
             tags=self.tags(f"{settings.cluster_name}-cluster"),
             opts=self.child(),
         )
+
+
+def _member_rules(
+    who: str, *, self_: bool = False, cidr: pulumi.Input[str] | None = None
+) -> list[aws.ec2.SecurityGroupIngressArgs]:
+    """Every protocol a CNI uses (TCP, UDP, ICMP, IP-in-IP), with the kubelet port left out."""
+    source = {"self": True} if self_ else {"cidr_blocks": [cidr]}
+    spans = [
+        ("tcp", 0, KUBELET_PORT - 1),
+        ("tcp", KUBELET_PORT + 1, 65535),
+        ("udp", 0, 65535),
+        ("icmp", -1, -1),
+        ("4", 0, 0),  # IP-in-IP (Calico)
+    ]
+    return [
+        aws.ec2.SecurityGroupIngressArgs(
+            description=f"pod network from {who} ({protocol})",
+            protocol=protocol,
+            from_port=low,
+            to_port=high,
+            **source,
+        )
+        for protocol, low, high in spans
+    ]
