@@ -12,7 +12,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import runpy
+import shlex
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -122,6 +124,18 @@ def plain_strings(value: Any) -> Iterator[str]:
     elif isinstance(value, list):
         for item in value:
             yield from plain_strings(item)
+
+
+def script_params(resource: Resource) -> dict[str, str]:
+    """The NAME='value' inputs of the script a host step renders on stdin (secrets unwrapped)."""
+    stdin = unwrap(resource.inputs["stdin"])
+    header = stdin.split("# ---- lib/common.sh", 1)[0]
+    found = {}
+    for line in header.splitlines():
+        match = re.fullmatch(r"([A-Z][A-Z0-9_]*)=(.*)", line)
+        if match:
+            found[match.group(1)] = shlex.split(match.group(2))[0] if match.group(2) else ""
+    return found
 
 
 class Graph:

@@ -8,7 +8,6 @@ and delete/replace options (teardown order: drain -> kubeadm reset -> terminate)
 from __future__ import annotations
 
 import re
-import shlex
 from functools import cache
 from itertools import combinations, pairwise
 
@@ -24,6 +23,7 @@ from tests.harness import (
     Secret,
     plain_strings,
     run_program,
+    script_params,
     secret_paths,
     stack_file,
     unwrap,
@@ -84,15 +84,7 @@ def step(g: Graph, name: str) -> Resource:
 
 
 def script_inputs(resource: Resource) -> dict[str, str]:
-    """The NAME='value' input lines of a rendered script on the step's stdin (secrets unwrapped)."""
-    stdin = unwrap(resource.inputs["stdin"])
-    header = stdin.split("# ---- lib/common.sh", 1)[0]
-    found = {}
-    for line in header.splitlines():
-        match = re.fullmatch(r"([A-Z][A-Z0-9_]*)=(.*)", line)
-        if match:
-            found[match.group(1)] = shlex.split(match.group(2))[0] if match.group(2) else ""
-    return found
+    return script_params(resource)
 
 
 def full_chain(g: Graph, node: str) -> list[str]:
