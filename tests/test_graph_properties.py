@@ -1,0 +1,149 @@
+"""The graph rules of DESIGN.md hold for any valid stack, not just the three stack files.
+
+Hypothesis draws whole valid configurations (either control-plane mode, a created or an existing
+VPC, a bastion or not, one to three pools of any catalog type and a driver branch that supports
+it, MIG or time slicing, validation on or off), runs the real program and checks every rule.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from components import catalog
+from components.settings import SUPPORTED_DRIVER_BRANCHES, SUPPORTED_KUBERNETES_MINORS
+from tests.harness import TEST_SECRETS, Graph, Secret, plain_strings, run_program, script_params
+
+HOST_CHAIN = ["wait-ready", "driver", "runtime", "kube-tools", "join-token", "join", "node-ready"]
+VALIDATION_CHAIN = ["gpu-capacity", "validation-job"]
+DNS = st.from_regex(r"[a-z][a-z0-9]{0,6}", fullmatch=True)
+
+
+def _branches_for(instance_type: str) -> list[str]:
+    gpu = catalog.CATALOG[instance_type].gpu
+    return [
+        b
+        for b in SUPPORTED_DRIVER_BRANCHES
+        if gpu.min_driver_branch <= int(b) <= (gpu.max_driver_branch or 10_000)
+    ]
+
+
+@st.composite
+def pools(draw):
+    names = draw(st.lists(DNS, min_size=1, max_size=3, unique=True))
+    result = []
+    for name in names:
+        instance_type = draw(st.sampled_from(sorted(catalog.CATALOG)))
+        pool = {
+            "name": name,
+            "instanceType": instance_type,
+            "count": draw(st.integers(0, 3)),
+            "driverVersion": draw(st.sampled_from(_branches_for(instance_type))),
+            "market": draw(st.sampled_from(["on-demand", "spot"])),
+            "osVersion": draw(st.sampled_from(["24.04", "22.04"])),
+            "labels": draw(st.dictionaries(DNS, DNS, max_size=2)),
+        }
+        if draw(st.booleans()):
+            pool["taints"] = [
+                {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"},
+                {"key": f"{name}.example.com/dedicated", "effect": "NoExecute"},
+            ]
+        result.append(pool)
+    return result
+
+
+@st.composite
+def stacks(draw):
+    config = {
+        "clusterName": draw(DNS),
+        "kubernetesVersion": draw(st.sampled_from(SUPPORTED_KUBERNETES_MINORS)),
+        "ssh": {"publicKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIM0a7 ops@example"},
+        "nodePools": draw(pools()),
+    }
+    bastion = {"host": "198.51.100.7"} if draw(st.booleans()) else None
+    if draw(st.booleans()):
+        config["network"] = {"create": True, "sshAllowedCidrs": ["203.0.113.0/24"]}
+    else:
+        subnets = [f"subnet-0a1b2c3d4e5f6071{i}" for i in range(draw(st.integers(1, 3)))]
+        config["network"] = {"vpcId": "vpc-0a1b2c3d4e5f60718", "subnetIds": subnets}
+    if bastion:
+        config["network"]["bastion"] = bastion
+    if draw(st.booleans()):
+        config["controlPlane"] = {"mode": "managed", "apiAllowedCidrs": ["203.0.113.0/24"]}
+    else:
+        config["controlPlane"] = {
+            "mode": "existing",
+            "host": "10.9.0.5",
+            "endpoint": "10.9.0.5:6443",
+        }
+    mig = draw(st.sampled_from(["none", "single", "mixed"]))
+    replicas = 1 if mig != "none" else draw(st.integers(1, 4))
+    config["devicePlugin"] = {"migStrategy": mig, "timeSlicing": {"replicas": replicas}}
+    config["validation"] = {"enabled": draw(st.booleans())}
+    return config
+
+
+def _nodes(config: dict) -> list[tuple[str, dict]]:
+    return [
+        (f"{config['clusterName']}-{pool['name']}-{index}", pool)
+        for pool in config["nodePools"]
+        for index in range(pool["count"])
+    ]
+
+
+def _owned(graph: Graph, node: str) -> set[str]:
+    return {r.urn for r in graph if r.name == node or r.name.startswith(f"{node}-")}
+
+
+def _check(config: dict, graph: Graph) -> None:
+    nodes = _nodes(config)
+    validation = config["validation"]["enabled"]
+    chain_steps = HOST_CHAIN + (VALIDATION_CHAIN if validation else [])
+    managed = config["controlPlane"]["mode"] == "managed"
+    instances = graph.of_type("aws:ec2/instance:Instance")
+    assert len(instances) == len(nodes) + (1 if managed else 0), [i.name for i in instances]
+
+    owned = {node: _owned(graph, node) for node, _ in nodes}
+    for node, pool in nodes:
+        chain = [graph.named(node), *(graph.named(f"{node}-{s}") for s in chain_steps)]
+        for earlier, later in itertools.pairwise(chain):
+            assert graph.depends_on(later, earlier), f"{later.urn} does not wait for {earlier.name}"
+        for other, urns in owned.items():
+            if other != node:
+                leaked = graph.ancestors(chain[-1]) & urns
+                assert not leaked, f"{chain[-1].urn} waits on {other}: {sorted(leaked)}"
+        entry = catalog.CATALOG[pool["instanceType"]]
+        driver = script_params(graph.named(f"{node}-driver"))
+        assert driver["GPU_COUNT"] == str(entry.gpu_count), f"{node}-driver: {driver}"
+        assert driver["DRIVER_BRANCH"] == pool["driverVersion"], f"{node}-driver: {driver}"
+        assert driver["NEEDS_FABRIC_MANAGER"] == str(entry.needs_fabric_manager).lower(), node
+        join = graph.named(f"{node}-join")
+        assert isinstance(join.inputs["stdin"], Secret), f"{join.urn}: token stdin not secret"
+        assert join.delete_before_replace, f"{join.urn}: a re-join would reset after joining"
+        if validation:
+            job = graph.named(f"{node}-validation-job").plain_inputs()
+            container = job["spec"]["template"]["spec"]["containers"][0]
+            limit = container["resources"]["limits"]["nvidia.com/gpu"]
+            assert int(limit) == entry.gpu_count, f"{node}-validation-job requests {limit}"
+
+    daemon_set = graph.of_type("kubernetes:apps/v1:DaemonSet")[0]
+    gpu_resources = set().union(*owned.values()) if owned else set()
+    assert not graph.ancestors(daemon_set) & gpu_resources, f"{daemon_set.urn} waits on a node"
+
+    for instance in instances:
+        inputs = instance.plain_inputs()
+        assert inputs["metadataOptions"]["httpTokens"] == "required", instance.urn
+        assert inputs["rootBlockDevice"]["encrypted"] is True, instance.urn
+    key_line = TEST_SECRETS["sshPrivateKey"].splitlines()[1]
+    for resource in graph:
+        for text in plain_strings(resource.inputs):
+            assert key_line not in text, f"{resource.urn}: SSH key in a plain input"
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(stacks())
+def test_graph_rules_hold_for_any_valid_stack(config):
+    graph = run_program("dev", config=config, replace_config=True)
+    _check(config, graph)
