@@ -198,10 +198,15 @@ def test_graph_picture_is_a_valid_svg_and_png(previews, stack):
             )
 
 
-def test_preview_leaves_the_harness_stdout_registry_as_it_was(previews):
-    assert not set(preview.PLACEHOLDER_STDOUT) - set(harness.COMMAND_STDOUT) or all(
-        harness.COMMAND_STDOUT.get(k) is not v for k, v in preview.PLACEHOLDER_STDOUT.items()
-    ), f"preview left its placeholders in COMMAND_STDOUT: {sorted(harness.COMMAND_STDOUT)}"
+def test_preview_leaves_the_harness_stdout_registry_as_it_was(monkeypatch):
+    registered = {"-join-token": lambda _args: "{}", "-other": lambda _args: "x"}
+    monkeypatch.setattr(harness, "COMMAND_STDOUT", dict(registered))
+    graph = preview.record("dev")
+    token = graph.named(f"{preview.node_names(graph)[0]}-join").plain_inputs()["stdin"]
+    assert "<secret:JOIN_TOKEN>" in token, "the preview's placeholders did not take precedence"
+    assert registered == harness.COMMAND_STDOUT, (
+        f"preview changed COMMAND_STDOUT: {sorted(harness.COMMAND_STDOUT)}"
+    )
 
 
 def test_encrypted_stack_values_are_never_read(monkeypatch, tmp_path):
