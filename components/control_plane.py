@@ -64,6 +64,23 @@ def parse_join_token(stdout: str) -> dict[str, str]:
     raise ValueError("mint-join-token.sh printed no JSON line with the token (output not shown)")
 
 
+def kubelet_client_address(config: ExistingControlPlane) -> str | None:
+    """The address an existing control plane reaches node kubelets from: the API endpoint's
+    private IP (what nodes join, so the VPC-side address), else the SSH host's private IP, else
+    any IP given; None when both are DNS names."""
+    assert config.host is not None and config.endpoint is not None  # settings checks both
+    candidates = [config.endpoint.rpartition(":")[0].strip("[]"), config.host]
+    addresses = []
+    for candidate in candidates:
+        try:
+            addresses.append(ipaddress.ip_address(candidate))
+        except ValueError:
+            continue
+    private = [a for a in addresses if a.is_private]
+    chosen = (private or addresses or [None])[0]
+    return None if chosen is None else str(chosen)
+
+
 class ControlPlane(pulumi.ComponentResource):
     endpoint: pulumi.Output[str]
     kubeconfig: pulumi.Output[str]
@@ -124,10 +141,20 @@ class ControlPlane(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self),
         )
         private_ip = instance.private_ip
+        public_ip = instance.public_ip
+        if settings.network.assigns_public_ips:
+            # An Elastic IP keeps the address in the API server's certificate and in the
+            # kubeconfig valid when the machine is stopped and started again.
+            address = aws.ec2.Eip(
+                f"{machine}-ip",
+                domain="vpc",
+                instance=instance.id,
+                tags={**settings.stack_tags, "Name": machine},
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            public_ip = address.public_ip
         # The operator's machine reaches the public address unless a bastion relays to private ones.
-        reachable = (
-            instance.public_ip if settings.network.connects_to_public_ips else instance.private_ip
-        )
+        reachable = public_ip if settings.network.connects_to_public_ips else private_ip
         self.host = ssh_host(machine, reachable, settings)
         self.endpoint = pulumi.Output.concat(private_ip, f":{API_PORT}")
         self.kubelet_client_cidrs = private_ip.apply(lambda ip: [f"{ip}/32"])
@@ -142,7 +169,7 @@ class ControlPlane(pulumi.ComponentResource):
             {"KUBERNETES_MINOR": settings.kubernetes_version},
             after=[runtime],
         )
-        cert_sans = pulumi.Output.all(instance.public_ip, private_ip, instance.private_dns).apply(
+        cert_sans = pulumi.Output.all(public_ip, private_ip, instance.private_dns).apply(
             lambda values: ",".join(v for v in values if v)
         )
         init = self._step(
@@ -216,11 +243,11 @@ class ControlPlane(pulumi.ComponentResource):
         assert config.host is not None and config.endpoint is not None  # settings checks both
         self.host = ssh_host(f"{self._name}-control-plane", config.host, settings, user=config.user)
         self.endpoint = pulumi.Output.from_input(config.endpoint)
-        try:
-            address = ipaddress.ip_address(config.host)
-            self.kubelet_client_cidrs = pulumi.Output.from_input([f"{address}/32"])
-        except ValueError:
-            # A DNS name: the control plane lives somewhere in the VPC.
+        source = kubelet_client_address(config)
+        if source is not None:
+            self.kubelet_client_cidrs = pulumi.Output.from_input([f"{source}/32"])
+        else:
+            # Only DNS names: the control plane lives somewhere in the VPC.
             self.kubelet_client_cidrs = network.vpc_cidr.apply(lambda cidr: [cidr])
         skew = self._step(
             "version-skew",

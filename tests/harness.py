@@ -273,6 +273,9 @@ class Mocks(pulumi_mocks.Mocks):
                 arn=f"arn:aws:ec2:us-west-2:123456789012:instance/{_fake_id('i-', name)}",
             )
             return _fake_id("i-", name), state
+        if typ == "aws:ec2/eip:Eip":
+            state.update(publicIp=_fake_ip("203.0", name), allocationId=_fake_id("eipalloc-", name))
+            return _fake_id("eipalloc-", name), state
         if typ == "aws:ec2/vpc:Vpc":
             return _fake_id("vpc-", name), state
         if typ == "aws:ec2/subnet:Subnet":

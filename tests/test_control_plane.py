@@ -49,6 +49,16 @@ def stack_graph(stack: str) -> Graph:
     return run_program(stack)
 
 
+def elastic_ip(graph: Graph, cluster: str) -> str:
+    """The stable public address of the managed control plane (its Elastic IP)."""
+    address = graph.named(f"{cluster}-control-plane-ip")
+    machine = graph.named(f"{cluster}-control-plane")
+    assert address.property_dependencies.get("instance") == {machine.urn}, (
+        f"{address.urn}: not associated with {machine.urn}"
+    )
+    return _fake_ip("203.0", address.name)
+
+
 def stdin_of(resource: Resource) -> str:
     return unwrap(resource.inputs["stdin"])
 
@@ -102,8 +112,7 @@ def test_managed_chain_runs_in_order_on_the_control_plane_machine():
     for step, script in expected_scripts.items():
         resource = graph.named(f"{cluster}-{step}")
         assert script_of(resource) == script, f"{resource.urn}: runs {script_of(resource)}"
-    machine = graph.named(f"{cluster}-control-plane")
-    public_ip = _fake_ip("198.51", machine.name)
+    public_ip = elastic_ip(graph, cluster)
     for step in MANAGED_CHAIN[1:]:
         resource = graph.named(f"{cluster}-{step}")
         assert host_of(resource) == public_ip, f"{resource.urn}: not run on the control plane"
@@ -138,7 +147,7 @@ def test_managed_init_then_cni_then_kubeconfig_before_any_join():
 def test_managed_init_configuration_inputs():
     graph = stack_graph("dev")
     machine = graph.named("dev-gpu-control-plane")
-    public_ip, private_ip = _fake_ip("198.51", machine.name), _fake_ip("10.42", machine.name)
+    public_ip, private_ip = elastic_ip(graph, "dev-gpu"), _fake_ip("10.42", machine.name)
     init = graph.named("dev-gpu-init")
     assert param(init, "CLUSTER_NAME") == "dev-gpu", f"{init.urn}: cluster name"
     assert param(init, "KUBERNETES_MINOR") == "1.35", f"{init.urn}: minor"
@@ -235,9 +244,8 @@ def test_managed_configured_ami_is_used_as_given():
 
 def test_managed_kubeconfig_address_follows_how_the_operator_connects():
     graph = stack_graph("dev")
-    machine = graph.named("dev-gpu-control-plane")
     step = graph.named("dev-gpu-kubeconfig")
-    public_ip = _fake_ip("198.51", machine.name)
+    public_ip = elastic_ip(graph, "dev-gpu")
     assert param(step, "API_SERVER") == f"https://{public_ip}:{API_PORT}", f"{step.urn}"
     # Behind a bastion (existing VPC with NAT) everything goes to the private address.
     relayed = run_program(
@@ -340,6 +348,46 @@ def test_existing_mode_user_override_and_kubelet_clients():
     assert sources == ["10.0.0.0/16"], f"{group.urn}: kubelet open to {sources}"
     join = named.named("prod-gpu-a10g-0-join")
     assert param(join, "API_ENDPOINT") == "api.internal.example:6443", f"{join.urn}: endpoint"
+
+
+def test_existing_mode_kubelet_clients_prefer_the_private_address():
+    """SSH may go to a public address; kubelets are called from the VPC-side address."""
+    graph = run_program(
+        "prod",
+        config={
+            "controlPlane": {
+                "mode": "existing",
+                "host": "198.51.100.20",
+                "endpoint": "10.20.1.10:6443",
+            }
+        },
+    )
+    group = graph.named("prod-gpu-a10g-nodes")
+    sources = [c for r in unwrap(group.inputs["ingress"]) for c in r["cidrBlocks"]]
+    assert sources == ["10.20.1.10/32"], f"{group.urn}: kubelet open to {sources}"
+
+
+def test_managed_address_survives_a_stop_and_start():
+    """The address in the certificate and the kubeconfig is an Elastic IP, not the instance's
+    ephemeral public IP, so stopping and starting the machine keeps both valid."""
+    graph = stack_graph("dev")
+    public_ip = elastic_ip(graph, "dev-gpu")
+    assert public_ip != _fake_ip("198.51", "dev-gpu-control-plane")
+    assert public_ip in param(graph.named("dev-gpu-init"), "CERT_SANS").split(",")
+    relayed = run_program(
+        "prod",
+        config={
+            "controlPlane": {"mode": "managed"},
+            "network": {**_prod_network(), "bastion": None},
+        },
+    )
+    assert not relayed.of_type("aws:ec2/eip:Eip"), "private machines got an Elastic IP"
+
+
+def _prod_network() -> dict:
+    from tests.harness import stack_file
+
+    return dict(stack_file("prod")["gpu-cluster:network"])
 
 
 def test_existing_mode_with_a_newer_kubelet_still_registers_the_skew_check_first():
