@@ -7,6 +7,7 @@ the SSH environment (sshd drops it) and secrets such as the join token never app
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import shlex
@@ -24,8 +25,11 @@ def available_scripts() -> list[str]:
     return sorted(p.name for p in SCRIPTS_DIR.glob("*.sh"))
 
 
+@functools.cache
 def script_text(name: str) -> str:
-    """The text of a script under SCRIPTS_DIR, e.g. "install-driver.sh" or "lib/common.sh"."""
+    """The text of a script under SCRIPTS_DIR, e.g. "install-driver.sh" or "lib/common.sh".
+
+    Read once per process: every node renders the same few scripts several times."""
     path = (SCRIPTS_DIR / name).resolve()
     if SCRIPTS_DIR not in path.parents or not path.is_file():
         raise ValueError(
