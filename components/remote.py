@@ -66,6 +66,28 @@ def _identity(resource: pulumi.Resource) -> pulumi.Output[str]:
     return resource.urn
 
 
+def _render_later(
+    script: str,
+    params: dict[str, pulumi.Input[str]],
+    secret_params: dict[str, pulumi.Input[str]],
+) -> tuple[pulumi.Output[str], pulumi.Output[str]]:
+    """stdin and trigger once Output parameters resolve. The trigger covers the script and its
+    public parameters only: a secret (a fresh join token) must not force a re-run of a step that
+    already succeeded. Secret parameters make stdin a secret."""
+    names, secret_names = sorted(params), sorted(secret_params)
+
+    def render(values: list[str]) -> str:
+        return render_script(script, dict(zip(names + secret_names, values, strict=True)))
+
+    stdin = pulumi.Output.all(
+        *[params[n] for n in names], *[secret_params[n] for n in secret_names]
+    ).apply(render)
+    trigger = pulumi.Output.all(*[params[n] for n in names]).apply(
+        lambda values: script_digest(script, dict(zip(names, values, strict=True)))
+    )
+    return (pulumi.Output.secret(stdin) if secret_params else stdin), trigger
+
+
 def run_script(
     resource_name: str,
     *,
@@ -91,23 +113,12 @@ def run_script(
     """
     params = dict(params or {})
     secret_params = dict(secret_params or {})
-    names = sorted(params)
-    secret_names = sorted(secret_params)
-
-    def render(values: list[str]) -> str:
-        merged = dict(zip(names + secret_names, values, strict=True))
-        return render_script(script, merged)
-
-    stdin = pulumi.Output.all(
-        *[params[n] for n in names], *[secret_params[n] for n in secret_names]
-    ).apply(render)
-    # The trigger covers the script and its public parameters only: a secret (a fresh join
-    # token) must not force a re-run of a step that already succeeded.
-    trigger = pulumi.Output.all(*[params[n] for n in names]).apply(
-        lambda values: script_digest(script, dict(zip(names, values, strict=True)))
-    )
-    if secret_params:
-        stdin = pulumi.Output.secret(stdin)
+    if not secret_params and all(isinstance(v, str) for v in params.values()):
+        # Every input is known now (most steps): render at once, no Output machinery per step.
+        stdin: pulumi.Input[str] = render_script(script, params)
+        trigger: pulumi.Input[str] = script_digest(script, params)
+    else:
+        stdin, trigger = _render_later(script, params, secret_params)
     delete = None
     if delete_script is not None:
         delete = (
