@@ -372,6 +372,50 @@ def test_driver_version_other_than_the_branch_fails(sandbox):
     assert "[driver] FAILED: driver 580 wanted, nvidia-smi reports 575.51.03" in result.stderr
 
 
+OLD_BRANCH = {**DRIVER, "DRIVER_BRANCH": "570"}
+OLD_VERSION = "570.195.03-0ubuntu0.24.04.1"
+
+
+def _on_branch_570(sandbox: Sandbox) -> None:
+    """A host that ran the driver step for branch 570 (its module loaded), now asked for 580."""
+    for pkg in (
+        "linux-modules-nvidia-570-server-aws",
+        "nvidia-headless-no-dkms-570-server",
+        "nvidia-utils-570-server",
+    ):
+        sandbox.apt_available(pkg, OLD_VERSION)
+    first = sandbox.run("install-driver.sh", OLD_BRANCH)
+    assert first.returncode == 0, first.stderr
+    assert sandbox.state("nvidia.loaded-version").strip() == "570.195.03"
+
+
+@needs_sandbox
+def test_branch_change_reloads_the_kernel_module(sandbox):
+    _on_branch_570(sandbox)
+    result = sandbox.run("install-driver.sh", DRIVER)
+    assert result.returncode == 0, result.stderr
+    commands = result.commands()
+    assert "modprobe -r nvidia" in commands, commands
+    assert commands.index("modprobe -r nvidia") < len(commands) - commands[::-1].index(
+        "modprobe nvidia"
+    ), f"module not loaded again after unloading: {commands}"
+    assert sandbox.state("nvidia.loaded-version").strip() == "580.95.05"
+    assert "older kernel module is loaded: reloading it" in result.stderr
+    assert "[driver 5/6] driver 580.95.05, 4 GPU(s)" in result.stderr
+
+
+@needs_sandbox
+def test_branch_change_on_a_busy_gpu_asks_for_drain_and_reboot(sandbox):
+    _on_branch_570(sandbox)
+    sandbox.state("modprobe.busy.nvidia", 1)
+    result = sandbox.run("install-driver.sh", DRIVER)
+    assert result.returncode == 3, result.stderr
+    assert "REBOOT_REQUIRED: the loaded nvidia kernel module is older than driver 580" in (
+        result.stderr
+    )
+    assert "kubectl drain" in result.stderr
+
+
 @needs_sandbox
 def test_fewer_gpus_than_the_catalog_says_fails(sandbox):
     sandbox.state("nvidia-smi.gpus", 2)

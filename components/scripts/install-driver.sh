@@ -107,15 +107,41 @@ install_fabric_manager() {
 
 load_driver() {
   ensure_kernel_module nvidia
+  reload_after_branch_change
   if [[ "${NEEDS_FABRIC_MANAGER}" == true ]]; then
     enable_service nvidia-fabricmanager
   fi
 }
 
+# After a branch change the old kernel module stays loaded until it is unloaded or the host
+# reboots, and nvidia-smi fails with "Driver/library version mismatch". Unload and load it;
+# when GPU processes hold it, the node must be drained and rebooted instead.
+reload_after_branch_change() {
+  local report unit module
+  if report="$(timeout -k 10 120 nvidia-smi -L 2>&1)" || [[ "${report}" != *"version mismatch"* ]]; then
+    return 0
+  fi
+  log "driver ${DRIVER_BRANCH} installed while an older kernel module is loaded: reloading it"
+  for unit in nvidia-fabricmanager nvidia-persistenced; do
+    if systemctl is-active --quiet "${unit}"; then
+      systemctl stop "${unit}"
+    fi
+  done
+  for module in nvidia_uvm nvidia_drm nvidia_modeset nvidia; do
+    if module_loaded "${module}" && ! modprobe -r "${module}"; then
+      printf 'REBOOT_REQUIRED: the loaded nvidia kernel module is older than driver %s and is in use (GPU workloads on this node); drain the node (kubectl drain <node> --ignore-daemonsets --delete-emptydir-data), reboot it, then run pulumi up again\n' \
+        "${DRIVER_BRANCH}" >&2
+      exit "${EXIT_REBOOT_REQUIRED}"
+    fi
+  done
+  modprobe nvidia
+}
+
 verify_gpus() {
   local report versions count version
   report="$(timeout -k 10 120 nvidia-smi --query-gpu=index,name,driver_version \
-    --format=csv,noheader)" || fatal "nvidia-smi failed; the nvidia kernel module did not load"
+    --format=csv,noheader 2>&1)" ||
+    fatal "nvidia-smi failed; the nvidia kernel module did not load: ${report}"
   count="$(grep -c . <<<"${report}")"
   versions="$(awk -F', ' '{ print $3 }' <<<"${report}" | sort -u)"
   version="$(head -n1 <<<"${versions}")"
