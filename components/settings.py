@@ -675,6 +675,31 @@ class Settings(Model):
                             f"a block outside the VPC {self.network.cidr}",
                         )
                     )
+        if self.network.connects_to_public_ips and not self.network.ssh_allowed_cidrs:
+            found.append(
+                (
+                    "network.sshAllowedCidrs",
+                    [],
+                    "the address range of the machine that runs pulumi up, like "
+                    "[203.0.113.0/24]: hosts are reached over SSH on their public addresses, "
+                    "so without it every host step would dial until it times out (or set "
+                    "network.bastion)",
+                )
+            )
+        if (
+            isinstance(cp, ManagedControlPlane)
+            and self.network.connects_to_public_ips
+            and not cp.api_allowed_cidrs
+        ):
+            found.append(
+                (
+                    "controlPlane.apiAllowedCidrs",
+                    [],
+                    "the address range of the machine that runs pulumi up, like "
+                    "[203.0.113.0/24]: the Kubernetes provider reaches the API on the control "
+                    "plane's public address, which otherwise admits the VPC only",
+                )
+            )
         if self.network.creates_vpc and self.network.public_ips is False:
             found.append(
                 (

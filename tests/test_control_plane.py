@@ -13,6 +13,7 @@ from functools import cache
 
 import pytest
 
+from components.config import ConfigError
 from components.control_plane import API_PORT, FLANNEL_VERSION, JOIN_TOKEN_TTL, parse_join_token
 from tests.harness import (
     COMMAND_STDOUT,
@@ -206,10 +207,16 @@ def test_managed_api_security_group_is_the_vpc_and_the_allowed_ranges_only():
 
 
 def test_managed_api_without_allowed_ranges_is_vpc_only():
-    graph = run_program("dev", config={"controlPlane": {"mode": "managed", "apiAllowedCidrs": []}})
-    group = graph.named("dev-gpu-api")
+    """Behind a bastion the operator works from inside the VPC: no outside range is needed."""
+    graph = run_program("prod", config={"controlPlane": {"mode": "managed", "apiAllowedCidrs": []}})
+    group = graph.named("prod-gpu-api")
     sources = [c for r in unwrap(group.inputs["ingress"]) for c in r["cidrBlocks"]]
-    assert sources == ["10.42.0.0/16"], f"{group.urn}: API open to {sources}"
+    assert sources == ["10.0.0.0/16"], f"{group.urn}: API open to {sources}"
+
+
+def test_managed_api_reachable_from_nowhere_outside_is_a_config_error():
+    with pytest.raises(ConfigError, match=r"controlPlane\.apiAllowedCidrs"):
+        run_program("dev", config={"controlPlane": {"mode": "managed", "apiAllowedCidrs": []}})
 
 
 def test_managed_machine_is_hardened():
@@ -236,7 +243,13 @@ def test_managed_machine_is_hardened():
 def test_managed_configured_ami_is_used_as_given():
     graph = run_program(
         "dev",
-        config={"controlPlane": {"mode": "managed", "amiId": "ami-0123456789abcdef0"}},
+        config={
+            "controlPlane": {
+                "mode": "managed",
+                "amiId": "ami-0123456789abcdef0",
+                "apiAllowedCidrs": ["203.0.113.0/24"],
+            }
+        },
     )
     machine = graph.named("dev-gpu-control-plane")
     assert machine.inputs["ami"] == "ami-0123456789abcdef0", f"{machine.urn}: AMI not as given"

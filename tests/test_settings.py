@@ -56,6 +56,9 @@ def test_defaults_live_in_code():
         "gpu-cluster:clusterName": "mini",
         "gpu-cluster:ssh": {"publicKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA ops@example"},
         "gpu-cluster:nodePools": [{"name": "a", "instanceType": "g5.xlarge", "count": 1}],
+        # Where the operator connects from has no default: it is theirs to name.
+        "gpu-cluster:network": {"sshAllowedCidrs": ["203.0.113.0/24"]},
+        "gpu-cluster:controlPlane": {"mode": "managed", "apiAllowedCidrs": ["203.0.113.0/24"]},
     }
     settings = load_stack_settings(config=minimal, replace_config=True)
     assert settings.kubernetes_version == "1.35"
