@@ -43,6 +43,7 @@ FSTAB = (
     "/dev/nvme1n1 /mnt/swap-archive ext4 defaults 0 2\n"
 )
 DRIVER_VERSION = "580.95.05-0ubuntu0.24.04.2"
+RUNNING_KERNEL = "6.8.0-1021-aws"  # the uname stub's default
 CTK_PACKAGES = (
     "nvidia-container-toolkit",
     "nvidia-container-toolkit-base",
@@ -61,11 +62,13 @@ def sandbox(tmp_path: Path) -> Sandbox:
     sb.state("nvidia-smi.gpus", 4)
     for flavor in ("server", "server-open"):
         for pkg in (
+            f"linux-modules-nvidia-580-{flavor}-{RUNNING_KERNEL}",
             f"linux-modules-nvidia-580-{flavor}-aws",
             f"nvidia-headless-no-dkms-580-{flavor}",
-            f"nvidia-utils-580-{flavor}",
         ):
             sb.apt_available(pkg, DRIVER_VERSION)
+    # One utils package for both flavours: Ubuntu has no nvidia-utils-<branch>-server-open.
+    sb.apt_available("nvidia-utils-580-server", DRIVER_VERSION)
     sb.apt_available("nvidia-fabricmanager-580", "580.95.05-0ubuntu0.24.04.1")
     sb.apt_available("libnvidia-nscq-580", "580.95.05-0ubuntu0.24.04.1")
     sb.apt_available("containerd", "1.7.28-0ubuntu1~24.04.1")
@@ -296,13 +299,17 @@ def test_driver_happy_path(sandbox):
     result = sandbox.run("install-driver.sh", DRIVER)
     assert result.returncode == 0, result.stderr
     packages = [
+        f"linux-modules-nvidia-580-server-{RUNNING_KERNEL}",
         "linux-modules-nvidia-580-server-aws",
         "nvidia-headless-no-dkms-580-server",
         "nvidia-utils-580-server",
     ]
     for pkg in packages:
-        assert sandbox.installed(pkg) == DRIVER_VERSION
+        assert sandbox.installed(pkg) == DRIVER_VERSION, f"install-driver.sh: {pkg} not installed"
     assert sandbox.held() == set(packages)
+    assert sandbox.state("apt-get.needrestart-mode") == "l", (
+        "install-driver.sh: apt-get must run with NEEDRESTART_MODE=l (list only, no restarts)"
+    )
     blocklist = sandbox.read("/etc/modprobe.d/blacklist-nouveau.conf")
     assert "blacklist nouveau\n" in blocklist
     assert "options nouveau modeset=0\n" in blocklist
@@ -319,14 +326,43 @@ def test_driver_happy_path(sandbox):
 def test_driver_open_kernel_modules_flavor(sandbox):
     result = sandbox.run("install-driver.sh", {**DRIVER, "DRIVER_FLAVOR": "server-open"})
     assert result.returncode == 0, result.stderr
-    assert sandbox.installed("linux-modules-nvidia-580-server-open-aws") == DRIVER_VERSION
-    assert sandbox.installed("nvidia-utils-580-server") is None
+    for pkg in (
+        f"linux-modules-nvidia-580-server-open-{RUNNING_KERNEL}",
+        "linux-modules-nvidia-580-server-open-aws",
+        "nvidia-headless-no-dkms-580-server-open",
+        "nvidia-utils-580-server",
+    ):
+        assert sandbox.installed(pkg) == DRIVER_VERSION, f"install-driver.sh: {pkg} not installed"
+    assert sandbox.installed("linux-modules-nvidia-580-server-aws") is None
+
+
+@needs_sandbox
+def test_driver_installs_the_module_of_the_running_kernel_not_only_the_flavour_meta(sandbox):
+    """The flavour metapackage follows the archive's newest kernel; on an AMI whose kernel is
+    older, only linux-modules-nvidia-<suffix>-$(uname -r) has a module modprobe can load."""
+    sandbox.state("uname.r", "6.8.0-1015-aws")
+    sandbox.apt_available("linux-modules-nvidia-580-server-6.8.0-1015-aws", DRIVER_VERSION)
+    result = sandbox.run("install-driver.sh", DRIVER)
+    assert result.returncode == 0, result.stderr
+    assert sandbox.installed("linux-modules-nvidia-580-server-6.8.0-1015-aws") == DRIVER_VERSION
+    assert sandbox.installed(f"linux-modules-nvidia-580-server-{RUNNING_KERNEL}") is None
+    assert sandbox.state("modules").split() == ["nvidia"]
+
+
+@needs_sandbox
+def test_driver_without_a_module_for_the_running_kernel_fails_naming_the_package(sandbox):
+    sandbox.state("uname.r", "6.8.0-1001-aws")
+    result = sandbox.run("install-driver.sh", DRIVER)
+    assert result.returncode != 0
+    assert "linux-modules-nvidia-580-server-6.8.0-1001-aws" in result.stderr
+    assert "[driver] FAILED at step 2/6 (install driver packages)" in result.stderr
 
 
 @needs_sandbox
 def test_driver_kernel_flavour_follows_the_running_kernel(sandbox):
     sandbox.state("uname.r", "6.8.0-60-generic")
     sandbox.apt_available("linux-modules-nvidia-580-server-generic", DRIVER_VERSION)
+    sandbox.apt_available("linux-modules-nvidia-580-server-6.8.0-60-generic", DRIVER_VERSION)
     result = sandbox.run("install-driver.sh", DRIVER)
     assert result.returncode == 0, result.stderr
     assert sandbox.installed("linux-modules-nvidia-580-server-generic") == DRIVER_VERSION
@@ -379,6 +415,7 @@ OLD_VERSION = "570.195.03-0ubuntu0.24.04.1"
 def _on_branch_570(sandbox: Sandbox) -> None:
     """A host that ran the driver step for branch 570 (its module loaded), now asked for 580."""
     for pkg in (
+        f"linux-modules-nvidia-570-server-{RUNNING_KERNEL}",
         "linux-modules-nvidia-570-server-aws",
         "nvidia-headless-no-dkms-570-server",
         "nvidia-utils-570-server",

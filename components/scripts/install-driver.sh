@@ -7,8 +7,9 @@
 #   GPU_COUNT             GPUs nvidia-smi must list, from the instance catalog (required)
 #   NEEDS_FABRIC_MANAGER  true on NVSwitch types (p4d, p4de, p5*, p6), else false (required)
 #   DRIVER_FLAVOR         server (default) or server-open (open kernel modules)
-#   KERNEL_FLAVOUR        kernel flavour of linux-modules-nvidia-*, default from
-#                         `uname -r` (6.8.0-1021-aws -> aws)
+#   KERNEL_FLAVOUR        kernel flavour of the linux-modules-nvidia-* metapackage that
+#                         follows kernel updates, default from `uname -r`
+#                         (6.8.0-1021-aws -> aws)
 #   (plus the tunables listed in lib/common.sh)
 #
 # Expects wait-ready.sh to have run (cloud-init done, package lists fresh).
@@ -52,13 +53,20 @@ kernel_flavour() {
   fi
 }
 
+# Ubuntu's package set (documentation.ubuntu.com/server, "NVIDIA drivers installation"):
+# - linux-modules-nvidia-<suffix>-$(uname -r): the signed module for the running kernel. The
+#   flavour metapackage alone depends on the newest kernel of the flavour, which is not the
+#   AMI's running kernel once the archive has moved on: modprobe would then find no module.
+# - linux-modules-nvidia-<suffix>-<flavour>: keeps the module coming with kernel updates.
+# - nvidia-utils-<branch>-server: one package for both flavours (there is no -server-open).
 driver_packages() {
   local suffix
   suffix="$(driver_suffix)"
   printf '%s\n' \
+    "linux-modules-nvidia-${suffix}-$(uname -r)" \
     "linux-modules-nvidia-${suffix}-$(kernel_flavour)" \
     "nvidia-headless-no-dkms-${suffix}" \
-    "nvidia-utils-${suffix}"
+    "nvidia-utils-${DRIVER_BRANCH}-server"
 }
 
 fabric_manager_packages() {

@@ -141,8 +141,12 @@ download() {
 
 # ---- apt ----------------------------------------------------------------------
 
+# DEBIAN_FRONTEND covers debconf only. needrestart (installed on Ubuntu 22.04/24.04 server
+# images) runs after every install from an apt hook and, in its default interactive mode,
+# waits for an answer nobody gives over `sudo bash -s`; NEEDRESTART_MODE=l makes it list
+# the services to restart and restart none (the scripts restart what they changed).
 apt_get() {
-  DEBIAN_FRONTEND=noninteractive apt-get -q -y \
+  DEBIAN_FRONTEND=noninteractive NEEDRESTART_MODE=l apt-get -q -y \
     -o "DPkg::Lock::Timeout=${APT_LOCK_TIMEOUT_SECONDS:-600}" \
     -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "$@"
 }
