@@ -47,6 +47,11 @@ CAPACITY_CHECK_ANNOTATION = "gpu-cluster.io/capacity-check"
 # awaited forever), so fixing the node and running `pulumi up` validates it again.
 REPLACE_UNREADY_ANNOTATION = "pulumi.com/replaceUnready"
 MAX_NAME_LENGTH = 63  # a Job's name becomes its pods' job-name label value
+# What the nvidia container runtime mounts into the validation pod: `compute` for the CUDA
+# sample, `utility` for nvidia-smi and NVML. Set on the container so the check does not depend on
+# the image's own ENV (NVIDIA's CUDA base images set it; another validation.image may not, and
+# unset means `utility` only with older toolkits).
+VALIDATION_DRIVER_CAPABILITIES = "compute,utility"
 
 
 def namespace(name: str, pod_security: str) -> dict[str, Any]:
@@ -119,12 +124,24 @@ def tolerates(tolerations_: Iterable[Mapping[str, str]], taint: Taint) -> bool:
 
 
 def device_plugin_config(settings: DevicePlugin) -> str:
-    """The plugin's config file (upstream format `version: v1`), as stable YAML text."""
+    """The plugin's config file (upstream format `version: v1`), as stable YAML text.
+
+    With time slicing, two switches are written out although they are upstream's defaults
+    (api/config/v1 ReplicatedResources: plain bools), because the checks depend on them:
+    `renameByDefault: false` keeps the shares named nvidia.com/gpu (true would advertise
+    nvidia.com/gpu.shared, and the capacity wait would find no nvidia.com/gpu), and
+    `failRequestsGreaterThanOne: false` lets one container take more than one share (true makes
+    the plugin's Allocate reject it, and the validation pod, which takes every share of the node,
+    would never start)."""
     config: dict[str, Any] = {"version": "v1", "flags": {"migStrategy": settings.mig_strategy}}
     replicas = settings.time_slicing.replicas
     if replicas > 1:
         config["sharing"] = {
-            "timeSlicing": {"resources": [{"name": GPU_RESOURCE, "replicas": replicas}]}
+            "timeSlicing": {
+                "renameByDefault": False,
+                "failRequestsGreaterThanOne": False,
+                "resources": [{"name": GPU_RESOURCE, "replicas": replicas}],
+            }
         }
     return yaml.safe_dump(config, sort_keys=True)
 
@@ -246,12 +263,22 @@ def validation_job_spec(
     timeout_seconds: int,
     taints: Iterable[Taint] = (),
     template_annotations: Mapping[str, Any] | None = None,
+    shares_per_gpu: int = 1,
 ) -> dict[str, Any]:
     """A Job pinned to `node_name` (node affinity on the Node's name, through the scheduler, so
-    the pod waits for the GPUs instead of being rejected by the kubelet) that requests all of its
-    `gpu_count` GPUs and runs `validation_command`. One retry, then `up` fails; the whole Job is
-    bounded by `timeout_seconds` (activeDeadlineSeconds, image pull included)."""
-    gpus = str(gpu_count)
+    the pod waits for the GPUs instead of being rejected by the kubelet) that requests every
+    nvidia.com/gpu the node advertises, `gpu_count` x `shares_per_gpu` (time-slicing replicas),
+    and runs `validation_command`, which checks the `gpu_count` physical GPUs.
+
+    Why every share and not `gpu_count` of them: the plugin spreads a multi-share request over
+    distinct GPUs only as a preference (GetPreferredAllocation), so N shares can land on fewer than
+    N GPUs and the count check would fail a healthy node; all shares of the node cover every GPU
+    by construction (the runtime sees each GPU's UUID, repeated, and exposes it once). That needs
+    `failRequestsGreaterThanOne: false`, which `device_plugin_config` writes.
+
+    One retry, then `up` fails; the whole Job is bounded by `timeout_seconds`
+    (activeDeadlineSeconds, image pull included)."""
+    gpus = str(gpu_count * shares_per_gpu)
     return {
         "backoffLimit": 1,
         "activeDeadlineSeconds": timeout_seconds,
@@ -285,6 +312,12 @@ def validation_job_spec(
                         "name": VALIDATION_CONTAINER,
                         "image": image,
                         "command": ["sh", "-c", validation_command(gpu_count)],
+                        "env": [
+                            {
+                                "name": "NVIDIA_DRIVER_CAPABILITIES",
+                                "value": VALIDATION_DRIVER_CAPABILITIES,
+                            }
+                        ],
                         "resources": {
                             "limits": {GPU_RESOURCE: gpus},
                             "requests": {GPU_RESOURCE: gpus},

@@ -8,10 +8,10 @@ after nothing of any other node:
    count times the time-slicing replicas. Its failure message tells apart a node that is not
    Ready (kubelet), a Ready node with no GPUs (device plugin or container runtime) and one with
    too few (driver, MIG/time-slicing config).
-2. `<node>-validation-job`: a Job pinned to the node that requests all of its physical GPUs (also
-   with time slicing, where the count check below also catches an allocation that packs the
-   request onto fewer physical GPUs) and runs
-   `nvidia-smi -L` (count checked) and the CUDA vectorAdd sample on each GPU.
+2. `<node>-validation-job`: a Job pinned to the node that requests every nvidia.com/gpu the node
+   advertises (with time slicing: every share of every GPU, so the pod surely sees each physical
+   GPU; see `validation_job_spec`) and runs `nvidia-smi -L` (the physical GPU count checked) and
+   the CUDA vectorAdd sample on each GPU.
    pulumi-kubernetes 4.x awaits a Job until its `Complete` condition and fails the resource (so
    `pulumi up`) on the `Failed` condition (backoffLimit 1, activeDeadlineSeconds) or at the custom
    create timeout; the Job must therefore not carry `pulumi.com/skipAwait`.
@@ -100,12 +100,17 @@ class GpuValidation(pulumi.ComponentResource):
                 timeout_seconds=timeout,
                 taints=node.pool.taints,
                 template_annotations={manifests.CAPACITY_CHECK_ANNOTATION: self.capacity.id},
+                shares_per_gpu=settings.device_plugin.time_slicing.replicas,
             ),
             opts=pulumi.ResourceOptions(
                 parent=self,
                 provider=control_plane.provider,
                 depends_on=[self.capacity, device_plugin.daemon_set],
-                # A Job's pod template is immutable: a change replaces it, under the same name.
+                # A Job's pod template is immutable, and a changed Job must run again: any spec
+                # change replaces it (pulumi-kubernetes forces that for .spec.template and
+                # .spec.selector only; an in-place edit of, say, activeDeadlineSeconds would leave
+                # the old run standing as the result), under the same name, so delete first.
+                replace_on_changes=["spec"],
                 delete_before_replace=True,
                 custom_timeouts=pulumi.CustomTimeouts(
                     create=job_timeout, update=job_timeout, delete="10m"

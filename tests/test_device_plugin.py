@@ -121,9 +121,15 @@ def test_config_map_holds_mig_strategy_and_time_slicing(stack):
     assert config["version"] == "v1", f"{cm.urn}: {config}"
     assert config["flags"]["migStrategy"] == plugin.mig_strategy, f"{cm.urn}: {config}"
     replicas = plugin.time_slicing.replicas
-    sharing = config.get("sharing", {}).get("timeSlicing", {}).get("resources", [])
+    time_slicing = config.get("sharing", {}).get("timeSlicing", {})
     if replicas > 1:
-        assert sharing == [{"name": "nvidia.com/gpu", "replicas": replicas}], f"{cm.urn}: {config}"
+        assert time_slicing == {
+            # The shares keep the name the capacity wait and the Job use ...
+            "renameByDefault": False,
+            # ... and one pod may take several (the Job takes all of them).
+            "failRequestsGreaterThanOne": False,
+            "resources": [{"name": "nvidia.com/gpu", "replicas": replicas}],
+        }, f"{cm.urn}: {config}"
     else:
         assert "sharing" not in config, f"{cm.urn}: no sharing without time slicing: {config}"
     ds = g.named(DAEMON_SET)

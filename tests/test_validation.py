@@ -111,10 +111,14 @@ def test_job_requests_exactly_the_nodes_gpus_and_is_pinned_to_it(stack):
     for name, pool in nodes(stack):
         job = g.named(f"{name}-validation-job")
         count = str(CATALOG[pool.instance_type].gpu_count)
+        # Every nvidia.com/gpu the node advertises: GPUs x time-slicing replicas.
+        shares = str(CATALOG[pool.instance_type].gpu_count * replicas(stack))
         pod = job_pod(job)
         (container,) = pod["containers"]
         resources = container["resources"]
-        assert resources["limits"] == {"nvidia.com/gpu": count}, f"{job.urn}: {resources}"
+        assert resources["limits"] == {"nvidia.com/gpu": shares}, (
+            f"{job.urn}: {resources}, want all {shares} shares of {name}"
+        )
         assert resources.get("requests", resources["limits"]) == resources["limits"], (
             f"{job.urn}: {resources}"
         )
@@ -192,15 +196,63 @@ def test_validation_disabled_creates_no_checks():
         assert got["validated"] == "disabled", f"output gpuNodes.{name}: {got}"
 
 
-def test_time_slicing_expects_shares_but_requests_physical_gpus():
+def test_time_slicing_job_takes_every_share_and_checks_physical_gpus():
+    """With replicas > 1 a request for N shares may land on fewer than N GPUs (the plugin only
+    prefers distinct GPUs), so the Job takes all shares and counts the physical GPUs."""
     g = run_program("dev", config={"devicePlugin": {"timeSlicing": {"replicas": 4}}})
     (name, pool), *_ = nodes("dev")
     count = CATALOG[pool.instance_type].gpu_count
     capacity = g.named(f"{name}-gpu-capacity")
     job = g.named(f"{name}-validation-job")
     assert script_param(capacity, "EXPECTED_GPUS") == str(count * 4), f"{capacity.urn}"
-    limits = job_pod(job)["containers"][0]["resources"]["limits"]
-    assert limits == {"nvidia.com/gpu": str(count)}, f"{job.urn}: {limits}"
+    (container,) = job_pod(job)["containers"]
+    limits = container["resources"]["limits"]
+    assert limits == {"nvidia.com/gpu": str(count * 4)}, f"{job.urn}: {limits}"
+    assert limits["nvidia.com/gpu"] == script_param(capacity, "EXPECTED_GPUS"), (
+        f"{job.urn} must request exactly what {capacity.urn} waited for"
+    )
+    assert f"-ne {count} ]" in container["command"][-1], (
+        f"{job.urn}: the count check is on the {count} physical GPUs: {container['command']}"
+    )
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_job_is_replaced_not_updated_and_stays_after_success(stack):
+    """A Job that ran is the record of the node's validation: any spec change (a new timeout
+    too) must run a new one, and nothing may delete it behind Pulumi's back (a TTL would make
+    `pulumi up --refresh` re-create it and validate again)."""
+    g = graph(stack)
+    for name, _ in nodes(stack):
+        job = g.named(f"{name}-validation-job")
+        assert "spec" in job.replace_on_changes, (
+            f"{job.urn}: replaceOnChanges {job.replace_on_changes}, want spec"
+        )
+        assert job.delete_before_replace, f"{job.urn}: same-name replacement needs delete first"
+        spec = job.plain_inputs()["spec"]
+        assert "ttlSecondsAfterFinished" not in spec, f"{job.urn}: {spec}"
+        annotations = job.plain_inputs()["metadata"].get("annotations") or {}
+        assert annotations.get(manifests.REPLACE_UNREADY_ANNOTATION) == "true", (
+            f"{job.urn}: a failed Job must be replaced on the next up, not awaited: {annotations}"
+        )
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_pod_gets_nvidia_smi_and_cuda_from_the_runtime(stack):
+    g = graph(stack)
+    for name, _ in nodes(stack):
+        job = g.named(f"{name}-validation-job")
+        (container,) = job_pod(job)["containers"]
+        env = {e["name"]: e.get("value") for e in container.get("env", [])}
+        capabilities = set((env.get("NVIDIA_DRIVER_CAPABILITIES") or "").split(","))
+        assert {"compute", "utility"} <= capabilities, (
+            f"{job.urn}: NVIDIA_DRIVER_CAPABILITIES {env.get('NVIDIA_DRIVER_CAPABILITIES')!r} "
+            "must include utility (nvidia-smi) and compute (CUDA)"
+        )
+        assert "NVIDIA_VISIBLE_DEVICES" not in env, (
+            f"{job.urn}: the device plugin sets NVIDIA_VISIBLE_DEVICES; the pod must not"
+        )
+        assert manifests.CUDA_SAMPLE_BINARY == "/cuda-samples/sample", f"{job.urn}"
+        assert manifests.CUDA_SAMPLE_BINARY in container["command"][-1], f"{job.urn}"
 
 
 def test_long_node_names_give_valid_job_names():
