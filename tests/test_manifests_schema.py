@@ -167,6 +167,7 @@ def builder_objects(minor_settings: DevicePlugin) -> list[tuple[str, dict[str, A
                     timeout_seconds=900,
                     taints=taints,
                     template_annotations={manifests.CAPACITY_CHECK_ANNOTATION: "cmd-1"},
+                    shares_per_gpu=minor_settings.time_slicing.replicas,
                 ),
             ),
         ),
@@ -216,3 +217,96 @@ def test_strict_validation_rejects_an_unknown_field():
     obj = _obj("apps/v1", "DaemonSet", {"name": "d"}, spec=spec)
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(obj, schema_version("1.35"), strict=True)
+
+
+# ---------------------------------------------------------------- pod security admission
+
+# The Baseline level of the Pod Security Standards (kubernetes.io/docs/concepts/security/
+# pod-security-standards), the controls a GPU pod could trip: host namespaces, privileged
+# containers, capabilities beyond this list, hostPath volumes, host ports.
+BASELINE_CAPABILITIES = {
+    "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
+    "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
+}  # fmt: skip
+PSA_ENFORCE = "pod-security.kubernetes.io/enforce"
+
+
+def baseline_violations(pod: dict[str, Any]) -> list[str]:
+    """What in `pod` (a pod spec) the Baseline level rejects; empty when it is admitted."""
+    found = [f"spec.{key}" for key in ("hostNetwork", "hostPID", "hostIPC") if pod.get(key)]
+    found += [f"volume {v['name']}: hostPath" for v in pod.get("volumes", []) if "hostPath" in v]
+    for c in pod.get("initContainers", []) + pod.get("containers", []):
+        context = c.get("securityContext") or {}
+        if context.get("privileged"):
+            found.append(f"container {c['name']}: privileged")
+        added = set((context.get("capabilities") or {}).get("add", [])) - BASELINE_CAPABILITIES
+        if added:
+            found.append(f"container {c['name']}: adds {sorted(added)}")
+        found += [
+            f"container {c['name']}: hostPort {p['hostPort']}"
+            for p in c.get("ports", [])
+            if p.get("hostPort")
+        ]
+    return found
+
+
+def namespace_levels(g: Graph) -> dict[str, str]:
+    """Enforced Pod Security level of each namespace the stack creates."""
+    levels = {}
+    for ns in g.of_type("kubernetes:core/v1:Namespace"):
+        metadata = ns.plain_inputs()["metadata"]
+        labels = metadata.get("labels") or {}
+        assert PSA_ENFORCE in labels, f"{ns.urn}: no {PSA_ENFORCE} label: {labels}"
+        levels[metadata["name"]] = labels[PSA_ENFORCE]
+    return levels
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_pods_are_admitted_by_their_namespace_and_it_is_no_looser_than_needed(stack):
+    """Each pod template passes its namespace's enforced level (else the DaemonSet or Job
+    creates no pod and `up` waits until its timeout), and a namespace is `privileged` only when
+    its pods need it (the plugin's hostPath to the kubelet's device-plugins directory)."""
+    g = graph(stack)
+    levels = namespace_levels(g)
+    workloads = g.of_type("kubernetes:apps/v1:DaemonSet") + g.of_type("kubernetes:batch/v1:Job")
+    assert workloads, f"stack {stack}: no DaemonSet or Job recorded"
+    for workload in workloads:
+        inputs = workload.plain_inputs()
+        namespace = inputs["metadata"]["namespace"]
+        assert namespace in levels, (
+            f"{workload.urn}: namespace {namespace} is not one the stack creates ({levels})"
+        )
+        level = levels[namespace]
+        violations = baseline_violations(inputs["spec"]["template"]["spec"])
+        if level == "privileged":
+            assert violations, (
+                f"{workload.urn}: namespace {namespace} enforces privileged, yet its pods pass "
+                "baseline: enforce baseline"
+            )
+        else:
+            assert level in ("baseline", "restricted"), f"{workload.urn}: level {level!r}"
+            assert not violations, (
+                f"{workload.urn}: namespace {namespace} enforces {level}, "
+                f"which rejects {violations}"
+            )
+    assert levels[manifests.VALIDATION_NAMESPACE] == "baseline", f"stack {stack}: {levels}"
+    assert levels[manifests.DEVICE_PLUGIN_NAMESPACE] == "privileged", f"stack {stack}: {levels}"
+
+
+def test_baseline_check_is_real():
+    pod = manifests.device_plugin_daemon_set_spec(DevicePlugin())["template"]["spec"]
+    assert baseline_violations(pod) == ["volume kubelet-device-plugins-dir: hostPath"], (
+        f"DaemonSet pod: {baseline_violations(pod)}"
+    )
+    job = manifests.validation_job_spec(
+        node_name="n-0", gpu_count=1, image="i:1", timeout_seconds=60
+    )["template"]["spec"]
+    assert baseline_violations(job) == [], f"validation pod: {baseline_violations(job)}"
+    container = job["containers"][0]
+    container["securityContext"] = {"privileged": True, "capabilities": {"add": ["SYS_ADMIN"]}}
+    job["hostNetwork"] = True
+    assert baseline_violations(job) == [
+        "spec.hostNetwork",
+        f"container {container['name']}: privileged",
+        f"container {container['name']}: adds ['SYS_ADMIN']",
+    ], f"validation pod made privileged: {baseline_violations(job)}"
