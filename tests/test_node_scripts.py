@@ -589,6 +589,19 @@ def test_runtime_fails_when_containerd_does_not_come_back(sandbox):
 
 
 @needs_sandbox
+def test_runtime_nvidia_runtime_without_systemd_cgroups_fails(sandbox):
+    """nvidia is containerd's default runtime: without SystemdCgroup = true in its own options
+    kubelet (cgroupDriver: systemd) cannot run pods, even though runc's options have it."""
+    sandbox.state("nvidia-ctk.no-runc-options", 1)
+    result = sandbox.run("install-runtime.sh", RUNTIME)
+    assert result.returncode == 1, f"install-runtime.sh accepted it: {result.stderr}"
+    assert (
+        "[runtime] FAILED: SystemdCgroup = true expected in the nvidia runtime options of "
+        "/etc/containerd/config.toml, found 'none'" in result.stderr
+    )
+
+
+@needs_sandbox
 def test_runtime_toolkit_version_not_in_the_repository_fails(sandbox):
     result = sandbox.run("install-runtime.sh", {**RUNTIME, "NVIDIA_CTK_VERSION": "1.99.0-1"})
     assert result.returncode != 0

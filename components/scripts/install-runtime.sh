@@ -111,6 +111,13 @@ verify_runtime() {
     fatal "default_runtime_name = \"nvidia\" expected in ${CONTAINERD_CONFIG}, found '${found}'"
   grep -qE 'runtimes\.nvidia\]' "${CONTAINERD_CONFIG}" ||
     fatal "an nvidia runtime section expected in ${CONTAINERD_CONFIG}, not found"
+  # nvidia-ctk copies runc's options into the nvidia runtime; as the default runtime it
+  # must use systemd cgroups too, or kubelet (cgroupDriver: systemd) cannot run pods.
+  found="$(awk '/^[[:space:]]*\[/ { inside = ($0 ~ /runtimes\.nvidia\.options\]/) }
+    inside && /^[[:space:]]*SystemdCgroup = / { $1 = $1; print }' "${CONTAINERD_CONFIG}")"
+  [[ "${found}" == "SystemdCgroup = true" ]] ||
+    fatal "SystemdCgroup = true expected in the nvidia runtime options of" \
+      "${CONTAINERD_CONFIG}, found '${found:-none}'"
   log "containerd active, nvidia is the default runtime"
 }
 
