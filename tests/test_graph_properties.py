@@ -126,7 +126,11 @@ def _check(config: dict, graph: Graph) -> None:
             job = graph.named(f"{node}-validation-job").plain_inputs()
             container = job["spec"]["template"]["spec"]["containers"][0]
             limit = container["resources"]["limits"]["nvidia.com/gpu"]
-            assert int(limit) == entry.gpu_count, f"{node}-validation-job requests {limit}"
+            # Every nvidia.com/gpu the node advertises: GPUs x time-slicing shares, so the
+            # pod holds each physical GPU at least once.
+            shares = config["devicePlugin"]["timeSlicing"]["replicas"]
+            expected = entry.gpu_count * shares
+            assert int(limit) == expected, f"{node}-validation-job requests {limit}, not {expected}"
 
     daemon_set = graph.of_type("kubernetes:apps/v1:DaemonSet")[0]
     gpu_resources = set().union(*owned.values()) if owned else set()
