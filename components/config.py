@@ -109,7 +109,8 @@ def _problems(exc: ValidationError) -> list[Problem]:
         if error["type"] == "gpu_cluster_problems":
             base = _path_parts(loc)
             for sub_key, given, expected in error["ctx"]["problems"]:
-                parts = (*base, *_split_key(sub_key))
+                sub_parts = sub_key if isinstance(sub_key, tuple) else _split_key(sub_key)
+                parts = (*base, *sub_parts)
                 out.append(Problem(_format_path(parts), _show(parts, given), expected))
             continue
         parts = _path_parts(loc)
@@ -140,7 +141,8 @@ _EXPECTED = {
     "int_from_float": "a whole number",
     "bool_parsing": "true or false",
     "bool_type": "true or false",
-    "string_type": 'a string (quote numbers like "1.35")',
+    "string_type": 'a string (quote values YAML reads as numbers or booleans, like "1.35" or '
+    '"true")',
     "list_type": "a list",
     "dict_type": "a mapping of keys to values",
     "model_type": "an object with keys",

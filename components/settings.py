@@ -10,6 +10,8 @@ raise `problems(...)`, so each problem still names the exact key it is about.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import ipaddress
 import re
 from typing import Annotated, Any, Literal
@@ -27,6 +29,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 from components import catalog
+from components.labels import GPU_PRESENT_LABEL, POOL_LABEL
 
 PROJECT = "gpu-cluster"
 
@@ -38,6 +41,33 @@ SUPPORTED_DRIVER_BRANCHES = ("535", "550", "570", "575", "580")
 SUPPORTED_UBUNTU = ("24.04", "22.04")
 DEFAULT_DEVICE_PLUGIN_VERSION = "v0.20.0"
 DEFAULT_VALIDATION_IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0"
+# A Node's name is its kubernetes.io/hostname label value (and our Job's gpu-cluster.io/node
+# label value): Kubernetes caps label values at 63 characters, so longer names never register.
+MAX_NODE_NAME_LENGTH = 63
+# Labels the program sets on every GPU node itself (the device plugin selects on them).
+PROGRAM_NODE_LABELS = (GPU_PRESENT_LABEL, POOL_LABEL)
+# Label namespaces a kubelet may set on its own Node (kubelet --node-labels / NodeRestriction):
+# other kubernetes.io and k8s.io labels make the kubelet refuse to start.
+KUBELET_LABEL_NAMESPACES = ("kubelet.kubernetes.io", "node.kubernetes.io")
+KUBELET_LABELS = frozenset(
+    {
+        "beta.kubernetes.io/arch",
+        "beta.kubernetes.io/instance-type",
+        "beta.kubernetes.io/os",
+        "failure-domain.beta.kubernetes.io/region",
+        "failure-domain.beta.kubernetes.io/zone",
+        "kubernetes.io/arch",
+        "kubernetes.io/hostname",
+        "kubernetes.io/os",
+        "node.kubernetes.io/instance-type",
+        "topology.kubernetes.io/region",
+        "topology.kubernetes.io/zone",
+    }
+)
+# AWS tags the program sets on its resources itself (a configured one would be overwritten).
+PROGRAM_TAGS = ("Name", "gpu-cluster:cluster", POOL_LABEL)
+# AWS allows 50 tags per resource; the program adds PROGRAM_TAGS and keeps room to grow.
+MAX_TAGS = 40
 
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _SEMVER_TAG = re.compile(r"^v\d+\.\d+\.\d+$")
@@ -84,6 +114,20 @@ class Model(BaseModel):
         str_strip_whitespace=True,
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _bool_is_not_a_number(cls, data: Any) -> Any:
+        # pydantic reads true as 1: `count: true` would silently mean one node.
+        if isinstance(data, dict):
+            found = [
+                (field.alias or name, data[field.alias or name], "a whole number")
+                for name, field in cls.model_fields.items()
+                if field.annotation is int and isinstance(data.get(field.alias or name), bool)
+            ]
+            if found:
+                raise problems(found)
+        return data
+
 
 # ---------------------------------------------------------------- field checks
 
@@ -97,6 +141,14 @@ def _cidr(value: str) -> str:
             "a CIDR block with no host bits set, like 203.0.113.0/24 ({reason})",
             {"reason": str(exc)},
         ) from None
+    if net.version != 4:
+        # Security group rules take these as IPv4 cidr_blocks, and the hosts have IPv4
+        # addresses only, so an IPv6 source could never reach them.
+        raise PydanticCustomError(
+            "cidr_ipv4",
+            "an IPv4 CIDR block like 203.0.113.0/24 (the hosts and their security groups are "
+            "IPv4 only)",
+        )
     return str(net)
 
 
@@ -131,12 +183,24 @@ Host = Annotated[str, AfterValidator(_host)]
 
 
 def _endpoint(value: str) -> str:
+    expected = (
+        "host:port of the Kubernetes API without a scheme, like 10.0.1.10:6443, "
+        "cp.example.com:6443 or [fd00::10]:6443"
+    )
     host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise PydanticCustomError(
-            "endpoint", "host:port of the Kubernetes API, like 10.0.1.10:6443"
-        )
-    _host(host.strip("[]"))
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536 or "/" in value:
+        raise PydanticCustomError("endpoint", expected)
+    bracketed = host.startswith("[") and host.endswith("]")
+    if bracketed:
+        host = host[1:-1]
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    if (address is not None and address.version == 6) != bracketed or not (
+        address is not None or _HOSTNAME.match(host)
+    ):
+        raise PydanticCustomError("endpoint", expected)
     return value
 
 
@@ -415,6 +479,19 @@ class Taint(Model):
     )
 
 
+def _kubernetes_namespace(namespace: str) -> bool:
+    return namespace in ("kubernetes.io", "k8s.io") or namespace.endswith(
+        (".kubernetes.io", ".k8s.io")
+    )
+
+
+def _kubelet_may_set(key: str, namespace: str) -> bool:
+    return key in KUBELET_LABELS or any(
+        namespace == allowed or namespace.endswith(f".{allowed}")
+        for allowed in KUBELET_LABEL_NAMESPACES
+    )
+
+
 class NodePool(Model):
     name: DnsLabel = Field(
         description="Pool name, part of node names (<clusterName>-<name>-<index>)"
@@ -481,6 +558,45 @@ class NodePool(Model):
                 {"branches": ", ".join(SUPPORTED_DRIVER_BRANCHES)},
             )
         return value
+
+    @field_validator("driver_version", mode="before")
+    @classmethod
+    def _branch_number(cls, value: Any) -> Any:
+        # `driverVersion: 580` unquoted is a YAML number; the branch is meant either way.
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+        return value
+
+    @model_validator(mode="after")
+    def _labels_the_kubelet_can_set(self) -> NodePool:
+        found: list[tuple[Any, Any, str]] = []
+        for key, value in self.labels.items():
+            namespace = key.rpartition("/")[0]
+            if key in PROGRAM_NODE_LABELS:
+                found.append(
+                    (
+                        ("labels", key),
+                        value,
+                        "a label the program does not set itself: it sets "
+                        f"{', '.join(PROGRAM_NODE_LABELS)} on every GPU node (the device plugin "
+                        "selects on them); remove this one",
+                    )
+                )
+            elif _kubernetes_namespace(namespace) and not _kubelet_may_set(key, namespace):
+                found.append(
+                    (
+                        ("labels", key),
+                        value,
+                        "a label the kubelet may set on its own Node: in the kubernetes.io and "
+                        f"k8s.io namespaces only {', '.join(KUBELET_LABEL_NAMESPACES)} "
+                        "(and their subdomains) or a well-known key like "
+                        "topology.kubernetes.io/zone; the kubelet refuses to start with others "
+                        "(set node-role.kubernetes.io/* with kubectl label after the join)",
+                    )
+                )
+        if found:
+            raise problems(found)
+        return self
 
     @model_validator(mode="after")
     def _driver_supports_gpu(self) -> NodePool:
@@ -570,6 +686,13 @@ def _tag_key(key: str) -> str:
         raise PydanticCustomError(
             "tag_key", "an AWS tag key of 1 to 128 characters, not starting with 'aws:'"
         )
+    if key in PROGRAM_TAGS:
+        raise PydanticCustomError(
+            "tag_key_reserved",
+            "a tag key the program does not set itself: it sets {keys} on its resources "
+            "(a configured value would be overwritten); use another key",
+            {"keys": ", ".join(PROGRAM_TAGS)},
+        )
     return key
 
 
@@ -577,6 +700,28 @@ def _tag_value(value: str) -> str:
     if len(value) > 256:
         raise PydanticCustomError("tag_value", "an AWS tag value of at most 256 characters")
     return value
+
+
+def _encrypted_private_key(text: str) -> bool:
+    """True for a key that needs a passphrase: PKCS#8 `ENCRYPTED PRIVATE KEY`, legacy PEM with
+    `Proc-Type: 4,ENCRYPTED`, or an OpenSSH key whose cipher is not `none`."""
+    if "ENCRYPTED" in text:
+        return True
+    match = re.search(
+        r"-----BEGIN OPENSSH PRIVATE KEY-----(.+?)-----END OPENSSH PRIVATE KEY-----", text, re.S
+    )
+    if not match:
+        return False
+    try:
+        blob = base64.b64decode("".join(match.group(1).split()), validate=True)
+    except (binascii.Error, ValueError):
+        return False  # not decodable here; ssh reports it at connect time
+    magic = b"openssh-key-v1\0"
+    if not blob.startswith(magic) or len(blob) < len(magic) + 4:
+        return False
+    length = int.from_bytes(blob[len(magic) : len(magic) + 4], "big")
+    cipher = blob[len(magic) + 4 : len(magic) + 4 + length]
+    return cipher != b"none"
 
 
 class Settings(Model):
@@ -616,26 +761,53 @@ class Settings(Model):
         description="AWS tags on every AWS resource (plus gpu-cluster:cluster)",
     )
 
+    @field_validator("tags", mode="before")
+    @classmethod
+    def _room_for_program_tags(cls, value: Any) -> Any:
+        if isinstance(value, dict) and len(value) > MAX_TAGS:
+            raise PydanticCustomError(
+                "too_many_tags",
+                "at most {max} tags ({count} given): AWS allows 50 per resource and the "
+                "program adds its own ({keys})",
+                {"max": MAX_TAGS, "count": len(value), "keys": ", ".join(PROGRAM_TAGS)},
+            )
+        return value
+
     @field_validator("kubernetes_version")
     @classmethod
     def _supported_minor(cls, value: str) -> str:
         if value not in SUPPORTED_KUBERNETES_MINORS:
+            hint = ""
+            if re.fullmatch(r"\d+\.\d", value):
+                hint = (
+                    f"; YAML reads an unquoted {value}0 as the number {value}: "
+                    f'write "{value}0" in quotes'
+                )
             raise PydanticCustomError(
                 "kubernetes_minor",
                 "a Kubernetes minor version in the supported window: {window} "
-                '(the minor only, like "1.35"; kubelet and kubeadm are pinned to it)',
-                {"window": ", ".join(SUPPORTED_KUBERNETES_MINORS)},
+                '(the minor only, like "1.35"; kubelet and kubeadm are pinned to it){hint}',
+                {"window": ", ".join(SUPPORTED_KUBERNETES_MINORS), "hint": hint},
             )
         return value
 
     @field_validator("ssh_private_key")
     @classmethod
     def _private_key(cls, value: SecretStr) -> SecretStr:
-        if not _PRIVATE_KEY.search(value.get_secret_value()):
+        text = value.get_secret_value()
+        if not _PRIVATE_KEY.search(text):
             raise PydanticCustomError(
                 "ssh_private_key",
                 "an unencrypted PEM/OpenSSH private key, set with "
                 "`pulumi config set --secret gpu-cluster:sshPrivateKey < ~/.ssh/id_ed25519`",
+            )
+        if _encrypted_private_key(text):
+            raise PydanticCustomError(
+                "ssh_private_key_encrypted",
+                "an unencrypted private key: this one needs a passphrase, which the program "
+                "has no way to type; set a copy without one "
+                "(`cp key key.nopass && ssh-keygen -p -N '' -f key.nopass`, then "
+                "`pulumi config set --secret gpu-cluster:sshPrivateKey < key.nopass`)",
             )
         return value
 
@@ -662,6 +834,18 @@ class Settings(Model):
     @model_validator(mode="after")
     def _across_sections(self) -> Settings:
         found: list[tuple[str, Any, str]] = []
+        for index, pool in enumerate(self.node_pools):
+            longest = f"{self.cluster_name}-{pool.name}-{pool.count - 1}"
+            if pool.count and len(longest) > MAX_NODE_NAME_LENGTH:
+                found.append(
+                    (
+                        f"nodePools[{index}].name",
+                        pool.name,
+                        f"a shorter pool name: node names <clusterName>-<name>-<index> must fit "
+                        f"in {MAX_NODE_NAME_LENGTH} characters (a Kubernetes label value), and "
+                        f"{longest!r} has {len(longest)}",
+                    )
+                )
         cp = self.control_plane
         if isinstance(cp, ManagedControlPlane):
             vpc = ipaddress.ip_network(self.network.cidr)

@@ -1,0 +1,414 @@
+"""Stack configurations nobody wrote yet, through the real entry points (the loader and the
+program under the harness): each either yields a plan that makes sense or stops before any
+resource with one message per key path, saying what was given and what is accepted."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from components import catalog
+from components.config import ConfigError
+from components.kubernetes_manifests import validation_job_name
+from components.settings import (
+    MAX_NODE_NAME_LENGTH,
+    SUPPORTED_KUBERNETES_MINORS,
+    SUPPORTED_UBUNTU,
+)
+from tests.harness import load_stack_settings, run_program, stack_file, unwrap
+
+POOL = {"name": "a", "instanceType": "g5.xlarge", "count": 1}
+PUBLIC_KEY = stack_file("dev")["gpu-cluster:ssh"]["publicKey"]
+JOB_TYPE = "kubernetes:batch/v1:Job"
+INSTANCE_TYPE = "aws:ec2/instance:Instance"
+
+
+def _problem(key: str, **kwargs) -> str:
+    """The one problem reported for `gpu-cluster:<key>` (the text after 'expected')."""
+    with pytest.raises(ConfigError) as caught:
+        load_stack_settings(**kwargs)
+    error = caught.value
+    found = [p for p in error.problems if p.key == f"gpu-cluster:{key}"]
+    assert found, f"no problem for gpu-cluster:{key}; got {[str(p) for p in error.problems]}"
+    assert "Traceback" not in str(error), f"gpu-cluster:{key}: a traceback in the message"
+    return found[0].expected
+
+
+def _gpu_nodes(graph) -> list[str]:
+    return sorted(graph.outputs["gpuNodes"])
+
+
+# ---------------------------------------------------------------- pool sizes and counts
+
+
+def test_user_scales_every_pool_to_zero_keeps_the_cluster_and_creates_no_node():
+    graph = run_program("dev", config={"nodePools": [{**POOL, "count": 0}]})
+    assert _gpu_nodes(graph) == [], f"nodes planned for count 0: {_gpu_nodes(graph)}"
+    assert not graph.of_type(JOB_TYPE), "a validation Job without any node"
+    assert graph.outputs["nodePools"] == {"a": []}, f"{graph.outputs['nodePools']}"
+    # The control plane and the device plugin stay: scaling to zero is not destroying.
+    assert graph.find(lambda r: r.type == "kubernetes:apps/v1:DaemonSet"), "device plugin gone"
+
+
+def test_user_scales_one_pool_to_zero_while_another_has_nodes():
+    graph = run_program(
+        "dev",
+        config={"nodePools": [{**POOL, "count": 0}, {**POOL, "name": "b", "count": 2}]},
+    )
+    assert graph.outputs["nodePools"] == {"a": [], "b": ["dev-gpu-b-0", "dev-gpu-b-1"]}, (
+        f"nodePools output: {graph.outputs['nodePools']}"
+    )
+    assert len(graph.of_type(JOB_TYPE)) == 2, "one validation Job per node of pool b"
+
+
+def test_user_configures_twenty_pools():
+    pools = [{**POOL, "name": f"p{i}"} for i in range(20)]
+    graph = run_program("dev", config={"nodePools": pools})
+    assert _gpu_nodes(graph) == sorted(f"dev-gpu-p{i}-0" for i in range(20))
+    assert len(graph.of_type(INSTANCE_TYPE)) == 21, "20 GPU nodes plus the control plane"
+
+
+def test_user_passes_count_as_true():
+    assert "whole number" in _problem(
+        "nodePools[0].count", config={"nodePools": [{**POOL, "count": True}]}
+    )
+
+
+def test_user_passes_numbers_as_strings():
+    settings = load_stack_settings(
+        config={
+            "nodePools": [{**POOL, "count": "2", "rootVolumeGiB": "300"}],
+            "validation": {"timeoutSeconds": "600"},
+        }
+    )
+    pool = settings.node_pools[0]
+    assert (pool.count, pool.root_volume_gi_b) == (2, 300), f"pool {pool.name}"
+    assert settings.validation.timeout_seconds == 600
+
+
+# ---------------------------------------------------------------- names and their limits
+
+
+def test_user_picks_a_one_character_pool_name():
+    graph = run_program("dev", config={"nodePools": [POOL]})
+    assert _gpu_nodes(graph) == ["dev-gpu-a-0"]
+
+
+def test_user_picks_names_that_fit_exactly_in_a_node_name():
+    cluster = "c" * 40
+    pool = "p" * (MAX_NODE_NAME_LENGTH - len(cluster) - len("--9"))
+    graph = run_program(
+        "dev", config={"clusterName": cluster, "nodePools": [{**POOL, "name": pool, "count": 10}]}
+    )
+    for node in _gpu_nodes(graph):
+        assert len(node) <= MAX_NODE_NAME_LENGTH, f"node name {node} has {len(node)} characters"
+    for job in graph.of_type(JOB_TYPE):
+        metadata = unwrap(job.inputs["metadata"])
+        assert len(metadata["name"]) <= 63, f"{job.urn}: Job name {metadata['name']}"
+        for key, value in metadata["labels"].items():
+            assert len(value) <= 63, f"{job.urn}: label {key}={value} longer than 63"
+
+
+def test_user_picks_the_longest_cluster_and_pool_names():
+    """40 + 40 characters: each name is valid, the node names (83) are not."""
+    expected = _problem(
+        "nodePools[0].name",
+        config={"clusterName": "c" * 40, "nodePools": [{**POOL, "name": "p" * 40}]},
+    )
+    assert "63" in expected and "c" * 40 + "-" + "p" * 40 + "-0" in expected, expected
+
+
+def test_longest_node_index_counts_toward_the_node_name():
+    cluster, pool = "c" * 40, "p" * 20  # "<c>-<p>-9" has 63 characters, "<c>-<p>-10" 64
+    load_stack_settings(
+        config={"clusterName": cluster, "nodePools": [{**POOL, "name": pool, "count": 10}]}
+    )
+    expected = _problem(
+        "nodePools[0].name",
+        config={"clusterName": cluster, "nodePools": [{**POOL, "name": pool, "count": 11}]},
+    )
+    assert f"{cluster}-{pool}-10" in expected, expected
+
+
+def test_validation_job_name_of_a_63_character_node_is_shortened_not_cut():
+    node = "n" * MAX_NODE_NAME_LENGTH
+    name = validation_job_name(node)
+    assert len(name) <= 63 and not name.endswith("-"), f"Job name {name}"
+    assert validation_job_name("m" * MAX_NODE_NAME_LENGTH) != name, "two nodes, one Job name"
+
+
+# ---------------------------------------------------------------- every supported choice
+
+
+@pytest.mark.parametrize("instance_type", sorted(catalog.CATALOG))
+def test_user_picks_any_catalog_instance_type(instance_type):
+    settings = load_stack_settings(config={"nodePools": [{**POOL, "instanceType": instance_type}]})
+    assert settings.node_pools[0].gpu_type.gpu_count >= 1, instance_type
+
+
+@pytest.mark.parametrize("minor", SUPPORTED_KUBERNETES_MINORS)
+def test_user_picks_any_supported_kubernetes_minor(minor):
+    graph = run_program("dev", config={"kubernetesVersion": minor})
+    assert graph.outputs["kubernetesVersion"] == minor, f"kubernetesVersion {minor}"
+
+
+@pytest.mark.parametrize("release", SUPPORTED_UBUNTU)
+def test_user_picks_any_supported_ubuntu_for_a_pool(release):
+    graph = run_program("dev", config={"nodePools": [{**POOL, "osVersion": release}]})
+    assert _gpu_nodes(graph) == ["dev-gpu-a-0"], f"Ubuntu {release}"
+
+
+@pytest.mark.parametrize(
+    "device_plugin",
+    [
+        {"migStrategy": "single"},
+        {"migStrategy": "mixed"},
+        {"timeSlicing": {"replicas": 64}},
+    ],
+    ids=["mig-single", "mig-mixed", "time-slicing-64"],
+)
+def test_user_sets_mig_or_time_slicing(device_plugin):
+    graph = run_program("dev", config={"devicePlugin": device_plugin})
+    assert len(graph.of_type(JOB_TYPE)) == 1, f"{device_plugin}: one validation Job"
+
+
+def test_user_disables_validation():
+    graph = run_program("dev", config={"validation": {"enabled": False}})
+    assert not graph.of_type(JOB_TYPE), "validation Job planned while disabled"
+    (node,) = graph.outputs["gpuNodes"].values()
+    assert node["validated"] == "disabled", f"gpuNodes output {node}"
+
+
+# ---------------------------------------------------------------- YAML oddities
+
+
+def test_unquoted_kubernetes_version_that_yaml_shortens():
+    """`kubernetesVersion: 1.30` unquoted reaches the program as 1.3."""
+    expected = _problem("kubernetesVersion", config={"kubernetesVersion": 1.3})
+    assert '"1.30" in quotes' in expected, expected
+
+
+def test_unquoted_kubernetes_version_yaml_keeps():
+    settings = load_stack_settings(config={"kubernetesVersion": 1.35})
+    assert settings.kubernetes_version == "1.35"
+
+
+def test_unquoted_driver_branch_is_the_branch():
+    settings = load_stack_settings(config={"nodePools": [{**POOL, "driverVersion": 580}]})
+    assert settings.node_pools[0].driver_version == "580"
+
+
+@pytest.mark.parametrize(("given", "meant"), [("yes", True), ("on", True), ("off", False)])
+def test_yaml_1_1_booleans_as_strings(given, meant):
+    """The Pulumi CLI reads YAML 1.2, where yes/on/off stay strings."""
+    settings = load_stack_settings(config={"validation": {"enabled": given}})
+    assert settings.validation.enabled is meant, f"validation.enabled: {given!r}"
+
+
+def test_unquoted_boolean_label_value_says_to_quote_it():
+    expected = _problem(
+        "nodePools[0].labels.gpu", config={"nodePools": [{**POOL, "labels": {"gpu": True}}]}
+    )
+    assert '"true"' in expected, expected
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("clusterName", ["dev"], "DNS label"),
+        ("nodePools", {"name": "a"}, "a list"),
+        ("network", {"create": True, "sshAllowedCidrs": "203.0.113.0/24"}, "a list"),
+        ("tags", "env=dev", "object"),
+    ],
+    ids=["name-as-list", "pools-as-object", "cidrs-as-string", "tags-as-string"],
+)
+def test_user_writes_the_wrong_shape(key, value, expected):
+    path = "network.sshAllowedCidrs" if key == "network" else key
+    assert expected in _problem(path, config={key: value})
+
+
+# ---------------------------------------------------------------- labels, taints and tags
+
+
+@pytest.mark.parametrize("label", ["nvidia.com/gpu.present", "gpu-cluster.io/pool"])
+def test_user_label_collides_with_a_label_the_program_sets(label):
+    expected = _problem(
+        f"nodePools[0].labels.{label}",
+        config={"nodePools": [{**POOL, "labels": {label: "false"}}]},
+    )
+    assert "does not set itself" in expected, expected
+
+
+@pytest.mark.parametrize(
+    "label", ["node-role.kubernetes.io/gpu", "kubernetes.io/role", "example.k8s.io/team"]
+)
+def test_user_label_the_kubelet_refuses_to_set(label):
+    expected = _problem(
+        f"nodePools[0].labels.{label}", config={"nodePools": [{**POOL, "labels": {label: ""}}]}
+    )
+    assert "kubectl label" in expected, expected
+
+
+@pytest.mark.parametrize(
+    "label",
+    ["node.kubernetes.io/lifecycle", "topology.kubernetes.io/zone", "team.example.com/owner"],
+)
+def test_user_label_the_kubelet_may_set(label):
+    settings = load_stack_settings(config={"nodePools": [{**POOL, "labels": {label: "x"}}]})
+    assert settings.node_pools[0].labels == {label: "x"}, label
+
+
+def test_user_sets_a_taint_with_an_empty_value():
+    taint = {"key": "dedicated", "value": "", "effect": "NoSchedule"}
+    graph = run_program("dev", config={"nodePools": [{**POOL, "taints": [taint]}]})
+    job = graph.of_type(JOB_TYPE)[0]
+    tolerations = unwrap(job.inputs["spec"])["template"]["spec"]["tolerations"]
+    assert any(t.get("key") == "dedicated" for t in tolerations), f"{job.urn}: {tolerations}"
+
+
+def test_user_sets_fifty_tags():
+    expected = _problem("tags", config={"tags": {f"k{i}": "v" for i in range(50)}})
+    assert "50 per resource" in expected and "Name" in expected, expected
+
+
+@pytest.mark.parametrize("key", ["Name", "gpu-cluster:cluster", "gpu-cluster.io/pool"])
+def test_user_tag_collides_with_a_tag_the_program_sets(key):
+    expected = _problem(f"tags.{key}", config={"tags": {key: "mine"}})
+    assert "does not set itself" in expected, expected
+
+
+def test_user_sets_the_most_tags_allowed():
+    tags = {f"k{i}": "v" for i in range(40)}
+    graph = run_program("dev", config={"tags": tags})
+    for resource in graph.find(lambda r: "tags" in r.inputs):
+        count = len(unwrap(resource.inputs["tags"]))
+        assert count <= 50, f"{resource.urn}: {count} AWS tags"
+
+
+# ---------------------------------------------------------------- network and endpoints
+
+
+@pytest.mark.parametrize(
+    ("key", "config"),
+    [
+        (
+            "network.sshAllowedCidrs[0]",
+            {"network": {"create": True, "sshAllowedCidrs": ["2001:db8::/32"]}},
+        ),
+        (
+            "controlPlane.apiAllowedCidrs[0]",
+            {"controlPlane": {"mode": "managed", "apiAllowedCidrs": ["2001:db8::/32"]}},
+        ),
+    ],
+    ids=["ssh", "api"],
+)
+def test_user_allows_an_ipv6_source(key, config):
+    assert "IPv4" in _problem(key, config=config)
+
+
+def test_user_reaches_nodes_through_a_bastion_by_dns_name_on_a_custom_port():
+    bastion = {"host": "bastion.example.com", "port": 2222, "user": "jump"}
+    graph = run_program(
+        "dev",
+        config={
+            "network": {"create": True, "sshAllowedCidrs": ["203.0.113.0/24"], "bastion": bastion}
+        },
+    )
+    steps = graph.find(lambda r: r.type == "command:remote:Command")
+    assert steps, "no host steps"
+    for step in steps:
+        proxy = unwrap(step.inputs["connection"]).get("proxy")
+        assert proxy and (proxy["host"], proxy["port"], proxy["user"]) == (
+            "bastion.example.com",
+            2222,
+            "jump",
+        ), f"{step.urn}: proxy {proxy}"
+
+
+def test_user_joins_an_existing_control_plane_by_dns_name():
+    control_plane = {
+        "mode": "existing",
+        "host": "cp.example.com",
+        "endpoint": "cp.example.com:6443",
+    }
+    graph = run_program("prod", config={"controlPlane": control_plane})
+    assert graph.outputs["endpoint"] == "cp.example.com:6443", graph.outputs["endpoint"]
+
+
+@pytest.mark.parametrize(
+    "endpoint", ["https://cp.example.com:6443", "fd00::10:6443", "cp.example.com", "cp:99999"]
+)
+def test_user_writes_an_endpoint_that_is_not_host_port(endpoint):
+    control_plane = {"mode": "existing", "host": "cp.example.com", "endpoint": endpoint}
+    expected = _problem(
+        "controlPlane.endpoint", stack="prod", config={"controlPlane": control_plane}
+    )
+    assert "host:port" in expected and "[fd00::10]:6443" in expected, expected
+
+
+def test_user_joins_through_a_bracketed_ipv6_endpoint():
+    control_plane = {"mode": "existing", "host": "fd00::10", "endpoint": "[fd00::10]:6443"}
+    settings = load_stack_settings("prod", config={"controlPlane": control_plane})
+    assert settings.control_plane.endpoint == "[fd00::10]:6443"
+
+
+def test_user_brings_an_existing_vpc_with_one_subnet():
+    network = {
+        "vpcId": "vpc-0a1b2c3d4e5f60718",
+        "subnetIds": ["subnet-0a1b2c3d4e5f60711"],
+        "sshAllowedCidrs": ["203.0.113.0/24"],
+    }
+    graph = run_program("dev", config={"network": network, "nodePools": [{**POOL, "count": 3}]})
+    for instance in graph.of_type(INSTANCE_TYPE):
+        subnet = unwrap(instance.inputs).get("subnetId")
+        assert subnet == "subnet-0a1b2c3d4e5f60711", f"{instance.urn}: subnet {subnet}"
+
+
+# ---------------------------------------------------------------- secrets
+
+
+def _openssh_key(cipher: bytes) -> str:
+    blob = b"openssh-key-v1\0" + len(cipher).to_bytes(4, "big") + cipher + b"\0" * 8
+    body = base64.b64encode(blob).decode()
+    return f"-----BEGIN OPENSSH PRIVATE KEY-----\n{body}\n-----END OPENSSH PRIVATE KEY-----\n"
+
+
+def test_user_sets_no_private_key():
+    assert "pulumi config set --secret" in _problem("sshPrivateKey", secrets={})
+
+
+def test_user_sets_an_rsa_pem_private_key():
+    key = "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----\n"
+    settings = load_stack_settings(secrets={"sshPrivateKey": key})
+    assert settings.ssh_private_key.get_secret_value() == key.strip()
+
+
+def test_user_sets_an_unencrypted_openssh_key():
+    key = _openssh_key(b"none")
+    load_stack_settings(secrets={"sshPrivateKey": key})
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        _openssh_key(b"aes256-ctr"),
+        "-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIIFHzBJBgkq\n"
+        "-----END ENCRYPTED PRIVATE KEY-----\n",
+        "-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nDEK-Info: AES-128-CBC,00FF\n\n"
+        "MIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----\n",
+    ],
+    ids=["openssh-aes256-ctr", "pkcs8-encrypted", "pem-proc-type-encrypted"],
+)
+def test_user_sets_a_passphrase_protected_key(key):
+    with pytest.raises(ConfigError) as caught:
+        load_stack_settings(secrets={"sshPrivateKey": key})
+    (problem,) = caught.value.problems
+    assert problem.key == "gpu-cluster:sshPrivateKey", str(problem)
+    assert "passphrase" in problem.expected and "ssh-keygen -p" in problem.expected, str(problem)
+    assert key.splitlines()[1] not in str(caught.value), "key material in the message"
+
+
+def test_user_pastes_the_public_key_as_the_private_key():
+    expected = _problem("sshPrivateKey", secrets={"sshPrivateKey": PUBLIC_KEY})
+    assert "private key" in expected, expected
