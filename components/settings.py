@@ -859,6 +859,24 @@ class Settings(Model):
                             f"a block outside the VPC {self.network.cidr}",
                         )
                     )
+        canonical = [
+            f"nodePools[{index}]"
+            for index, pool in enumerate(self.node_pools)
+            if pool.count and pool.ami_id is None
+        ]
+        if isinstance(cp, ManagedControlPlane) and cp.ami_id is None:
+            canonical.insert(0, "controlPlane")
+        if self.ssh.port != 22 and canonical:
+            found.append(
+                (
+                    "ssh.port",
+                    self.ssh.port,
+                    f"22 for machines booted from the Canonical Ubuntu AMI ({', '.join(canonical)}"
+                    "): its sshd listens on 22 and nothing here moves it, so every host step "
+                    f"would dial {self.ssh.port} until it times out; use 22, or an amiId whose "
+                    f"sshd listens on {self.ssh.port}",
+                )
+            )
         if self.network.connects_to_public_ips and not self.network.ssh_allowed_cidrs:
             found.append(
                 (

@@ -365,6 +365,28 @@ def test_user_brings_an_existing_vpc_with_one_subnet():
         assert subnet == "subnet-0a1b2c3d4e5f60711", f"{instance.urn}: subnet {subnet}"
 
 
+def test_user_moves_ssh_to_another_port_on_canonical_images():
+    """Nothing reconfigures sshd on the Canonical AMI: it listens on 22 whatever ssh.port says."""
+    expected = _problem("ssh.port", config={"ssh": {"publicKey": PUBLIC_KEY, "port": 2222}})
+    assert "22" in expected and "nodePools[0]" in expected and "controlPlane" in expected, expected
+
+
+def test_user_moves_ssh_to_another_port_on_own_images():
+    ami = "ami-0123456789abcdef0"
+    settings = load_stack_settings(
+        config={
+            "ssh": {"publicKey": PUBLIC_KEY, "port": 2222},
+            "controlPlane": {
+                "mode": "managed",
+                "apiAllowedCidrs": ["203.0.113.0/24"],
+                "amiId": ami,
+            },
+            "nodePools": [{**POOL, "amiId": ami}, {**POOL, "name": "b", "count": 0}],
+        }
+    )
+    assert settings.ssh.port == 2222
+
+
 # ---------------------------------------------------------------- secrets
 
 
