@@ -190,8 +190,12 @@ def test_api_error_is_not_blamed_on_the_node(sandbox):
         ({**ONCE, "EXPECTED_GPUS": "eight"}, "EXPECTED_GPUS must be a whole number of GPUs"),
         ({**ONCE, "EXPECTED_GPUS": "0"}, "EXPECTED_GPUS must be at least 1"),
         ({**ONCE, "TIMEOUT_SECONDS": "10m"}, "TIMEOUT_SECONDS must be a whole number of seconds"),
+        (
+            {**ONCE, "NODE_NAME": "Dev_GPU-0"},
+            "NODE_NAME must be a lowercase DNS name, got 'Dev_GPU-0'",
+        ),
     ],
-    ids=["missing", "not-a-number", "zero", "bad-timeout"],
+    ids=["missing", "not-a-number", "zero", "bad-timeout", "bad-node-name"],
 )
 def test_bad_inputs_fail_before_asking_the_api(sandbox, params, expected):
     result = sandbox.run(SCRIPT, params)

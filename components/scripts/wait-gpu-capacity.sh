@@ -32,6 +32,7 @@ NODE_ERROR=""
 
 check_inputs() {
   require_vars NODE_NAME EXPECTED_GPUS TIMEOUT_SECONDS
+  require_node_name
   local name
   for name in EXPECTED_GPUS TIMEOUT_SECONDS POLL_SECONDS; do
     [[ "${!name}" =~ ^[0-9]+$ ]] || fatal "${name} must be a whole number of $(unit_of "${name}"), got '${!name}'"
