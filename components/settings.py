@@ -182,10 +182,17 @@ def _host(value: str) -> str:
 Host = Annotated[str, AfterValidator(_host)]
 
 
+def _is_ipv6(value: str) -> bool:
+    try:
+        return ipaddress.ip_address(value).version == 6
+    except ValueError:
+        return False
+
+
 def _endpoint(value: str) -> str:
     expected = (
-        "host:port of the Kubernetes API without a scheme, like 10.0.1.10:6443, "
-        "cp.example.com:6443 or [fd00::10]:6443"
+        "host:port of the Kubernetes API without a scheme, like 10.0.1.10:6443 or "
+        "cp.example.com:6443"
     )
     host, sep, port = value.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536 or "/" in value:
@@ -447,6 +454,14 @@ class ExistingControlPlane(Model):
     @model_validator(mode="after")
     def _reachable(self) -> ExistingControlPlane:
         found = []
+        ipv4_only = (
+            "an IPv4 address or DNS name: the nodes' security groups admit the control plane "
+            "by its IPv4 address (the hosts are IPv4 only)"
+        )
+        if self.host is not None and _is_ipv6(self.host):
+            found.append(("host", self.host, ipv4_only))
+        if self.endpoint is not None and _is_ipv6(self.endpoint.rpartition(":")[0].strip("[]")):
+            found.append(("endpoint", self.endpoint, f"host:port with {ipv4_only}"))
         if self.host is None:
             found.append(
                 (

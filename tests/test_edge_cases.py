@@ -344,13 +344,24 @@ def test_user_writes_an_endpoint_that_is_not_host_port(endpoint):
     expected = _problem(
         "controlPlane.endpoint", stack="prod", config={"controlPlane": control_plane}
     )
-    assert "host:port" in expected and "[fd00::10]:6443" in expected, expected
+    assert "host:port" in expected and "cp.example.com:6443" in expected, expected
 
 
-def test_user_joins_through_a_bracketed_ipv6_endpoint():
-    control_plane = {"mode": "existing", "host": "fd00::10", "endpoint": "[fd00::10]:6443"}
-    settings = load_stack_settings("prod", config={"controlPlane": control_plane})
-    assert settings.control_plane.endpoint == "[fd00::10]:6443"
+@pytest.mark.parametrize(
+    ("key", "control_plane"),
+    [
+        ("controlPlane.endpoint", {"host": "10.0.1.10", "endpoint": "[fd00::10]:6443"}),
+        ("controlPlane.host", {"host": "fd00::10", "endpoint": "10.0.1.10:6443"}),
+    ],
+    ids=["endpoint", "host"],
+)
+def test_user_gives_the_existing_control_plane_an_ipv6_address(key, control_plane):
+    """Its address becomes an IPv4 security group source (kubelet access): 'fd00::10/32'
+    would be refused by AWS at up time."""
+    expected = _problem(
+        key, stack="prod", config={"controlPlane": {"mode": "existing", **control_plane}}
+    )
+    assert "IPv4" in expected, expected
 
 
 def test_user_brings_an_existing_vpc_with_one_subnet():
