@@ -9,9 +9,13 @@ import ipaddress
 import pulumi
 import pulumi_aws as aws
 
-from components.settings import ExistingControlPlane, Settings
+from components.settings import (
+    SUBNET_PREFIX_DIFF,
+    SUBNETS_IN_NEW_VPC,
+    ExistingControlPlane,
+    Settings,
+)
 
-SUBNETS_IN_NEW_VPC = 2
 KUBELET_PORT = 10250
 
 
@@ -81,7 +85,7 @@ class Network(pulumi.ComponentResource):
             zone_names = [available.names[i] for i in range(SUBNETS_IN_NEW_VPC)]
         else:
             zone_names = [pulumi.Output.from_input(z) for z in zones]
-        blocks = list(ipaddress.ip_network(network.cidr).subnets(prefixlen_diff=4))
+        blocks = list(ipaddress.ip_network(network.cidr).subnets(prefixlen_diff=SUBNET_PREFIX_DIFF))
         self.subnet_ids = []
         for index, zone in enumerate(zone_names):
             subnet = aws.ec2.Subnet(

@@ -66,6 +66,12 @@ KUBELET_LABELS = frozenset(
 )
 # AWS tags the program sets on its resources itself (a configured one would be overwritten).
 PROGRAM_TAGS = ("Name", "gpu-cluster:cluster", POOL_LABEL)
+# A created VPC: one subnet per zone (the first SUBNETS_IN_NEW_VPC of the region unless
+# availabilityZones names them), each 1/2**SUBNET_PREFIX_DIFF of the VPC block. AWS keeps 5
+# addresses of every subnet (the first four and the last).
+SUBNETS_IN_NEW_VPC = 2
+SUBNET_PREFIX_DIFF = 4
+AWS_RESERVED_PER_SUBNET = 5
 # AWS allows 50 tags per resource; the program adds PROGRAM_TAGS and keeps room to grow.
 MAX_TAGS = 40
 
@@ -83,6 +89,7 @@ _PRIVATE_KEY = re.compile(
 _HOSTNAME = re.compile(
     r"^(?=.{1,253}$)[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*$"
 )
+_UNIX_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 _AMI_ID = re.compile(r"^ami-[0-9a-f]{8}([0-9a-f]{9})?$")
 _VPC_ID = re.compile(r"^vpc-[0-9a-f]{8}([0-9a-f]{9})?$")
 _SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8}([0-9a-f]{9})?$")
@@ -269,6 +276,13 @@ LabelValue = Annotated[str, AfterValidator(_label_value)]
 # ---------------------------------------------------------------- models
 
 
+def _bad_user(user: str | None) -> list[tuple[str, Any, str]]:
+    """A problem for an optional `user` key that is not a Unix user name (like ssh.user)."""
+    if user is not None and not _UNIX_USER.match(user):
+        return [("user", user, "a Unix user name like ubuntu")]
+    return []
+
+
 class Bastion(Model):
     host: Host = Field(
         description="Address of the SSH jump host that reaches nodes in private subnets"
@@ -277,6 +291,12 @@ class Bastion(Model):
         default=None, description="SSH user on the bastion (default: ssh.user)"
     )
     port: int = Field(default=22, ge=1, le=65535, description="SSH port of the bastion")
+
+    @model_validator(mode="after")
+    def _user_name(self) -> Bastion:
+        if found := _bad_user(self.user):
+            raise problems(found)
+        return self
 
 
 class Network(Model):
@@ -372,9 +392,7 @@ class Network(Model):
 class Ssh(Model):
     user: Annotated[
         str,
-        _pattern(
-            re.compile(r"^[a-z_][a-z0-9_-]{0,31}$"), "unix_user", "a Unix user name like ubuntu"
-        ),
+        _pattern(_UNIX_USER, "unix_user", "a Unix user name like ubuntu"),
     ] = Field(default="ubuntu", description="Login user on the hosts (the AMI's default user)")
     public_key: Annotated[
         str,
@@ -453,7 +471,7 @@ class ExistingControlPlane(Model):
 
     @model_validator(mode="after")
     def _reachable(self) -> ExistingControlPlane:
-        found = []
+        found = _bad_user(self.user)
         ipv4_only = (
             "an IPv4 address or DNS name: the nodes' security groups admit the control plane "
             "by its IPv4 address (the hosts are IPv4 only)"
@@ -874,6 +892,8 @@ class Settings(Model):
                             f"a block outside the VPC {self.network.cidr}",
                         )
                     )
+        if self.network.creates_vpc:
+            found.extend(self._room_in_created_subnets())
         canonical = [
             f"nodePools[{index}]"
             for index, pool in enumerate(self.node_pools)
@@ -930,6 +950,29 @@ class Settings(Model):
         if found:
             raise problems(found)
         return self
+
+    def _room_in_created_subnets(self) -> list[tuple[str, Any, str]]:
+        """Each pool's nodes go round-robin over the subnets from the first, which also holds
+        the managed control plane: the first subnet fills up first."""
+        zones = len(self.network.availability_zones) or SUBNETS_IN_NEW_VPC
+        prefix = ipaddress.ip_network(self.network.cidr).prefixlen + SUBNET_PREFIX_DIFF
+        usable = 2 ** (32 - prefix) - AWS_RESERVED_PER_SUBNET
+        nodes = sum(pool.count for pool in self.node_pools)
+        first = sum(-(-pool.count // zones) for pool in self.node_pools) + isinstance(
+            self.control_plane, ManagedControlPlane
+        )
+        if first <= usable:
+            return []
+        return [
+            (
+                "network.cidr",
+                self.network.cidr,
+                f"a block large enough for {nodes} node(s) and the control plane: it is split "
+                f"into {zones} /{prefix} subnets of {usable} usable addresses each (AWS keeps "
+                f"{AWS_RESERVED_PER_SUBNET} per subnet), and the first would need {first}; "
+                "use a larger block (down to /16) or more availabilityZones",
+            )
+        ]
 
     @property
     def stack_tags(self) -> dict[str, str]:

@@ -364,6 +364,69 @@ def test_user_gives_the_existing_control_plane_an_ipv6_address(key, control_plan
     assert "IPv4" in expected, expected
 
 
+def test_user_creates_a_vpc_too_small_for_the_pools():
+    """/24 in two zones: two /28 subnets of 11 usable addresses each."""
+    network = {"create": True, "cidr": "10.42.0.0/24", "sshAllowedCidrs": ["203.0.113.0/24"]}
+    load_stack_settings(config={"network": network, "nodePools": [{**POOL, "count": 20}]})
+    expected = _problem(
+        "network.cidr", config={"network": network, "nodePools": [{**POOL, "count": 21}]}
+    )
+    assert "11 usable" in expected and "would need 12" in expected, expected
+
+
+def test_user_creates_a_small_vpc_over_more_zones():
+    network = {
+        "create": True,
+        "cidr": "10.42.0.0/24",
+        "sshAllowedCidrs": ["203.0.113.0/24"],
+        "availabilityZones": ["us-west-2a", "us-west-2b", "us-west-2c"],
+    }
+    graph = run_program("dev", config={"network": network, "nodePools": [{**POOL, "count": 30}]})
+    subnets = graph.of_type("aws:ec2/subnet:Subnet")
+    assert len(subnets) == 3, [s.name for s in subnets]
+
+
+def test_user_spreads_small_pools_that_all_start_in_the_first_subnet():
+    """Two pools of 11 in two /28 subnets: each pool puts 6 nodes in the first subnet."""
+    network = {"create": True, "cidr": "10.42.0.0/24", "sshAllowedCidrs": ["203.0.113.0/24"]}
+    pools = [{**POOL, "count": 11}, {**POOL, "name": "b", "count": 11}]
+    expected = _problem("network.cidr", config={"network": network, "nodePools": pools})
+    assert "would need 13" in expected, expected
+
+
+@pytest.mark.parametrize(
+    ("key", "config", "stack"),
+    [
+        (
+            "network.bastion.user",
+            {
+                "network": {
+                    "create": True,
+                    "sshAllowedCidrs": ["203.0.113.0/24"],
+                    "bastion": {"host": "bastion.example.com", "user": "jump user"},
+                }
+            },
+            "dev",
+        ),
+        (
+            "controlPlane.user",
+            {
+                "controlPlane": {
+                    "mode": "existing",
+                    "host": "10.0.1.10",
+                    "endpoint": "10.0.1.10:6443",
+                    "user": "Admin User",
+                }
+            },
+            "prod",
+        ),
+    ],
+    ids=["bastion", "control-plane"],
+)
+def test_user_names_a_login_user_that_is_no_unix_user(key, config, stack):
+    assert "Unix user name" in _problem(key, stack=stack, config=config)
+
+
 def test_user_brings_an_existing_vpc_with_one_subnet():
     network = {
         "vpcId": "vpc-0a1b2c3d4e5f60718",
