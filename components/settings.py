@@ -404,7 +404,15 @@ class Ssh(Model):
     ] = Field(
         description="OpenSSH public key installed on every host; its private key is sshPrivateKey"
     )
-    port: int = Field(default=22, ge=1, le=65535, description="SSH port of the hosts")
+    port: int = Field(
+        default=22,
+        ge=1,
+        le=65535,
+        description=(
+            "SSH port of the hosts (22 unless the machines use your own amiId, "
+            "whose sshd listens on it)"
+        ),
+    )
 
 
 class ManagedControlPlane(Model):
@@ -546,7 +554,12 @@ class NodePool(Model):
         description="Root disk size of each node, GiB",
     )
     labels: dict[LabelKey, LabelValue] = Field(
-        default_factory=dict, description="Kubernetes labels of the pool's nodes"
+        default_factory=dict,
+        description=(
+            "Kubernetes labels of the pool's nodes, set at join (not nvidia.com/gpu.present "
+            "or gpu-cluster.io/pool, which the program sets, nor kubernetes.io/k8s.io keys "
+            "the kubelet refuses)"
+        ),
     )
     taints: list[Taint] = Field(
         default_factory=lambda: [Taint(key="nvidia.com/gpu", value="true", effect="NoSchedule")],
@@ -791,7 +804,10 @@ class Settings(Model):
     ] = Field(
         default_factory=dict,
         max_length=40,
-        description="AWS tags on every AWS resource (plus gpu-cluster:cluster)",
+        description=(
+            "AWS tags on every AWS resource, at most 40 (the program adds Name, "
+            "gpu-cluster:cluster and gpu-cluster.io/pool itself; those keys are reserved)"
+        ),
     )
 
     @field_validator("tags", mode="before")
