@@ -16,7 +16,7 @@ import re
 import runpy
 import shlex
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -50,6 +50,16 @@ def _test_private_key() -> str:
 
 
 TEST_SECRETS = {"sshPrivateKey": _test_private_key()}
+
+# The least a stack must say: the rest comes from the defaults in code. Where the operator
+# connects from has no default: it is theirs to name.
+MINIMAL_STACK = {
+    "gpu-cluster:clusterName": "mini",
+    "gpu-cluster:ssh": {"publicKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA ops@example"},
+    "gpu-cluster:nodePools": [{"name": "a", "instanceType": "g5.xlarge", "count": 1}],
+    "gpu-cluster:network": {"sshAllowedCidrs": ["203.0.113.0/24"]},
+    "gpu-cluster:controlPlane": {"mode": "managed", "apiAllowedCidrs": ["203.0.113.0/24"]},
+}
 
 
 @dataclass(frozen=True)
@@ -192,25 +202,33 @@ class Graph:
                     stack.append(dep)
         return seen
 
+    def longest_paths(self, resources: Iterable[Resource] | None = None) -> dict[str, list[str]]:
+        """URN -> the URNs of the longest dependency chain ending there, for `resources` (default:
+        all) and everything they depend on. Iterative post-order DFS with one shared memo, so
+        1,000-node graphs take one pass and never hit the recursion limit."""
+        memo: dict[str, list[str]] = {}
+        for start in self.resources if resources is None else resources:
+            stack: list[tuple[str, bool]] = [(start.urn, False)]
+            while stack:
+                urn, done = stack.pop()
+                if urn in memo:
+                    continue
+                deps = self.direct_dependencies(self.by_urn[urn])
+                if done:
+                    best = max((memo[d] for d in deps), key=len, default=[])
+                    memo[urn] = [*best, urn]
+                    continue
+                stack.append((urn, True))
+                stack.extend((d, False) for d in deps if d not in memo)
+        return memo
+
     def longest_path(self, resource: Resource) -> list[Resource]:
         """The longest chain of dependencies that ends at `resource` (its depth in the plan)."""
-        memo: dict[str, list[str]] = {}
-        order: list[str] = []
-        # Iterative DFS post-order so 1,000-node graphs do not hit the recursion limit.
-        stack: list[tuple[str, bool]] = [(resource.urn, False)]
-        while stack:
-            urn, done = stack.pop()
-            if urn in memo:
-                continue
-            deps = self.direct_dependencies(self.by_urn[urn])
-            if done:
-                best = max((memo[d] for d in deps), key=len, default=[])
-                memo[urn] = [*best, urn]
-                order.append(urn)
-                continue
-            stack.append((urn, True))
-            stack.extend((d, False) for d in deps if d not in memo)
-        return [self.by_urn[u] for u in memo[resource.urn]]
+        return [self.by_urn[u] for u in self.longest_paths([resource])[resource.urn]]
+
+    def depth(self) -> int:
+        """Resources on the longest dependency chain of the whole graph."""
+        return max((len(path) for path in self.longest_paths().values()), default=0)
 
     def secret_inputs(self, resource: Resource) -> list[str]:
         return secret_paths(resource.inputs)

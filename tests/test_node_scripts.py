@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 import time
 import tomllib
 from pathlib import Path
@@ -12,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.host_scripts import SCRIPTS_DIR, render_script, script_digest
+from components.host_scripts import render_script, script_digest
 from tests.sandbox import STUBS_DIR, Sandbox, sandbox_available
 
 needs_sandbox = pytest.mark.skipif(
@@ -120,31 +117,6 @@ def test_render_rejects_unknown_scripts_and_the_library():
         render_script("../host_scripts.py", {})
     with pytest.raises(ValueError, match="library"):
         render_script("lib/common.sh", {})
-
-
-# ---- shellcheck -------------------------------------------------------------------
-
-
-def bash_files() -> list[Path]:
-    files = sorted(SCRIPTS_DIR.rglob("*.sh"))
-    for path in sorted(STUBS_DIR.iterdir()):
-        head = path.read_text().split("\n", 3)[:3]
-        if any("bash" in line for line in head):
-            files.append(path)
-    return files
-
-
-def test_shellcheck_finds_nothing():
-    files = bash_files()
-    assert len(files) > 20
-    shellcheck = shutil.which("shellcheck") or str(Path(sys.executable).parent / "shellcheck")
-    result = subprocess.run(
-        [shellcheck, "-x", "--severity=style", *map(str, files)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
 
 
 # ---- behaviour shared by every node script ----------------------------------------

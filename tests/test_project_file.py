@@ -8,7 +8,7 @@ import yaml
 from pydantic import TypeAdapter
 
 from components.settings import Settings
-from tests.harness import ROOT, STACKS, load_stack_settings
+from tests.harness import ROOT, STACKS
 
 PROJECT = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
 
@@ -39,19 +39,6 @@ def test_declared_defaults_equal_the_models():
         assert declared == field.get_default(call_default_factory=True), (
             f"{key}: Pulumi.yaml default {declaration['default']!r} differs from the model's"
         )
-
-
-def test_a_minimal_stack_loads_with_code_defaults():
-    minimal = {
-        "gpu-cluster:clusterName": "mini",
-        "gpu-cluster:ssh": {"publicKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA ops@example"},
-        "gpu-cluster:nodePools": [{"name": "a", "instanceType": "g5.xlarge", "count": 1}],
-        # Where the operator connects from has no default: it is theirs to name.
-        "gpu-cluster:network": {"sshAllowedCidrs": ["203.0.113.0/24"]},
-        "gpu-cluster:controlPlane": {"mode": "managed", "apiAllowedCidrs": ["203.0.113.0/24"]},
-    }
-    settings = load_stack_settings(config=minimal, replace_config=True)
-    assert settings.kubernetes_version == PROJECT["config"]["kubernetesVersion"]["default"]
 
 
 def test_secret_keys_are_declared_secret():

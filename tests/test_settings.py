@@ -19,7 +19,14 @@ from components.settings import (
     ExistingControlPlane,
     ManagedControlPlane,
 )
-from tests.harness import STACKS, TEST_SECRETS, load_stack_settings, run_program, stack_file
+from tests.harness import (
+    MINIMAL_STACK,
+    STACKS,
+    TEST_SECRETS,
+    load_stack_settings,
+    run_program,
+    stack_file,
+)
 
 BAD_CONFIGS = yaml.safe_load((Path(__file__).parent / "bad_configs.yaml").read_text())
 
@@ -52,15 +59,7 @@ def test_stack_files_differ_as_documented():
 
 def test_defaults_live_in_code():
     """Under the SDK's mocks the CLI applies no Pulumi.yaml defaults, so the model must."""
-    minimal = {
-        "gpu-cluster:clusterName": "mini",
-        "gpu-cluster:ssh": {"publicKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA ops@example"},
-        "gpu-cluster:nodePools": [{"name": "a", "instanceType": "g5.xlarge", "count": 1}],
-        # Where the operator connects from has no default: it is theirs to name.
-        "gpu-cluster:network": {"sshAllowedCidrs": ["203.0.113.0/24"]},
-        "gpu-cluster:controlPlane": {"mode": "managed", "apiAllowedCidrs": ["203.0.113.0/24"]},
-    }
-    settings = load_stack_settings(config=minimal, replace_config=True)
+    settings = load_stack_settings(config=MINIMAL_STACK, replace_config=True)
     assert settings.kubernetes_version == "1.35"
     assert isinstance(settings.control_plane, ManagedControlPlane)
     assert settings.network.creates_vpc and settings.network.cidr == "10.42.0.0/16"

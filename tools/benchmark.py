@@ -93,28 +93,14 @@ def join_depths(graph: Graph, nodes: int) -> list[int]:
     """Length of the longest dependency chain ending at each node's `-join` step."""
     cluster = stack_file(STACK)["gpu-cluster:clusterName"]
     by_name = {r.name: r for r in graph}
-    return [
-        len(graph.longest_path(by_name[f"{cluster}-{POOL_NAME}-{index}-join"]))
-        for index in range(nodes)
-    ]
+    joins = [by_name[f"{cluster}-{POOL_NAME}-{index}-join"] for index in range(nodes)]
+    paths = graph.longest_paths(joins)
+    return [len(paths[join.urn]) for join in joins]
 
 
 def graph_depth(graph: Graph) -> int:
-    """Resources on the longest dependency chain of the whole graph (one pass, no recursion)."""
-    depth: dict[str, int] = {}
-    for start in graph:
-        stack = [(start.urn, False)]
-        while stack:
-            urn, expanded = stack.pop()
-            if urn in depth:
-                continue
-            deps = graph.direct_dependencies(graph.by_urn[urn])
-            if expanded:
-                depth[urn] = 1 + max((depth[d] for d in deps), default=0)
-                continue
-            stack.append((urn, True))
-            stack.extend((d, False) for d in deps if d not in depth)
-    return max(depth.values(), default=0)
+    """Resources on the longest dependency chain of the whole graph."""
+    return graph.depth()
 
 
 def bare_program(count: int):
