@@ -304,17 +304,23 @@ class ControlPlane(pulumi.ComponentResource):
         parent: pulumi.Resource,
         after: Sequence[pulumi.Resource],
         join_spec: str = "",
+        node_ip: pulumi.Input[str] | None = None,
     ) -> JoinCredentials:
         """Mint a fresh bootstrap token for one node (`<node>-join-token`, on the control plane).
 
         `join_spec` is the digest of what the join step runs: when it changes, the join re-runs
         and gets a fresh token with it, never the expired one minted for the previous join.
+        `node_ip` (the joining machine's private address) lets the step remove a stale Node of
+        the same name left by a replaced machine, which would make kubeadm join refuse.
         """
+        params: dict[str, pulumi.Input[str]] = {"NODE_NAME": node_name, "TOKEN_TTL": JOIN_TOKEN_TTL}
+        if node_ip is not None:
+            params["NODE_IP"] = node_ip
         step = run_script(
             f"{node_name}-join-token",
             host=self.host,
             script="mint-join-token.sh",
-            params={"NODE_NAME": node_name, "TOKEN_TTL": JOIN_TOKEN_TTL},
+            params=params,
             after=[*after, *self.ready],
             parent=parent,
             timeout="5m",

@@ -255,6 +255,7 @@ class GpuNode(pulumi.ComponentResource):
             parent=self,
             after=[kube_tools],
             join_spec=script_digest("join-node.sh", join_params),
+            node_ip=self.instance.private_ip,
         )
         join = run_script(
             f"{name}-join",

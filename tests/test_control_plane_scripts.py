@@ -369,7 +369,7 @@ def test_join_token_failure_names_the_step_and_shows_no_token(cluster, ca_cert):
     cluster.state("kubeadm.fail.token", 1)
     result = cluster.run("mint-join-token.sh", {"NODE_NAME": NODE})
     assert result.returncode != 0
-    assert "[join-token] FAILED at step 2/3 (create token), in create_token" in result.stderr, (
+    assert "[join-token] FAILED at step 3/4 (create token), in create_token" in result.stderr, (
         result.stderr
     )
     assert TOKEN not in result.output
@@ -382,6 +382,56 @@ def test_join_token_refuses_a_token_that_is_not_one(cluster, ca_cert):
     assert result.returncode != 0
     assert "printed no bootstrap token (output not shown)" in result.stderr
     assert "not-a-token" not in result.output
+
+
+def _deletes_node(result) -> bool:
+    return any(c.startswith("kubectl") and f" delete node {NODE}" in c for c in result.commands())
+
+
+def _node_at(name: str, ready: str, address: str) -> str:
+    return json.dumps(
+        {
+            "metadata": {"name": name},
+            "status": {
+                "conditions": [{"type": "Ready", "status": ready}],
+                "addresses": [{"type": "InternalIP", "address": address}],
+            },
+        }
+    )
+
+
+def test_join_token_removes_a_stale_node_left_by_a_replaced_machine(cluster, ca_cert):
+    cluster.write("/etc/kubernetes/pki/ca.crt", ca_cert)
+    cluster.state("kubeadm.token", TOKEN)
+    cluster.state(f"kubectl/nodes/{NODE}.json", _node_at(NODE, "Unknown", "10.42.7.7"))
+    result = cluster.run("mint-join-token.sh", {"NODE_NAME": NODE, "NODE_IP": "10.42.9.9"})
+    assert result.returncode == 0, result.stderr
+    assert _deletes_node(result), f"stale {NODE} kept: {result.commands()}"
+    assert not cluster.state_dir.joinpath(f"kubectl/nodes/{NODE}.json").exists()
+    assert "removing the stale Node" in result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1])["token"] == TOKEN
+
+
+def test_join_token_keeps_the_node_of_this_machine(cluster, ca_cert):
+    """A join retried on a machine that had joined: its own Node stays."""
+    cluster.write("/etc/kubernetes/pki/ca.crt", ca_cert)
+    cluster.state("kubeadm.token", TOKEN)
+    cluster.state(f"kubectl/nodes/{NODE}.json", _node_at(NODE, "True", "10.42.9.9"))
+    result = cluster.run("mint-join-token.sh", {"NODE_NAME": NODE, "NODE_IP": "10.42.9.9"})
+    assert result.returncode == 0, result.stderr
+    assert not _deletes_node(result), result.commands()
+
+
+def test_join_token_refuses_a_live_node_of_the_same_name_elsewhere(cluster, ca_cert):
+    cluster.write("/etc/kubernetes/pki/ca.crt", ca_cert)
+    cluster.state("kubeadm.token", TOKEN)
+    cluster.state(f"kubectl/nodes/{NODE}.json", _node_at(NODE, "True", "10.42.7.7"))
+    result = cluster.run("mint-join-token.sh", {"NODE_NAME": NODE, "NODE_IP": "10.42.9.9"})
+    assert result.returncode != 0
+    assert f"a Ready Node named {NODE} already exists at 10.42.7.7" in result.stderr
+    assert "kubectl delete node" in result.stderr
+    assert not _deletes_node(result), result.commands()
+    assert not result.called("kubeadm", "token"), "minted a token for a join that must fail"
 
 
 @pytest.mark.parametrize(

@@ -21,6 +21,7 @@ from tests.harness import (
     Graph,
     Resource,
     Secret,
+    _fake_ip,
     plain_strings,
     run_program,
     script_params,
@@ -548,3 +549,17 @@ def test_pool_and_node_outputs(stack):
         assert f"{outputs.get('nodeName')}-node" == component.name, f"{component.urn}: {outputs}"
         assert str(outputs.get("instanceId", "")).startswith("i-"), f"{component.urn}: {outputs}"
         assert outputs.get("privateIp"), f"{component.urn}: {outputs}"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_join_token_step_knows_the_joining_machine(stack):
+    """The control plane removes a stale Node of the same name only if it is not this machine:
+    the mint step gets the instance's private address."""
+    g = graph(stack)
+    for node in node_names(stack):
+        mint = step(g, f"{node}-join-token")
+        instance = g.named(node)
+        assert script_inputs(mint)["NODE_IP"] == _fake_ip("10.42", node), (
+            f"{mint.urn}: NODE_IP is not {instance.urn}'s private address"
+        )
+        assert g.depends_on(mint, instance), f"{mint.urn} does not wait for {instance.urn}"

@@ -6,6 +6,9 @@
 #
 # Inputs:
 #   NODE_NAME  the node the token is for (named in the token's description) (required)
+#   NODE_IP    the joining machine's private address: a Node of the same name elsewhere that
+#              is not Ready is a leftover of a replaced machine and is removed, since kubeadm
+#              join refuses a name that exists
 #   TOKEN_TTL  token lifetime, e.g. 30m (default 30m)
 #   CA_CERT    the cluster CA certificate (default /etc/kubernetes/pki/ca.crt)
 set -Eeuo pipefail
@@ -23,9 +26,7 @@ TOKEN=""
 CA_HASH=""
 
 check_inputs() {
-  require_vars NODE_NAME
-  [[ "${NODE_NAME}" =~ ^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$ ]] ||
-    fatal "NODE_NAME must be a lowercase DNS name, got '${NODE_NAME}'"
+  require_node_name
   [[ "${TOKEN_TTL}" =~ ^[0-9]+[smh]$ ]] ||
     fatal "TOKEN_TTL must be a duration like 30m, got '${TOKEN_TTL}'"
   [[ -r "${CA_CERT}" ]] ||
@@ -41,6 +42,33 @@ compute_ca_hash() {
   [[ "${hex}" =~ ^[a-f0-9]{64}$ ]] || fatal "could not hash the public key of ${CA_CERT}"
   CA_HASH="sha256:${hex}"
   log "CA public key ${CA_HASH}"
+}
+
+# A Node of this name left by a previous machine (replaced, or a spot instance taken back)
+# makes kubeadm join refuse. Remove it when it is stale; refuse when it is a live node elsewhere.
+clear_stale_node() {
+  local found ready address
+  found="$(admin_kubectl get node "${NODE_NAME}" --ignore-not-found -o \
+    jsonpath='{.status.conditions[?(@.type=="Ready")].status}{"\t"}{.status.addresses[?(@.type=="InternalIP")].address}')"
+  if [[ -z "${found}" ]]; then
+    log "no Node named ${NODE_NAME} yet"
+    return 0
+  fi
+  ready="${found%%$'\t'*}"
+  address="${found#*$'\t'}"
+  if [[ -n "${NODE_IP:-}" && "${address}" == "${NODE_IP}" ]]; then
+    log "Node ${NODE_NAME} is this machine (${address}), keeping it"
+    return 0
+  fi
+  if [[ "${ready}" == True ]]; then
+    fatal "a Ready Node named ${NODE_NAME} already exists at ${address:-an unknown address}," \
+      "not this machine (${NODE_IP:-address unknown}); kubeadm join would refuse the name." \
+      "If that machine is gone for good: kubectl drain ${NODE_NAME} --ignore-daemonsets" \
+      "--delete-emptydir-data && kubectl delete node ${NODE_NAME}, then run pulumi up again"
+  fi
+  log "removing the stale Node ${NODE_NAME} (Ready=${ready:-unknown}, at ${address:-unknown})" \
+    "left by a previous machine"
+  admin_kubectl delete node "${NODE_NAME}" --ignore-not-found >&2
 }
 
 create_token() {
@@ -62,6 +90,7 @@ main() {
   check_inputs
   run_steps \
     compute_ca_hash \
+    clear_stale_node \
     create_token \
     print_credentials
 }
