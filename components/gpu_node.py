@@ -2,7 +2,7 @@
 
 Per node the chain is strict, one `remote.Command` per host script, each named after its step:
 
-    <node> (EC2 instance) -> <node>-wait-ready -> <node>-driver -> <node>-runtime
+    <node> (EC2 instance) -> <node>-wait-ready -> <node>-nouveau -> <node>-driver -> <node>-runtime
       -> <node>-kube-tools -> <node>-join-token (control plane) -> <node>-join
       -> <node>-node-ready (control plane)
 
@@ -39,6 +39,7 @@ NVIDIA_CTK_VERSION = "1.17.8-1"
 
 # Bounds on each host step (the SSH dial keeps retrying until these end the wait).
 WAIT_READY_TIMEOUT = "20m"  # first boot: sshd, cloud-init, unattended upgrades
+NOUVEAU_TIMEOUT = "15m"  # an initramfs rebuild
 DRIVER_TIMEOUT = "45m"  # several GB of driver packages on p5
 RUNTIME_TIMEOUT = "20m"
 KUBE_TOOLS_TIMEOUT = "15m"
@@ -221,10 +222,12 @@ class GpuNode(pulumi.ComponentResource):
             )
 
         wait_ready = step("wait-ready", "wait-ready.sh", self.instance, WAIT_READY_TIMEOUT)
+        # Its own step because it may reboot the host: the driver step then redials.
+        nouveau = step("nouveau", "disable-nouveau.sh", wait_ready, NOUVEAU_TIMEOUT)
         driver = step(
             "driver",
             "install-driver.sh",
-            wait_ready,
+            nouveau,
             DRIVER_TIMEOUT,
             DRIVER_BRANCH=pool.driver_version,
             GPU_COUNT=str(gpu.gpu_count),

@@ -36,7 +36,16 @@ COMMAND = "command:remote:Command"
 GPU_NODE = "gpu-cluster:index:GpuNode"
 VALIDATION = "gpu-cluster:index:GpuValidation"
 # The per-node chain of the interface contract, after the instance `<node>`.
-HOST_CHAIN = ["wait-ready", "driver", "runtime", "kube-tools", "join-token", "join", "node-ready"]
+HOST_CHAIN = [
+    "wait-ready",
+    "nouveau",
+    "driver",
+    "runtime",
+    "kube-tools",
+    "join-token",
+    "join",
+    "node-ready",
+]
 VALIDATION_CHAIN = ["gpu-capacity", "validation-job"]
 ANYWHERE = {"0.0.0.0/0", "::/0"}
 

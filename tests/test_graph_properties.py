@@ -16,7 +16,16 @@ from components import catalog
 from components.settings import SUPPORTED_DRIVER_BRANCHES, SUPPORTED_KUBERNETES_MINORS
 from tests.harness import TEST_SECRETS, Graph, Secret, plain_strings, run_program, script_params
 
-HOST_CHAIN = ["wait-ready", "driver", "runtime", "kube-tools", "join-token", "join", "node-ready"]
+HOST_CHAIN = [
+    "wait-ready",
+    "nouveau",
+    "driver",
+    "runtime",
+    "kube-tools",
+    "join-token",
+    "join",
+    "node-ready",
+]
 VALIDATION_CHAIN = ["gpu-capacity", "validation-job"]
 DNS = st.from_regex(r"[a-z][a-z0-9]{0,6}", fullmatch=True)
 

@@ -436,6 +436,60 @@ def test_fewer_gpus_than_the_catalog_says_fails(sandbox):
     )
 
 
+# ---- disable-nouveau.sh -------------------------------------------------------------------
+
+
+@needs_sandbox
+def test_nouveau_step_blocklists_and_unloads_without_a_reboot(sandbox):
+    result = sandbox.run("disable-nouveau.sh", FAST)
+    assert result.returncode == 0, result.stderr
+    blocklist = sandbox.read("/etc/modprobe.d/blacklist-nouveau.conf")
+    assert "blacklist nouveau\n" in blocklist and "options nouveau modeset=0\n" in blocklist
+    commands = result.commands()
+    assert commands.index("update-initramfs -u") < commands.index("modprobe -r nouveau")
+    assert "nouveau" not in (sandbox.state("modules") or "").split()
+    assert sandbox.state("systemd-run.scheduled") is None, "rebooted although nouveau unloaded"
+    assert result.called("reboot") == []
+
+
+@needs_sandbox
+def test_nouveau_in_use_reboots_after_the_step_and_refuses_new_ssh_until_then(sandbox):
+    sandbox.state("modprobe.busy.nouveau", "1")
+    sandbox.state("systemd/ssh.socket.active", "yes")
+    result = sandbox.run("disable-nouveau.sh", {**FAST, "REBOOT_DELAY_SECONDS": "7"})
+    assert result.returncode == 0, result.stderr
+    commands = result.commands()
+    assert "systemctl stop ssh.socket" in commands, commands
+    scheduled = [c for c in commands if c.startswith("systemd-run")]
+    assert scheduled == [
+        "systemd-run --on-active=7 --unit=gpu-cluster-nouveau-reboot systemctl reboot"
+    ], commands
+    assert commands.index("systemctl stop ssh.socket") < commands.index(scheduled[0])
+    assert "rebooting in 7s" in result.stderr
+    assert sandbox.exists("/etc/modprobe.d/blacklist-nouveau.conf")
+
+
+@needs_sandbox
+def test_nouveau_step_after_the_reboot_changes_nothing(sandbox):
+    first = sandbox.run("disable-nouveau.sh", FAST)
+    assert first.returncode == 0, first.stderr
+    again = sandbox.run("disable-nouveau.sh", FAST)
+    assert again.returncode == 0, again.stderr
+    commands = again.commands()
+    assert not any(
+        c.startswith(("update-initramfs", "modprobe", "systemd-run")) for c in commands
+    ), f"second run acted: {commands}"
+    assert "nouveau not loaded" in again.stderr
+
+
+@needs_sandbox
+def test_nouveau_step_rejects_a_bad_delay_before_acting(sandbox):
+    result = sandbox.run("disable-nouveau.sh", {**FAST, "REBOOT_DELAY_SECONDS": "soon"})
+    assert result.returncode == 1
+    assert "REBOOT_DELAY_SECONDS must be a positive number of seconds, got 'soon'" in result.stderr
+    assert result.calls == []
+
+
 @needs_sandbox
 def test_nouveau_that_cannot_be_unloaded_asks_for_a_reboot(sandbox):
     sandbox.state("modprobe.busy.nouveau", "1")

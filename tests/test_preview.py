@@ -22,6 +22,7 @@ STACK_FILES = sorted(p.name.split(".")[1] for p in ROOT.glob("Pulumi.*.yaml"))
 CONTRACT_CHAIN = [
     "instance",
     "wait-ready",
+    "nouveau",
     "driver",
     "runtime",
     "kube-tools",

@@ -73,25 +73,14 @@ fabric_manager_packages() {
   printf '%s\n' "nvidia-fabricmanager-${DRIVER_BRANCH}" "libnvidia-nscq-${DRIVER_BRANCH}"
 }
 
+# The nouveau step (disable-nouveau.sh) normally did this and rebooted when needed; run alone,
+# this script cannot reboot itself, so it says so.
 block_nouveau() {
-  local changed
-  changed="$(write_file_if_changed /etc/modprobe.d/blacklist-nouveau.conf <<'CONF'
-# Written by gpu-cluster install-driver.sh: the NVIDIA driver needs nouveau unloaded.
-blacklist nouveau
-options nouveau modeset=0
-CONF
-)"
-  if [[ "${changed}" == changed ]]; then
-    log "rebuilding the initramfs without nouveau"
-    timeout -k 30 600 update-initramfs -u >&2
-  fi
-  if module_loaded nouveau; then
-    log "unloading nouveau"
-    if ! modprobe -r nouveau; then
-      printf 'REBOOT_REQUIRED: nouveau is loaded and could not be unloaded; %s\n' \
-        "it is blocklisted now, so reboot the host and run install-driver.sh again" >&2
-      exit "${EXIT_REBOOT_REQUIRED}"
-    fi
+  blocklist_nouveau
+  if ! unload_nouveau; then
+    printf 'REBOOT_REQUIRED: nouveau is loaded and could not be unloaded; %s\n' \
+      "it is blocklisted now, so reboot the host and run install-driver.sh again" >&2
+    exit "${EXIT_REBOOT_REQUIRED}"
   fi
 }
 

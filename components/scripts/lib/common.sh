@@ -290,6 +290,34 @@ ensure_sysctl() {
   fi
 }
 
+# ---- nouveau ------------------------------------------------------------------------
+
+# blocklist_nouveau: keep nouveau off the GPUs from the next boot on (modprobe.d and the
+# initramfs, which is rebuilt only when the blocklist changed).
+blocklist_nouveau() {
+  local changed
+  changed="$(write_file_if_changed /etc/modprobe.d/blacklist-nouveau.conf <<'CONF'
+# Written by gpu-cluster: the NVIDIA driver needs nouveau unloaded.
+blacklist nouveau
+options nouveau modeset=0
+CONF
+)"
+  if [[ "${changed}" == changed ]]; then
+    log "rebuilding the initramfs without nouveau"
+    timeout -k 30 600 update-initramfs -u >&2
+  fi
+}
+
+# unload_nouveau: true when nouveau is not loaded (any more); false when it is in use.
+unload_nouveau() {
+  if ! module_loaded nouveau; then
+    log "nouveau not loaded"
+    return 0
+  fi
+  log "unloading nouveau"
+  modprobe -r nouveau
+}
+
 # ---- control plane ----------------------------------------------------------------
 
 # admin_kubectl args...: kubectl as the cluster admin on a control-plane host, each request
