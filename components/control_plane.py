@@ -24,7 +24,7 @@ import pulumi_command as command
 import pulumi_kubernetes as k8s
 
 from components import machines
-from components.network import Network
+from components.network import Network, tcp_port_rule
 from components.remote import Host, run_script, ssh_host
 from components.settings import ExistingControlPlane, ManagedControlPlane, Settings
 
@@ -209,22 +209,18 @@ class ControlPlane(pulumi.ComponentResource):
         """The API port from inside the VPC (nodes) and from `apiAllowedCidrs` (operators)."""
         settings = self._settings
         ingress = [
-            aws.ec2.SecurityGroupIngressArgs(
-                description="Kubernetes API from the VPC (nodes joining, kubelets)",
-                protocol="tcp",
-                from_port=API_PORT,
-                to_port=API_PORT,
-                cidr_blocks=[network.vpc_cidr],
+            tcp_port_rule(
+                "Kubernetes API from the VPC (nodes joining, kubelets)",
+                API_PORT,
+                [network.vpc_cidr],
             )
         ]
         if config.api_allowed_cidrs:
             ingress.append(
-                aws.ec2.SecurityGroupIngressArgs(
-                    description="Kubernetes API from the operators (controlPlane.apiAllowedCidrs)",
-                    protocol="tcp",
-                    from_port=API_PORT,
-                    to_port=API_PORT,
-                    cidr_blocks=list(config.api_allowed_cidrs),
+                tcp_port_rule(
+                    "Kubernetes API from the operators (controlPlane.apiAllowedCidrs)",
+                    API_PORT,
+                    list(config.api_allowed_cidrs),
                 )
             )
         return aws.ec2.SecurityGroup(

@@ -27,7 +27,7 @@ from components import machines
 from components.catalog import GpuInstanceType
 from components.host_scripts import script_digest
 from components.labels import GPU_PRESENT_LABEL, POOL_LABEL
-from components.network import KUBELET_PORT, Network
+from components.network import KUBELET_PORT, Network, tcp_port_rule
 from components.remote import Host, run_script, ssh_host
 from components.settings import NodePool, Settings
 
@@ -99,12 +99,10 @@ class GpuNodePool(pulumi.ComponentResource):
             description=f"{name}: kubelet API from the control plane",
             vpc_id=network.vpc_id,
             ingress=[
-                aws.ec2.SecurityGroupIngressArgs(
-                    description="kubelet API from the control plane (logs, exec, metrics)",
-                    protocol="tcp",
-                    from_port=KUBELET_PORT,
-                    to_port=KUBELET_PORT,
-                    cidr_blocks=control_plane.kubelet_client_cidrs,
+                tcp_port_rule(
+                    "kubelet API from the control plane (logs, exec, metrics)",
+                    KUBELET_PORT,
+                    control_plane.kubelet_client_cidrs,
                 )
             ],
             tags={**settings.stack_tags, "Name": f"{name}-nodes"},

@@ -122,22 +122,16 @@ class Network(pulumi.ComponentResource):
             ingress += _member_rules("the existing cluster's machines (VPC)", cidr=self.vpc_cidr)
         if settings.network.ssh_allowed_cidrs:
             ingress.append(
-                aws.ec2.SecurityGroupIngressArgs(
-                    description="SSH from the operators' ranges (network.sshAllowedCidrs)",
-                    protocol="tcp",
-                    from_port=ssh_port,
-                    to_port=ssh_port,
-                    cidr_blocks=list(settings.network.ssh_allowed_cidrs),
+                tcp_port_rule(
+                    "SSH from the operators' ranges (network.sshAllowedCidrs)",
+                    ssh_port,
+                    list(settings.network.ssh_allowed_cidrs),
                 )
             )
         if settings.network.bastion is not None:
             ingress.append(
-                aws.ec2.SecurityGroupIngressArgs(
-                    description="SSH relayed by the bastion (network.bastion)",
-                    protocol="tcp",
-                    from_port=ssh_port,
-                    to_port=ssh_port,
-                    cidr_blocks=[self.vpc_cidr],
+                tcp_port_rule(
+                    "SSH relayed by the bastion (network.bastion)", ssh_port, [self.vpc_cidr]
                 )
             )
         return aws.ec2.SecurityGroup(
@@ -157,6 +151,19 @@ class Network(pulumi.ComponentResource):
             tags=self.tags(f"{settings.cluster_name}-cluster"),
             opts=self.child(),
         )
+
+
+def tcp_port_rule(
+    description: str, port: int, cidr_blocks: pulumi.Input[list[pulumi.Input[str]]]
+) -> aws.ec2.SecurityGroupIngressArgs:
+    """Ingress to one TCP port from the given ranges."""
+    return aws.ec2.SecurityGroupIngressArgs(
+        description=description,
+        protocol="tcp",
+        from_port=port,
+        to_port=port,
+        cidr_blocks=cidr_blocks,
+    )
 
 
 def _member_rules(
