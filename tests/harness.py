@@ -51,6 +51,20 @@ def _test_private_key() -> str:
 
 TEST_SECRETS = {"sshPrivateKey": _test_private_key()}
 
+# The steps of every GPU node after its instance, in contract order (resource `<node>-<step>`),
+# then the validation steps when validation is enabled.
+HOST_CHAIN = (
+    "wait-ready",
+    "nouveau",
+    "driver",
+    "runtime",
+    "kube-tools",
+    "join-token",
+    "join",
+    "node-ready",
+)
+VALIDATION_CHAIN = ("gpu-capacity", "validation-job")
+
 # The least a stack must say: the rest comes from the defaults in code. Where the operator
 # connects from has no default: it is theirs to name.
 MINIMAL_STACK = {

@@ -16,8 +16,10 @@ import yaml
 
 from components.catalog import CATALOG
 from tests.harness import (
+    HOST_CHAIN,
     STACKS,
     TEST_SECRETS,
+    VALIDATION_CHAIN,
     Graph,
     Resource,
     Secret,
@@ -36,17 +38,6 @@ COMMAND = "command:remote:Command"
 GPU_NODE = "gpu-cluster:index:GpuNode"
 VALIDATION = "gpu-cluster:index:GpuValidation"
 # The per-node chain of the interface contract, after the instance `<node>`.
-HOST_CHAIN = [
-    "wait-ready",
-    "nouveau",
-    "driver",
-    "runtime",
-    "kube-tools",
-    "join-token",
-    "join",
-    "node-ready",
-]
-VALIDATION_CHAIN = ["gpu-capacity", "validation-job"]
 ANYWHERE = {"0.0.0.0/0", "::/0"}
 
 

@@ -14,19 +14,17 @@ from hypothesis import strategies as st
 
 from components import catalog
 from components.settings import SUPPORTED_DRIVER_BRANCHES, SUPPORTED_KUBERNETES_MINORS
-from tests.harness import TEST_SECRETS, Graph, Secret, plain_strings, run_program, script_params
+from tests.harness import (
+    HOST_CHAIN,
+    TEST_SECRETS,
+    VALIDATION_CHAIN,
+    Graph,
+    Secret,
+    plain_strings,
+    run_program,
+    script_params,
+)
 
-HOST_CHAIN = [
-    "wait-ready",
-    "nouveau",
-    "driver",
-    "runtime",
-    "kube-tools",
-    "join-token",
-    "join",
-    "node-ready",
-]
-VALIDATION_CHAIN = ["gpu-capacity", "validation-job"]
 DNS = st.from_regex(r"[a-z][a-z0-9]{0,6}", fullmatch=True)
 
 
@@ -109,7 +107,7 @@ def _owned(graph: Graph, node: str) -> set[str]:
 def _check(config: dict, graph: Graph) -> None:
     nodes = _nodes(config)
     validation = config["validation"]["enabled"]
-    chain_steps = HOST_CHAIN + (VALIDATION_CHAIN if validation else [])
+    chain_steps = HOST_CHAIN + (VALIDATION_CHAIN if validation else ())
     managed = config["controlPlane"]["mode"] == "managed"
     instances = graph.of_type("aws:ec2/instance:Instance")
     assert len(instances) == len(nodes) + (1 if managed else 0), [i.name for i in instances]

@@ -15,23 +15,11 @@ import pytest
 import yaml
 
 from tests import harness
-from tests.harness import ROOT
+from tests.harness import HOST_CHAIN, ROOT, VALIDATION_CHAIN
 from tools import graph_picture, preview
 
 STACK_FILES = sorted(p.name.split(".")[1] for p in ROOT.glob("Pulumi.*.yaml"))
-CONTRACT_CHAIN = [
-    "instance",
-    "wait-ready",
-    "nouveau",
-    "driver",
-    "runtime",
-    "kube-tools",
-    "join-token",
-    "join",
-    "node-ready",
-    "gpu-capacity",
-    "validation-job",
-]
+CONTRACT_CHAIN = ["instance", *HOST_CHAIN, *VALIDATION_CHAIN]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 needs_dot = pytest.mark.skipif(
