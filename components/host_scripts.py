@@ -87,4 +87,9 @@ def render_script(name: str, params: Mapping[str, str]) -> str:
 
 def script_digest(name: str, params: Mapping[str, str]) -> str:
     """sha256 of the rendered program, for Pulumi `triggers` (re-run on any change)."""
-    return hashlib.sha256(render_script(name, params).encode("utf-8")).hexdigest()
+    return program_digest(render_script(name, params))
+
+
+def program_digest(program: str) -> str:
+    """sha256 of a program already rendered by `render_script`."""
+    return hashlib.sha256(program.encode("utf-8")).hexdigest()

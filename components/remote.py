@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_command as command
 
-from components.host_scripts import render_script, script_digest
+from components.host_scripts import program_digest, render_script, script_digest
 from components.settings import Settings
 
 # Fresh GPU instances can take minutes before sshd answers; keep dialling until the step's own
@@ -116,7 +116,7 @@ def run_script(
     if not secret_params and all(isinstance(v, str) for v in params.values()):
         # Every input is known now (most steps): render at once, no Output machinery per step.
         stdin: pulumi.Input[str] = render_script(script, params)
-        trigger: pulumi.Input[str] = script_digest(script, params)
+        trigger: pulumi.Input[str] = program_digest(stdin)
     else:
         stdin, trigger = _render_later(script, params, secret_params)
     delete = None
