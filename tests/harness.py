@@ -100,6 +100,7 @@ class Resource:
     delete_before_replace: bool
     ignore_changes: list[str]
     protect: bool
+    aliases: list[dict[str, Any]] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -370,6 +371,23 @@ class Mocks(pulumi_mocks.Mocks):
         return {}
 
 
+ROOT_STACK_TYPE = "pulumi:pulumi:Stack"
+
+
+def engine_urn(parent: str | None, type_: str, name: str, *, project: str, stack: str) -> str:
+    """The URN the engine gives a resource (pulumi/pulumi `pkg/resource/deploy/deployment.go`,
+    `generateURN`): the parent's *whole* qualified type, then `$` and the resource's type; no
+    parent type for the root stack. The SDK's MockMonitor.make_urn differs on both counts (it
+    keeps only the parent's last type and puts the root stack's type in front), so a snapshot of
+    its URNs would not be the identities a running stack has."""
+    qualified = type_
+    if parent:
+        parent_qualified = parent.split("::")[2]
+        if parent_qualified != ROOT_STACK_TYPE:
+            qualified = f"{parent_qualified}${type_}"
+    return f"urn:pulumi:{stack}::{project}::{qualified}::{name}"
+
+
 class RecordingMonitor(pulumi_mocks.MockMonitor):
     """The SDK's mock monitor, recording each registration request as the engine would see it."""
 
@@ -377,6 +395,17 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         super().__init__(mocks)
         self.recorded: list[Resource] = []
         self.outputs_by_urn: dict[str, dict[str, Any]] = {}
+
+    def make_urn(self, parent: str, type_: str, name: str) -> str:
+        if type_ == ROOT_STACK_TYPE:
+            return super().make_urn(parent, type_, name)
+        return engine_urn(
+            parent or None,
+            type_,
+            name,
+            project=runtime_settings.get_project(),
+            stack=runtime_settings.get_stack(),
+        )
 
     def RegisterResource(self, request):
         response = super().RegisterResource(request)
@@ -410,6 +439,13 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 delete_before_replace=request.deleteBeforeReplace,
                 ignore_changes=list(request.ignoreChanges),
                 protect=request.protect,
+                # Alias specs (or URNs) as the engine receives them; tests/identity.py resolves
+                # them the way the engine's step generator does.
+                aliases=[
+                    {"urn": alias.urn} if alias.urn else json_format.MessageToDict(alias.spec)
+                    for alias in request.aliases
+                ]
+                + [{"urn": urn} for urn in request.aliasURNs],
             )
         )
         return response
