@@ -1,0 +1,156 @@
+"""Resource identity across program versions: which old URN each registered resource takes over.
+
+The engine knows a resource by its URN (stack, project, the types of its parents, its own type, its
+name). When a later program registers a resource under a different URN, the engine deletes the old
+one and creates a new one (for a GPU instance: terminate; for a join: `kubeadm reset`), unless one
+of the resource's aliases resolves to the old URN.
+
+`match(graph, olds)` applies the engine's own rules, from pulumi/pulumi
+`pkg/resource/deploy/step_generator.go`:
+- `generateSteps` looks a resource up by its URN first, then by each alias in order; the first one
+  found in the old state is the one it takes over, and that choice is remembered for its children
+  (`sg.aliases[urn] = urnOrAlias`).
+- `collapseAliasToUrn`: an alias spec's name, type, project and stack default to the resource's
+  own; its parent defaults to the resource's parent; a given parent that was itself aliased stands
+  for its old URN; `noParent` or the root stack means no parent.
+- `generateAliases` also multiplies out the parent's matched alias (`inheritedChildAlias`): the
+  child under the parent's old URN, with the parent's old name in place of a name prefix it shares.
+
+Snapshot files (`tests/identity/<stack>.urns`) list the URNs each stack file registers, one a line.
+A line `retired <urn>` records a resource a running stack loses on purpose; CHANGELOG.md must name
+it, so the operator reading the release notes knows what the next `up` deletes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.harness import PROJECT, ROOT_STACK_TYPE, Graph, Resource, engine_urn
+
+SNAPSHOT_DIR = Path(__file__).resolve().parent / "identity"
+RETIRED = "retired "
+
+
+def split_urn(urn: str) -> tuple[str, str, str, str, str]:
+    """urn:pulumi:<stack>::<project>::<qualified type>::<name> -> its five parts."""
+    prefix, project, qualified_type, name = urn.split("::", 3)
+    stack = prefix.removeprefix("urn:pulumi:")
+    own_type = qualified_type.rsplit("$", 1)[-1]
+    return stack, project, qualified_type, own_type, name
+
+
+def create_urn(name: str, type_: str, parent: str | None, project: str, stack: str) -> str:
+    """resource.CreateURN, as the engine builds a URN from an alias spec."""
+    return engine_urn(parent, type_, name, project=project, stack=stack)
+
+
+@dataclass(frozen=True)
+class Match:
+    """The outcome of registering `graph` against the old state `olds`."""
+
+    taken_over: dict[str, str]  # new URN -> the old URN it continues (itself when unchanged)
+    created: list[str]  # registered URNs that continue nothing: new resources
+    deleted: list[str]  # old URNs nothing continues: the engine deletes them
+
+
+def _candidates(resource: Resource, stack: str, matched: dict[str, str]) -> list[str]:
+    """The resource's URN, then its aliases in the engine's order (generateAliases)."""
+    _, project, _, own_type, own_name = split_urn(resource.urn)
+
+    def collapse(alias: dict) -> str:
+        if alias.get("urn"):
+            return alias["urn"]
+        given = alias.get("parentUrn")
+        # A given parent that was itself aliased stands for its old URN.
+        parent = matched.get(given, given) if given else (resource.parent or "")
+        if alias.get("noParent") or (parent and split_urn(parent)[2] == ROOT_STACK_TYPE):
+            parent = ""
+        return create_urn(
+            alias.get("name") or own_name,
+            alias.get("type") or own_type,
+            parent or None,
+            alias.get("project") or project,
+            alias.get("stack") or stack,
+        )
+
+    found = [resource.urn]
+
+    def add(urn: str) -> None:
+        if urn not in found:
+            found.append(urn)
+
+    direct = [collapse(alias) for alias in resource.aliases]
+    for urn in direct:
+        add(urn)
+    parent = resource.parent
+    if parent and parent in matched and matched[parent] != parent:
+        parent_alias = matched[parent]
+        parent_name = split_urn(parent)[4]
+        for child_type, child_name in [(own_type, own_name)] + [
+            (split_urn(u)[3], split_urn(u)[4]) for u in direct
+        ]:
+            name = child_name
+            if child_name.startswith(parent_name):
+                name = split_urn(parent_alias)[4] + child_name[len(parent_name) :]
+            add(create_urn(name, child_type, parent_alias, project, stack))
+    return found
+
+
+def match(graph: Graph, olds: Iterable[str], stack: str) -> Match:
+    """Which old URN each resource of `graph` takes over, in registration order (parents are
+    registered before their children, so a parent's match is known when its children need it)."""
+    old_set = set(olds)
+    matched: dict[str, str] = {}
+    created: list[str] = []
+    claimed: set[str] = set()
+    for resource in graph:
+        for urn in _candidates(resource, stack, matched):
+            if urn in old_set and urn not in claimed:
+                matched[resource.urn] = urn
+                claimed.add(urn)
+                break
+        else:
+            created.append(resource.urn)
+    deleted = sorted(old_set - claimed)
+    return Match(taken_over=matched, created=created, deleted=deleted)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    live: list[str]
+    retired: list[str]
+
+
+def snapshot_path(stack: str) -> Path:
+    return SNAPSHOT_DIR / f"{stack}.urns"
+
+
+def parse_snapshot(text: str) -> Snapshot:
+    live, retired = [], []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith(RETIRED):
+            retired.append(line.removeprefix(RETIRED).strip())
+        else:
+            live.append(line)
+    return Snapshot(live=live, retired=retired)
+
+
+def read_snapshot(stack: str) -> Snapshot:
+    return parse_snapshot(snapshot_path(stack).read_text(encoding="utf-8"))
+
+
+def render_snapshot(stack: str, urns: Iterable[str], retired: Iterable[str] = ()) -> str:
+    header = (
+        f"# Every URN `pulumi up` registers for Pulumi.{stack}.yaml ({PROJECT}).\n"
+        "# A URN that changes is a resource the next `up` deletes and creates anew: keep it, give\n"
+        "# the moved resource an alias, or retire it here (`retired <urn>`) and name it in\n"
+        "# CHANGELOG.md. Regenerate: UPDATE_IDENTITY=1 python -m pytest tests/test_identity.py\n"
+    )
+    lines = sorted(set(urns))
+    retired_lines = [f"{RETIRED}{urn}" for urn in sorted(set(retired))]
+    return header + "".join(f"{line}\n" for line in [*lines, *retired_lines])
