@@ -15,18 +15,9 @@ import pytest
 
 from components.config import ConfigError
 from components.control_plane import API_PORT, FLANNEL_VERSION, JOIN_TOKEN_TTL, parse_join_token
-from tests.harness import (
-    COMMAND_STDOUT,
-    Graph,
-    Resource,
-    Secret,
-    _fake_ip,
-    plain_strings,
-    run_program,
-    secret_paths,
-    stack_file,
-    unwrap,
-)
+from tools.harness.graph import Graph, Resource, Secret, plain_strings, secret_paths, unwrap
+from tools.harness.mocks import COMMAND_STDOUT, fake_ip
+from tools.harness.stacks import run_program, stack_file
 
 INSTANCE = "aws:ec2/instance:Instance"
 COMMAND = "command:remote:Command"
@@ -57,7 +48,7 @@ def elastic_ip(graph: Graph, cluster: str) -> str:
     assert address.property_dependencies.get("instance") == {machine.urn}, (
         f"{address.urn}: not associated with {machine.urn}"
     )
-    return _fake_ip("203.0", address.name)
+    return fake_ip("203.0", address.name)
 
 
 def stdin_of(resource: Resource) -> str:
@@ -148,7 +139,7 @@ def test_managed_init_then_cni_then_kubeconfig_before_any_join():
 def test_managed_init_configuration_inputs():
     graph = stack_graph("dev")
     machine = graph.named("dev-gpu-control-plane")
-    public_ip, private_ip = elastic_ip(graph, "dev-gpu"), _fake_ip("10.42", machine.name)
+    public_ip, private_ip = elastic_ip(graph, "dev-gpu"), fake_ip("10.42", machine.name)
     init = graph.named("dev-gpu-init")
     assert param(init, "CLUSTER_NAME") == "dev-gpu", f"{init.urn}: cluster name"
     assert param(init, "KUBERNETES_MINOR") == "1.35", f"{init.urn}: minor"
@@ -273,7 +264,7 @@ def test_managed_kubeconfig_address_follows_how_the_operator_connects():
         },
     )
     machine = relayed.named("dev-gpu-control-plane")
-    private_ip = _fake_ip("10.42", machine.name)
+    private_ip = fake_ip("10.42", machine.name)
     step = relayed.named("dev-gpu-kubeconfig")
     assert param(step, "API_SERVER") == f"https://{private_ip}:{API_PORT}", f"{step.urn}"
     assert host_of(step) == private_ip, f"{step.urn}: SSH not to the private address"
@@ -287,7 +278,7 @@ def test_managed_kubelet_clients_are_the_control_plane_address():
     machine = graph.named("dev-gpu-control-plane")
     group = graph.named("dev-gpu-a10g-nodes")
     sources = [c for r in unwrap(group.inputs["ingress"]) for c in r["cidrBlocks"]]
-    assert sources == [f"{_fake_ip('10.42', machine.name)}/32"], f"{group.urn}: {sources}"
+    assert sources == [f"{fake_ip('10.42', machine.name)}/32"], f"{group.urn}: {sources}"
 
 
 # ------------------------------------------------------------------ existing (prod)
@@ -385,7 +376,7 @@ def test_managed_address_survives_a_stop_and_start():
     ephemeral public IP, so stopping and starting the machine keeps both valid."""
     graph = stack_graph("dev")
     public_ip = elastic_ip(graph, "dev-gpu")
-    assert public_ip != _fake_ip("198.51", "dev-gpu-control-plane")
+    assert public_ip != fake_ip("198.51", "dev-gpu-control-plane")
     assert public_ip in param(graph.named("dev-gpu-init"), "CERT_SANS").split(",")
     relayed = run_program(
         "prod",
@@ -398,7 +389,7 @@ def test_managed_address_survives_a_stop_and_start():
 
 
 def _prod_network() -> dict:
-    from tests.harness import stack_file
+    from tools.harness.stacks import stack_file
 
     return dict(stack_file("prod")["gpu-cluster:network"])
 
@@ -506,7 +497,7 @@ def test_stack_outputs_come_from_the_control_plane(stack):
         assert outputs["endpoint"] == "10.20.1.10:6443", f"{stack}: endpoint {outputs['endpoint']}"
     else:
         machine = graph.named(f"{settings['cluster']}-control-plane")
-        expected = f"{_fake_ip('10.42', machine.name)}:{API_PORT}"
+        expected = f"{fake_ip('10.42', machine.name)}:{API_PORT}"
         assert outputs["endpoint"] == expected, f"{stack}: endpoint {outputs['endpoint']}"
     assert outputs["kubernetesVersion"] == settings["version"], f"{stack}: version output"
     pools = outputs["nodePools"]

@@ -12,7 +12,8 @@ from components import kubernetes_manifests as manifests
 from components.device_plugin import NvidiaDevicePlugin
 from components.labels import GPU_PRESENT_LABEL
 from components.settings import DevicePlugin, Taint, TimeSlicing
-from tests.harness import STACKS, Graph, Resource, run_program, stack_file
+from tools.harness.graph import Graph, Resource
+from tools.harness.stacks import STACKS, run_program, stack_file
 
 PLUGIN = "nvidia-device-plugin"
 DAEMON_SET = f"{PLUGIN}-daemonset"

@@ -16,7 +16,8 @@ from components.settings import (
     SUPPORTED_KUBERNETES_MINORS,
     SUPPORTED_UBUNTU,
 )
-from tests.harness import load_stack_settings, run_program, stack_file, unwrap
+from tools.harness.graph import unwrap
+from tools.harness.stacks import load_stack_settings, run_program, stack_file
 
 POOL = {"name": "a", "instanceType": "g5.xlarge", "count": 1}
 PUBLIC_KEY = stack_file("dev")["gpu-cluster:ssh"]["publicKey"]

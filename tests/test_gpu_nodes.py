@@ -15,22 +15,19 @@ import pytest
 import yaml
 
 from components.catalog import CATALOG
-from tests.harness import (
+from tools.harness.graph import (
     HOST_CHAIN,
-    STACKS,
-    TEST_SECRETS,
     VALIDATION_CHAIN,
     Graph,
     Resource,
     Secret,
-    _fake_ip,
     plain_strings,
-    run_program,
     script_params,
     secret_paths,
-    stack_file,
     unwrap,
 )
+from tools.harness.mocks import fake_ip
+from tools.harness.stacks import STACKS, TEST_SECRETS, run_program, stack_file
 
 INSTANCE = "aws:ec2/instance:Instance"
 SECURITY_GROUP = "aws:ec2/securityGroup:SecurityGroup"
@@ -559,7 +556,7 @@ def test_join_token_step_knows_the_joining_machine(stack):
     for node in node_names(stack):
         mint = step(g, f"{node}-join-token")
         instance = g.named(node)
-        assert script_inputs(mint)["NODE_IP"] == _fake_ip("10.42", node), (
+        assert script_inputs(mint)["NODE_IP"] == fake_ip("10.42", node), (
             f"{mint.urn}: NODE_IP is not {instance.urn}'s private address"
         )
         assert g.depends_on(mint, instance), f"{mint.urn} does not wait for {instance.urn}"

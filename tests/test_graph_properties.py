@@ -14,16 +14,15 @@ from hypothesis import strategies as st
 
 from components import catalog
 from components.settings import SUPPORTED_DRIVER_BRANCHES, SUPPORTED_KUBERNETES_MINORS
-from tests.harness import (
+from tools.harness.graph import (
     HOST_CHAIN,
-    TEST_SECRETS,
     VALIDATION_CHAIN,
     Graph,
     Secret,
     plain_strings,
-    run_program,
     script_params,
 )
+from tools.harness.stacks import TEST_SECRETS, run_program
 
 DNS = st.from_regex(r"[a-z][a-z0-9]{0,6}", fullmatch=True)
 

@@ -3,7 +3,7 @@
 A changed URN is a delete plus a create for the engine: a terminated GPU instance, a `kubeadm
 reset` node, a security group deleted under running machines. Every URN in the committed snapshot
 (tests/identity/<stack>.urns) must be registered again or reached by an alias, resolved the way
-the engine resolves them (tests/identity.py cites the engine source).
+the engine resolves them (tools/harness/identity.py cites the engine source).
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ import subprocess
 import pulumi
 import pytest
 
-from tests.harness import ROOT, STACKS, run_program
-from tests.identity import (
+from tools.harness.identity import (
     RETIRED,
     match,
     parse_snapshot,
@@ -23,6 +22,7 @@ from tests.identity import (
     render_snapshot,
     snapshot_path,
 )
+from tools.harness.stacks import ROOT, STACKS, run_program
 
 CHANGELOG = ROOT / "CHANGELOG.md"
 UPDATE = os.environ.get("UPDATE_IDENTITY") == "1"

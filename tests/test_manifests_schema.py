@@ -23,7 +23,8 @@ from packaging.version import Version
 
 from components import kubernetes_manifests as manifests
 from components.settings import SUPPORTED_KUBERNETES_MINORS, DevicePlugin, Taint, TimeSlicing
-from tests.harness import STACKS, Graph, Resource, run_program, stack_file
+from tools.harness.graph import Graph, Resource
+from tools.harness.stacks import STACKS, run_program, stack_file
 
 EXPECTED_KINDS = {"Namespace", "ConfigMap", "DaemonSet", "Job"}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from components.network import KUBELET_PORT
-from tests.harness import STACKS, load_stack_settings, run_program
+from tools.harness.stacks import STACKS, load_stack_settings, run_program
 
 SECURITY_GROUP = "aws:ec2/securityGroup:SecurityGroup"
 

@@ -25,7 +25,9 @@ from pulumi_policy import EnforcementLevel
 from pulumi_policy.policy import _PolicyAnalyzerServicer
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
 
-from tests.harness import COMMAND_STDOUT, STACKS, Graph, run_program, unwrap
+from tools.harness.graph import Graph, unwrap
+from tools.harness.mocks import COMMAND_STDOUT
+from tools.harness.stacks import STACKS, run_program
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "policies"))
 

@@ -1,10 +1,18 @@
 """The offline preview (`python -m tools.preview <stack>`) for every stack file: the printed plan,
 and artefacts that exist and parse (YAML loads, scripts pass shellcheck, the picture is a real
-SVG and PNG). Bad config and a missing Graphviz fail cleanly, with exit code 1."""
+SVG and PNG). Bad config and a missing Graphviz fail cleanly, with exit code 1.
+
+The scripts and manifests each stack renders are pinned by digest (`tests/preview_digests/`), so a
+restructuring of the code shows it changes nothing a host or the cluster receives. A deliberate
+change to a script or manifest regenerates them:
+UPDATE_PREVIEW_DIGESTS=1 python -m pytest tests/test_preview.py
+"""
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import os
 import re
 import shutil
 import subprocess
@@ -14,13 +22,17 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests import harness
-from tests.harness import HOST_CHAIN, ROOT, VALIDATION_CHAIN
 from tools import graph_picture, preview
+from tools.harness import mocks, stacks
+from tools.harness.graph import HOST_CHAIN, VALIDATION_CHAIN, unwrap
+from tools.harness.stacks import ROOT, STACKS, TEST_SECRETS
 
 STACK_FILES = sorted(p.name.split(".")[1] for p in ROOT.glob("Pulumi.*.yaml"))
 CONTRACT_CHAIN = ["instance", *HOST_CHAIN, *VALIDATION_CHAIN]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+DIGEST_DIR = ROOT / "tests" / "preview_digests"
+DIGESTED = ("scripts", "manifests")
+UPDATE_DIGESTS = os.environ.get("UPDATE_PREVIEW_DIGESTS") == "1"
 
 needs_dot = pytest.mark.skipif(
     shutil.which("dot") is None, reason=f"Graphviz missing: {graph_picture.INSTALL_HINT}"
@@ -35,8 +47,46 @@ def previews(tmp_path_factory) -> dict[str, preview.Preview]:
     return {stack: preview.preview(stack, out_root=out_root) for stack in STACK_FILES}
 
 
+def rendered_digests(out_dir: Path) -> dict[str, str]:
+    """`scripts/<resource>.sh` / `manifests/<resource>.yaml` -> sha256 of what the preview wrote."""
+    return {
+        path.relative_to(out_dir).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+        for folder in DIGESTED
+        for path in sorted((out_dir / folder).rglob("*"))
+        if path.is_file()
+    }
+
+
+def parse_digests(text: str) -> dict[str, str]:
+    """`sha256sum` format: `<hex>  <path>` per line."""
+    return {path: digest for digest, path in (line.split("  ", 1) for line in text.splitlines())}
+
+
+@pytest.mark.parametrize("stack", STACK_FILES)
+def test_rendered_scripts_and_manifests_match_their_digests(previews, stack):
+    rendered = rendered_digests(previews[stack].out_dir)
+    pinned_file = DIGEST_DIR / f"{stack}.sha256"
+    if UPDATE_DIGESTS:
+        DIGEST_DIR.mkdir(exist_ok=True)
+        pinned_file.write_text("".join(f"{d}  {p}\n" for p, d in sorted(rendered.items())))
+    assert pinned_file.exists(), (
+        f"no digests for {stack}: UPDATE_PREVIEW_DIGESTS=1 python -m pytest tests/test_preview.py"
+    )
+    pinned = parse_digests(pinned_file.read_text())
+    changed = sorted(p for p in rendered.keys() & pinned.keys() if rendered[p] != pinned[p])
+    added, removed = (
+        sorted(rendered.keys() - pinned.keys()),
+        sorted(pinned.keys() - rendered.keys()),
+    )
+    assert not (changed or added or removed), (
+        f"Pulumi.{stack}.yaml renders other scripts/manifests than pinned in {pinned_file.name}: "
+        f"changed {changed}, new {added}, gone {removed}. A deliberate change: "
+        "UPDATE_PREVIEW_DIGESTS=1 python -m pytest tests/test_preview.py"
+    )
+
+
 def test_every_stack_file_is_previewed():
-    assert set(harness.STACKS) <= set(STACK_FILES), f"stack files found: {STACK_FILES}"
+    assert set(STACKS) <= set(STACK_FILES), f"stack files found: {STACK_FILES}"
 
 
 @pytest.mark.parametrize("stack", STACK_FILES)
@@ -109,7 +159,7 @@ def test_every_host_step_has_its_scripts_and_they_pass_shellcheck(previews, stac
     commands = result.graph.of_type(preview.COMMAND_TYPE)
     assert commands, f"{stack}: no host steps recorded"
     for command in commands:
-        inputs = harness.unwrap(command.inputs)
+        inputs = unwrap(command.inputs)
         script = scripts / f"{command.name}.sh"
         assert script.is_file(), f"{command.urn}: {script} was not written"
         assert script.read_text() == inputs["stdin"].rstrip("\n") + "\n", (
@@ -140,7 +190,7 @@ def test_secrets_are_placeholders_in_scripts(previews, stack):
     for path in result.out_dir.rglob("*"):
         if path.suffix in (".sh", ".yaml", ".txt", ".dot", ".svg"):
             text = path.read_text()
-            assert harness.TEST_SECRETS["sshPrivateKey"] not in text, f"{path}: holds a key"
+            assert TEST_SECRETS["sshPrivateKey"] not in text, f"{path}: holds a key"
             assert "PRIVATE KEY-----\nb3Bl" not in text, f"{path}: holds a private key body"
 
 
@@ -189,19 +239,19 @@ def test_graph_picture_is_a_valid_svg_and_png(previews, stack):
 
 def test_preview_leaves_the_harness_stdout_registry_as_it_was(monkeypatch):
     registered = {"-join-token": lambda _args: "{}", "-other": lambda _args: "x"}
-    monkeypatch.setattr(harness, "COMMAND_STDOUT", dict(registered))
+    monkeypatch.setattr(mocks, "COMMAND_STDOUT", dict(registered))
     graph = preview.record("dev")
     token = graph.named(f"{preview.node_names(graph)[0]}-join").plain_inputs()["stdin"]
     assert "<secret:JOIN_TOKEN>" in token, "the preview's placeholders did not take precedence"
-    assert registered == harness.COMMAND_STDOUT, (
-        f"preview changed COMMAND_STDOUT: {sorted(harness.COMMAND_STDOUT)}"
+    assert registered == mocks.COMMAND_STDOUT, (
+        f"preview changed COMMAND_STDOUT: {sorted(mocks.COMMAND_STDOUT)}"
     )
 
 
 def test_encrypted_stack_values_are_never_read(monkeypatch, tmp_path):
-    stack_config = dict(harness.stack_file("dev"))
+    stack_config = dict(stacks.stack_file("dev"))
     stack_config["gpu-cluster:sshPrivateKey"] = {"secure": "v1:AAAAciphertextAAAA"}
-    monkeypatch.setattr(harness, "stack_file", lambda _stack: stack_config)
+    monkeypatch.setattr(stacks, "stack_file", lambda _stack: stack_config)
     result = preview.preview("dev", out_root=tmp_path)
     for path in result.out_dir.rglob("*"):
         if path.is_file() and path.suffix != ".png":

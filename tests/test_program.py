@@ -7,7 +7,8 @@ import json
 import pytest
 
 from components import catalog
-from tests.harness import STACKS, Secret, load_stack_settings, plain_strings, run_program
+from tools.harness.graph import Secret, plain_strings
+from tools.harness.stacks import STACKS, load_stack_settings, run_program
 
 
 @pytest.fixture(scope="module", params=STACKS)
@@ -54,7 +55,7 @@ def test_every_resource_is_tagged_or_untaggable(stack_run):
 
 def test_private_key_never_plain(stack_run):
     """The SSH key is in every connection, always under a secret marker."""
-    from tests.harness import TEST_SECRETS
+    from tools.harness.stacks import TEST_SECRETS
 
     stack, graph = stack_run
     key = TEST_SECRETS["sshPrivateKey"].strip().splitlines()[1]

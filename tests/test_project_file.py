@@ -8,7 +8,7 @@ import yaml
 from pydantic import TypeAdapter
 
 from components.settings import Settings
-from tests.harness import ROOT, STACKS
+from tools.harness.stacks import ROOT, STACKS
 
 PROJECT = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
 

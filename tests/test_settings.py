@@ -19,7 +19,7 @@ from components.settings import (
     ExistingControlPlane,
     ManagedControlPlane,
 )
-from tests.harness import (
+from tools.harness.stacks import (
     MINIMAL_STACK,
     STACKS,
     TEST_SECRETS,

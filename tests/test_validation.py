@@ -13,7 +13,8 @@ import pytest
 from components import kubernetes_manifests as manifests
 from components.catalog import CATALOG
 from components.settings import NodePool
-from tests.harness import STACKS, Graph, Resource, run_program, stack_file
+from tools.harness.graph import Graph, Resource
+from tools.harness.stacks import STACKS, run_program, stack_file
 
 DAEMON_SET = "nvidia-device-plugin-daemonset"
 

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.harness import ROOT, STACKS
+from tools.harness.stacks import ROOT, STACKS
 
 WORKFLOWS = ROOT / ".github" / "workflows"
 LOCAL_ACTIONS = ROOT / ".github" / "actions"

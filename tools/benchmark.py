@@ -3,7 +3,7 @@
     python -m tools.benchmark                 # 1, 8, 64, 256 and 1000 nodes
     python -m tools.benchmark --nodes 1 1000  # any counts
 
-For each count N the real program runs (tests.harness.run_program, the dev stack with one pool of
+For each count N the real program runs (tools.harness run_program, the dev stack with one pool of
 N g5.xlarge nodes) in a fresh subprocess (so memory does not accumulate across sizes), then a bare
 program registering the same number of trivial resources under the same harness. The table shows:
 registered resources, program seconds, milliseconds per node and per resource, the bare program's
@@ -34,7 +34,8 @@ import pulumi_aws as aws
 import pulumi_command as command
 import pulumi_kubernetes as k8s
 
-from tests.harness import ROOT, Graph, run_program, stack_file
+from tools.harness.graph import Graph
+from tools.harness.stacks import ROOT, run_program, stack_file
 
 DEFAULT_COUNTS = (1, 8, 64, 256, 1000)
 MAX_OVERHEAD_RATIO = 1.5

@@ -11,7 +11,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from tests.harness import Graph, Resource
+from tools.harness.graph import Graph, Resource
 
 INSTALL_HINT = "apt-get install -y graphviz"
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
-from tests import harness
-from tests.harness import Graph
+from tools.harness.graph import Graph, unwrap
+from tools.harness.stacks import ROOT
 
-POLICIES_DIR = harness.ROOT / "policies"
+POLICIES_DIR = ROOT / "policies"
 if str(POLICIES_DIR) not in sys.path:
     sys.path.insert(0, str(POLICIES_DIR))
 
@@ -31,7 +31,7 @@ def as_policy_resources(graph: Graph) -> list[validators.Resource]:
         resources.append(
             validators.Resource(
                 resource_type=r.type,
-                props=harness.unwrap(r.inputs),
+                props=unwrap(r.inputs),
                 urn=r.urn,
                 name=r.name,
                 additional_secret_outputs=tuple(r.additional_secret_outputs),

@@ -29,9 +29,10 @@ from typing import Any
 
 import yaml
 
-from tests import harness
-from tests.harness import ROOT, STACKS, Graph, Resource, Secret
 from tools import graph_picture
+from tools.harness import mocks, stacks
+from tools.harness.graph import Graph, Resource, Secret, unwrap
+from tools.harness.stacks import PROJECT, ROOT, STACKS
 
 OUT_ROOT = ROOT / "build" / "preview"
 COMMAND_TYPE = "command:remote:Command"
@@ -76,15 +77,15 @@ class PolicyReport:
 
 @contextlib.contextmanager
 def _placeholder_stdout() -> Iterator[None]:
-    saved = dict(harness.COMMAND_STDOUT)
-    harness.COMMAND_STDOUT.clear()
-    harness.COMMAND_STDOUT.update(PLACEHOLDER_STDOUT)
-    harness.COMMAND_STDOUT.update({k: v for k, v in saved.items() if k not in PLACEHOLDER_STDOUT})
+    saved = dict(mocks.COMMAND_STDOUT)
+    mocks.COMMAND_STDOUT.clear()
+    mocks.COMMAND_STDOUT.update(PLACEHOLDER_STDOUT)
+    mocks.COMMAND_STDOUT.update({k: v for k, v in saved.items() if k not in PLACEHOLDER_STDOUT})
     try:
         yield
     finally:
-        harness.COMMAND_STDOUT.clear()
-        harness.COMMAND_STDOUT.update(saved)
+        mocks.COMMAND_STDOUT.clear()
+        mocks.COMMAND_STDOUT.update(saved)
 
 
 def record(stack: str, config: Mapping[str, Any] | None = None) -> Graph:
@@ -92,12 +93,12 @@ def record(stack: str, config: Mapping[str, Any] | None = None) -> Graph:
     overrides: dict[str, Any] = {
         # Encrypted values in the stack file are never read: placeholders stand in for them.
         key: None
-        for key, value in harness.stack_file(stack).items()
+        for key, value in stacks.stack_file(stack).items()
         if isinstance(value, dict) and "secure" in value
     }
     overrides.update(config or {})
     with _placeholder_stdout():
-        return harness.run_program(stack, config=overrides, secrets=PLACEHOLDER_SECRETS)
+        return stacks.run_program(stack, config=overrides, secrets=PLACEHOLDER_SECRETS)
 
 
 # ---------------------------------------------------------------- chains
@@ -105,7 +106,7 @@ def record(stack: str, config: Mapping[str, Any] | None = None) -> Graph:
 
 def node_names(graph: Graph) -> list[str]:
     """The Kubernetes node names, from the stack's `nodePools` output."""
-    pools = harness.unwrap(graph.outputs.get("nodePools")) or {}
+    pools = unwrap(graph.outputs.get("nodePools")) or {}
     return [name for pool in pools.values() for name in pool]
 
 
@@ -179,7 +180,7 @@ def render_tree(stack: str, graph: Graph) -> list[str]:
     for r in graph:
         parent = r.parent if r.parent in graph.by_urn else None
         children.setdefault(parent, []).append(r)
-    lines = [f"+ pulumi:pulumi:Stack  {harness.PROJECT}-{stack}  create"]
+    lines = [f"+ pulumi:pulumi:Stack  {PROJECT}-{stack}  create"]
     stack_items: list[tuple[Resource, int]] = [(r, 1) for r in reversed(children.get(None, []))]
     while stack_items:
         resource, depth = stack_items.pop()
@@ -195,7 +196,7 @@ def render_tree(stack: str, graph: Graph) -> list[str]:
 def render_text(preview: Preview) -> str:
     graph = preview.graph
     lines = [
-        f"Previewing {harness.PROJECT}/{preview.stack} offline (the real program under the SDK's "
+        f"Previewing {PROJECT}/{preview.stack} offline (the real program under the SDK's "
         "mocks; secrets are <secret:...> placeholders, cloud-assigned values are made up)",
         "",
         *render_tree(preview.stack, graph),
@@ -263,7 +264,7 @@ def write_scripts(graph: Graph, out_dir: Path) -> list[Path]:
     for command in commands:
         inputs = command.inputs
         for suffix, key in ((".sh", "stdin"), (".delete.sh", "delete")):
-            text = harness.unwrap(inputs.get(key))
+            text = unwrap(inputs.get(key))
             if not text:
                 continue
             path = out_dir / f"{stems[command.urn]}{suffix}"

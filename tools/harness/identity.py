@@ -27,9 +27,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.harness import PROJECT, ROOT_STACK_TYPE, Graph, Resource, engine_urn
+from tools.harness.graph import Graph, Resource
+from tools.harness.recorder import ROOT_STACK_TYPE, engine_urn
+from tools.harness.stacks import PROJECT, ROOT
 
-SNAPSHOT_DIR = Path(__file__).resolve().parent / "identity"
+SNAPSHOT_DIR = ROOT / "tests" / "identity"
 RETIRED = "retired "
 
 

@@ -1,0 +1,146 @@
+"""The one module on private Pulumi SDK internals: record what the engine would receive.
+
+`record(program, mocks, project=..., stack=...)` runs `program` in-process with
+`preview=False` (with preview, applies never run and assertions pass vacuously) against a
+`RecordingMonitor`, a subclass of the SDK's `MockMonitor` that keeps each
+`RegisterResourceRequest`, and returns the `Graph` of them. It relies on `pulumi.runtime.mocks.
+MockMonitor`, `pulumi.runtime.settings` (ROOT, SETTINGS, get_root_resource),
+`pulumi.runtime.stack` (massage, run_pulumi_func) and `pulumi.runtime.sync_await._sync_await`;
+an SDK upgrade that moves them breaks only this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from google.protobuf import json_format
+from pulumi.runtime import mocks as pulumi_mocks
+from pulumi.runtime import settings as runtime_settings
+from pulumi.runtime.stack import massage, run_pulumi_func
+from pulumi.runtime.sync_await import _sync_await
+
+from tools.harness.graph import Graph, Resource, Secret
+
+# How the SDK marks a secret value in a serialized struct.
+_SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
+_SIG_KEY = "4dabf18193072939515e22adb298388d"
+
+ROOT_STACK_TYPE = "pulumi:pulumi:Stack"
+
+
+def engine_urn(parent: str | None, type_: str, name: str, *, project: str, stack: str) -> str:
+    """The URN the engine gives a resource (pulumi/pulumi `pkg/resource/deploy/deployment.go`,
+    `generateURN`): the parent's *whole* qualified type, then `$` and the resource's type; no
+    parent type for the root stack. The SDK's MockMonitor.make_urn differs on both counts (it
+    keeps only the parent's last type and puts the root stack's type in front), so a snapshot of
+    its URNs would not be the identities a running stack has."""
+    qualified = type_
+    if parent:
+        parent_qualified = parent.split("::")[2]
+        if parent_qualified != ROOT_STACK_TYPE:
+            qualified = f"{parent_qualified}${type_}"
+    return f"urn:pulumi:{stack}::{project}::{qualified}::{name}"
+
+
+class RecordingMonitor(pulumi_mocks.MockMonitor):
+    """The SDK's mock monitor, recording each registration request as the engine would see it."""
+
+    def __init__(self, mocks: pulumi_mocks.Mocks):
+        super().__init__(mocks)
+        self.recorded: list[Resource] = []
+        self.outputs_by_urn: dict[str, dict[str, Any]] = {}
+
+    def make_urn(self, parent: str, type_: str, name: str) -> str:
+        if type_ == ROOT_STACK_TYPE:
+            return super().make_urn(parent, type_, name)
+        return engine_urn(
+            parent or None,
+            type_,
+            name,
+            project=runtime_settings.get_project(),
+            stack=runtime_settings.get_stack(),
+        )
+
+    def RegisterResource(self, request):
+        response = super().RegisterResource(request)
+        if request.type == ROOT_STACK_TYPE:
+            return response
+        timeouts = request.customTimeouts
+        self.recorded.append(
+            Resource(
+                type=request.type,
+                name=request.name,
+                urn=response.urn,
+                parent=request.parent or None,
+                custom=request.custom,
+                dependencies=set(request.dependencies),
+                property_dependencies={
+                    key: set(deps.urns) for key, deps in request.propertyDependencies.items()
+                },
+                provider=request.provider or None,
+                inputs=_decode(json_format.MessageToDict(request.object)),
+                custom_timeouts={
+                    k: v
+                    for k, v in (
+                        ("create", timeouts.create),
+                        ("update", timeouts.update),
+                        ("delete", timeouts.delete),
+                    )
+                    if v
+                },
+                additional_secret_outputs=list(request.additionalSecretOutputs),
+                replace_on_changes=list(request.replaceOnChanges),
+                delete_before_replace=request.deleteBeforeReplace,
+                ignore_changes=list(request.ignoreChanges),
+                protect=request.protect,
+                # Alias specs (or URNs) as the engine receives them; harness.identity resolves
+                # them the way the engine's step generator does.
+                aliases=[
+                    {"urn": alias.urn} if alias.urn else json_format.MessageToDict(alias.spec)
+                    for alias in request.aliases
+                ]
+                + [{"urn": urn} for urn in request.aliasURNs],
+            )
+        )
+        return response
+
+    def RegisterResourceOutputs(self, request):
+        self.outputs_by_urn[request.urn] = _decode(json_format.MessageToDict(request.outputs))
+        return super().RegisterResourceOutputs(request)
+
+
+def _decode(value: Any) -> Any:
+    if isinstance(value, dict):
+        if value.get(_SIG_KEY) == _SECRET_SIG:
+            return Secret(_decode(value.get("value")))
+        return {k: _decode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_decode(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def record(
+    program: Callable[[], None], mocks: pulumi_mocks.Mocks, *, project: str, stack: str
+) -> Graph:
+    """Run `program` as `pulumi up` would (engine config already set) and return its graph."""
+    runtime_settings.ROOT.set(None)
+    monitor = RecordingMonitor(mocks)
+    pulumi_mocks.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=monitor)
+    runtime_settings.SETTINGS.outputs.clear()
+
+    def main() -> None:
+        program()
+        # set_mocks registered the root stack's (empty) outputs before the program ran; register
+        # what the program exported, as `pulumi up` does when the program returns.
+        root = runtime_settings.get_root_resource()
+        if root is not None and getattr(root, "outputs", None):
+            root.register_outputs(massage(root.outputs, []))
+
+    _sync_await(run_pulumi_func(main))
+    stack_urn = f"urn:pulumi:{stack}::{project}::{ROOT_STACK_TYPE}::{project}-{stack}"
+    for resource in monitor.recorded:
+        resource.outputs = monitor.outputs_by_urn.get(resource.urn, {})
+    return Graph(monitor.recorded, monitor.outputs_by_urn.get(stack_urn, {}))

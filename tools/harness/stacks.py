@@ -1,0 +1,119 @@
+"""Stack files and engine config, and running the real program for a stack.
+
+`run_program("dev")` loads `Pulumi.dev.yaml` (plus test secrets), runs `__main__.py` under the
+recorder with the provider answers of `mocks`, and returns the `Graph` of what it registered.
+"""
+
+from __future__ import annotations
+
+import json
+import runpy
+import sys
+from collections.abc import Callable, Mapping
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pulumi.runtime import set_all_config
+
+from tools.harness.graph import Graph
+from tools.harness.mocks import Mocks
+from tools.harness.recorder import record
+
+ROOT = Path(__file__).resolve().parents[2]
+PROGRAM = ROOT / "__main__.py"
+PROJECT = "gpu-cluster"
+STACKS = ("dev", "staging", "prod")
+
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def _test_private_key() -> str:
+    """A syntactically valid OpenSSH private key that opens nothing (tests never dial)."""
+    body = "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZWQyNTUxOQ"
+    return f"-----BEGIN OPENSSH PRIVATE KEY-----\n{body}\n-----END OPENSSH PRIVATE KEY-----\n"
+
+
+TEST_SECRETS = {"sshPrivateKey": _test_private_key()}
+
+# The least a stack must say: the rest comes from the defaults in code. Where the operator
+# connects from has no default: it is theirs to name.
+MINIMAL_STACK = {
+    "gpu-cluster:clusterName": "mini",
+    "gpu-cluster:ssh": {"publicKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA ops@example"},
+    "gpu-cluster:nodePools": [{"name": "a", "instanceType": "g5.xlarge", "count": 1}],
+    "gpu-cluster:network": {"sshAllowedCidrs": ["203.0.113.0/24"]},
+    "gpu-cluster:controlPlane": {"mode": "managed", "apiAllowedCidrs": ["203.0.113.0/24"]},
+}
+
+
+@cache
+def stack_file(stack: str) -> dict[str, Any]:
+    """The `config:` of Pulumi.<stack>.yaml, as written."""
+    data = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())
+    return dict(data.get("config") or {})
+
+
+def engine_config(
+    values: Mapping[str, Any], secrets: Mapping[str, str]
+) -> tuple[dict[str, str], list[str]]:
+    """Config as the CLI hands it to a program: every value a string, objects as JSON."""
+    flat: dict[str, str] = {}
+    for key, value in values.items():
+        flat[key] = value if isinstance(value, str) else json.dumps(value)
+    secret_keys = []
+    for key, value in secrets.items():
+        full = key if ":" in key else f"{PROJECT}:{key}"
+        flat[full] = value
+        secret_keys.append(full)
+    return flat, secret_keys
+
+
+def set_stack_config(
+    stack: str = "dev",
+    *,
+    config: Mapping[str, Any] | None = None,
+    replace_config: bool = False,
+    secrets: Mapping[str, str] | None = None,
+) -> None:
+    """Make the engine config what `pulumi up` on this stack would see (plus overrides)."""
+    values: dict[str, Any] = {} if replace_config else dict(stack_file(stack))
+    for key, value in (config or {}).items():
+        full = key if ":" in key else f"{PROJECT}:{key}"
+        if value is None:
+            values.pop(full, None)
+        else:
+            values[full] = value
+    flat, secret_keys = engine_config(values, TEST_SECRETS if secrets is None else secrets)
+    set_all_config(flat, secret_keys)
+
+
+def load_stack_settings(stack: str = "dev", **kwargs: Any):
+    """Only the loader (no program run): the validated Settings, or ConfigError."""
+    from components.config import load_settings
+
+    set_stack_config(stack, **kwargs)
+    return load_settings()
+
+
+def run_program(
+    stack: str = "dev",
+    *,
+    config: Mapping[str, Any] | None = None,
+    replace_config: bool = False,
+    secrets: Mapping[str, str] | None = None,
+    program: Path | Callable[[], None] = PROGRAM,
+) -> Graph:
+    """Run the program for a stack file and return its registered graph.
+
+    `config` overrides (or with `replace_config`, replaces) keys of Pulumi.<stack>.yaml; keys may
+    be given without the `gpu-cluster:` prefix. `secrets` default to a test SSH key.
+    """
+    set_stack_config(stack, config=config, replace_config=replace_config, secrets=secrets)
+
+    def run_file() -> None:
+        runpy.run_path(str(program), run_name="__main__")
+
+    return record(program if callable(program) else run_file, Mocks(), project=PROJECT, stack=stack)
