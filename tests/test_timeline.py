@@ -1,0 +1,198 @@
+"""The bring-up model (`python -m tools.timeline`): the scheduler on hand-made graphs with known
+answers, then on the real dev stack's graph, and the recommended parallelism."""
+
+from __future__ import annotations
+
+import json
+import math
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from tests.harness import HOST_CHAIN, VALIDATION_CHAIN
+from tools import parallelism, step_durations, timeline
+from tools.timeline import Task, simulate
+
+
+def ends(schedule) -> dict[str, float]:
+    return {key: slot.end for key, slot in schedule.times.items()}
+
+
+# ---------------------------------------------------------------- hand-made graphs
+
+
+@pytest.mark.parametrize("parallel", [1, 2, math.inf])
+def test_chain_takes_the_sum_of_its_steps_at_any_parallelism(parallel):
+    tasks = [Task("a", (), 2), Task("b", ("a",), 3), Task("c", ("b",), 5)]
+    assert ends(simulate(tasks, parallel)) == {"a": 2, "b": 5, "c": 10}
+
+
+def _fan_out(leaves: int) -> list[Task]:
+    return [Task("root", (), 1)] + [Task(f"leaf{i}", ("root",), 10) for i in range(leaves)]
+
+
+def test_fan_out_with_one_slot_runs_leaves_one_after_another_in_registration_order():
+    schedule = simulate(_fan_out(4), 1)
+    assert [schedule.times[f"leaf{i}"].start for i in range(4)] == [1, 11, 21, 31]
+    assert schedule.makespan == 41
+    assert schedule.times["leaf3"].waited == 30
+
+
+def test_fan_out_with_unbounded_slots_runs_leaves_together():
+    schedule = simulate(_fan_out(4), math.inf)
+    assert {schedule.times[f"leaf{i}"].start for i in range(4)} == {1}
+    assert schedule.makespan == 11
+
+
+def test_fan_out_with_two_slots_runs_two_waves():
+    assert simulate(_fan_out(4), 2).makespan == 21
+
+
+def test_diamond_waits_for_its_slower_branch():
+    tasks = [
+        Task("a", (), 1),
+        Task("b", ("a",), 2),
+        Task("c", ("a",), 5),
+        Task("d", ("b", "c"), 1),
+    ]
+    wide = simulate(tasks, math.inf)
+    assert ends(wide) == {"a": 1, "b": 3, "c": 6, "d": 7}
+    assert wide.critical_path("d") == ["a", "c", "d"]
+    assert ends(simulate(tasks, 1)) == {"a": 1, "b": 3, "c": 8, "d": 9}
+
+
+def test_zero_length_steps_still_need_a_slot():
+    """Component resources: the engine runs their (no-op) step on a worker like any other."""
+    tasks = [Task("long", (), 10), Task("component", (), 0), Task("child", ("component",), 1)]
+    schedule = simulate(tasks, 1)
+    assert schedule.times["component"].start == 10
+    assert schedule.times["child"].end == 11
+
+
+def test_first_come_first_served_by_ready_time():
+    """A freed slot goes to the step that became ready first, not the one registered first."""
+    tasks = [
+        Task("late", ("slow",), 1),
+        Task("early", ("fast",), 1),
+        Task("slow", (), 5),
+        Task("fast", (), 1),
+        Task("hog", (), 20),
+    ]
+    schedule = simulate(tasks, 2)
+    assert schedule.times["hog"].start == 1  # ready at 0, before `early` (ready at 1)
+    assert (schedule.times["early"].ready, schedule.times["early"].start) == (1, 5)
+    assert (schedule.times["late"].ready, schedule.times["late"].start) == (5, 6)
+
+
+def test_a_cycle_is_reported():
+    with pytest.raises(ValueError, match="cycle"):
+        simulate([Task("a", ("b",), 1), Task("b", ("a",), 1)], 2)
+
+
+# ---------------------------------------------------------------- the real dev stack
+
+
+@pytest.fixture(scope="module")
+def dev_graph():
+    return timeline.record("dev")
+
+
+@pytest.fixture(scope="module")
+def dev_three():
+    return timeline.record("dev", nodes=3)
+
+
+def test_dev_critical_path_is_the_node_chain_in_contract_order(dev_graph):
+    result = timeline.model("dev", dev_graph)
+    kinds = [result.schedule.tasks[k].kind for k in result.schedule.critical_path(result.last_key)]
+    last_instance = len(kinds) - 1 - kinds[::-1].index("aws:ec2/instance:Instance")
+    node_part = kinds[last_instance:]
+    assert node_part == ["aws:ec2/instance:Instance", *HOST_CHAIN, *VALIDATION_CHAIN], kinds
+
+
+def test_dev_one_node_at_the_recommendation_never_waits_and_sums_its_chain(dev_graph):
+    result = timeline.model("dev", dev_graph)
+    assert result.parallel == parallelism.recommended_parallelism(1)
+    assert all(slot.waited == 0 for slot in result.schedule.times.values())
+    path = result.schedule.critical_path(result.last_key)
+    assert result.all == sum(result.schedule.tasks[k].seconds for k in path)
+    assert result.first == result.all
+
+
+def test_dev_with_one_slot_runs_every_step_back_to_back(dev_graph):
+    """P=1: a DAG always has a ready step, so the run is exactly the sum of all steps."""
+    result = timeline.model("dev", dev_graph, parallel=1)
+    assert result.all == pytest.approx(sum(t.seconds for t in result.schedule.tasks.values()))
+
+
+def test_every_resource_has_a_duration_with_a_source(dev_graph):
+    tasks = timeline.tasks_from_graph(dev_graph)
+    assert {t.kind for t in tasks} - {"other", "other-command"} == {t.kind for t in tasks}
+    for baked in (False, True):
+        for kind, duration in step_durations.all_rows(baked):
+            assert duration.source.strip(), kind
+
+
+def test_default_providers_are_steps_before_their_first_resource(dev_graph):
+    tasks = {t.key: t for t in timeline.tasks_from_graph(dev_graph)}
+    assert {"default-provider:aws", "default-provider:command"} <= tasks.keys()
+    vpc = next(r for r in dev_graph if r.type == "aws:ec2/vpc:Vpc")
+    assert "default-provider:aws" in tasks[vpc.urn].deps
+
+
+def test_nodes_queue_when_slots_are_fewer_than_nodes(dev_three):
+    wide = timeline.model("dev", dev_three)
+    narrow = timeline.model("dev", dev_three, parallel=2)
+    assert wide.nodes == narrow.nodes == 3
+    assert wide.all == wide.first
+    assert narrow.all > wide.all
+    assert any(slot.waited > 0 for slot in narrow.schedule.times.values())
+
+
+def test_baked_nodes_only_verify(dev_three):
+    stock = timeline.model("dev", dev_three)
+    baked = timeline.model("dev", dev_three, baked=True)
+    saved = sum(
+        step_durations.STOCK[s].seconds - step_durations.BAKED[s].seconds
+        for s in step_durations.NODE_STEPS
+    )
+    assert baked.first < stock.first
+    assert stock.first - baked.first <= saved
+
+
+def test_json_line(dev_graph, capsys, monkeypatch):
+    monkeypatch.setattr(timeline, "record", lambda stack, nodes=None: dev_graph)
+    assert timeline.main(["dev", "--json", "--parallel", "4"]) == 0
+    line = json.loads(capsys.readouterr().out)
+    assert set(line) == {"nodes", "parallel", "firstValidatedSeconds", "allValidatedSeconds"}
+    assert (line["nodes"], line["parallel"]) == (1, 4)
+    assert line["allValidatedSeconds"] >= line["firstValidatedSeconds"] > 0
+
+
+def test_report_and_gantt_picture(dev_three, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(timeline, "record", lambda stack, nodes=None: dev_three)
+    svg = tmp_path / "t.svg"
+    assert timeline.main(["dev", "--nodes", "3", "--parallel", "2", "--svg", str(svg)]) == 0
+    out = capsys.readouterr().out
+    assert "critical path of the last validated node" in out
+    assert "dev-gpu-a10g-2-validation-job" in out or "validation-job" in out
+    root = ET.fromstring(svg.read_text())
+    assert root.tag.endswith("svg")
+    assert len(root.findall(".//{http://www.w3.org/2000/svg}rect")) >= len(HOST_CHAIN)
+    assert root.findall(".//{http://www.w3.org/2000/svg}polyline")
+
+
+# ---------------------------------------------------------------- the recommendation
+
+
+def test_recommendation_gives_every_node_its_slots():
+    assert parallelism.recommended_parallelism(1000) >= 1000
+    assert parallelism.recommended_parallelism(10, concurrent_steps_per_node=2) >= 20
+    with pytest.raises(ValueError):
+        parallelism.recommended_parallelism(-1)
+
+
+def test_recommendation_for_a_stack_file(capsys):
+    assert parallelism.main(["prod"]) == 0
+    nodes = parallelism.stack_node_count("prod")
+    assert int(capsys.readouterr().out) == parallelism.recommended_parallelism(nodes)

@@ -1,0 +1,129 @@
+"""How long each resource's create step takes, for the bring-up model (`python -m tools.timeline`).
+
+Every figure names where it comes from: a public measurement, a vendor document, or, where none
+exists, the stated assumption. Figures are for one create on a fresh machine in one region; the
+model does not add noise. "stock" is a node booted from Canonical's Ubuntu image (the chain
+installs everything); "baked" is a node booted from a `GpuImage` AMI built from the same scripts,
+so its install steps find everything in place and only verify.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Duration:
+    seconds: float
+    source: str
+
+
+# Sources, cited by key below.
+SOURCES = {
+    "brevdev": "brevdev/ec2-coldboot-research @fix_plan.md: cold EC2 launch to SSH 25.8 s average "
+    "(RunInstances API 19 % = 4.9 s, pending->running 69 % = 17.8 s, boot->SSH 12 % = 3.1 s), "
+    "instance family irrelevant (22.6-23.3 s over six types)",
+    "daemonology": "daemonology.net 2021-08-12 'EC2 boot time benchmarking' (ec2-boot-bench): "
+    "RunInstances 1.5 s, pending->running 4.9 s, running->port 22 closed 17.2 s, ->open 5.6 s",
+    "issue-figures": "published figures gathered for the fleet bring-up model: GPU driver install "
+    "several minutes, DKMS build 80-150 s, device plugin start to allocatable 13-90 s, baked "
+    "GPU node floor 45-90 s",
+    "autoscaler": "kubernetes/autoscaler cluster-autoscaler/utils/gpu/gpu.go: 'When a machine "
+    "with GPU becomes ready it can take up to 15 minutes before it reports that GPU is "
+    "allocatable' (the upper bound; we take the 13-90 s range's middle)",
+    "amifrominstance": "pulumi-aws AmiFromInstance docs: a running source instance is stopped "
+    "before the snapshots and started again; EC2 CreateImage docs: the AMI is usable when its "
+    "snapshots complete",
+    "tf-aws-instance": "terraform-provider-aws internal/service/ec2/ec2_instance.go: Create "
+    "returns once the instance is 'running' (waitInstanceCreated)",
+    "kubeadm": "kubeadm init/join reference (kubernetes.io): init pulls the control-plane "
+    "images, writes static pods and waits for a healthy API server; join is TLS bootstrap "
+    "and kubelet start",
+    "pulumi-k8s-await": "pulumi-kubernetes await logic (provider/pkg/await): a DaemonSet is "
+    "ready when its rollout reports every desired pod ready (0 desired before any GPU node "
+    "joins); a Job when it completes",
+}
+
+
+def _d(seconds: float, source: str) -> Duration:
+    return Duration(seconds, source)
+
+
+# Resource kinds whose time does not depend on the image.
+COMMON: dict[str, Duration] = {
+    "component": _d(
+        0.0, "pulumi pkg/resource/deploy/step.go CreateStep.Apply: no provider call unless Custom"
+    ),
+    "provider": _d(
+        2.0,
+        "assumption: plugin start + CheckConfig/Configure of a provider already on disk, ~2 s",
+    ),
+    "aws:ec2/vpc:Vpc": _d(4.0, "assumption: CreateVpc then wait 'available' (seconds)"),
+    "aws:ec2/internetGateway:InternetGateway": _d(3.0, "assumption: create + attach, ~3 s"),
+    "aws:ec2/subnet:Subnet": _d(3.0, "assumption: CreateSubnet then wait 'available'"),
+    "aws:ec2/routeTable:RouteTable": _d(2.0, "assumption: one API call plus a route"),
+    "aws:ec2/routeTableAssociation:RouteTableAssociation": _d(1.0, "assumption: one API call"),
+    "aws:ec2/securityGroup:SecurityGroup": _d(3.0, "assumption: create + authorize rules"),
+    "aws:ec2/keyPair:KeyPair": _d(1.0, "assumption: ImportKeyPair, one API call"),
+    "aws:ec2/eip:Eip": _d(2.0, "assumption: AllocateAddress + associate"),
+    "aws:ec2/instance:Instance": _d(
+        23.0, "brevdev: API 4.9 s + pending->running 17.8 s; tf-aws-instance: waits 'running'"
+    ),
+    "kubernetes:core/v1:Namespace": _d(1.0, "assumption: one API call"),
+    "kubernetes:core/v1:ConfigMap": _d(1.0, "assumption: one API call"),
+    "kubernetes:apps/v1:DaemonSet": _d(
+        3.0, "pulumi-k8s-await: 0 desired pods before any GPU node joins; assumption 3 s"
+    ),
+    # Control-plane host steps (the managed control plane boots from stock Ubuntu).
+    "cp:wait-ready": _d(
+        30.0, "brevdev: boot->SSH 3.1 s; assumption: cloud-init to 'done' ~27 s more"
+    ),
+    "cp:runtime": _d(45.0, "assumption: containerd from the Ubuntu archive + config, ~45 s"),
+    "cp:kube-tools": _d(30.0, "assumption: kubelet/kubeadm/kubectl from pkgs.k8s.io, ~30 s"),
+    "cp:init": _d(60.0, "kubeadm: image pull (~200 MB) + static pods healthy; assumption 60 s"),
+    "cp:cni": _d(30.0, "assumption: CNI manifest applied and its pods Ready, ~30 s"),
+    "cp:kubeconfig": _d(2.0, "assumption: one SSH round trip"),
+    "cp:skew": _d(3.0, "assumption: one SSH round trip + kubectl version"),
+    "join-token": _d(3.0, "assumption: SSH to the control plane + kubeadm token create"),
+    "join": _d(20.0, "kubeadm: TLS bootstrap + kubelet start; assumption 20 s"),
+    "node-ready": _d(30.0, "assumption: CNI pod pulled and started on the node, Node Ready"),
+    "gpu-capacity": _d(
+        45.0, "issue-figures: plugin start to allocatable 13-90 s (middle); autoscaler"
+    ),
+    "validation-job": _d(
+        30.0, "assumption: CUDA sample image (~100 MB) pulled + a vector add, ~30 s"
+    ),
+    "other-command": _d(5.0, "assumption: a short host command"),
+    "other": _d(5.0, "assumption: a resource type this table does not list, ~5 s"),
+}
+
+# GPU node host steps, by image.
+STOCK: dict[str, Duration] = {
+    "wait-ready": _d(30.0, "brevdev: boot->SSH 3.1 s; assumption: cloud-init to 'done' ~27 s"),
+    "nouveau": _d(20.0, "assumption: blocklist + update-initramfs, module unloaded, ~20 s"),
+    "driver": _d(
+        240.0,
+        "issue-figures: 'several minutes' (DKMS alone 80-150 s); Ubuntu's signed prebuilt "
+        "modules skip DKMS but download ~0.5 GB; assumption 240 s",
+    ),
+    "runtime": _d(45.0, "assumption: containerd + NVIDIA Container Toolkit apt install, ~45 s"),
+    "kube-tools": _d(30.0, "assumption: kubelet/kubeadm/kubectl from pkgs.k8s.io, ~30 s"),
+}
+BAKED: dict[str, Duration] = {
+    "wait-ready": STOCK["wait-ready"],
+    "nouveau": _d(3.0, "baked: blocklist already in the image; the script checks and skips"),
+    "driver": _d(5.0, "baked: packages held at the pinned version; nvidia-smi check only"),
+    "runtime": _d(3.0, "baked: config hash unchanged, no restart; check only"),
+    "kube-tools": _d(3.0, "baked: versions match, nothing installed; check only"),
+}
+
+NODE_STEPS = ("wait-ready", "nouveau", "driver", "runtime", "kube-tools")
+
+
+def node_step_durations(baked: bool) -> dict[str, Duration]:
+    return BAKED if baked else STOCK
+
+
+def all_rows(baked: bool) -> list[tuple[str, Duration]]:
+    """(kind, duration) rows of the table in use, for printing with the timeline."""
+    return [*COMMON.items(), *node_step_durations(baked).items()]
