@@ -9,8 +9,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from tests.harness import HOST_CHAIN, VALIDATION_CHAIN
 from tools import parallelism, step_durations, timeline
+from tools.harness.graph import HOST_CHAIN, VALIDATION_CHAIN
 from tools.timeline import Task, simulate
 
 

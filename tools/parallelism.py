@@ -38,15 +38,15 @@ def recommended_parallelism(nodes: int, concurrent_steps_per_node: int = 1) -> i
 def stack_node_count(stack: str) -> int:
     """GPU nodes the stack file configures (the sum of `nodePools[].count`), validated the way
     `pulumi up` validates it."""
-    from tests import harness
+    from tools.harness import stacks
 
     # Encrypted values are never read here: the test secrets stand in for them.
     encrypted = {
         key: None
-        for key, value in harness.stack_file(stack).items()
+        for key, value in stacks.stack_file(stack).items()
         if isinstance(value, dict) and "secure" in value
     }
-    settings = harness.load_stack_settings(stack, config=encrypted)
+    settings = stacks.load_stack_settings(stack, config=encrypted)
     return sum(pool.count for pool in settings.node_pools)
 
 

@@ -46,9 +46,10 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from tests import harness
-from tests.harness import ROOT, Graph, Resource
 from tools import step_durations
+from tools.harness import stacks
+from tools.harness.graph import Graph, Resource
+from tools.harness.stacks import ROOT
 from tools.parallelism import recommended_parallelism
 
 OUT_DIR = ROOT / "build" / "timeline"
@@ -292,7 +293,7 @@ class Result:
 def node_overrides(stack: str, nodes: int | None) -> dict[str, Any]:
     """Config overrides: encrypted values dropped (test secrets stand in), and with `nodes` the
     pools replaced by one pool of `nodes` nodes of the first pool's type."""
-    stack_config = harness.stack_file(stack)
+    stack_config = stacks.stack_file(stack)
     overrides: dict[str, Any] = {
         key: None
         for key, value in stack_config.items()
@@ -305,7 +306,7 @@ def node_overrides(stack: str, nodes: int | None) -> dict[str, Any]:
 
 
 def record(stack: str, nodes: int | None = None) -> Graph:
-    return harness.run_program(stack, config=node_overrides(stack, nodes))
+    return stacks.run_program(stack, config=node_overrides(stack, nodes))
 
 
 def node_count(graph: Graph) -> int:
@@ -480,7 +481,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m tools.timeline", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("stack", choices=harness.STACKS)
+    parser.add_argument("stack", choices=stacks.STACKS)
     parser.add_argument(
         "--nodes",
         type=int,
