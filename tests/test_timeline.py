@@ -196,3 +196,31 @@ def test_recommendation_for_a_stack_file(capsys):
     assert parallelism.main(["prod"]) == 0
     nodes = parallelism.stack_node_count("prod")
     assert int(capsys.readouterr().out) == parallelism.recommended_parallelism(nodes)
+
+
+def test_preview_prints_the_recommendation(dev_graph, tmp_path):
+    from tools import preview
+
+    result = preview.preview("dev", out_root=tmp_path)
+    nodes = len(result.chains)
+    assert f"--parallel {parallelism.recommended_parallelism(nodes)}" in result.text
+
+
+@pytest.mark.parametrize(
+    ("workflow", "job", "marker"),
+    [("pulumi-up.yml", "up", "pulumi up"), ("pull-request.yml", "preview", "pulumi preview")],
+)
+def test_workflows_give_the_engine_a_slot_per_node_before_it_runs(workflow, job, marker):
+    import yaml
+
+    from tools.harness.stacks import ROOT
+
+    steps = yaml.safe_load((ROOT / ".github" / "workflows" / workflow).read_text())["jobs"][job][
+        "steps"
+    ]
+    names = [str(step.get("name", "")) for step in steps]
+    sets = [i for i, s in enumerate(steps) if "tools.parallelism" in str(s.get("run", ""))]
+    assert sets, f"{workflow}: no step runs tools.parallelism"
+    assert "PULUMI_PARALLEL=" in steps[sets[0]]["run"] and "GITHUB_ENV" in steps[sets[0]]["run"]
+    runs = [i for i, name in enumerate(names) if name.startswith(marker)]
+    assert runs and min(runs) > sets[0], f"{workflow}: {names}"

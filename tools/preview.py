@@ -33,6 +33,7 @@ from tools import graph_picture
 from tools.harness import mocks, stacks
 from tools.harness.graph import Graph, Resource, Secret, unwrap
 from tools.harness.stacks import PROJECT, ROOT, STACKS
+from tools.parallelism import recommended_parallelism
 
 OUT_ROOT = ROOT / "build" / "preview"
 COMMAND_TYPE = "command:remote:Command"
@@ -209,6 +210,13 @@ def render_text(preview: Preview) -> str:
     for node_name, chain in preview.chains.items():
         steps = " -> ".join(step_label(r, node_name) for r in chain)
         lines.append(f"    {node_name}: {steps}")
+    nodes = len(preview.chains)
+    lines += [
+        "",
+        f"Parallelism: {nodes} GPU node(s), each holding one engine slot for its whole chain: "
+        f"pulumi up --parallel {recommended_parallelism(nodes)} "
+        f"(python -m tools.parallelism {preview.stack}; the CLI's default is 4 x CPUs)",
+    ]
     report = preview.policies
     lines.append("")
     if not report.available:
