@@ -542,6 +542,16 @@ class NodePool(Model):
         "GPU count and model come from it"
     )
     count: int = Field(ge=0, le=1000, description="Number of GPU nodes in the pool")
+    max_unavailable: int = Field(
+        default=1,
+        ge=1,
+        le=1000,
+        description=(
+            "At most this many joined nodes of the pool are cordoned and drained at once for a "
+            "disruptive change (driver, container runtime, kubelet upgrade); each holds a slot, "
+            "a Lease on the control plane, until it is validated and uncordoned again"
+        ),
+    )
     driver_version: str = Field(
         default="580",
         description="NVIDIA driver branch (the branch number, not a full version)",
