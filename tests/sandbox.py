@@ -62,9 +62,11 @@ class RunResult:
 
 
 class Sandbox:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, state_dir: Path | None = None) -> None:
+        """`state_dir` shared by two sandboxes: two hosts (or two runs on one host) that see one
+        simulated cluster API, each with its own files."""
         self.root = Path(root)
-        self.state_dir = self.root / "state"
+        self.state_dir = Path(state_dir) if state_dir is not None else self.root / "state"
         self.tmp_dir = self.root / "tmp"
         self.uppers: dict[str, Path] = {}
         self._workdirs: dict[str, Path] = {}

@@ -27,6 +27,27 @@ _ds_json() {
   ' "$1"
 }
 
+# _get_object <state-key> <kind "name" for errors> <argv...>: serve `get` of one stored object
+# (-o json, or -o jsonpath=<template>); NotFound unless --ignore-not-found.
+_get_object() {
+  local key="$1" what="$2" output="" j
+  shift 2
+  local argv=("$@")
+  for ((j = 0; j < ${#argv[@]}; j++)); do
+    [[ "${argv[j]}" == -o ]] && output="${argv[j + 1]}"
+  done
+  if ! state_has "${key}"; then
+    [[ " ${argv[*]} " == *" --ignore-not-found "* ]] && exit 0
+    echo "Error from server (NotFound): ${what} not found" >&2
+    exit 1
+  fi
+  case "${output}" in
+    jsonpath=*) python3 "$(dirname "$0")/_kubectl_jsonpath.py" "${output#jsonpath=}" <"${STUB_STATE}/${key}" ;;
+    *) cat "${STUB_STATE}/${key}" ;;
+  esac
+  exit 0
+}
+
 kubectl_api() {
   local args=() kubeconfig="" namespace=default raw="" file="" condition="" arg i
   local all=("$@")
@@ -68,6 +89,19 @@ kubectl_api() {
           ;;
         *) echo "Error from server (NotFound): the server could not find ${raw}" >&2 && exit 1 ;;
       esac
+      if [[ "${args[1]:-}" =~ ^(lease|leases)$ ]]; then
+        _get_object "kubectl/leases/${namespace}/${args[2]}.json" \
+          "leases.coordination.k8s.io \"${args[2]}\"" "${all[@]}"
+      fi
+      if [[ "${args[1]:-}" =~ ^(pod|pods|po)$ ]]; then
+        local selector="" node_pods
+        for ((i = 0; i < ${#all[@]}; i++)); do
+          [[ "${all[i]}" == --field-selector ]] && selector="${all[i + 1]}"
+        done
+        node_pods="kubectl/pods/${selector}"
+        state_has "${node_pods}" && state_get "${node_pods}"
+        exit 0
+      fi
       if [[ "${args[1]:-}" =~ ^(daemonset|daemonsets|ds)$ ]]; then
         local ds="kubectl/daemonsets/${namespace}/${args[2]}.json" output=""
         for ((i = 0; i < ${#all[@]}; i++)); do
@@ -81,6 +115,15 @@ kubectl_api() {
         python3 "$(dirname "$0")/_kubectl_jsonpath.py" "${output#jsonpath=}" <"${STUB_STATE}/${ds}"
         exit 0
       fi
+      ;;
+    create | replace)
+      [[ -f "${file}" ]] || { echo "error: the path \"${file}\" does not exist" >&2 && exit 1; }
+      python3 "$(dirname "$0")/_kubectl_objects.py" "${STUB_STATE}" lease "${args[0]}" "${file}"
+      exit $?
+      ;;
+    cordon | uncordon)
+      python3 "$(dirname "$0")/_kubectl_objects.py" "${STUB_STATE}" node "${args[0]}" "${args[1]}"
+      exit $?
       ;;
     apply)
       [[ -f "${file}" ]] || { echo "error: the path \"${file}\" does not exist" >&2 && exit 1; }

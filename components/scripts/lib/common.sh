@@ -332,3 +332,192 @@ require_node_name() {
   [[ "${NODE_NAME}" =~ ^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$ ]] ||
     fatal "NODE_NAME must be a lowercase DNS name, got '${NODE_NAME}'"
 }
+
+# node_exists: the Node NODE_NAME is registered (the host has joined).
+node_exists() {
+  [[ -n "$(admin_kubectl get node "${NODE_NAME}" --ignore-not-found -o name)" ]]
+}
+
+# node_ready_status: the Node's Ready condition (True, False, Unknown; empty when missing).
+node_ready_status() {
+  admin_kubectl get node "${NODE_NAME}" \
+    -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}'
+}
+
+# pods_on_node: "namespace/name" of each pod on NODE_NAME a drain would have to remove (pods
+# of DaemonSets stay), one a line.
+pods_on_node() {
+  admin_kubectl get pods --all-namespaces --field-selector "spec.nodeName=${NODE_NAME}" \
+    --no-headers -o 'custom-columns=NS:.metadata.namespace,NAME:.metadata.name,OWNER:.metadata.ownerReferences[0].kind' |
+    awk '$3 != "DaemonSet" { print $1 "/" $2 }'
+}
+
+# drain_node_bounded <seconds>: evict NODE_NAME's pods (DaemonSets excepted) within the bound.
+# A Ready node is drained through the eviction API, so PodDisruptionBudgets hold; a node whose
+# kubelet is gone (NotReady) cannot stop its pods, so they are deleted instead
+# (--force --disable-eviction) and not waited for. On timeout it fails naming the pods left.
+drain_node_bounded() {
+  local limit="$1" ready flags=(--ignore-daemonsets --delete-emptydir-data) left
+  ready="$(node_ready_status)"
+  if [[ "${ready}" != True ]]; then
+    log "Node ${NODE_NAME} is not Ready (${ready:-no condition}): deleting its pods without eviction"
+    flags+=(--force --disable-eviction --skip-wait-for-delete-timeout=1)
+  fi
+  if timeout -k 10 "$((limit + 30))" kubectl --kubeconfig=/etc/kubernetes/admin.conf \
+    drain "${NODE_NAME}" "${flags[@]}" --timeout="${limit}s" >&2; then
+    log "Node ${NODE_NAME} drained"
+    return 0
+  fi
+  left="$(pods_on_node | paste -sd ' ' -)" || left="(could not list them)"
+  fatal "drain of ${NODE_NAME} did not finish in ${limit}s; pods still on it: ${left:-none}." \
+    "A PodDisruptionBudget allows no eviction, or a pod does not stop: look at" \
+    "'kubectl get pdb -A' and 'kubectl get pods -A -o wide --field-selector spec.nodeName=${NODE_NAME}'"
+}
+
+# ---- rolling slots (control plane) ------------------------------------------------
+#
+# At most MAX_UNAVAILABLE nodes of a pool are disrupted at once: each holds a slot, a
+# coordination.k8s.io/v1 Lease kube-system/gpu-cluster-slot-<pool>-<index>, index below
+# MAX_UNAVAILABLE, whose holderIdentity is the node name. Taking a slot is atomic in the API
+# server, never read-then-write: an absent Lease is created (`kubectl create` fails with
+# AlreadyExists when another run created it first); a free or expired one is replaced with the
+# resourceVersion that was read, which the API server refuses with a Conflict (409) when anyone
+# wrote the Lease in between (optimistic concurrency, Kubernetes API concepts: "Resource
+# versions"; `kubectl replace` sends the object's metadata.resourceVersion as the precondition).
+# A slot whose renewTime + leaseDurationSeconds lies in the past is expired and taken over, so a
+# run that crashed while holding one blocks the others for leaseDurationSeconds at most.
+
+SLOT_NAMESPACE=kube-system
+
+slot_lease_name() {
+  printf 'gpu-cluster-slot-%s-%s\n' "$1" "$2"
+}
+
+# now_micro: the time now as a Lease MicroTime (RFC 3339, microseconds, UTC).
+now_micro() {
+  date -u +%Y-%m-%dT%H:%M:%S.%6NZ
+}
+
+# write_lease_json <file> <name> <holder> <duration> [resourceVersion]: a Lease manifest.
+write_lease_json() {
+  local now version=""
+  now="$(now_micro)"
+  [[ -n "${5:-}" ]] && version=", \"resourceVersion\": \"$5\""
+  printf '{"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": "%s", "namespace": "%s"%s}, "spec": {"holderIdentity": "%s", "leaseDurationSeconds": %s, "acquireTime": "%s", "renewTime": "%s"}}\n' \
+    "$2" "${SLOT_NAMESPACE}" "${version}" "$3" "$4" "${now}" "${now}" >"$1"
+}
+
+# read_slot <pool> <index>: sets SLOT_VERSION, SLOT_HOLDER, SLOT_RENEWED, SLOT_DURATION
+# (SLOT_VERSION empty: no such Lease yet).
+read_slot() {
+  local out
+  out="$(admin_kubectl -n "${SLOT_NAMESPACE}" get lease "$(slot_lease_name "$1" "$2")" \
+    --ignore-not-found -o 'jsonpath={.metadata.resourceVersion}{"\t"}{.spec.holderIdentity}{"\t"}{.spec.renewTime}{"\t"}{.spec.leaseDurationSeconds}')"
+  SLOT_VERSION="" SLOT_HOLDER="" SLOT_RENEWED="" SLOT_DURATION=""
+  [[ "${out}" == *$'\t'*$'\t'*$'\t'* ]] || return 0
+  # Split by hand: `read` with a tab IFS collapses an empty field (a released slot's holder).
+  SLOT_VERSION="${out%%$'\t'*}" && out="${out#*$'\t'}"
+  SLOT_HOLDER="${out%%$'\t'*}" && out="${out#*$'\t'}"
+  SLOT_RENEWED="${out%%$'\t'*}"
+  SLOT_DURATION="${out#*$'\t'}"
+}
+
+# slot_expired: the slot just read is past renewTime + leaseDurationSeconds (or has no times).
+slot_expired() {
+  local renewed
+  [[ -n "${SLOT_RENEWED}" && "${SLOT_DURATION}" =~ ^[0-9]+$ ]] || return 0
+  renewed="$(date -u -d "${SLOT_RENEWED}" +%s)" || return 0
+  (($(date -u +%s) > renewed + SLOT_DURATION))
+}
+
+# write_slot <create|replace> <pool> <index> <holder> <duration> [resourceVersion]: true when
+# the API server took the write; false when another writer came first (AlreadyExists or
+# Conflict); fails on any other error.
+write_slot() {
+  local verb="$1" manifest err rc=0
+  manifest="$(temp_path "slot-$2-$3.json")"
+  err="$(temp_path "slot-$2-$3.err")"
+  write_lease_json "${manifest}" "$(slot_lease_name "$2" "$3")" "$4" "$5" "${6:-}"
+  admin_kubectl "${verb}" -f "${manifest}" >/dev/null 2>"${err}" || rc=$?
+  if ((rc == 0)); then
+    return 0
+  fi
+  if grep -qE 'AlreadyExists|Conflict|has been modified' "${err}"; then
+    log "slot $3 of pool $2: another run wrote it first"
+    return 1
+  fi
+  fatal "could not ${verb} Lease ${SLOT_NAMESPACE}/$(slot_lease_name "$2" "$3"): $(head -c 300 "${err}")"
+}
+
+# slot_take_if_free <pool> <index> <holder> <duration>: true when this call took the slot: it
+# was absent, released or expired, and no other writer came first.
+slot_take_if_free() {
+  read_slot "$1" "$2"
+  if [[ -z "${SLOT_VERSION}" ]]; then
+    write_slot create "$@"
+  elif [[ -z "${SLOT_HOLDER}" ]] || slot_expired; then
+    [[ -z "${SLOT_HOLDER}" ]] ||
+      log "slot $2 of pool $1: ${SLOT_HOLDER}'s hold expired (renewed ${SLOT_RENEWED}, ${SLOT_DURATION}s), taking it over"
+    write_slot replace "$@" "${SLOT_VERSION}"
+  else
+    return 1
+  fi
+}
+
+# slot_acquire <pool> <max> <holder> <duration-seconds> <wait-seconds>: hold one of the pool's
+# slots (the one the holder already has, after a re-run, else a free or expired one), waiting
+# for one at most <wait-seconds>.
+slot_acquire() {
+  local pool="$1" max="$2" holder="$3" duration="$4" wait="$5" index deadline last=""
+  local -a holders
+  deadline=$((SECONDS + wait))
+  while true; do
+    for ((index = 0; index < max; index++)); do
+      read_slot "${pool}" "${index}"
+      if [[ -n "${SLOT_VERSION}" && "${SLOT_HOLDER}" == "${holder}" ]] &&
+        write_slot replace "${pool}" "${index}" "${holder}" "${duration}" "${SLOT_VERSION}"; then
+        log "slot ${index} of pool ${pool} already held by ${holder}, renewed for ${duration}s"
+        return 0
+      fi
+    done
+    holders=()
+    for ((index = 0; index < max; index++)); do
+      if slot_take_if_free "${pool}" "${index}" "${holder}" "${duration}"; then
+        log "slot ${index} of pool ${pool} taken by ${holder} for ${duration}s"
+        return 0
+      fi
+      read_slot "${pool}" "${index}"
+      [[ -z "${SLOT_HOLDER}" ]] ||
+        holders+=("${SLOT_HOLDER} (slot ${index}, renewed ${SLOT_RENEWED}, for ${SLOT_DURATION}s)")
+    done
+    if ((SECONDS >= deadline)); then
+      fatal "no free slot for ${holder} in pool ${pool} after ${wait}s (maxUnavailable ${max});" \
+        "held by: ${holders[*]:-nobody (lost every race)}. A hold expires on its own; to end one" \
+        "now: kubectl -n ${SLOT_NAMESPACE} delete lease $(slot_lease_name "${pool}" '<slot>')"
+    fi
+    if [[ "${holders[*]:-}" != "${last}" ]]; then
+      log "waiting for a slot of pool ${pool} (maxUnavailable ${max}), held by: ${holders[*]:-}"
+      last="${holders[*]:-}"
+    fi
+    sleep "${SLOT_POLL_SECONDS:-10}"
+  done
+}
+
+# slot_release <pool> <max> <holder>: give back every slot of the pool the holder has; a slot
+# taken over by another run after it expired is not the holder's any more and stays.
+slot_release() {
+  local pool="$1" max="$2" holder="$3" index released=0
+  for ((index = 0; index < max; index++)); do
+    while true; do
+      read_slot "${pool}" "${index}"
+      [[ -n "${SLOT_VERSION}" && "${SLOT_HOLDER}" == "${holder}" ]] || break
+      # Released as client-go's leader election releases: no holder, a 1s duration.
+      if write_slot replace "${pool}" "${index}" "" 1 "${SLOT_VERSION}"; then
+        log "slot ${index} of pool ${pool} released by ${holder}"
+        released=$((released + 1))
+        break
+      fi
+    done
+  done
+  ((released > 0)) || log "${holder} holds no slot of pool ${pool}"
+}
