@@ -13,18 +13,12 @@ if ! declare -F init_script >/dev/null; then
   source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 fi
 
-KUBE_KEYRING=/etc/apt/keyrings/kubernetes-apt-keyring.gpg
-KUBE_SOURCES=/etc/apt/sources.list.d/kubernetes.list
 KUBE_PACKAGES="kubelet kubeadm kubectl"
 
 check_inputs() {
   require_vars KUBERNETES_MINOR
   [[ "${KUBERNETES_MINOR}" =~ ^1\.[0-9]+$ ]] ||
     fatal "KUBERNETES_MINOR must be a minor version like 1.35, got '${KUBERNETES_MINOR}'"
-}
-
-repo_url() {
-  printf 'https://pkgs.k8s.io/core:/stable:/v%s/deb/\n' "${KUBERNETES_MINOR}"
 }
 
 disable_swap() {
@@ -53,23 +47,6 @@ CONF
   ensure_sysctl net.bridge.bridge-nf-call-iptables 1
   ensure_sysctl net.bridge.bridge-nf-call-ip6tables 1
   ensure_sysctl net.ipv4.ip_forward 1
-}
-
-add_kubernetes_apt_repo() {
-  local key changed_key="" changed_list
-  changed_list="$(write_file_if_changed "${KUBE_SOURCES}" <<LIST
-deb [signed-by=${KUBE_KEYRING}] $(repo_url) /
-LIST
-)"
-  if [[ ! -s "${KUBE_KEYRING}" || "${changed_list}" == changed ]]; then
-    key="$(temp_path Release.key)"
-    download "$(repo_url)Release.key" "${key}"
-    gpg --batch --yes --dearmor -o "${key}.gpg" "${key}"
-    changed_key="$(install_file_if_changed "${key}.gpg" "${KUBE_KEYRING}")"
-  fi
-  if [[ "${changed_key}${changed_list}" == *changed* ]]; then
-    apt_update
-  fi
 }
 
 install_kube_packages() {

@@ -218,6 +218,35 @@ apt_hold() {
   fi
 }
 
+# ---- Kubernetes packages ------------------------------------------------------------
+
+KUBE_KEYRING=/etc/apt/keyrings/kubernetes-apt-keyring.gpg
+KUBE_SOURCES=/etc/apt/sources.list.d/kubernetes.list
+
+# pkgs.k8s.io has one repository per minor: KUBERNETES_MINOR picks it.
+repo_url() {
+  printf 'https://pkgs.k8s.io/core:/stable:/v%s/deb/\n' "${KUBERNETES_MINOR}"
+}
+
+# add_kubernetes_apt_repo: the repository of KUBERNETES_MINOR (replacing another minor's) and
+# its signing key; apt-get update only when either changed.
+add_kubernetes_apt_repo() {
+  local key changed_key="" changed_list
+  changed_list="$(write_file_if_changed "${KUBE_SOURCES}" <<LIST
+deb [signed-by=${KUBE_KEYRING}] $(repo_url) /
+LIST
+)"
+  if [[ ! -s "${KUBE_KEYRING}" || "${changed_list}" == changed ]]; then
+    key="$(temp_path Release.key)"
+    download "$(repo_url)Release.key" "${key}"
+    gpg --batch --yes --dearmor -o "${key}.gpg" "${key}"
+    changed_key="$(install_file_if_changed "${key}.gpg" "${KUBE_KEYRING}")"
+  fi
+  if [[ "${changed_key}${changed_list}" == *changed* ]]; then
+    apt_update
+  fi
+}
+
 # ---- files, modules, sysctls, services ------------------------------------------
 
 file_hash() {
@@ -520,4 +549,55 @@ slot_release() {
     done
   done
   ((released > 0)) || log "${holder} holds no slot of pool ${pool}"
+}
+
+# ---- Kubernetes minor upgrades ---------------------------------------------------------
+
+# minor_of <version>: "v1.35.2" or "1.35" -> "1.35" (empty when it is neither).
+minor_of() {
+  sed -nE 's/^v?(1\.[0-9]+)(\.[0-9]+.*)?$/\1/p' <<<"$1"
+}
+
+# api_server_minor <kubeconfig>: the minor the API server runs (kubectl get --raw /version).
+api_server_minor() {
+  local body
+  body="$(kubectl --kubeconfig="$1" --request-timeout=30s get --raw /version)" ||
+    fatal "the API server did not answer 'kubectl get --raw /version' (kubeconfig $1)"
+  sed -nE 's/.*"gitVersion": *"v([0-9]+\.[0-9]+)\.[^"]*".*/\1/p' <<<"${body}" | head -n 1
+}
+
+# check_one_minor_step <running minor> <what runs it>: KUBERNETES_MINOR may be the running minor
+# or the next one: kubeadm upgrades one minor at a time and never downgrades.
+check_one_minor_step() {
+  local running="${1#1.}" wanted="${KUBERNETES_MINOR#1.}"
+  if ((wanted < running)); then
+    fatal "gpu-cluster:kubernetesVersion is ${KUBERNETES_MINOR} but $2 runs 1.${running};" \
+      "kubeadm does not downgrade: set gpu-cluster:kubernetesVersion to 1.${running}"
+  fi
+  if ((wanted > running + 1)); then
+    fatal "gpu-cluster:kubernetesVersion is ${KUBERNETES_MINOR} but $2 runs 1.${running};" \
+      "kubeadm upgrades one minor at a time (skipping one is not supported): set" \
+      "gpu-cluster:kubernetesVersion to 1.$((running + 1)), pulumi up, then the next minor"
+  fi
+}
+
+# upgrade_kubeadm_package: kubeadm of KUBERNETES_MINOR first, from that minor's repository, as
+# kubeadm's upgrade procedure orders it (kubelet and kubectl follow after `kubeadm upgrade`).
+upgrade_kubeadm_package() {
+  add_kubernetes_apt_repo
+  apt_install_held "${KUBERNETES_MINOR}.*" kubeadm
+  local found
+  found="$(kubeadm version -o short)"
+  [[ "$(minor_of "${found}")" == "${KUBERNETES_MINOR}" ]] ||
+    fatal "kubeadm v${KUBERNETES_MINOR}.x expected after the install, found ${found}"
+  log "kubeadm ${found}"
+}
+
+# upgrade_kubelet_package: kubelet and kubectl of KUBERNETES_MINOR, then the kubelet restarted
+# on them.
+upgrade_kubelet_package() {
+  apt_install_held "${KUBERNETES_MINOR}.*" kubelet kubectl
+  systemctl daemon-reload
+  systemctl restart kubelet
+  log "kubelet restarted on ${KUBERNETES_MINOR}"
 }
