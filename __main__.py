@@ -11,7 +11,8 @@ import pulumi
 from components.config import load_settings
 from components.control_plane import ControlPlane
 from components.device_plugin import NvidiaDevicePlugin
-from components.gpu_node import GpuNodePool
+from components.gpu_image import baked_images
+from components.gpu_node import NVIDIA_CTK_VERSION, GpuNodePool, install_steps
 from components.network import Network
 from components.validation import GpuValidation
 
@@ -30,6 +31,9 @@ device_plugin = NvidiaDevicePlugin(
     provider=control_plane.provider,
     pool_taints=[taint for pool in settings.node_pools for taint in pool.taints],
 )
+images = baked_images(
+    settings, network, install_steps=install_steps, container_toolkit=NVIDIA_CTK_VERSION
+)
 pools = [
     GpuNodePool(
         f"{settings.cluster_name}-{pool.name}",
@@ -37,6 +41,7 @@ pools = [
         settings=settings,
         network=network,
         control_plane=control_plane,
+        image_ami=images.get(pool.name),
     )
     for pool in settings.node_pools
 ]

@@ -25,6 +25,7 @@ import pulumi_command as command
 
 from components import machines
 from components.catalog import GpuInstanceType
+from components.gpu_image import InstallStep
 from components.host_scripts import script_digest
 from components.labels import GPU_PRESENT_LABEL, POOL_LABEL
 from components.network import KUBELET_PORT, Network, tcp_port_rule
@@ -61,11 +62,17 @@ class GpuNodePool(pulumi.ComponentResource):
         settings: Settings,
         network: Network,
         control_plane: ControlPlane,
+        image_ami: pulumi.Input[str] | None = None,
         opts: pulumi.ResourceOptions | None = None,
     ):
         super().__init__("gpu-cluster:index:GpuNodePool", name, None, opts)
         self.pool = pool
-        ami = machines.ubuntu_ami(pool.os_version, pool.ami_id, parent=self)
+        if pool.image == "baked":
+            if image_ami is None:
+                raise ValueError(f"pool {pool.name}: image: baked needs the GpuImage's AMI id")
+            ami = pulumi.Output.from_input(image_ami)
+        else:
+            ami = machines.ubuntu_ami(pool.os_version, pool.ami_id, parent=self)
         key = machines.key_pair(name, settings, parent=self)
         security_group = self._security_group(name, settings, network, control_plane)
         machine = _Machine(
@@ -206,7 +213,7 @@ class GpuNode(pulumi.ComponentResource):
     def _bootstrap(
         self, settings: Settings, control_plane: ControlPlane
     ) -> tuple[command.remote.Command, command.remote.Command]:
-        name, pool, gpu = self.node_name, self.pool, self.gpu_type
+        name, pool = self.node_name, self.pool
 
         def step(suffix: str, script: str, after: pulumi.Resource, timeout: str, **params):
             return run_script(
@@ -219,32 +226,11 @@ class GpuNode(pulumi.ComponentResource):
                 timeout=timeout,
             )
 
-        wait_ready = step("wait-ready", "wait-ready.sh", self.instance, WAIT_READY_TIMEOUT)
-        # Its own step because it may reboot the host: the driver step then redials.
-        nouveau = step("nouveau", "disable-nouveau.sh", wait_ready, NOUVEAU_TIMEOUT)
-        driver = step(
-            "driver",
-            "install-driver.sh",
-            nouveau,
-            DRIVER_TIMEOUT,
-            DRIVER_BRANCH=pool.driver_version,
-            GPU_COUNT=str(gpu.gpu_count),
-            NEEDS_FABRIC_MANAGER="true" if gpu.needs_fabric_manager else "false",
-        )
-        runtime = step(
-            "runtime",
-            "install-runtime.sh",
-            driver,
-            RUNTIME_TIMEOUT,
-            NVIDIA_CTK_VERSION=NVIDIA_CTK_VERSION,
-        )
-        kube_tools = step(
-            "kube-tools",
-            "install-kube-tools.sh",
-            runtime,
-            KUBE_TOOLS_TIMEOUT,
-            KUBERNETES_MINOR=settings.kubernetes_version,
-        )
+        kube_tools: pulumi.Resource = self.instance
+        for install in install_steps(pool, settings):
+            kube_tools = step(
+                install.suffix, install.script, kube_tools, install.timeout, **install.params
+            )
         join_params = {
             "NODE_NAME": name,
             "KUBERNETES_MINOR": settings.kubernetes_version,
@@ -275,6 +261,40 @@ class GpuNode(pulumi.ComponentResource):
         )
         node_ready = control_plane.register_node(name, parent=self, after=[join])
         return join, node_ready
+
+
+def install_steps(pool: NodePool, settings: Settings) -> tuple[InstallStep, ...]:
+    """The steps that make a booted Ubuntu a GPU host, in order, with their parameters: every
+    node of a stock pool runs them; a baked image runs them once (components/gpu_image.py) and
+    its nodes run them again only to verify."""
+    gpu = pool.gpu_type
+    return (
+        InstallStep("wait-ready", "wait-ready.sh", WAIT_READY_TIMEOUT, {}),
+        # Its own step because it may reboot the host: the driver step then redials.
+        InstallStep("nouveau", "disable-nouveau.sh", NOUVEAU_TIMEOUT, {}),
+        InstallStep(
+            "driver",
+            "install-driver.sh",
+            DRIVER_TIMEOUT,
+            {
+                "DRIVER_BRANCH": pool.driver_version,
+                "GPU_COUNT": str(gpu.gpu_count),
+                "NEEDS_FABRIC_MANAGER": "true" if gpu.needs_fabric_manager else "false",
+            },
+        ),
+        InstallStep(
+            "runtime",
+            "install-runtime.sh",
+            RUNTIME_TIMEOUT,
+            {"NVIDIA_CTK_VERSION": NVIDIA_CTK_VERSION},
+        ),
+        InstallStep(
+            "kube-tools",
+            "install-kube-tools.sh",
+            KUBE_TOOLS_TIMEOUT,
+            {"KUBERNETES_MINOR": settings.kubernetes_version},
+        ),
+    )
 
 
 def node_labels(pool: NodePool) -> str:

@@ -590,6 +590,13 @@ class NodePool(Model):
         le=2,
         description="IMDSv2 response hop limit (2 lets containers reach instance metadata)",
     )
+    image: Literal["stock", "baked"] = Field(
+        default="stock",
+        description="stock: boot Canonical Ubuntu and install the driver, runtime and kube tools "
+        "on every node; baked: boot a GPU image built once from the same install scripts "
+        "(per Ubuntu release, driver branch and module type, toolkit and Kubernetes minor; "
+        "shared across stacks of the account), whose install steps only verify",
+    )
 
     @field_validator("instance_type")
     @classmethod
@@ -672,6 +679,17 @@ class NodePool(Model):
         if len(set(taint_keys)) != len(taint_keys):
             raise problem(
                 "taints", [t.model_dump() for t in self.taints], "each key/effect pair once"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _image_source(self) -> NodePool:
+        if self.image == "baked" and self.ami_id is not None:
+            raise problem(
+                "image",
+                self.image,
+                "stock with an amiId (your own image), or baked without one (the program "
+                "builds the image from Canonical Ubuntu): remove amiId or image",
             )
         return self
 

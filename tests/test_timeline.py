@@ -151,17 +151,28 @@ def test_nodes_queue_when_slots_are_fewer_than_nodes(dev_three):
 
 def test_baked_nodes_only_verify(dev_three):
     stock = timeline.model("dev", dev_three)
-    baked = timeline.model("dev", dev_three, baked=True)
+    baked_graph = timeline.record("dev", nodes=3, baked=True)
+    baked = timeline.model("dev", baked_graph, baked=True)
+    assert not [r for r in baked_graph if "GpuImage" in r.urn], "the image existed already"
     saved = sum(
         step_durations.STOCK[s].seconds - step_durations.BAKED[s].seconds
-        for s in step_durations.NODE_STEPS
+        for s in (*step_durations.NODE_STEPS, *step_durations.CACHED_IMAGE_STEPS)
     )
     assert baked.first < stock.first
     assert stock.first - baked.first <= saved
 
 
+def test_building_the_image_puts_the_stock_install_before_the_first_node(dev_graph):
+    graph = timeline.record("dev", baked=True, build_image=True)
+    result = timeline.model("dev", graph, baked=True)
+    kinds = [result.schedule.tasks[k].kind for k in result.schedule.critical_path(result.last_key)]
+    assert kinds.index("image:driver") < kinds.index("aws:ec2/amiFromInstance:AmiFromInstance")
+    assert kinds.index("aws:ec2/amiFromInstance:AmiFromInstance") < kinds.index("driver")
+    assert result.first > timeline.model("dev", dev_graph).first
+
+
 def test_json_line(dev_graph, capsys, monkeypatch):
-    monkeypatch.setattr(timeline, "record", lambda stack, nodes=None: dev_graph)
+    monkeypatch.setattr(timeline, "record", lambda *args: dev_graph)
     assert timeline.main(["dev", "--json", "--parallel", "4"]) == 0
     line = json.loads(capsys.readouterr().out)
     assert set(line) == {"nodes", "parallel", "firstValidatedSeconds", "allValidatedSeconds"}
@@ -170,7 +181,7 @@ def test_json_line(dev_graph, capsys, monkeypatch):
 
 
 def test_report_and_gantt_picture(dev_three, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(timeline, "record", lambda stack, nodes=None: dev_three)
+    monkeypatch.setattr(timeline, "record", lambda *args: dev_three)
     svg = tmp_path / "t.svg"
     assert timeline.main(["dev", "--nodes", "3", "--parallel", "2", "--svg", str(svg)]) == 0
     out = capsys.readouterr().out

@@ -51,6 +51,25 @@ COMMAND_STDOUT: dict[str, Callable[[MockResourceArgs], str]] = {
 }
 
 
+# Images this account already holds (id, tags), for the `getAmiIds` look-up of baked images:
+# empty by default (a first build); tests and tools add one to stand for a build made earlier.
+EXISTING_IMAGES: list[tuple[str, dict[str, str]]] = []
+
+
+def _image_ids(inputs: dict) -> list[str]:
+    """The ids of EXISTING_IMAGES that match every `tag:<key>` filter (all are available)."""
+    wanted = {
+        f["name"].removeprefix("tag:"): set(f["values"])
+        for f in inputs.get("filters", [])
+        if f["name"].startswith("tag:")
+    }
+    return sorted(
+        image_id
+        for image_id, tags in EXISTING_IMAGES
+        if all(tags.get(key) in values for key, values in wanted.items())
+    )
+
+
 class Mocks(pulumi.runtime.Mocks):
     """Plausible provider answers: every output a component reads has a value, so no
     dependency edge is lost to a missing output."""
@@ -110,6 +129,8 @@ class Mocks(pulumi.runtime.Mocks):
                 "name": name_filter,
                 "architecture": "x86_64",
             }
+        if token == "aws:ec2/getAmiIds:getAmiIds":
+            return {"ids": _image_ids(inputs)}
         if token == "aws:index/getAvailabilityZones:getAvailabilityZones":
             return {
                 "names": ["us-west-2a", "us-west-2b", "us-west-2c"],

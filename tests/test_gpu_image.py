@@ -1,0 +1,128 @@
+"""Baked GPU images (`nodePools[].image: baked`): one GpuImage per distinct image key, built by
+the same install steps a stock node runs, snapshotted, the builder powered off (terminated), the
+pool's nodes booted from it; an image another stack built is reused; stock stays the default."""
+
+from __future__ import annotations
+
+import pytest
+
+from components import gpu_image, gpu_node
+from components.config import ConfigError
+from tools.harness import mocks
+from tools.harness.graph import Graph, Resource
+from tools.harness.stacks import load_stack_settings, run_program, stack_file
+
+IMAGE_TYPE = "gpu-cluster:index:GpuImage"
+AMI_TYPE = "aws:ec2/amiFromInstance:AmiFromInstance"
+INSTANCE_TYPE = "aws:ec2/instance:Instance"
+INSTALL = ("wait-ready", "nouveau", "driver", "runtime", "kube-tools")
+
+
+def dev_pool(**changes) -> dict:
+    return {**stack_file("dev")["gpu-cluster:nodePools"][0], **changes}
+
+
+def baked(*pools: dict) -> Graph:
+    return run_program("dev", config={"nodePools": list(pools)})
+
+
+def children(graph: Graph, image: Resource) -> dict[str, Resource]:
+    return {r.name.removeprefix(image.name + "-"): r for r in graph if r.parent == image.urn}
+
+
+@pytest.fixture(scope="module")
+def one_image() -> Graph:
+    return baked(dev_pool(image="baked", count=2))
+
+
+def test_stock_is_the_default_and_builds_nothing():
+    graph = run_program("dev")
+    assert not graph.of_type(IMAGE_TYPE)
+    assert not graph.of_type(AMI_TYPE)
+
+
+def test_builder_runs_the_nodes_install_steps_then_snapshot_then_power_off(one_image):
+    [image] = one_image.of_type(IMAGE_TYPE)
+    parts = children(one_image, image)
+    node = "dev-gpu-a10g-0"
+    for suffix in INSTALL:
+        built, on_node = parts[suffix], one_image.named(f"{node}-{suffix}")
+        assert built.inputs["stdin"] == on_node.inputs["stdin"], (
+            f"{built.urn}: the builder's {suffix} differs from what a node runs"
+        )
+    builder = parts["builder"]
+    assert builder.inputs["instanceInitiatedShutdownBehavior"] == "terminate", builder.urn
+    ami = next(r for r in one_image.of_type(AMI_TYPE) if r.parent == image.urn)
+    assert ami.inputs["snapshotWithoutReboot"] is True, ami.urn
+    assert one_image.depends_on(ami, parts["prepare"]), f"{ami.urn}: snapshot before prepare"
+    assert one_image.depends_on(parts["prepare"], parts["kube-tools"])
+    assert one_image.depends_on(parts["prepare"], parts["pull-images"])
+    assert one_image.depends_on(parts["power-off"], ami), "builder powered off before its image"
+    assert "sourceInstanceId" in ami.ignore_changes, ami.urn
+
+
+def test_pool_nodes_boot_from_the_image_and_never_follow_a_new_one(one_image):
+    [ami] = one_image.of_type(AMI_TYPE)
+    nodes = [r for r in one_image.of_type(INSTANCE_TYPE) if r.name.startswith("dev-gpu-a10g-")]
+    assert len(nodes) == 2
+    for node in nodes:
+        assert node.inputs["ami"].startswith(f"{ami.name}-"), f"{node.urn}: {node.inputs['ami']}"
+        assert one_image.depends_on(node, ami), f"{node.urn} boots before its image exists"
+        assert "ami" in node.ignore_changes, f"{node.urn}: a new image would replace it at once"
+
+
+def test_image_is_tagged_with_what_it_holds(one_image):
+    [ami] = one_image.of_type(AMI_TYPE)
+    tags = ami.plain_inputs()["tags"]
+    settings = load_stack_settings("dev", config={"nodePools": [dev_pool(image="baked")]})
+    key = gpu_image.image_key(settings.node_pools[0], settings, gpu_node.NVIDIA_CTK_VERSION)
+    assert tags[gpu_image.IMAGE_TAG] == key.digest
+    assert tags["gpu-cluster.io/driver_branch"] == "580"
+    assert tags["gpu-cluster.io/kubernetes_minor"] == settings.kubernetes_version
+    assert tags["gpu-cluster.io/container_toolkit"] == gpu_node.NVIDIA_CTK_VERSION
+    assert tags[gpu_image.BUILT_BY_TAG] == "gpu-cluster/dev"
+    assert "k8s-device-plugin" in tags["gpu-cluster.io/images"]
+
+
+def test_pools_with_the_same_key_share_one_image_and_a_different_driver_builds_another():
+    same = baked(
+        dev_pool(image="baked"), dev_pool(name="more", image="baked", instanceType="g5.2xlarge")
+    )
+    assert len(same.of_type(IMAGE_TYPE)) == 1
+    other = baked(dev_pool(image="baked"), dev_pool(name="old", image="baked", driverVersion="570"))
+    assert len(other.of_type(IMAGE_TYPE)) == 2
+
+
+def test_an_image_another_stack_built_is_reused_and_this_stacks_own_is_kept():
+    settings = load_stack_settings("dev", config={"nodePools": [dev_pool(image="baked")]})
+    key = gpu_image.image_key(settings.node_pools[0], settings, gpu_node.NVIDIA_CTK_VERSION)
+    saved = list(mocks.EXISTING_IMAGES)
+    try:
+        mocks.EXISTING_IMAGES[:] = [
+            ("ami-0fromanotherstack", {**key.tags(), gpu_image.BUILT_BY_TAG: "gpu-cluster/prod"})
+        ]
+        reused = baked(dev_pool(image="baked"))
+        assert not reused.of_type(IMAGE_TYPE)
+        assert reused.named("dev-gpu-a10g-0").inputs["ami"] == "ami-0fromanotherstack"
+        mocks.EXISTING_IMAGES[:] = [
+            ("ami-0builtbydev", {**key.tags(), gpu_image.BUILT_BY_TAG: "gpu-cluster/dev"})
+        ]
+        own = baked(dev_pool(image="baked"))
+        assert len(own.of_type(IMAGE_TYPE)) == 1, "a second up would drop this stack's build"
+    finally:
+        mocks.EXISTING_IMAGES[:] = saved
+
+
+def test_a_changed_input_is_a_new_image_name():
+    settings = load_stack_settings("dev", config={"nodePools": [dev_pool(image="baked")]})
+    pool = settings.node_pools[0]
+    key = gpu_image.image_key(pool, settings, gpu_node.NVIDIA_CTK_VERSION)
+    newer = gpu_image.image_key(pool, settings, "9.9.9-1")
+    assert gpu_image.image_name("c", key) != gpu_image.image_name("c", newer)
+
+
+def test_baked_with_an_ami_id_is_a_config_error():
+    with pytest.raises(ConfigError, match=r"nodePools\[0\]\.image"):
+        load_stack_settings(
+            "dev", config={"nodePools": [dev_pool(image="baked", amiId="ami-0123456789abcdef0")]}
+        )

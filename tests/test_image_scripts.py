@@ -1,0 +1,78 @@
+"""The scripts only a baked-image builder runs, for real in the sandbox: pull the node's first
+container images, prepare the host for the snapshot, power it off afterwards."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.sandbox import Sandbox, sandbox_available
+
+pytestmark = pytest.mark.skipif(not sandbox_available(), reason="needs root, unshare, overlayfs")
+
+PLUGIN = "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
+SAMPLE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0"
+
+
+@pytest.fixture
+def sandbox(tmp_path: Path) -> Sandbox:
+    return Sandbox(tmp_path)
+
+
+def test_pull_images_pulls_what_is_missing_once(sandbox):
+    sandbox.state("ctr.images", f"{SAMPLE}\n")
+    first = sandbox.run("pull-images.sh", {"IMAGES": f"{PLUGIN} {SAMPLE}"})
+    assert first.returncode == 0, first.output
+    assert first.called("ctr", "--namespace", "k8s.io", "images", "pull", PLUGIN)
+    assert not first.called("ctr", "--namespace", "k8s.io", "images", "pull", SAMPLE)
+    again = sandbox.run("pull-images.sh", {"IMAGES": f"{PLUGIN} {SAMPLE}"})
+    assert again.returncode == 0, again.output
+    assert not [c for c in again.calls if "pull" in c], again.commands()
+
+
+def test_pull_images_retries_then_names_the_image_it_could_not_get(sandbox):
+    sandbox.state("ctr.fail.pull", 1)
+    retried = sandbox.run("pull-images.sh", {"IMAGES": PLUGIN, "RETRY_BASE_SECONDS": "0"})
+    assert retried.returncode == 0, retried.output
+    assert len(retried.called("ctr", "--namespace", "k8s.io", "images", "pull", PLUGIN)) == 2
+    sandbox.state("ctr.fail.pull", 9)
+    failed = sandbox.run("pull-images.sh", {"IMAGES": SAMPLE, "RETRY_BASE_SECONDS": "0"})
+    assert failed.returncode != 0
+    assert "pull-images" in failed.stderr and SAMPLE in failed.stderr, failed.stderr
+
+
+def test_pull_images_refuses_an_unpinned_reference_before_pulling(sandbox):
+    result = sandbox.run("pull-images.sh", {"IMAGES": "nvcr.io/nvidia/k8s-device-plugin"})
+    assert result.returncode != 0
+    assert "no tag or digest" in result.stderr, result.stderr
+    assert not result.called("ctr")
+
+
+def test_prepare_image_leaves_a_host_every_clone_boots_as_a_new_machine(sandbox):
+    sandbox.write("/etc/machine-id", "0123456789abcdef0123456789abcdef\n")
+    sandbox.write("/etc/ssh/ssh_host_ed25519_key", "host key\n", 0o600)
+    sandbox.state("systemd/containerd.active", "yes")
+    result = sandbox.run("prepare-image.sh", {"IMAGE_DIGEST": "abc123"})
+    assert result.returncode == 0, result.output
+    assert sandbox.read("/etc/gpu-cluster/image") == "image=abc123\n"
+    assert sandbox.read("/etc/machine-id") == ""
+    assert not sandbox.exists("/etc/ssh/ssh_host_ed25519_key")
+    assert result.called("cloud-init", "clean", "--logs")
+    assert result.called("systemctl", "stop", "containerd")
+    assert not sandbox.service_active("containerd")
+
+
+def test_prepare_image_needs_its_digest_before_touching_anything(sandbox):
+    result = sandbox.run("prepare-image.sh", {})
+    assert result.returncode != 0
+    assert "IMAGE_DIGEST" in result.stderr
+    assert not result.calls
+
+
+def test_power_off_schedules_a_poweroff_the_session_survives(sandbox):
+    result = sandbox.run("power-off-builder.sh", {})
+    assert result.returncode == 0, result.output
+    [call] = result.called("systemd-run")
+    assert "--on-active=5" in call and call[-2:] == ["systemctl", "poweroff"], call
+    assert not result.called("systemctl", "poweroff")
