@@ -8,33 +8,19 @@ before this succeeds, so bad input never half-creates infrastructure.
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
-import types
-import typing
-from dataclasses import dataclass
 from typing import Any
 
 import pulumi
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
+from components.config_errors import Problem, aliases, problems_of, show, unknown_key
 from components.settings import PROJECT, Settings
 
-SECRET_KEYS = frozenset({"sshPrivateKey"})
 OBJECT_KEYS = frozenset(
     {"controlPlane", "network", "ssh", "nodePools", "devicePlugin", "validation", "tags"}
 )
-
-
-@dataclass(frozen=True)
-class Problem:
-    key: str  # full key path, like gpu-cluster:nodePools[1].instanceType
-    given: str
-    expected: str
-
-    def __str__(self) -> str:
-        return f"{self.key}: got {self.given}; expected {self.expected}"
 
 
 class ConfigError(pulumi.RunError):
@@ -56,10 +42,10 @@ def load_settings(config: pulumi.Config | None = None) -> Settings:
     config = config or pulumi.Config(PROJECT)
     raw: dict[str, Any] = {}
     found: list[Problem] = []
-    known = set(_aliases(Settings))
+    known = set(aliases(Settings))
     for key in sorted(_configured_keys()):
         if key not in known:
-            found.append(_unknown_key((key,)))
+            found.append(unknown_key((key,)))
             continue
         value = config.get(key)
         if key in OBJECT_KEYS:
@@ -67,7 +53,7 @@ def load_settings(config: pulumi.Config | None = None) -> Settings:
                 value = json.loads(value)
             except json.JSONDecodeError:
                 found.append(
-                    Problem(f"{PROJECT}:{key}", _show((key,), value), "a YAML object or list")
+                    Problem(f"{PROJECT}:{key}", show((key,), value), "a YAML object or list")
                 )
                 continue
         raw[key] = value
@@ -75,7 +61,7 @@ def load_settings(config: pulumi.Config | None = None) -> Settings:
     try:
         settings = Settings.model_validate(raw)
     except ValidationError as exc:
-        found.extend(p for p in _problems(exc) if p.key not in unreadable)
+        found.extend(p for p in problems_of(exc) if p.key not in unreadable)
     if found:
         raise ConfigError(sorted(set(found), key=lambda p: p.key))
     return settings
@@ -97,203 +83,3 @@ def _configured_keys() -> set[str]:
         if k.startswith(env_prefix) and k[len(env_prefix) :]
     )
     return {n.removesuffix(":") for n in names}
-
-
-# ---------------------------------------------------------------- pydantic errors -> problems
-
-
-def _problems(exc: ValidationError) -> list[Problem]:
-    out: list[Problem] = []
-    for error in exc.errors(include_url=False):
-        loc = tuple(error["loc"])
-        if error["type"] == "gpu_cluster_problems":
-            base = _path_parts(loc)
-            for sub_key, given, expected in error["ctx"]["problems"]:
-                sub_parts = sub_key if isinstance(sub_key, tuple) else _split_key(sub_key)
-                parts = (*base, *sub_parts)
-                out.append(Problem(_format_path(parts), _show(parts, given), expected))
-            continue
-        parts = _path_parts(loc)
-        if error["type"] == "union_tag_invalid":
-            parts = (*parts, "mode")
-            expected = error["ctx"]["expected_tags"].replace("'", "")
-            out.append(
-                Problem(_format_path(parts), repr(error["ctx"]["tag"]), f"one of: {expected}")
-            )
-            continue
-        if error["type"] == "extra_forbidden":
-            out.append(_unknown_key(loc))
-            continue
-        given = "nothing" if error["type"] == "missing" else _show(parts, error["input"])
-        out.append(Problem(_format_path(parts), given, _expected(error)))
-    return out
-
-
-_EXPECTED = {
-    "too_short": "at least {min_length} item(s)",
-    "too_long": "at most {max_length} item(s)",
-    "greater_than_equal": "a number >= {ge}",
-    "greater_than": "a number > {gt}",
-    "less_than_equal": "a number <= {le}",
-    "less_than": "a number < {lt}",
-    "int_parsing": "a whole number",
-    "int_type": "a whole number",
-    "int_from_float": "a whole number",
-    "bool_parsing": "true or false",
-    "bool_type": "true or false",
-    "string_type": 'a string (quote values YAML reads as numbers or booleans, like "1.35" or '
-    '"true")',
-    "list_type": "a list",
-    "dict_type": "a mapping of keys to values",
-    "model_type": "an object with keys",
-    "model_attributes_type": "an object with keys",
-    "union_tag_not_found": "an object with a mode key: managed or existing",
-}
-
-
-_REQUIRED_HINTS = {
-    "sshPrivateKey": "the SSH private key matching ssh.publicKey, set as a secret: "
-    "`pulumi config set --secret gpu-cluster:sshPrivateKey < ~/.ssh/id_ed25519`",
-    "clusterName": "a cluster name: `pulumi config set gpu-cluster:clusterName dev-gpu`",
-    "ssh": "an ssh section with at least publicKey (an OpenSSH public key line)",
-    "nodePools": "a list of node pools, each with name, instanceType and count",
-}
-
-
-def _expected(error: dict) -> str:
-    kind = error["type"]
-    if kind == "missing":
-        key = ".".join(str(p) for p in error["loc"])
-        return _REQUIRED_HINTS.get(key, "a value (this key is required)")
-    if kind in _EXPECTED:
-        return _EXPECTED[kind].format(**error.get("ctx", {}))
-    message = error["msg"]
-    for prefix in ("Value error, ", "Input should be ", "Input "):
-        if message.startswith(prefix):
-            return message[len(prefix) :]
-    return message
-
-
-def _split_key(key: str) -> tuple[str | int, ...]:
-    """'nodePools[1].name' -> ('nodePools', 1, 'name')."""
-    parts: list[str | int] = []
-    for piece in key.split("."):
-        name, _, rest = piece.partition("[")
-        if name:
-            parts.append(name)
-        while rest:
-            index, _, rest = rest.partition("]")
-            parts.append(int(index))
-            rest = rest.removeprefix("[")
-    return tuple(parts)
-
-
-def _path_parts(loc: tuple) -> tuple[str | int, ...]:
-    """Drop pydantic's own markers (union tags, '[key]') so the path matches the YAML keys."""
-    parts: list[str | int] = []
-    model: Any = Settings
-    for item in loc:
-        if item == "[key]":
-            continue
-        inner = _field_type(model, item) if model is not None else None
-        if inner is _TAG:
-            continue
-        parts.append(item)
-        model = inner
-    return tuple(parts)
-
-
-_TAG = object()
-
-
-def _field_type(annotation: Any, item: str | int) -> Any:
-    """The type found at `item` inside `annotation`, _TAG for a union tag, None when unknown."""
-    annotation = _unwrap(annotation)
-    variants = _union_variants(annotation)
-    if variants:
-        for variant in variants:
-            if isinstance(variant, type) and issubclass(variant, BaseModel):
-                mode = variant.model_fields.get("mode")
-                if mode is not None and item in typing.get_args(mode.annotation):
-                    return _TAG
-        for variant in variants:
-            found = _field_type(variant, item)
-            if found is not None:
-                return found
-        return None
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        for name, field in annotation.model_fields.items():
-            if item in (field.alias, name):
-                return field.annotation
-        return None
-    origin = typing.get_origin(annotation)
-    if origin is list and isinstance(item, int):
-        return typing.get_args(annotation)[0]
-    if origin is dict:
-        return typing.get_args(annotation)[1]
-    return None
-
-
-def _unwrap(annotation: Any) -> Any:
-    while typing.get_origin(annotation) is typing.Annotated:
-        annotation = typing.get_args(annotation)[0]
-    return annotation
-
-
-def _union_variants(annotation: Any) -> tuple:
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        return tuple(_unwrap(a) for a in typing.get_args(annotation) if a is not type(None))
-    return ()
-
-
-def _aliases(model: type[BaseModel]) -> list[str]:
-    return [field.alias or name for name, field in model.model_fields.items()]
-
-
-def _unknown_key(loc: tuple) -> Problem:
-    parent: Any = Settings
-    for item in loc[:-1]:
-        inner = _field_type(parent, item)
-        if inner is _TAG:
-            inner = _variant(parent, item)
-        parent = inner
-    accepted: list[str] = []
-    for variant in _union_variants(_unwrap(parent)) or (_unwrap(parent),):
-        if isinstance(variant, type) and issubclass(variant, BaseModel):
-            accepted.extend(a for a in _aliases(variant) if a not in accepted)
-    name = str(loc[-1])
-    close = difflib.get_close_matches(name, accepted, n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    return Problem(
-        _format_path(_path_parts(loc)), "an unknown key", f"one of: {', '.join(accepted)}{hint}"
-    )
-
-
-def _variant(union: Any, tag: str) -> Any:
-    for variant in _union_variants(_unwrap(union)):
-        mode = variant.model_fields.get("mode")
-        if mode is not None and tag in typing.get_args(mode.annotation):
-            return variant
-    return None
-
-
-def _format_path(parts: tuple[str | int, ...]) -> str:
-    text = ""
-    for part in parts:
-        if isinstance(part, int):
-            text += f"[{part}]"
-        else:
-            text += f".{part}" if text else str(part)
-    return f"{PROJECT}:{text}"
-
-
-def _show(parts: tuple[str | int, ...], value: Any) -> str:
-    if parts and parts[0] in SECRET_KEYS:
-        return "a secret value (not shown)"
-    if value is None:
-        return "nothing"
-    if isinstance(value, (dict, list)):
-        text = json.dumps(value, sort_keys=True, default=str)
-    else:
-        text = repr(value)
-    return text if len(text) <= 120 else text[:117] + "..."

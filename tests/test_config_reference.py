@@ -35,7 +35,7 @@ def test_readme_block_matches_the_settings_model():
     except ref.MarkersMissing as exc:
         pytest.fail(f"README.md: {exc}; then run `{ref.REGENERATE}`")
     assert block == ref.render(), (
-        f"README.md's config reference differs from components/settings.py: run `{ref.REGENERATE}`"
+        f"README.md's config reference differs from components/settings/: run `{ref.REGENERATE}`"
     )
 
 

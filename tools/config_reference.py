@@ -1,4 +1,4 @@
-"""The README's config reference, generated from the settings model (components/settings.py).
+"""The README's config reference, generated from the settings model (components/settings/).
 
     python -m tools.config_reference           # print the Markdown table
     python -m tools.config_reference --write   # rewrite README.md's block between the markers
@@ -132,7 +132,7 @@ def _validator_rule(validator: AfterValidator) -> str | None:
     func = validator.func
     if func.__name__ in _VALIDATOR_RULES:
         return _VALIDATOR_RULES[func.__name__]
-    # settings._pattern(...) closures carry the text of what they accept.
+    # settings.fields._pattern(...) closures carry the text of what they accept.
     names = func.__code__.co_freevars
     if "expected" in names and func.__closure__:
         return func.__closure__[names.index("expected")].cell_contents
@@ -258,7 +258,7 @@ def _cell(text: str) -> str:
 
 def render() -> str:
     lines = [
-        f"Every key of the `{PROJECT}:` namespace, generated from `components/settings.py` by "
+        f"Every key of the `{PROJECT}:` namespace, generated from `components/settings/` by "
         f"`{REGENERATE}`.",
         "",
         "| Key | Type | Default | Accepted values | Description |",

@@ -1,0 +1,101 @@
+"""The stack configuration contract: one typed model, validated once, before any resource exists.
+
+Key names (camelCase, in the `gpu-cluster:` namespace) are the public interface, described in
+Pulumi.yaml and the README's configuration reference. Defaults live in code: under the SDK's mocks
+the CLI applies no Pulumi.yaml defaults, so the model is where `pulumi up` and the tests get the
+same values (Pulumi.yaml declares the same defaults for the CLI; tests/test_project_file.py keeps
+them equal).
+
+- `constants`: supported versions, defaults, the labels and tags the program owns
+- `fields`: one validated type per kind of value, the base `Model`, `problem(s)`
+- `sections`: network, SSH, control plane, device plugin, validation
+- `node_pool`: a GPU node pool and its taints
+- `rules`: rules across sections, one named function each
+- `model`: `Settings`, the whole configuration
+
+Rules that involve one field are field validators; rules across fields are model validators that
+raise `problems(...)`, so each problem still names the exact key it is about.
+"""
+
+from components.settings.constants import (
+    AWS_RESERVED_PER_SUBNET,
+    DEFAULT_DEVICE_PLUGIN_VERSION,
+    DEFAULT_VALIDATION_IMAGE,
+    KUBELET_LABEL_NAMESPACES,
+    KUBELET_LABELS,
+    MAX_NODE_NAME_LENGTH,
+    MAX_TAGS,
+    PROGRAM_NODE_LABELS,
+    PROGRAM_TAGS,
+    PROJECT,
+    SUBNET_PREFIX_DIFF,
+    SUBNETS_IN_NEW_VPC,
+    SUPPORTED_DRIVER_BRANCHES,
+    SUPPORTED_KUBERNETES_MINORS,
+    SUPPORTED_UBUNTU,
+)
+from components.settings.fields import (
+    AmiId,
+    Cidr,
+    DnsLabel,
+    Host,
+    LabelKey,
+    LabelValue,
+    Model,
+    PinnedImage,
+    problem,
+    problems,
+)
+from components.settings.model import Settings
+from components.settings.node_pool import NodePool, Taint
+from components.settings.sections import (
+    Bastion,
+    ControlPlane,
+    DevicePlugin,
+    ExistingControlPlane,
+    ManagedControlPlane,
+    Network,
+    Ssh,
+    TimeSlicing,
+    Validation,
+)
+
+__all__ = [
+    "AWS_RESERVED_PER_SUBNET",
+    "DEFAULT_DEVICE_PLUGIN_VERSION",
+    "DEFAULT_VALIDATION_IMAGE",
+    "KUBELET_LABELS",
+    "KUBELET_LABEL_NAMESPACES",
+    "MAX_NODE_NAME_LENGTH",
+    "MAX_TAGS",
+    "PROGRAM_NODE_LABELS",
+    "PROGRAM_TAGS",
+    "PROJECT",
+    "SUBNETS_IN_NEW_VPC",
+    "SUBNET_PREFIX_DIFF",
+    "SUPPORTED_DRIVER_BRANCHES",
+    "SUPPORTED_KUBERNETES_MINORS",
+    "SUPPORTED_UBUNTU",
+    "AmiId",
+    "Bastion",
+    "Cidr",
+    "ControlPlane",
+    "DevicePlugin",
+    "DnsLabel",
+    "ExistingControlPlane",
+    "Host",
+    "LabelKey",
+    "LabelValue",
+    "ManagedControlPlane",
+    "Model",
+    "Network",
+    "NodePool",
+    "PinnedImage",
+    "Settings",
+    "Ssh",
+    "Taint",
+    "TimeSlicing",
+    "Validation",
+    "problem",
+    "problems",
+]

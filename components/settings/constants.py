@@ -1,0 +1,50 @@
+"""Supported versions, defaults and the names the program owns (labels, tags), for the settings
+model and the components that follow the same rules."""
+
+from __future__ import annotations
+
+from components.labels import GPU_PRESENT_LABEL, POOL_LABEL
+
+PROJECT = "gpu-cluster"
+
+# Kubernetes minors this program installs and tests (kubelet/kubeadm come from pkgs.k8s.io,
+# which publishes one repository per minor; the manifests are validated against these schemas).
+SUPPORTED_KUBERNETES_MINORS = ("1.33", "1.34", "1.35", "1.36", "1.37")
+# NVIDIA driver branches with Ubuntu server packages (nvidia-headless-<branch>-server).
+SUPPORTED_DRIVER_BRANCHES = ("535", "550", "570", "575", "580")
+SUPPORTED_UBUNTU = ("24.04", "22.04")
+DEFAULT_DEVICE_PLUGIN_VERSION = "v0.20.0"
+DEFAULT_VALIDATION_IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0"
+# A Node's name is its kubernetes.io/hostname label value (and our Job's gpu-cluster.io/node
+# label value): Kubernetes caps label values at 63 characters, so longer names never register.
+MAX_NODE_NAME_LENGTH = 63
+# Labels the program sets on every GPU node itself (the device plugin selects on them).
+PROGRAM_NODE_LABELS = (GPU_PRESENT_LABEL, POOL_LABEL)
+# Label namespaces a kubelet may set on its own Node (kubelet --node-labels / NodeRestriction):
+# other kubernetes.io and k8s.io labels make the kubelet refuse to start.
+KUBELET_LABEL_NAMESPACES = ("kubelet.kubernetes.io", "node.kubernetes.io")
+KUBELET_LABELS = frozenset(
+    {
+        "beta.kubernetes.io/arch",
+        "beta.kubernetes.io/instance-type",
+        "beta.kubernetes.io/os",
+        "failure-domain.beta.kubernetes.io/region",
+        "failure-domain.beta.kubernetes.io/zone",
+        "kubernetes.io/arch",
+        "kubernetes.io/hostname",
+        "kubernetes.io/os",
+        "node.kubernetes.io/instance-type",
+        "topology.kubernetes.io/region",
+        "topology.kubernetes.io/zone",
+    }
+)
+# AWS tags the program sets on its resources itself (a configured one would be overwritten).
+PROGRAM_TAGS = ("Name", "gpu-cluster:cluster", POOL_LABEL)
+# A created VPC: one subnet per zone (the first SUBNETS_IN_NEW_VPC of the region unless
+# availabilityZones names them), each 1/2**SUBNET_PREFIX_DIFF of the VPC block. AWS keeps 5
+# addresses of every subnet (the first four and the last).
+SUBNETS_IN_NEW_VPC = 2
+SUBNET_PREFIX_DIFF = 4
+AWS_RESERVED_PER_SUBNET = 5
+# AWS allows 50 tags per resource; the program adds PROGRAM_TAGS and keeps room to grow.
+MAX_TAGS = 40

@@ -1,0 +1,268 @@
+"""Field types of the settings model: one validated type per kind of value (CIDR, DNS label, host,
+pinned image, label key/value, AWS tag key/value, ...), the base `Model` every section derives
+from, and `problem(s)`, which a rule raises so each problem names the exact key it is about."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, model_validator
+from pydantic.alias_generators import to_camel
+from pydantic_core import PydanticCustomError
+
+from components.settings.constants import PROGRAM_TAGS
+
+# A problem as a rule reports it: (key relative to the model that reports it, what was given,
+# what is accepted). The key is a dotted path (`timeSlicing.replicas`, `[1].name`) or a tuple of
+# path parts when a part holds a dot itself (a label key).
+Found = tuple[Any, Any, str]
+PROBLEMS_ERROR_TYPE = "gpu_cluster_problems"
+
+_DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_SSH_PUBLIC_KEY = re.compile(
+    r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)|sk-ssh-ed25519@openssh\.com) "
+    r"[A-Za-z0-9+/=]+( .*)?$"
+)
+_HOSTNAME = re.compile(
+    r"^(?=.{1,253}$)[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*$"
+)
+_UNIX_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+_AMI_ID = re.compile(r"^ami-[0-9a-f]{8}([0-9a-f]{9})?$")
+_VPC_ID = re.compile(r"^vpc-[0-9a-f]{8}([0-9a-f]{9})?$")
+_SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8}([0-9a-f]{9})?$")
+_IMAGE_REF = re.compile(
+    r"^(?P<name>[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*)"
+    r"(:(?P<tag>[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}))?(@(?P<digest>sha256:[0-9a-f]{64}))?$"
+)
+
+
+def problem(key: str, given: Any, accepted: str) -> PydanticCustomError:
+    """One cross-field problem, about `key` relative to the model that raises it."""
+    return problems([(key, given, accepted)])
+
+
+def problems(items: list[Found]) -> PydanticCustomError:
+    return PydanticCustomError(
+        PROBLEMS_ERROR_TYPE,
+        "{count} problem(s)",
+        {"count": len(items), "problems": tuple(items)},
+    )
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        frozen=True,
+        str_strip_whitespace=True,
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bool_is_not_a_number(cls, data: Any) -> Any:
+        # pydantic reads true as 1: `count: true` would silently mean one node.
+        if isinstance(data, dict):
+            found = [
+                (field.alias or name, data[field.alias or name], "a whole number")
+                for name, field in cls.model_fields.items()
+                if field.annotation is int and isinstance(data.get(field.alias or name), bool)
+            ]
+            if found:
+                raise problems(found)
+        return data
+
+
+# ---------------------------------------------------------------- field checks
+
+
+def _cidr(value: str) -> str:
+    try:
+        net = ipaddress.ip_network(value, strict=True)
+    except ValueError as exc:
+        raise PydanticCustomError(
+            "cidr",
+            "a CIDR block with no host bits set, like 203.0.113.0/24 ({reason})",
+            {"reason": str(exc)},
+        ) from None
+    if net.version != 4:
+        # Security group rules take these as IPv4 cidr_blocks, and the hosts have IPv4
+        # addresses only, so an IPv6 source could never reach them.
+        raise PydanticCustomError(
+            "cidr_ipv4",
+            "an IPv4 CIDR block like 203.0.113.0/24 (the hosts and their security groups are "
+            "IPv4 only)",
+        )
+    return str(net)
+
+
+Cidr = Annotated[str, AfterValidator(_cidr)]
+
+
+def _dns_label(value: str) -> str:
+    if len(value) > 40 or not _DNS_LABEL.match(value):
+        raise PydanticCustomError(
+            "dns_label",
+            "a lowercase DNS label: letters, digits and '-', starting with a letter, "
+            "at most 40 characters (it becomes part of resource and node names)",
+        )
+    return value
+
+
+DnsLabel = Annotated[str, AfterValidator(_dns_label)]
+
+
+def _host(value: str) -> str:
+    try:
+        ipaddress.ip_address(value)
+        return value
+    except ValueError:
+        pass
+    if not _HOSTNAME.match(value):
+        raise PydanticCustomError("host", "an IP address or DNS name, like 10.0.1.10")
+    return value
+
+
+Host = Annotated[str, AfterValidator(_host)]
+
+
+def is_ipv6(value: str) -> bool:
+    try:
+        return ipaddress.ip_address(value).version == 6
+    except ValueError:
+        return False
+
+
+def _endpoint(value: str) -> str:
+    expected = (
+        "host:port of the Kubernetes API without a scheme, like 10.0.1.10:6443 or "
+        "cp.example.com:6443"
+    )
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536 or "/" in value:
+        raise PydanticCustomError("endpoint", expected)
+    bracketed = host.startswith("[") and host.endswith("]")
+    if bracketed:
+        host = host[1:-1]
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    if (address is not None and address.version == 6) != bracketed or not (
+        address is not None or _HOSTNAME.match(host)
+    ):
+        raise PydanticCustomError("endpoint", expected)
+    return value
+
+
+def _image(value: str) -> str:
+    match = _IMAGE_REF.match(value)
+    if not match:
+        raise PydanticCustomError("image", "a container image reference, like registry/name:tag")
+    if not match.group("digest") and match.group("tag") in (None, "latest"):
+        raise PydanticCustomError(
+            "image_pinned",
+            "an image pinned to a version tag or digest (not 'latest', not untagged), "
+            "like nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0",
+        )
+    return value
+
+
+PinnedImage = Annotated[str, AfterValidator(_image)]
+Endpoint = Annotated[str, AfterValidator(_endpoint)]
+
+
+def _pattern(regex: re.Pattern[str], error_type: str, expected: str):
+    def check(value: str) -> str:
+        if not regex.match(value):
+            raise PydanticCustomError(error_type, expected)
+        return value
+
+    return AfterValidator(check)
+
+
+AmiId = Annotated[str, _pattern(_AMI_ID, "ami_id", "an AMI id like ami-0123456789abcdef0")]
+VpcId = Annotated[str, _pattern(_VPC_ID, "vpc_id", "a VPC id like vpc-0123456789abcdef0")]
+SubnetId = Annotated[
+    str, _pattern(_SUBNET_ID, "subnet_id", "a subnet id like subnet-0123456789abcdef0")
+]
+UnixUser = Annotated[str, _pattern(_UNIX_USER, "unix_user", "a Unix user name like ubuntu")]
+SshPublicKey = Annotated[
+    str,
+    _pattern(
+        _SSH_PUBLIC_KEY,
+        "ssh_public_key",
+        "an OpenSSH public key line like 'ssh-ed25519 AAAA... ops@example'",
+    ),
+]
+InstanceTypeName = Annotated[
+    str,
+    _pattern(
+        re.compile(r"^[a-z][a-z0-9-]*\.[a-z0-9]+$"),
+        "instance_type",
+        "an EC2 instance type like m7i.large",
+    ),
+]
+
+
+def _label_key(key: str) -> str:
+    prefix, _, name = key.rpartition("/")
+    if (prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix))) or (
+        len(name) > 63 or not _LABEL_NAME.match(name)
+    ):
+        raise PydanticCustomError(
+            "label_key",
+            "a Kubernetes label key: an optional DNS prefix and '/', then at most 63 letters, "
+            "digits, '-', '_' or '.'",
+        )
+    return key
+
+
+def _label_value(value: str) -> str:
+    if value and (len(value) > 63 or not _LABEL_NAME.match(value)):
+        raise PydanticCustomError(
+            "label_value",
+            "a Kubernetes label value: at most 63 letters, digits, '-', '_' or '.', "
+            "starting and ending with a letter or digit",
+        )
+    return value
+
+
+LabelKey = Annotated[str, AfterValidator(_label_key)]
+LabelValue = Annotated[str, AfterValidator(_label_value)]
+
+
+def bad_user(user: str | None) -> list[Found]:
+    """A problem for an optional `user` key that is not a Unix user name (like ssh.user)."""
+    if user is not None and not _UNIX_USER.match(user):
+        return [("user", user, "a Unix user name like ubuntu")]
+    return []
+
+
+def _tag_key(key: str) -> str:
+    if not 1 <= len(key) <= 128 or key.lower().startswith("aws:"):
+        raise PydanticCustomError(
+            "tag_key", "an AWS tag key of 1 to 128 characters, not starting with 'aws:'"
+        )
+    if key in PROGRAM_TAGS:
+        raise PydanticCustomError(
+            "tag_key_reserved",
+            "a tag key the program does not set itself: it sets {keys} on its resources "
+            "(a configured value would be overwritten); use another key",
+            {"keys": ", ".join(PROGRAM_TAGS)},
+        )
+    return key
+
+
+def _tag_value(value: str) -> str:
+    if len(value) > 256:
+        raise PydanticCustomError("tag_value", "an AWS tag value of at most 256 characters")
+    return value
+
+
+TagKey = Annotated[str, AfterValidator(_tag_key)]
+TagValue = Annotated[str, AfterValidator(_tag_value)]

@@ -1,0 +1,212 @@
+"""A GPU node pool: instance type from the catalog, driver branch, disk, labels and taints."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from components import catalog
+from components.settings.constants import (
+    KUBELET_LABEL_NAMESPACES,
+    KUBELET_LABELS,
+    PROGRAM_NODE_LABELS,
+    SUPPORTED_DRIVER_BRANCHES,
+)
+from components.settings.fields import (
+    AmiId,
+    DnsLabel,
+    Found,
+    LabelKey,
+    LabelValue,
+    Model,
+    problem,
+    problems,
+)
+
+
+class Taint(Model):
+    key: LabelKey = Field(description="Taint key")
+    value: LabelValue = Field(default="", description="Taint value")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = Field(
+        description="Taint effect"
+    )
+
+
+def _kubernetes_namespace(namespace: str) -> bool:
+    return namespace in ("kubernetes.io", "k8s.io") or namespace.endswith(
+        (".kubernetes.io", ".k8s.io")
+    )
+
+
+def _kubelet_may_set(key: str, namespace: str) -> bool:
+    return key in KUBELET_LABELS or any(
+        namespace == allowed or namespace.endswith(f".{allowed}")
+        for allowed in KUBELET_LABEL_NAMESPACES
+    )
+
+
+class NodePool(Model):
+    name: DnsLabel = Field(
+        description="Pool name, part of node names (<clusterName>-<name>-<index>)"
+    )
+    instance_type: str = Field(
+        description="EC2 GPU instance type from the catalog (components/catalog.py); "
+        "GPU count and model come from it"
+    )
+    count: int = Field(ge=0, le=1000, description="Number of GPU nodes in the pool")
+    max_unavailable: int = Field(
+        default=1,
+        ge=1,
+        le=1000,
+        description=(
+            "At most this many joined nodes of the pool are cordoned and drained at once for a "
+            "disruptive change (driver, container runtime, kubelet upgrade); each holds a slot, "
+            "a Lease on the control plane, until it is validated and uncordoned again"
+        ),
+    )
+    driver_version: str = Field(
+        default="580",
+        description="NVIDIA driver branch (the branch number, not a full version)",
+    )
+    root_volume_gi_b: int = Field(
+        default=200,
+        ge=50,
+        le=16384,
+        alias="rootVolumeGiB",
+        description="Root disk size of each node, GiB",
+    )
+    labels: dict[LabelKey, LabelValue] = Field(
+        default_factory=dict,
+        description=(
+            "Kubernetes labels of the pool's nodes, set at join (not nvidia.com/gpu.present "
+            "or gpu-cluster.io/pool, which the program sets, nor kubernetes.io/k8s.io keys "
+            "the kubelet refuses)"
+        ),
+    )
+    taints: list[Taint] = Field(
+        default_factory=lambda: [Taint(key="nvidia.com/gpu", value="true", effect="NoSchedule")],
+        description="Kubernetes taints of the pool's nodes",
+    )
+    market: Literal["on-demand", "spot"] = Field(
+        default="on-demand", description="EC2 purchase option"
+    )
+    os_version: Literal["24.04", "22.04"] = Field(
+        default="24.04", description="Ubuntu release of the nodes (Canonical AMI)"
+    )
+    ami_id: AmiId | None = Field(
+        default=None, description="AMI id to use instead of looking up the Canonical Ubuntu AMI"
+    )
+    metadata_hop_limit: int = Field(
+        default=1,
+        ge=1,
+        le=2,
+        description="IMDSv2 response hop limit (2 lets containers reach instance metadata)",
+    )
+    image: Literal["stock", "baked"] = Field(
+        default="stock",
+        description="stock: boot Canonical Ubuntu and install the driver, runtime and kube tools "
+        "on every node; baked: boot a GPU image built once from the same install scripts "
+        "(per Ubuntu release, driver branch and module type, toolkit and Kubernetes minor; "
+        "shared across stacks of the account), whose install steps only verify",
+    )
+
+    @field_validator("instance_type")
+    @classmethod
+    def _known_type(cls, value: str) -> str:
+        if value not in catalog.CATALOG:
+            raise PydanticCustomError(
+                "gpu_instance_type",
+                "an EC2 GPU instance type from the catalog (families: {families}; "
+                "see components/catalog.py)",
+                {"families": ", ".join(catalog.families())},
+            )
+        return value
+
+    @field_validator("driver_version")
+    @classmethod
+    def _driver_branch(cls, value: str) -> str:
+        if value not in SUPPORTED_DRIVER_BRANCHES:
+            raise PydanticCustomError(
+                "driver_branch",
+                "an NVIDIA driver branch, one of {branches} "
+                "(the branch number, not a full version)",
+                {"branches": ", ".join(SUPPORTED_DRIVER_BRANCHES)},
+            )
+        return value
+
+    @field_validator("driver_version", mode="before")
+    @classmethod
+    def _branch_number(cls, value: Any) -> Any:
+        # `driverVersion: 580` unquoted is a YAML number; the branch is meant either way.
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+        return value
+
+    @model_validator(mode="after")
+    def _labels_the_kubelet_can_set(self) -> NodePool:
+        found: list[Found] = []
+        for key, value in self.labels.items():
+            namespace = key.rpartition("/")[0]
+            if key in PROGRAM_NODE_LABELS:
+                found.append(
+                    (
+                        ("labels", key),
+                        value,
+                        "a label the program does not set itself: it sets "
+                        f"{', '.join(PROGRAM_NODE_LABELS)} on every GPU node (the device plugin "
+                        "selects on them); remove this one",
+                    )
+                )
+            elif _kubernetes_namespace(namespace) and not _kubelet_may_set(key, namespace):
+                found.append(
+                    (
+                        ("labels", key),
+                        value,
+                        "a label the kubelet may set on its own Node: in the kubernetes.io and "
+                        f"k8s.io namespaces only {', '.join(KUBELET_LABEL_NAMESPACES)} "
+                        "(and their subdomains) or a well-known key like "
+                        "topology.kubernetes.io/zone; the kubelet refuses to start with others "
+                        "(set node-role.kubernetes.io/* with kubectl label after the join)",
+                    )
+                )
+        if found:
+            raise problems(found)
+        return self
+
+    @model_validator(mode="after")
+    def _driver_supports_gpu(self) -> NodePool:
+        gpu = catalog.CATALOG[self.instance_type].gpu
+        branch = int(self.driver_version)
+        if branch < gpu.min_driver_branch or (
+            gpu.max_driver_branch is not None and branch > gpu.max_driver_branch
+        ):
+            newest = f" to {gpu.max_driver_branch}" if gpu.max_driver_branch else " or newer"
+            raise problem(
+                "driverVersion",
+                self.driver_version,
+                f"a branch that supports the {gpu.name} of {self.instance_type}: "
+                f"{gpu.min_driver_branch}{newest}",
+            )
+        taint_keys = [(t.key, t.effect) for t in self.taints]
+        if len(set(taint_keys)) != len(taint_keys):
+            raise problem(
+                "taints", [t.model_dump() for t in self.taints], "each key/effect pair once"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _image_source(self) -> NodePool:
+        if self.image == "baked" and self.ami_id is not None:
+            raise problem(
+                "image",
+                self.image,
+                "stock with an amiId (your own image), or baked without one (the program "
+                "builds the image from Canonical Ubuntu): remove amiId or image",
+            )
+        return self
+
+    @property
+    def gpu_type(self) -> catalog.GpuInstanceType:
+        return catalog.CATALOG[self.instance_type]

@@ -1,0 +1,168 @@
+"""Rules that need more than one section of the stack configuration. Each is a named function of
+the validated sections that returns its problems (key path from the top, given, accepted);
+`Settings` runs `CROSS_SECTION_RULES` in order and reports every problem at once."""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from components.settings.constants import (
+    AWS_RESERVED_PER_SUBNET,
+    MAX_NODE_NAME_LENGTH,
+    SUBNET_PREFIX_DIFF,
+    SUBNETS_IN_NEW_VPC,
+)
+from components.settings.fields import Found
+from components.settings.sections import ManagedControlPlane
+
+if TYPE_CHECKING:
+    from components.settings.model import Settings
+
+
+def node_names_fit(settings: Settings) -> list[Found]:
+    """Node names <clusterName>-<pool>-<index> are label values: at most 63 characters."""
+    found: list[Found] = []
+    for index, pool in enumerate(settings.node_pools):
+        longest = f"{settings.cluster_name}-{pool.name}-{pool.count - 1}"
+        if pool.count and len(longest) > MAX_NODE_NAME_LENGTH:
+            found.append(
+                (
+                    f"nodePools[{index}].name",
+                    pool.name,
+                    f"a shorter pool name: node names <clusterName>-<name>-<index> must fit "
+                    f"in {MAX_NODE_NAME_LENGTH} characters (a Kubernetes label value), and "
+                    f"{longest!r} has {len(longest)}",
+                )
+            )
+    return found
+
+
+def cluster_blocks_outside_created_vpc(settings: Settings) -> list[Found]:
+    """The managed control plane's pod and service blocks do not overlap a created VPC."""
+    cp, network = settings.control_plane, settings.network
+    if not isinstance(cp, ManagedControlPlane) or not network.creates_vpc:
+        return []
+    vpc = ipaddress.ip_network(network.cidr)
+    return [
+        (f"controlPlane.{key}", value, f"a block outside the VPC {network.cidr}")
+        for key, value in (("podCidr", cp.pod_cidr), ("serviceCidr", cp.service_cidr))
+        if ipaddress.ip_network(value).overlaps(vpc)
+    ]
+
+
+def room_in_created_subnets(settings: Settings) -> list[Found]:
+    """Each pool's nodes go round-robin over the subnets from the first, which also holds
+    the managed control plane: the first subnet fills up first."""
+    network = settings.network
+    if not network.creates_vpc:
+        return []
+    zones = len(network.availability_zones) or SUBNETS_IN_NEW_VPC
+    prefix = ipaddress.ip_network(network.cidr).prefixlen + SUBNET_PREFIX_DIFF
+    usable = 2 ** (32 - prefix) - AWS_RESERVED_PER_SUBNET
+    nodes = sum(pool.count for pool in settings.node_pools)
+    first = sum(-(-pool.count // zones) for pool in settings.node_pools) + isinstance(
+        settings.control_plane, ManagedControlPlane
+    )
+    if first <= usable:
+        return []
+    return [
+        (
+            "network.cidr",
+            network.cidr,
+            f"a block large enough for {nodes} node(s) and the control plane: it is split "
+            f"into {zones} /{prefix} subnets of {usable} usable addresses each (AWS keeps "
+            f"{AWS_RESERVED_PER_SUBNET} per subnet), and the first would need {first}; "
+            "use a larger block (down to /16) or more availabilityZones",
+        )
+    ]
+
+
+def canonical_machines_use_port_22(settings: Settings) -> list[Found]:
+    """The Canonical Ubuntu AMI's sshd listens on 22: another ssh.port needs an own amiId."""
+    port = settings.ssh.port
+    canonical = [
+        f"nodePools[{index}]"
+        for index, pool in enumerate(settings.node_pools)
+        if pool.count and pool.ami_id is None
+    ]
+    cp = settings.control_plane
+    if isinstance(cp, ManagedControlPlane) and cp.ami_id is None:
+        canonical.insert(0, "controlPlane")
+    if port == 22 or not canonical:
+        return []
+    return [
+        (
+            "ssh.port",
+            port,
+            f"22 for machines booted from the Canonical Ubuntu AMI ({', '.join(canonical)}"
+            "): its sshd listens on 22 and nothing here moves it, so every host step "
+            f"would dial {port} until it times out; use 22, or an amiId whose "
+            f"sshd listens on {port}",
+        )
+    ]
+
+
+def public_hosts_name_ssh_sources(settings: Settings) -> list[Found]:
+    """Hosts reached on public addresses need the operator's range in sshAllowedCidrs."""
+    network = settings.network
+    if not network.connects_to_public_ips or network.ssh_allowed_cidrs:
+        return []
+    return [
+        (
+            "network.sshAllowedCidrs",
+            [],
+            "the address range of the machine that runs pulumi up, like "
+            "[203.0.113.0/24]: hosts are reached over SSH on their public addresses, "
+            "so without it every host step would dial until it times out (or set "
+            "network.bastion)",
+        )
+    ]
+
+
+def public_api_names_its_sources(settings: Settings) -> list[Found]:
+    """A managed control plane reached on its public address needs apiAllowedCidrs."""
+    cp = settings.control_plane
+    if (
+        not isinstance(cp, ManagedControlPlane)
+        or not settings.network.connects_to_public_ips
+        or cp.api_allowed_cidrs
+    ):
+        return []
+    return [
+        (
+            "controlPlane.apiAllowedCidrs",
+            [],
+            "the address range of the machine that runs pulumi up, like "
+            "[203.0.113.0/24]: the Kubernetes provider reaches the API on the control "
+            "plane's public address, which otherwise admits the VPC only",
+        )
+    ]
+
+
+def created_vpc_gives_public_ips(settings: Settings) -> list[Found]:
+    """A created VPC has no NAT gateway: its hosts need public addresses to download."""
+    network = settings.network
+    if not network.creates_vpc or network.public_ips is not False:
+        return []
+    return [
+        (
+            "network.publicIps",
+            False,
+            "true (or unset) with create: true: the new VPC has no NAT gateway, so hosts "
+            "need public addresses to download packages; use vpcId + subnetIds of a VPC "
+            "with NAT for private hosts",
+        )
+    ]
+
+
+CROSS_SECTION_RULES: tuple[Callable[[Settings], list[Found]], ...] = (
+    node_names_fit,
+    cluster_blocks_outside_created_vpc,
+    room_in_created_subnets,
+    canonical_machines_use_port_22,
+    public_hosts_name_ssh_sources,
+    public_api_names_its_sources,
+    created_vpc_gives_public_ips,
+)

@@ -1,0 +1,302 @@
+"""The sections of the stack configuration besides the node pools: network, SSH, control plane,
+device plugin and validation. Each section checks its own fields and the rules among them."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from components.settings.constants import DEFAULT_DEVICE_PLUGIN_VERSION, DEFAULT_VALIDATION_IMAGE
+from components.settings.fields import (
+    AmiId,
+    Cidr,
+    Endpoint,
+    Found,
+    Host,
+    InstanceTypeName,
+    Model,
+    PinnedImage,
+    SshPublicKey,
+    SubnetId,
+    UnixUser,
+    VpcId,
+    bad_user,
+    is_ipv6,
+    problem,
+    problems,
+)
+
+_SEMVER_TAG = re.compile(r"^v\d+\.\d+\.\d+$")
+
+
+class Bastion(Model):
+    host: Host = Field(
+        description="Address of the SSH jump host that reaches nodes in private subnets"
+    )
+    user: str | None = Field(
+        default=None, description="SSH user on the bastion (default: ssh.user)"
+    )
+    port: int = Field(default=22, ge=1, le=65535, description="SSH port of the bastion")
+
+    @model_validator(mode="after")
+    def _user_name(self) -> Bastion:
+        if found := bad_user(self.user):
+            raise problems(found)
+        return self
+
+
+class Network(Model):
+    create: bool | None = Field(
+        default=None,
+        description="true: create a small VPC for the cluster; false: use vpcId + subnetIds "
+        "(unset: create unless vpcId/subnetIds are given)",
+    )
+    cidr: Cidr = Field(
+        default="10.42.0.0/16", description="IPv4 block of the created VPC, /16 to /24"
+    )
+    vpc_id: VpcId | None = Field(
+        default=None, description="Id of the existing VPC (with create: false)"
+    )
+    subnet_ids: list[SubnetId] = Field(
+        default_factory=list,
+        description="Subnets of the existing VPC the nodes are spread over (with create: false)",
+    )
+    availability_zones: list[str] = Field(
+        default_factory=list,
+        max_length=6,
+        description="Zones for the created VPC's subnets (default: the region's first zones)",
+    )
+    ssh_allowed_cidrs: list[Cidr] = Field(
+        default_factory=list,
+        description="Sources allowed to reach SSH (22) on the hosts from outside the VPC",
+    )
+    bastion: Bastion | None = Field(
+        default=None, description="SSH jump host; hosts are then reached on their private addresses"
+    )
+    public_ips: bool | None = Field(
+        default=None,
+        description="Give hosts public addresses "
+        "(default: true in a created VPC, which has no NAT gateway)",
+    )
+
+    @field_validator("cidr")
+    @classmethod
+    def _vpc_size(cls, value: str) -> str:
+        net = ipaddress.ip_network(value)
+        if net.version != 4 or not 16 <= net.prefixlen <= 24:
+            raise PydanticCustomError("vpc_cidr", "an IPv4 block from /16 to /24 for the VPC")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Network:
+        found: list[Found] = []
+        existing = self.vpc_id is not None or bool(self.subnet_ids)
+        if self.create is True and existing:
+            found.append(
+                (
+                    "vpcId",
+                    self.vpc_id,
+                    "either create: true (a new VPC) or vpcId + subnetIds, not both",
+                )
+            )
+        elif self.create is False or (self.create is None and existing):
+            if self.vpc_id is None:
+                found.append(("vpcId", None, "the id of the existing VPC (with create: false)"))
+            if not self.subnet_ids:
+                found.append(
+                    (
+                        "subnetIds",
+                        [],
+                        "at least one subnet id of the existing VPC (with create: false)",
+                    )
+                )
+        if len(set(self.subnet_ids)) != len(self.subnet_ids):
+            found.append(("subnetIds", self.subnet_ids, "each subnet id once"))
+        if found:
+            raise problems(found)
+        return self
+
+    @property
+    def creates_vpc(self) -> bool:
+        return self.create is not False and self.vpc_id is None
+
+    @property
+    def assigns_public_ips(self) -> bool:
+        """Instances get a public address: always in a created VPC (it has no NAT gateway)."""
+        return self.public_ips if self.public_ips is not None else self.creates_vpc
+
+    @property
+    def connects_to_public_ips(self) -> bool:
+        """SSH goes to public addresses, unless a bastion relays to private ones."""
+        return self.bastion is None and self.assigns_public_ips
+
+
+class Ssh(Model):
+    user: UnixUser = Field(
+        default="ubuntu", description="Login user on the hosts (the AMI's default user)"
+    )
+    public_key: SshPublicKey = Field(
+        description="OpenSSH public key installed on every host; its private key is sshPrivateKey"
+    )
+    port: int = Field(
+        default=22,
+        ge=1,
+        le=65535,
+        description=(
+            "SSH port of the hosts (22 unless the machines use your own amiId, "
+            "whose sshd listens on it)"
+        ),
+    )
+
+
+class ManagedControlPlane(Model):
+    mode: Literal["managed"] = Field(
+        description="managed: the stack creates a kubeadm control plane on EC2 (CNI included)"
+    )
+    instance_type: InstanceTypeName = Field(
+        default="m7i.large", description="EC2 instance type of the control-plane machine"
+    )
+    api_allowed_cidrs: list[Cidr] = Field(
+        default_factory=list,
+        description="Sources allowed to reach the Kubernetes API (6443) from outside the VPC",
+    )
+    pod_cidr: Cidr = Field(
+        default="10.244.0.0/16", description="Pod network block (outside the VPC)"
+    )
+    service_cidr: Cidr = Field(
+        default="10.96.0.0/12", description="Service network block (outside the VPC and podCidr)"
+    )
+    root_volume_gi_b: int = Field(
+        default=50,
+        ge=20,
+        le=16384,
+        alias="rootVolumeGiB",
+        description="Root disk size of the control-plane machine, GiB",
+    )
+    os_version: Literal["24.04", "22.04"] = Field(
+        default="24.04", description="Ubuntu release of the control-plane machine (Canonical AMI)"
+    )
+    ami_id: AmiId | None = Field(
+        default=None, description="AMI id to use instead of looking up the Canonical Ubuntu AMI"
+    )
+
+    @model_validator(mode="after")
+    def _cidrs_apart(self) -> ManagedControlPlane:
+        if ipaddress.ip_network(self.pod_cidr).overlaps(ipaddress.ip_network(self.service_cidr)):
+            raise problem(
+                "serviceCidr",
+                self.service_cidr,
+                f"a block that does not overlap podCidr {self.pod_cidr}",
+            )
+        return self
+
+
+class ExistingControlPlane(Model):
+    mode: Literal["existing"] = Field(description="existing: join an existing kubeadm cluster")
+    host: Host | None = Field(
+        default=None,
+        description="A control-plane node reachable over SSH (mints join tokens, drains nodes on "
+        "delete, serves the kubeconfig); required with mode: existing",
+    )
+    endpoint: Endpoint | None = Field(
+        default=None,
+        description="API server address nodes join, host:port; required with mode: existing",
+    )
+    user: str | None = Field(
+        default=None, description="SSH user on the control-plane host (default: ssh.user)"
+    )
+
+    @model_validator(mode="after")
+    def _reachable(self) -> ExistingControlPlane:
+        found = bad_user(self.user)
+        ipv4_only = (
+            "an IPv4 address or DNS name: the nodes' security groups admit the control plane "
+            "by its IPv4 address (the hosts are IPv4 only)"
+        )
+        if self.host is not None and is_ipv6(self.host):
+            found.append(("host", self.host, ipv4_only))
+        if self.endpoint is not None and is_ipv6(self.endpoint.rpartition(":")[0].strip("[]")):
+            found.append(("endpoint", self.endpoint, f"host:port with {ipv4_only}"))
+        if self.host is None:
+            found.append(
+                (
+                    "host",
+                    None,
+                    "the control-plane node's address, reachable over SSH (mode: existing)",
+                )
+            )
+        if self.endpoint is None:
+            found.append(
+                (
+                    "endpoint",
+                    None,
+                    "the API server address as host:port, like 10.0.1.10:6443 (mode: existing)",
+                )
+            )
+        if found:
+            raise problems(found)
+        return self
+
+
+ControlPlane = Annotated[ManagedControlPlane | ExistingControlPlane, Field(discriminator="mode")]
+
+
+class TimeSlicing(Model):
+    replicas: int = Field(
+        default=1, ge=1, le=64, description="Pods sharing each GPU (1: no sharing)"
+    )
+
+
+class DevicePlugin(Model):
+    version: str = Field(
+        default=DEFAULT_DEVICE_PLUGIN_VERSION,
+        description="Release tag of the NVIDIA device plugin image "
+        "(nvcr.io/nvidia/k8s-device-plugin)",
+    )
+    mig_strategy: Literal["none", "single", "mixed"] = Field(
+        default="none", description="How MIG devices are advertised"
+    )
+    time_slicing: TimeSlicing = Field(
+        default=TimeSlicing(), description="GPU time slicing (not with MIG)"
+    )
+
+    @field_validator("version")
+    @classmethod
+    def _pinned(cls, value: str) -> str:
+        if not _SEMVER_TAG.match(value):
+            raise PydanticCustomError(
+                "pinned_version",
+                "a pinned release tag of the NVIDIA device plugin like {default} "
+                "(not 'latest', not a branch)",
+                {"default": DEFAULT_DEVICE_PLUGIN_VERSION},
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _slicing_without_mig(self) -> DevicePlugin:
+        if self.time_slicing.replicas > 1 and self.mig_strategy != "none":
+            raise problem(
+                "timeSlicing.replicas",
+                self.time_slicing.replicas,
+                f"1 while migStrategy is {self.mig_strategy!r} (time slicing and MIG do not "
+                "mix here; set migStrategy: none to share whole GPUs)",
+            )
+        return self
+
+
+class Validation(Model):
+    enabled: bool = Field(
+        default=True,
+        description="Run a CUDA validation Job on every node after its GPUs are allocatable",
+    )
+    image: PinnedImage = Field(
+        default=DEFAULT_VALIDATION_IMAGE,
+        description="Pinned CUDA sample image of the validation Job (version tag or digest)",
+    )
+    timeout_seconds: int = Field(
+        default=900, ge=60, le=7200, description="How long the validation Job may run"
+    )
