@@ -10,11 +10,11 @@ import pulumi
 
 from components.config import load_settings
 from components.control_plane import ControlPlane
-from components.device_plugin import NvidiaDevicePlugin
+from components.device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
 from components.gpu_image import baked_images
 from components.gpu_node import NVIDIA_CTK_VERSION, GpuNodePool, install_steps
 from components.network import Network
-from components.validation import GpuValidation
+from components.validation import GpuValidation, validation_args
 
 # The SDK allocates several futures per property of every resource; with the default thresholds
 # the cyclic GC rescans that young heap so often that it took ~40% of a 256-node evaluation
@@ -27,9 +27,11 @@ network = Network("network", settings)
 control_plane = ControlPlane(settings.cluster_name, settings=settings, network=network)
 device_plugin = NvidiaDevicePlugin(
     "nvidia-device-plugin",
-    settings=settings.device_plugin,
-    provider=control_plane.provider,
-    pool_taints=[taint for pool in settings.node_pools for taint in pool.taints],
+    NvidiaDevicePluginArgs(
+        settings=settings.device_plugin,
+        provider=control_plane.provider,
+        pool_taints=tuple(taint for pool in settings.node_pools for taint in pool.taints),
+    ),
 )
 images = baked_images(
     settings, network, install_steps=install_steps, container_toolkit=NVIDIA_CTK_VERSION
@@ -48,10 +50,7 @@ pools = [
 validations = {
     node.node_name: GpuValidation(
         f"{node.node_name}-validation",
-        node=node,
-        settings=settings,
-        device_plugin=device_plugin,
-        control_plane=control_plane,
+        validation_args(node, settings, device_plugin, control_plane),
     )
     for pool in pools
     for node in pool.nodes

@@ -11,7 +11,7 @@ for all nodes, that (like the DaemonSet) needs only the provider.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from dataclasses import dataclass
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -20,7 +20,23 @@ from components import kubernetes_manifests as manifests
 from components.settings import DevicePlugin, Taint
 
 
+@dataclass(frozen=True)
+class NvidiaDevicePluginArgs:
+    """`settings`: the devicePlugin section. `provider`: the cluster's Kubernetes provider.
+    `pool_taints`: the taints of all node pools. The plugin tolerates the GPU taint and each of
+    these, else it would never land on a pool with an extra taint; when they are not given it
+    tolerates every taint (it still runs only on nodes with the GPU label)."""
+
+    settings: DevicePlugin
+    provider: k8s.Provider
+    pool_taints: tuple[Taint, ...] | None = None
+
+
 class NvidiaDevicePlugin(pulumi.ComponentResource):
+    """Outputs: `namespace`, `config_map` (plugin config: MIG strategy, time slicing),
+    `daemon_set` (what a node's validation waits for) and `validation_namespace` (where the
+    per-node validation Jobs run)."""
+
     namespace: k8s.core.v1.Namespace
     config_map: k8s.core.v1.ConfigMap
     daemon_set: k8s.apps.v1.DaemonSet
@@ -29,17 +45,12 @@ class NvidiaDevicePlugin(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        settings: DevicePlugin,
-        provider: k8s.Provider,
+        args: NvidiaDevicePluginArgs,
         opts: pulumi.ResourceOptions | None = None,
-        *,
-        pool_taints: Iterable[Taint] | None = None,
     ):
-        """`pool_taints`: the taints of all node pools. The plugin tolerates the GPU taint and
-        each of these, else it would never land on a pool with an extra taint; when they are not
-        given it tolerates every taint (it still runs only on nodes with the GPU label)."""
         super().__init__("gpu-cluster:index:NvidiaDevicePlugin", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self, provider=provider)
+        settings, pool_taints = args.settings, args.pool_taints
+        child = pulumi.ResourceOptions(parent=self, provider=args.provider)
 
         self.namespace = k8s.core.v1.Namespace(
             f"{name}-namespace", metadata=manifests.device_plugin_namespace(), opts=child

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from components.labels import GPU_PRESENT_LABEL, GPU_RESOURCE
+from components.labels import GPU_PRESENT_LABEL
 from components.settings import DevicePlugin, Taint
 
 DEVICE_PLUGIN_NAMESPACE = "nvidia-device-plugin"
@@ -82,7 +82,10 @@ def toleration(taint: Taint) -> dict[str, str]:
     return {"key": taint.key, "operator": "Exists", "effect": taint.effect}
 
 
-GPU_TOLERATION = {"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
+# The extended resource the device plugin advertises and a GPU Job requests; the GPU taint of
+# the default node pools uses the same name as its key.
+GPU_EXTENDED_RESOURCE = "nvidia.com/gpu"
+GPU_TOLERATION = {"key": GPU_EXTENDED_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}
 
 
 # Tolerates every taint (kubeadm's kube-proxy DaemonSet does the same): for the device plugin when
@@ -140,7 +143,7 @@ def device_plugin_config(settings: DevicePlugin) -> str:
             "timeSlicing": {
                 "renameByDefault": False,
                 "failRequestsGreaterThanOne": False,
-                "resources": [{"name": GPU_RESOURCE, "replicas": replicas}],
+                "resources": [{"name": GPU_EXTENDED_RESOURCE, "replicas": replicas}],
             }
         }
     return yaml.safe_dump(config, sort_keys=True)
@@ -319,8 +322,8 @@ def validation_job_spec(
                             }
                         ],
                         "resources": {
-                            "limits": {GPU_RESOURCE: gpus},
-                            "requests": {GPU_RESOURCE: gpus},
+                            "limits": {GPU_EXTENDED_RESOURCE: gpus},
+                            "requests": {GPU_EXTENDED_RESOURCE: gpus},
                         },
                         "securityContext": {
                             "allowPrivilegeEscalation": False,

@@ -5,4 +5,3 @@
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 POOL_LABEL = "gpu-cluster.io/pool"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
-GPU_RESOURCE = "nvidia.com/gpu"

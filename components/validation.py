@@ -24,14 +24,15 @@ fail `up`, the capacity wait included. The device plugin is deployed either way.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from components import kubernetes_manifests as manifests
-from components.remote import run_script
-from components.settings import Settings
+from components.remote import Host, run_script
+from components.settings import Settings, Taint, Validation
 
 if TYPE_CHECKING:
     from components.control_plane import ControlPlane
@@ -50,7 +51,49 @@ def expected_allocatable(gpu_count: int, time_slicing_replicas: int) -> int:
     return gpu_count * time_slicing_replicas
 
 
+@dataclass(frozen=True)
+class GpuValidationArgs:
+    """What one node's validation uses: the node (name, GPUs, taints, the step it follows), the
+    control plane (host that runs the capacity check, Kubernetes provider), the device plugin
+    (DaemonSet to wait for, namespace of the Jobs) and the validation section."""
+
+    node_name: str
+    gpu_count: int
+    taints: tuple[Taint, ...]
+    node_ready: pulumi.Resource
+    control_plane_host: Host
+    provider: k8s.Provider
+    device_plugin: pulumi.Resource
+    jobs_namespace: pulumi.Input[str]
+    validation: Validation
+    shares_per_gpu: int
+
+
+def validation_args(
+    node: GpuNode,
+    settings: Settings,
+    device_plugin: NvidiaDevicePlugin,
+    control_plane: ControlPlane,
+) -> GpuValidationArgs:
+    """The args of `node`'s validation, from the components it follows."""
+    return GpuValidationArgs(
+        node_name=node.node_name,
+        gpu_count=node.gpu_type.gpu_count,
+        taints=tuple(node.pool.taints),
+        node_ready=node.node_ready,
+        control_plane_host=control_plane.host,
+        provider=control_plane.provider,
+        device_plugin=device_plugin.daemon_set,
+        jobs_namespace=device_plugin.validation_namespace.metadata.name,
+        validation=settings.validation,
+        shares_per_gpu=settings.device_plugin.time_slicing.replicas,
+    )
+
+
 class GpuValidation(pulumi.ComponentResource):
+    """Outputs: `capacity` (the allocatable check on the control plane), `job` (the CUDA Job
+    pinned to the node) and `passed` (true once the Job completed)."""
+
     capacity: pulumi.Resource
     job: k8s.batch.v1.Job
     passed: pulumi.Output[bool]
@@ -58,21 +101,18 @@ class GpuValidation(pulumi.ComponentResource):
     def __init__(
         self,
         name: str,
-        node: GpuNode,
-        settings: Settings,
-        device_plugin: NvidiaDevicePlugin,
-        control_plane: ControlPlane,
+        args: GpuValidationArgs,
         opts: pulumi.ResourceOptions | None = None,
     ):
         super().__init__("gpu-cluster:index:GpuValidation", name, None, opts)
-        node_name = node.node_name
-        gpu_count = node.gpu_type.gpu_count
-        timeout = settings.validation.timeout_seconds
-        expected = expected_allocatable(gpu_count, settings.device_plugin.time_slicing.replicas)
+        node_name = args.node_name
+        gpu_count = args.gpu_count
+        timeout = args.validation.timeout_seconds
+        expected = expected_allocatable(gpu_count, args.shares_per_gpu)
 
         self.capacity = run_script(
             f"{node_name}-gpu-capacity",
-            host=control_plane.host,
+            host=args.control_plane_host,
             script=CAPACITY_SCRIPT,
             params={
                 "NODE_NAME": node_name,
@@ -81,7 +121,7 @@ class GpuValidation(pulumi.ComponentResource):
                 "DEVICE_PLUGIN_NAMESPACE": manifests.DEVICE_PLUGIN_NAMESPACE,
                 "DEVICE_PLUGIN_NAME": manifests.DEVICE_PLUGIN_NAME,
             },
-            after=[node.node_ready, device_plugin.daemon_set],
+            after=[args.node_ready, args.device_plugin],
             parent=self,
             timeout=f"{timeout + CAPACITY_STEP_MARGIN_SECONDS}s",
         )
@@ -91,21 +131,21 @@ class GpuValidation(pulumi.ComponentResource):
             f"{name}-job",
             metadata={
                 **manifests.validation_job_metadata(node_name),
-                "namespace": device_plugin.validation_namespace.metadata.name,
+                "namespace": args.jobs_namespace,
             },
             spec=manifests.validation_job_spec(
                 node_name=node_name,
                 gpu_count=gpu_count,
-                image=settings.validation.image,
+                image=args.validation.image,
                 timeout_seconds=timeout,
-                taints=node.pool.taints,
+                taints=args.taints,
                 template_annotations={manifests.CAPACITY_CHECK_ANNOTATION: self.capacity.id},
-                shares_per_gpu=settings.device_plugin.time_slicing.replicas,
+                shares_per_gpu=args.shares_per_gpu,
             ),
             opts=pulumi.ResourceOptions(
                 parent=self,
-                provider=control_plane.provider,
-                depends_on=[self.capacity, device_plugin.daemon_set],
+                provider=args.provider,
+                depends_on=[self.capacity, args.device_plugin],
                 # A Job's pod template is immutable, and a changed Job must run again: any spec
                 # change replaces it (pulumi-kubernetes forces that for .spec.template and
                 # .spec.selector only; an in-place edit of, say, activeDeadlineSeconds would leave

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from components import kubernetes_manifests as manifests
-from components.device_plugin import NvidiaDevicePlugin
+from components.device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
 from components.labels import GPU_PRESENT_LABEL
 from components.settings import DevicePlugin, Taint, TimeSlicing
 from tools.harness.graph import Graph, Resource
@@ -169,7 +169,12 @@ def test_explicit_pool_taints_give_exact_tolerations():
 
     def program() -> None:
         provider = k8s.Provider("k8s", kubeconfig="apiVersion: v1\nkind: Config\n")
-        NvidiaDevicePlugin(PLUGIN, settings=DevicePlugin(), provider=provider, pool_taints=taints)
+        NvidiaDevicePlugin(
+            PLUGIN,
+            NvidiaDevicePluginArgs(
+                settings=DevicePlugin(), provider=provider, pool_taints=tuple(taints)
+            ),
+        )
 
     ds = run_program("dev", program=program).named(DAEMON_SET)
     tolerations = pod_spec(ds)["tolerations"]
