@@ -23,9 +23,9 @@ import pulumi_aws as aws
 import pulumi_command as command
 import pulumi_kubernetes as k8s
 
-from components import machines
+from components import machines, steps
 from components.network import Network, tcp_port_rule
-from components.remote import Host, run_script, ssh_host
+from components.remote import Host, run_step, ssh_host
 from components.settings import ExistingControlPlane, ManagedControlPlane, Settings
 
 API_PORT = 6443
@@ -159,13 +159,10 @@ class ControlPlane(pulumi.ComponentResource):
         self.endpoint = pulumi.Output.concat(private_ip, f":{API_PORT}")
         self.kubelet_client_cidrs = private_ip.apply(lambda ip: [f"{ip}/32"])
 
-        wait_ready = self._step("wait-ready", "wait-ready.sh", after=[instance], timeout="20m")
-        runtime = self._step(
-            "runtime", "install-runtime.sh", {"WITH_NVIDIA_TOOLKIT": "false"}, after=[wait_ready]
-        )
+        wait_ready = self._step(steps.CP_WAIT_READY, after=[instance])
+        runtime = self._step(steps.CP_RUNTIME, {"WITH_NVIDIA_TOOLKIT": "false"}, after=[wait_ready])
         kube_tools = self._step(
-            "kube-tools",
-            "install-kube-tools.sh",
+            steps.CP_KUBE_TOOLS,
             {"KUBERNETES_MINOR": settings.kubernetes_version},
             after=[runtime],
         )
@@ -173,8 +170,7 @@ class ControlPlane(pulumi.ComponentResource):
             lambda values: ",".join(v for v in values if v)
         )
         init = self._step(
-            "init",
-            "init-control-plane.sh",
+            steps.CP_INIT,
             {
                 "CLUSTER_NAME": settings.cluster_name,
                 "NODE_NAME": machine,
@@ -188,15 +184,13 @@ class ControlPlane(pulumi.ComponentResource):
             after=[kube_tools],
         )
         cni = self._step(
-            "cni",
-            "install-cni.sh",
+            steps.CP_CNI,
             {
                 "FLANNEL_VERSION": FLANNEL_VERSION,
                 "POD_SUBNET": config.pod_cidr,
                 "NODE_NAME": machine,
             },
             after=[init],
-            timeout="15m",
         )
         kubeconfig = self._read_kubeconfig(
             pulumi.Output.concat("https://", reachable, f":{API_PORT}"), after=[cni]
@@ -245,12 +239,7 @@ class ControlPlane(pulumi.ComponentResource):
         else:
             # Only DNS names: the control plane lives somewhere in the VPC.
             self.kubelet_client_cidrs = network.vpc_cidr.apply(lambda cidr: [cidr])
-        skew = self._step(
-            "version-skew",
-            "check-version-skew.sh",
-            {"KUBERNETES_MINOR": settings.kubernetes_version},
-            timeout="5m",
-        )
+        skew = self._step(steps.CP_VERSION_SKEW, {"KUBERNETES_MINOR": settings.kubernetes_version})
         kubeconfig = self._read_kubeconfig(
             pulumi.Output.from_input(f"https://{config.endpoint}"), after=[skew]
         )
@@ -260,36 +249,17 @@ class ControlPlane(pulumi.ComponentResource):
 
     def _step(
         self,
-        step: str,
-        script: str,
+        step: steps.Step,
         params: dict[str, pulumi.Input[str]] | None = None,
         *,
         after: Sequence[pulumi.Resource] = (),
-        timeout: str = "30m",
     ) -> command.remote.Command:
-        return run_script(
-            f"{self._name}-{step}",
-            host=self.host,
-            script=script,
-            params=params,
-            after=after,
-            parent=self,
-            timeout=timeout,
-        )
+        return run_step(step, self._name, host=self.host, params=params, after=after, parent=self)
 
     def _read_kubeconfig(
         self, server: pulumi.Output[str], *, after: Sequence[pulumi.Resource]
     ) -> command.remote.Command:
-        step = run_script(
-            f"{self._name}-kubeconfig",
-            host=self.host,
-            script="read-kubeconfig.sh",
-            params={"API_SERVER": server},
-            after=after,
-            parent=self,
-            timeout="5m",
-            secret_stdout=True,
-        )
+        step = self._step(steps.CP_KUBECONFIG, {"API_SERVER": server}, after=after)
         self.kubeconfig = pulumi.Output.secret(step.stdout)
         return step
 
@@ -312,15 +282,13 @@ class ControlPlane(pulumi.ComponentResource):
         params: dict[str, pulumi.Input[str]] = {"NODE_NAME": node_name, "TOKEN_TTL": JOIN_TOKEN_TTL}
         if node_ip is not None:
             params["NODE_IP"] = node_ip
-        step = run_script(
-            f"{node_name}-join-token",
+        step = run_step(
+            steps.JOIN_TOKEN,
+            node_name,
             host=self.host,
-            script="mint-join-token.sh",
             params=params,
             after=[*after, *self.ready],
             parent=parent,
-            timeout="5m",
-            secret_stdout=True,
             rerun_when=[join_spec] if join_spec else [],
         )
         parsed = step.stdout.apply(parse_join_token)
@@ -337,20 +305,18 @@ class ControlPlane(pulumi.ComponentResource):
     ) -> command.remote.Command:
         """`<node>-node-ready` on the control plane: create waits for the Node to be Ready;
         delete drains it and deletes the Node object (before the join step's `kubeadm reset`)."""
-        return run_script(
-            f"{node_name}-node-ready",
+        return run_step(
+            steps.NODE_READY,
+            node_name,
             host=self.host,
-            script="wait-node-ready.sh",
             params={
                 "NODE_NAME": node_name,
                 "READY_TIMEOUT_SECONDS": str(NODE_READY_TIMEOUT_SECONDS),
             },
-            delete_script="drain-node.sh",
             delete_params={
                 "NODE_NAME": node_name,
                 "DRAIN_TIMEOUT_SECONDS": str(DRAIN_TIMEOUT_SECONDS),
             },
             after=after,
             parent=parent,
-            timeout="20m",
         )

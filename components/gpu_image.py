@@ -34,8 +34,9 @@ from components import machines
 from components.host_scripts import script_text
 from components.kubernetes_manifests import device_plugin_image
 from components.network import Network
-from components.remote import run_script, ssh_host
+from components.remote import run_script, run_step, ssh_host
 from components.settings import NodePool, Settings
+from components.steps import Step
 
 IMAGE_TAG = "gpu-cluster.io/image"
 BUILT_BY_TAG = "gpu-cluster.io/built-by"
@@ -131,11 +132,9 @@ def existing_image(key: ImageKey, built_by: str) -> str | None:
 
 @dataclass(frozen=True)
 class InstallStep:
-    """One install step as a node runs it: resource suffix, script, bound, parameters."""
+    """One install step as a node runs it: its row of the step table, its parameters."""
 
-    suffix: str
-    script: str
-    timeout: str
+    step: Step
     params: dict[str, str]
 
 
@@ -184,15 +183,9 @@ class GpuImage(pulumi.ComponentResource):
         )
         host = ssh_host(f"{name}-builder", address, settings)
         after: pulumi.Resource = builder
-        for step in args.install_steps:
-            after = run_script(
-                f"{name}-{step.suffix}",
-                host=host,
-                script=step.script,
-                params=step.params,
-                after=[after],
-                parent=self,
-                timeout=step.timeout,
+        for install in args.install_steps:
+            after = run_step(
+                install.step, name, host=host, params=install.params, after=[after], parent=self
             )
         if args.key.images:
             after = run_script(

@@ -16,6 +16,7 @@ import pulumi_command as command
 
 from components.host_scripts import program_digest, render_script, script_digest
 from components.settings import Settings
+from components.steps import Step
 
 # Fresh GPU instances can take minutes before sshd answers; keep dialling until the step's own
 # timeout (custom_timeouts) ends the wait instead of the provider's default of 10 dials.
@@ -144,3 +145,39 @@ def run_script(
             delete_before_replace=delete is not None,
         ),
     )
+
+
+def run_step(
+    step: Step,
+    owner: str,
+    *,
+    host: Host,
+    params: Mapping[str, pulumi.Input[str]] | None = None,
+    secret_params: Mapping[str, pulumi.Input[str]] | None = None,
+    delete_params: Mapping[str, str] | None = None,
+    after: Sequence[pulumi.Resource] = (),
+    parent: pulumi.Resource,
+    timeout_seconds: int | None = None,
+    rerun_when: Sequence[pulumi.Input[str]] = (),
+) -> command.remote.Command:
+    """The `remote.Command` of one row of the step table (components/steps.py), named
+    `<owner>-<suffix>`: its script, delete hook, bound and secrecy come from the row."""
+    return run_script(
+        step.resource_name(owner),
+        host=host,
+        script=step.script,
+        params=params,
+        secret_params=secret_params,
+        delete_script=step.delete_script,
+        delete_params=delete_params,
+        after=after,
+        parent=parent,
+        timeout=duration(step.timeout_seconds if timeout_seconds is None else timeout_seconds),
+        secret_stdout=step.secret_stdout,
+        rerun_when=rerun_when,
+    )
+
+
+def duration(seconds: int) -> str:
+    """A Pulumi custom timeout string ("1200s")."""
+    return f"{seconds}s"

@@ -30,7 +30,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import kubernetes_manifests as manifests
-from components.remote import run_script
+from components import steps
+from components.remote import run_step
 from components.settings import Settings
 
 if TYPE_CHECKING:
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
     from components.device_plugin import NvidiaDevicePlugin
     from components.gpu_node import GpuNode
 
-CAPACITY_SCRIPT = "wait-gpu-capacity.sh"
 # Beyond the script's own bound: SSH dial and kubectl start-up on the control plane.
 CAPACITY_STEP_MARGIN_SECONDS = 120
 # Beyond activeDeadlineSeconds: the Job controller marks the Job Failed, then the await sees it.
@@ -70,10 +70,10 @@ class GpuValidation(pulumi.ComponentResource):
         timeout = settings.validation.timeout_seconds
         expected = expected_allocatable(gpu_count, settings.device_plugin.time_slicing.replicas)
 
-        self.capacity = run_script(
-            f"{node_name}-gpu-capacity",
+        self.capacity = run_step(
+            steps.GPU_CAPACITY,
+            node_name,
             host=control_plane.host,
-            script=CAPACITY_SCRIPT,
             params={
                 "NODE_NAME": node_name,
                 "EXPECTED_GPUS": str(expected),
@@ -83,7 +83,7 @@ class GpuValidation(pulumi.ComponentResource):
             },
             after=[node.node_ready, device_plugin.daemon_set],
             parent=self,
-            timeout=f"{timeout + CAPACITY_STEP_MARGIN_SECONDS}s",
+            timeout_seconds=timeout + CAPACITY_STEP_MARGIN_SECONDS,
         )
 
         job_timeout = f"{timeout + JOB_AWAIT_MARGIN_SECONDS}s"
