@@ -138,7 +138,12 @@ class ControlPlane(pulumi.ComponentResource):
             metadata_options=machines.metadata_options(),
             root_block_device=machines.root_volume(config.root_volume_gi_b),
             tags={**settings.stack_tags, "Name": machine, "gpu-cluster:role": "control-plane"},
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                ignore_changes=machines.day_two_ignored(ami_pinned=config.ami_id is not None),
+                # Its loss is a new cluster: every node would have to re-join.
+                protect=config.protect,
+            ),
         )
         private_ip = instance.private_ip
         public_ip = instance.public_ip
@@ -155,11 +160,19 @@ class ControlPlane(pulumi.ComponentResource):
             public_ip = address.public_ip
         # The operator's machine reaches the public address unless a bastion relays to private ones.
         reachable = public_ip if settings.network.connects_to_public_ips else private_ip
-        self.host = ssh_host(machine, reachable, settings)
+        self.host = ssh_host(machine, reachable, settings, identity=instance.id)
         self.endpoint = pulumi.Output.concat(private_ip, f":{API_PORT}")
         self.kubelet_client_cidrs = private_ip.apply(lambda ip: [f"{ip}/32"])
 
         wait_ready = self._step(steps.CP_WAIT_READY, after=[instance])
+        self._step(
+            steps.CP_AUTHORIZED_KEYS,
+            {
+                "SSH_USER": settings.ssh.user,
+                "AUTHORIZED_KEYS": machines.authorized_keys(settings),
+            },
+            after=[wait_ready],
+        )
         runtime = self._step(steps.CP_RUNTIME, {"WITH_NVIDIA_TOOLKIT": "false"}, after=[wait_ready])
         kube_tools = self._step(
             steps.CP_KUBE_TOOLS,
@@ -231,7 +244,14 @@ class ControlPlane(pulumi.ComponentResource):
     def _existing(self, config: ExistingControlPlane, network: Network) -> None:
         settings = self._settings
         assert config.host is not None and config.endpoint is not None  # settings checks both
-        self.host = ssh_host(f"{self._name}-control-plane", config.host, settings, user=config.user)
+        # No instance of ours: the host's address is its identity.
+        self.host = ssh_host(
+            f"{self._name}-control-plane",
+            config.host,
+            settings,
+            identity=config.host,
+            user=config.user,
+        )
         self.endpoint = pulumi.Output.from_input(config.endpoint)
         source = kubelet_client_address(config)
         if source is not None:
@@ -269,13 +289,13 @@ class ControlPlane(pulumi.ComponentResource):
         *,
         parent: pulumi.Resource,
         after: Sequence[pulumi.Resource],
-        join_spec: str = "",
+        node_id: pulumi.Input[str],
         node_ip: pulumi.Input[str] | None = None,
     ) -> JoinCredentials:
         """Mint a fresh bootstrap token for one node (`<node>-join-token`, on the control plane).
 
-        `join_spec` is the digest of what the join step runs: when it changes, the join re-runs
-        and gets a fresh token with it, never the expired one minted for the previous join.
+        `node_id` (the joining machine's instance id) is the step's identity with the endpoint:
+        a new machine or a new cluster gets a new token.
         `node_ip` (the joining machine's private address) lets the step remove a stale Node of
         the same name left by a replaced machine, which would make kubeadm join refuse.
         """
@@ -287,9 +307,9 @@ class ControlPlane(pulumi.ComponentResource):
             node_name,
             host=self.host,
             params=params,
+            identity={steps.Identity.HOST: node_id, steps.Identity.ENDPOINT: self.endpoint},
             after=[*after, *self.ready],
             parent=parent,
-            rerun_when=[join_spec] if join_spec else [],
         )
         parsed = step.stdout.apply(parse_join_token)
         return JoinCredentials(
@@ -301,7 +321,12 @@ class ControlPlane(pulumi.ComponentResource):
         )
 
     def register_node(
-        self, node_name: str, *, parent: pulumi.Resource, after: Sequence[pulumi.Resource]
+        self,
+        node_name: str,
+        *,
+        node_id: pulumi.Input[str],
+        parent: pulumi.Resource,
+        after: Sequence[pulumi.Resource],
     ) -> command.remote.Command:
         """`<node>-node-ready` on the control plane: create waits for the Node to be Ready;
         delete drains it and deletes the Node object (before the join step's `kubeadm reset`)."""
@@ -317,6 +342,30 @@ class ControlPlane(pulumi.ComponentResource):
                 "NODE_NAME": node_name,
                 "DRAIN_TIMEOUT_SECONDS": str(DRAIN_TIMEOUT_SECONDS),
             },
+            identity={steps.Identity.HOST: node_id, steps.Identity.ENDPOINT: self.endpoint},
+            after=after,
+            parent=parent,
+        )
+
+    def reconcile_labels(
+        self,
+        node_name: str,
+        *,
+        node_id: pulumi.Input[str],
+        labels: str,
+        taints: str,
+        parent: pulumi.Resource,
+        after: Sequence[pulumi.Resource],
+    ) -> command.remote.Command:
+        """`<node>-labels` on the control plane: the pool's labels and taints through the API
+        (`kubectl label/taint --overwrite`, the ones set before and no longer wanted removed), so
+        a label change updates this step and never re-joins the node."""
+        return run_step(
+            steps.NODE_LABELS,
+            node_name,
+            host=self.host,
+            params={"NODE_NAME": node_name, "NODE_LABELS": labels, "NODE_TAINTS": taints},
+            identity={steps.Identity.HOST: node_id, steps.Identity.ENDPOINT: self.endpoint},
             after=after,
             parent=parent,
         )

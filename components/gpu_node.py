@@ -26,7 +26,6 @@ import pulumi_command as command
 from components import machines, steps
 from components.catalog import GpuInstanceType
 from components.gpu_image import InstallStep
-from components.host_scripts import script_digest
 from components.labels import GPU_PRESENT_LABEL, POOL_LABEL
 from components.network import KUBELET_PORT, Network, tcp_port_rule
 from components.remote import Host, run_step, ssh_host
@@ -156,7 +155,7 @@ class GpuNode(pulumi.ComponentResource):
             if settings.network.connects_to_public_ips
             else self.instance.private_ip
         )
-        self.host = ssh_host(node_name, address, settings)
+        self.host = ssh_host(node_name, address, settings, identity=self.instance.id)
         self.join, self.node_ready = self._bootstrap(settings, control_plane)
         self.register_outputs(
             {
@@ -196,9 +195,7 @@ class GpuNode(pulumi.ComponentResource):
             tags=tags,
             opts=pulumi.ResourceOptions(
                 parent=self,
-                # A looked-up AMI moves with every Canonical release; a running node is not
-                # replaced for that (a configured amiId still is).
-                ignore_changes=[] if machine.ami_pinned else ["ami"],
+                ignore_changes=machines.day_two_ignored(ami_pinned=machine.ami_pinned),
             ),
         )
 
@@ -213,6 +210,18 @@ class GpuNode(pulumi.ComponentResource):
         kube_tools: pulumi.Resource = self.instance
         for install in install_steps(pool, settings):
             kube_tools = step(install.step, kube_tools, **install.params)
+            if install.step is steps.WAIT_READY:
+                run_step(
+                    steps.AUTHORIZED_KEYS,
+                    name,
+                    host=self.host,
+                    params={
+                        "SSH_USER": settings.ssh.user,
+                        "AUTHORIZED_KEYS": machines.authorized_keys(settings),
+                    },
+                    after=[kube_tools],
+                    parent=self,
+                )
         join_params = {
             "NODE_NAME": name,
             "KUBERNETES_MINOR": settings.kubernetes_version,
@@ -223,7 +232,7 @@ class GpuNode(pulumi.ComponentResource):
             name,
             parent=self,
             after=[kube_tools],
-            join_spec=script_digest(steps.JOIN.script, join_params),
+            node_id=self.instance.id,
             node_ip=self.instance.private_ip,
         )
         join = run_step(
@@ -236,10 +245,24 @@ class GpuNode(pulumi.ComponentResource):
                 "CA_CERT_HASH": credentials.ca_cert_hash,
             },
             secret_params={"JOIN_TOKEN": credentials.token},
+            identity={
+                steps.Identity.ENDPOINT: credentials.endpoint,
+                steps.Identity.CA_HASH: credentials.ca_cert_hash,
+            },
             after=[credentials.step],
             parent=self,
         )
-        node_ready = control_plane.register_node(name, parent=self, after=[join])
+        node_ready = control_plane.register_node(
+            name, node_id=self.instance.id, parent=self, after=[join]
+        )
+        control_plane.reconcile_labels(
+            name,
+            node_id=self.instance.id,
+            labels=join_params["NODE_LABELS"],
+            taints=join_params["NODE_TAINTS"],
+            parent=self,
+            after=[node_ready],
+        )
         return join, node_ready
 
 

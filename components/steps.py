@@ -29,6 +29,7 @@ class Where(enum.Enum):
 
     NODE = "node"
     CONTROL_PLANE = "control-plane"
+    IMAGE_BUILDER = "image-builder"  # the machine a baked GPU image is made on
 
 
 class OnUpdate(enum.Enum):
@@ -133,6 +134,24 @@ NODE_READY = Step(
     summary="Node Ready (drained and deleted on delete)",
 )
 
+# Beside the chain (nothing waits for them): keys reach running machines, labels and taints are
+# reconciled through the API.
+AUTHORIZED_KEYS = Step(
+    "authorized-keys",
+    "authorize-ssh-keys.sh",
+    Where.NODE,
+    2 * MINUTE,
+    summary="the login user's authorized_keys: ssh.publicKey and the key the steps log in with",
+)
+NODE_LABELS = Step(
+    "labels",
+    "label-node.sh",
+    Where.CONTROL_PLANE,
+    5 * MINUTE,
+    summary="the pool's labels and taints, set with --overwrite; ones set before removed",
+)
+NODE_SIDE_STEPS: tuple[Step, ...] = (AUTHORIZED_KEYS, NODE_LABELS)
+
 NODE_STEPS: tuple[Step, ...] = (
     WAIT_READY,
     NOUVEAU,
@@ -160,6 +179,9 @@ VALIDATION_JOB_SUFFIX = "validation-job"
 # ---------------------------------------------------------------- control plane
 
 CP_WAIT_READY = Step("wait-ready", "wait-ready.sh", Where.CONTROL_PLANE, 20 * MINUTE)
+CP_AUTHORIZED_KEYS = Step(
+    "authorized-keys", "authorize-ssh-keys.sh", Where.CONTROL_PLANE, 2 * MINUTE
+)
 CP_RUNTIME = Step("runtime", "install-runtime.sh", Where.CONTROL_PLANE, 20 * MINUTE)
 CP_KUBE_TOOLS = Step("kube-tools", "install-kube-tools.sh", Where.CONTROL_PLANE, 15 * MINUTE)
 CP_INIT = Step(
@@ -186,6 +208,14 @@ CP_KUBECONFIG = Step(
     summary="admin kubeconfig, read back (secret)",
 )
 
+# ---------------------------------------------------------------- baked image builder
+# It runs the install steps of the node chain (install_steps in gpu_node.py), then these.
+
+IMAGE_PULL = Step("pull-images", "pull-images.sh", Where.IMAGE_BUILDER, 20 * MINUTE)
+IMAGE_PREPARE = Step("prepare", "prepare-image.sh", Where.IMAGE_BUILDER, 10 * MINUTE)
+IMAGE_POWER_OFF = Step("power-off", "power-off-builder.sh", Where.IMAGE_BUILDER, 5 * MINUTE)
+IMAGE_STEPS: tuple[Step, ...] = (IMAGE_PULL, IMAGE_PREPARE, IMAGE_POWER_OFF)
+
 MANAGED_CONTROL_PLANE_STEPS: tuple[Step, ...] = (
     CP_WAIT_READY,
     CP_RUNTIME,
@@ -198,9 +228,12 @@ EXISTING_CONTROL_PLANE_STEPS: tuple[Step, ...] = (CP_VERSION_SKEW, CP_KUBECONFIG
 
 ALL_STEPS: tuple[Step, ...] = (
     *NODE_STEPS,
+    *NODE_SIDE_STEPS,
     GPU_CAPACITY,
     *MANAGED_CONTROL_PLANE_STEPS,
+    CP_AUTHORIZED_KEYS,
     CP_VERSION_SKEW,
+    *IMAGE_STEPS,
 )
 
 
@@ -221,7 +254,7 @@ def disruptive_steps() -> tuple[Step, ...]:
 
 def node_step(suffix: str) -> Step:
     """The node step with this suffix (KeyError naming the known ones)."""
-    for step in (*NODE_STEPS, GPU_CAPACITY):
+    for step in (*NODE_STEPS, *NODE_SIDE_STEPS, GPU_CAPACITY):
         if step.suffix == suffix:
             return step
     raise KeyError(f"no node step {suffix!r}; known: {', '.join(node_chain())}, gpu-capacity")

@@ -81,6 +81,10 @@ class GpuValidation(pulumi.ComponentResource):
                 "DEVICE_PLUGIN_NAMESPACE": manifests.DEVICE_PLUGIN_NAMESPACE,
                 "DEVICE_PLUGIN_NAME": manifests.DEVICE_PLUGIN_NAME,
             },
+            identity={
+                steps.Identity.HOST: node.instance.id,
+                steps.Identity.ENDPOINT: control_plane.endpoint,
+            },
             after=[node.node_ready, device_plugin.daemon_set],
             parent=self,
             timeout_seconds=timeout + CAPACITY_STEP_MARGIN_SECONDS,
