@@ -186,3 +186,13 @@ def test_the_control_plane_machine_is_protected_and_a_switch_lifts_it(baseline):
     after = run_program("dev", config={"controlPlane": control_plane})
     unprotected = [r for r in after.of_type(INSTANCE) if r.name.endswith("-control-plane")]
     assert not unprotected[0].protect, unprotected[0].urn
+
+
+def test_a_policy_flags_an_unprotected_control_plane_machine(baseline):
+    from tools import policy_adapter
+
+    assert not [v for v in policy_adapter.run(baseline["dev"]).violations if "protect" in v]
+    control_plane = dict(stack_file("dev")["gpu-cluster:controlPlane"], protect=False)
+    report = policy_adapter.run(run_program("dev", config={"controlPlane": control_plane}))
+    flagged = [v for v in report.violations if v.startswith("[control-plane-protected]")]
+    assert len(flagged) == 1 and "dev-gpu-control-plane" in flagged[0], report.violations
