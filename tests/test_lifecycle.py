@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import re
 from collections.abc import Iterator
 
 import pytest
+import yaml
 
 from components import host_scripts, steps
 from tools import lifecycle
@@ -196,3 +198,31 @@ def test_a_policy_flags_an_unprotected_control_plane_machine(baseline):
     report = policy_adapter.run(run_program("dev", config={"controlPlane": control_plane}))
     flagged = [v for v in report.violations if v.startswith("[control-plane-protected]")]
     assert len(flagged) == 1 and "dev-gpu-control-plane" in flagged[0], report.violations
+
+
+# ---------------------------------------------------------------- python -m tools.preview --against
+
+
+def test_preview_against_a_second_stack_file_reports_per_resource_and_node(tmp_path):
+    from tools import preview
+
+    deployed = tmp_path / "Pulumi.deployed.yaml"
+    deployed.write_text(yaml.safe_dump({"config": stack_file("prod")}), encoding="utf-8")
+    # This version: the prod file with the h100 pool on driver 570.
+    report = preview.what_will_change(
+        "prod", str(deployed), config=pools_with("prod", h100={"driverVersion": "570"})
+    )
+    assert "re-run    prod-gpu-h100-0-driver" in report, report
+    assert re.search(r"^    2 re-run, \d+ unchanged$", report, re.M), report
+    assert "prod-gpu-h100-0: re-runs driver" in report, report
+    assert "prod-gpu-a10g-0: untouched" in report, report
+
+
+def test_preview_against_a_git_ref_runs_that_version(capsys):
+    from tools import preview
+
+    assert preview.main(["dev", "--against", "HEAD"]) == 0
+    out = capsys.readouterr().out
+    assert "Resources:" in out and "Nodes:" in out, out
+    assert "dev-gpu-a10g-0:" in out, out
+    assert preview.main(["dev", "--against", "no-such-ref-anywhere"]) == 1

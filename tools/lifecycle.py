@@ -18,13 +18,21 @@ script, or a no-op `true`).
 
 from __future__ import annotations
 
+import contextlib
 import enum
-from collections.abc import Iterable, Mapping
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from components import steps
 from tools.harness.graph import Graph, Resource, unwrap
+from tools.harness.stacks import ROOT
 
 COMMAND = "command:remote:Command"
 NO_OP_UPDATE = "true"
@@ -295,3 +303,41 @@ def render(plan_: Plan, *, show_unchanged: bool = False) -> str:
     for impact in plan_.nodes.values():
         lines.append(f"    {impact.node}: {impact.summary()}")
     return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- the program of another version
+
+
+@contextlib.contextmanager
+def program_of(ref: str, root: Path = ROOT) -> Iterator[Path]:
+    """The program as committed at git `ref` (`git archive`), in a temporary directory, with its
+    `components` importable instead of the working tree's for as long as the context lasts."""
+    with tempfile.TemporaryDirectory(prefix="gpu-cluster-") as tmp:
+        archive = subprocess.run(
+            ["git", "-C", str(root), "archive", "--format=tar", ref],
+            check=False,
+            capture_output=True,
+        )
+        if archive.returncode != 0:
+            raise ValueError(f"git archive {ref}: {archive.stderr.decode().strip()}")
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+        saved = {k: v for k, v in sys.modules.items() if _is_program_module(k)}
+        for name in saved:
+            del sys.modules[name]
+        sys.path.insert(0, tmp)
+        try:
+            yield Path(tmp)
+        finally:
+            sys.path.remove(tmp)
+            for name in [k for k in sys.modules if _is_program_module(k)]:
+                del sys.modules[name]
+            sys.modules.update(saved)
+
+
+def _is_program_module(name: str) -> bool:
+    return name == "components" or name.startswith("components.")
+
+
+def stack_config_at(checkout: Path, stack_file_name: str) -> dict[str, Any]:
+    data = yaml.safe_load((checkout / stack_file_name).read_text(encoding="utf-8")) or {}
+    return dict(data.get("config") or {})
