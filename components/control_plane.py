@@ -29,8 +29,10 @@ from components.remote import Host, run_step, ssh_host
 from components.settings import ExistingControlPlane, ManagedControlPlane, Settings
 
 API_PORT = 6443
-# Bootstrap tokens live only as long as a join takes; each node gets its own.
-JOIN_TOKEN_TTL = "30m"
+# Each node gets its own bootstrap token, valid until the node has joined (its node-ready step
+# deletes it then): a join retried at any time after a failure finds it valid, with no manual
+# re-mint. kubeadm token create: "If set to '0', the token will never expire".
+JOIN_TOKEN_TTL = "0s"
 NODE_READY_TIMEOUT_SECONDS = 600
 DRAIN_TIMEOUT_SECONDS = 300
 # The CNI of the managed control plane: flannel, pinned to one release manifest.
@@ -43,6 +45,7 @@ class JoinCredentials:
     that pins the API server's identity, and the endpoint. `step` is the minting command."""
 
     token: pulumi.Output[str]
+    token_id: pulumi.Output[str]
     ca_cert_hash: pulumi.Output[str]
     endpoint: pulumi.Output[str]
     step: command.remote.Command
@@ -89,6 +92,7 @@ class ControlPlane(pulumi.ComponentResource):
     host: Host
     ready: list[pulumi.Resource]
     kubelet_client_cidrs: pulumi.Output[list[str]]
+    machine: aws.ec2.Instance | None = None  # the managed control plane's instance
 
     def __init__(
         self,
@@ -127,7 +131,7 @@ class ControlPlane(pulumi.ComponentResource):
         name, settings = self._name, self._settings
         machine = f"{name}-control-plane"
         api_group = self._api_security_group(config, network)
-        instance = aws.ec2.Instance(
+        instance = self.machine = aws.ec2.Instance(
             machine,
             ami=machines.ubuntu_ami(config.os_version, config.ami_id, parent=self),
             instance_type=config.instance_type,
@@ -314,6 +318,9 @@ class ControlPlane(pulumi.ComponentResource):
         parsed = step.stdout.apply(parse_join_token)
         return JoinCredentials(
             token=pulumi.Output.secret(parsed.apply(lambda d: d["token"])),
+            # The token's id (before the dot) is its public half (kubeadm: "the token-id part is
+            # public"); the node-ready step deletes the token by it once the node has joined.
+            token_id=pulumi.Output.unsecret(parsed.apply(lambda d: d["token"].split(".")[0])),
             # A hash of the CA's public key identifies the cluster; it is not a secret.
             ca_cert_hash=pulumi.Output.unsecret(parsed.apply(lambda d: d["caCertHash"])),
             endpoint=self.endpoint,
@@ -325,11 +332,13 @@ class ControlPlane(pulumi.ComponentResource):
         node_name: str,
         *,
         node_id: pulumi.Input[str],
+        token_id: pulumi.Input[str],
         parent: pulumi.Resource,
         after: Sequence[pulumi.Resource],
     ) -> command.remote.Command:
-        """`<node>-node-ready` on the control plane: create waits for the Node to be Ready;
-        delete drains it and deletes the Node object (before the join step's `kubeadm reset`)."""
+        """`<node>-node-ready` on the control plane: create waits for the Node to be Ready, then
+        deletes the node's bootstrap token; delete drains the Node (without eviction when it is
+        not Ready: its host is gone) and deletes the Node object."""
         return run_step(
             steps.NODE_READY,
             node_name,
@@ -337,6 +346,7 @@ class ControlPlane(pulumi.ComponentResource):
             params={
                 "NODE_NAME": node_name,
                 "READY_TIMEOUT_SECONDS": str(NODE_READY_TIMEOUT_SECONDS),
+                "TOKEN_ID": token_id,
             },
             delete_params={
                 "NODE_NAME": node_name,
@@ -345,6 +355,8 @@ class ControlPlane(pulumi.ComponentResource):
             identity={steps.Identity.HOST: node_id, steps.Identity.ENDPOINT: self.endpoint},
             after=after,
             parent=parent,
+            # Destroying the whole cluster: no Node to drain on a control plane going away.
+            deleted_with=self.machine,
         )
 
     def reconcile_labels(

@@ -7,11 +7,11 @@ Per node the chain is strict, one `remote.Command` per host script, each named a
       -> <node>-node-ready (control plane)
 
 Nodes never wait on each other, so the time to a joined node does not grow with the pool size.
-Teardown runs the chain backwards: the control plane drains and deletes the Node
-(`<node>-node-ready`'s delete), then `kubeadm reset -f` runs on the host (`<node>-join`'s
-delete), then the instance terminates. Each step's trigger is the digest of its script and
-parameters plus the ids of the steps before it, so changing a pool's driver branch re-runs that
-pool's driver step and everything after it, never the instance.
+The steps come from the step table (components/steps.py). Teardown: the control plane drains and
+deletes the Node (`<node>-node-ready`'s delete, without eviction when the Node is not Ready),
+then the instance terminates; nothing dials the node on delete, so a dead machine never blocks.
+A step is replaced only when its identity changes (the instance id; for the join also the
+cluster); changing a pool's driver branch is an update that re-runs that pool's driver step only.
 """
 
 from __future__ import annotations
@@ -253,7 +253,11 @@ class GpuNode(pulumi.ComponentResource):
             parent=self,
         )
         node_ready = control_plane.register_node(
-            name, node_id=self.instance.id, parent=self, after=[join]
+            name,
+            node_id=self.instance.id,
+            token_id=credentials.token_id,
+            parent=self,
+            after=[join],
         )
         control_plane.reconcile_labels(
             name,

@@ -121,8 +121,11 @@ JOIN = Step(
     Where.NODE,
     15 * MINUTE,
     identity=(Identity.HOST, Identity.ENDPOINT, Identity.CA_HASH),
-    delete_script="reset-node.sh",
-    summary="kubeadm join from a JoinConfiguration",
+    # No delete hook: pulumi-command's Delete dials the stored host and fails when it is gone, so
+    # a hook on the node would make a terminated machine block every later up. A kept host that
+    # moves to another cluster is reset by the join itself (join-node.sh, leave_other_cluster);
+    # a deleted machine needs no reset.
+    summary="kubeadm join from a JoinConfiguration (resets a host joined to another cluster)",
 )
 NODE_READY = Step(
     "node-ready",

@@ -15,7 +15,7 @@ import yaml
 from components import host_scripts, steps
 from tools import lifecycle
 from tools.harness import mocks
-from tools.harness.graph import unwrap
+from tools.harness.graph import Secret, unwrap
 from tools.harness.stacks import run_program, stack_file
 from tools.lifecycle import Action
 
@@ -226,3 +226,40 @@ def test_preview_against_a_git_ref_runs_that_version(capsys):
     assert "Resources:" in out and "Nodes:" in out, out
     assert "dev-gpu-a10g-0:" in out, out
     assert preview.main(["dev", "--against", "no-such-ref-anywhere"]) == 1
+
+
+# ---------------------------------------------------------------- retries and dead hosts
+
+
+def test_a_retried_join_needs_no_new_token_and_the_token_goes_once_joined(baseline):
+    """The token does not expire (TOKEN_TTL 0s): a join retried at any time after a failure
+    finds it valid. The node-ready step deletes it by its id once the node is Ready."""
+    from tools.harness.graph import script_params
+
+    graph = baseline["dev"]
+    for node in lifecycle.node_names(graph):
+        mint = graph.named(steps.JOIN_TOKEN.resource_name(node))
+        assert script_params(mint)["TOKEN_TTL"] == "0s", mint.urn
+        token = script_params(graph.named(steps.JOIN.resource_name(node)))["JOIN_TOKEN"]
+        ready = graph.named(steps.NODE_READY.resource_name(node))
+        assert re.fullmatch(r"[a-z0-9]{6}", script_params(ready)["TOKEN_ID"]), ready.urn
+        assert token.startswith(script_params(ready)["TOKEN_ID"] + "."), ready.urn
+        assert not isinstance(ready.inputs["stdin"], Secret), f"{ready.urn}: id is public"
+
+
+def test_nothing_dials_a_gpu_node_on_delete_and_control_plane_hooks_are_bounded(baseline):
+    from components.remote import DELETE_DIAL_ATTEMPTS
+
+    for graph in baseline.values():
+        for resource in graph.of_type(COMMAND):
+            inputs = resource.plain_inputs()
+            if not inputs.get("delete"):
+                continue
+            assert inputs["connection"]["dialErrorLimit"] == DELETE_DIAL_ATTEMPTS, resource.urn
+            assert inputs["delete"].startswith("sudo timeout -k 30 "), resource.urn
+            node_hosts = {
+                unwrap(r.inputs["connection"])["host"]
+                for r in graph.of_type(COMMAND)
+                if r.name.endswith(f"-{steps.DRIVER.suffix}")
+            }
+            assert inputs["connection"]["host"] not in node_hosts, f"{resource.urn} dials a node"
