@@ -23,14 +23,16 @@ import pulumi_aws as aws
 import pulumi_command as command
 import pulumi_kubernetes as k8s
 
-from components import machines
+from components import machines, steps
 from components.network import Network, tcp_port_rule
-from components.remote import Host, run_script, ssh_host
+from components.remote import Host, run_step, ssh_host
 from components.settings import ExistingControlPlane, ManagedControlPlane, Settings
 
 API_PORT = 6443
-# Bootstrap tokens live only as long as a join takes; each node gets its own.
-JOIN_TOKEN_TTL = "30m"
+# Each node gets its own bootstrap token, valid until the node has joined (its node-ready step
+# deletes it then): a join retried at any time after a failure finds it valid, with no manual
+# re-mint. kubeadm token create: "If set to '0', the token will never expire".
+JOIN_TOKEN_TTL = "0s"
 NODE_READY_TIMEOUT_SECONDS = 600
 DRAIN_TIMEOUT_SECONDS = 300
 # The CNI of the managed control plane: flannel, pinned to one release manifest.
@@ -43,6 +45,7 @@ class JoinCredentials:
     that pins the API server's identity, and the endpoint. `step` is the minting command."""
 
     token: pulumi.Output[str]
+    token_id: pulumi.Output[str]
     ca_cert_hash: pulumi.Output[str]
     endpoint: pulumi.Output[str]
     step: command.remote.Command
@@ -89,6 +92,7 @@ class ControlPlane(pulumi.ComponentResource):
     host: Host
     ready: list[pulumi.Resource]
     kubelet_client_cidrs: pulumi.Output[list[str]]
+    machine: aws.ec2.Instance | None = None  # the managed control plane's instance
 
     def __init__(
         self,
@@ -127,7 +131,7 @@ class ControlPlane(pulumi.ComponentResource):
         name, settings = self._name, self._settings
         machine = f"{name}-control-plane"
         api_group = self._api_security_group(config, network)
-        instance = aws.ec2.Instance(
+        instance = self.machine = aws.ec2.Instance(
             machine,
             ami=machines.ubuntu_ami(config.os_version, config.ami_id, parent=self),
             instance_type=config.instance_type,
@@ -138,7 +142,12 @@ class ControlPlane(pulumi.ComponentResource):
             metadata_options=machines.metadata_options(),
             root_block_device=machines.root_volume(config.root_volume_gi_b),
             tags={**settings.stack_tags, "Name": machine, "gpu-cluster:role": "control-plane"},
-            opts=pulumi.ResourceOptions(parent=self),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                ignore_changes=machines.day_two_ignored(ami_pinned=config.ami_id is not None),
+                # Its loss is a new cluster: every node would have to re-join.
+                protect=config.protect,
+            ),
         )
         private_ip = instance.private_ip
         public_ip = instance.public_ip
@@ -155,17 +164,22 @@ class ControlPlane(pulumi.ComponentResource):
             public_ip = address.public_ip
         # The operator's machine reaches the public address unless a bastion relays to private ones.
         reachable = public_ip if settings.network.connects_to_public_ips else private_ip
-        self.host = ssh_host(machine, reachable, settings)
+        self.host = ssh_host(machine, reachable, settings, identity=instance.id)
         self.endpoint = pulumi.Output.concat(private_ip, f":{API_PORT}")
         self.kubelet_client_cidrs = private_ip.apply(lambda ip: [f"{ip}/32"])
 
-        wait_ready = self._step("wait-ready", "wait-ready.sh", after=[instance], timeout="20m")
-        runtime = self._step(
-            "runtime", "install-runtime.sh", {"WITH_NVIDIA_TOOLKIT": "false"}, after=[wait_ready]
+        wait_ready = self._step(steps.CP_WAIT_READY, after=[instance])
+        self._step(
+            steps.CP_AUTHORIZED_KEYS,
+            {
+                "SSH_USER": settings.ssh.user,
+                "AUTHORIZED_KEYS": machines.authorized_keys(settings),
+            },
+            after=[wait_ready],
         )
+        runtime = self._step(steps.CP_RUNTIME, {"WITH_NVIDIA_TOOLKIT": "false"}, after=[wait_ready])
         kube_tools = self._step(
-            "kube-tools",
-            "install-kube-tools.sh",
+            steps.CP_KUBE_TOOLS,
             {"KUBERNETES_MINOR": settings.kubernetes_version},
             after=[runtime],
         )
@@ -173,8 +187,7 @@ class ControlPlane(pulumi.ComponentResource):
             lambda values: ",".join(v for v in values if v)
         )
         init = self._step(
-            "init",
-            "init-control-plane.sh",
+            steps.CP_INIT,
             {
                 "CLUSTER_NAME": settings.cluster_name,
                 "NODE_NAME": machine,
@@ -188,15 +201,13 @@ class ControlPlane(pulumi.ComponentResource):
             after=[kube_tools],
         )
         cni = self._step(
-            "cni",
-            "install-cni.sh",
+            steps.CP_CNI,
             {
                 "FLANNEL_VERSION": FLANNEL_VERSION,
                 "POD_SUBNET": config.pod_cidr,
                 "NODE_NAME": machine,
             },
             after=[init],
-            timeout="15m",
         )
         kubeconfig = self._read_kubeconfig(
             pulumi.Output.concat("https://", reachable, f":{API_PORT}"), after=[cni]
@@ -237,7 +248,14 @@ class ControlPlane(pulumi.ComponentResource):
     def _existing(self, config: ExistingControlPlane, network: Network) -> None:
         settings = self._settings
         assert config.host is not None and config.endpoint is not None  # settings checks both
-        self.host = ssh_host(f"{self._name}-control-plane", config.host, settings, user=config.user)
+        # No instance of ours: the host's address is its identity.
+        self.host = ssh_host(
+            f"{self._name}-control-plane",
+            config.host,
+            settings,
+            identity=config.host,
+            user=config.user,
+        )
         self.endpoint = pulumi.Output.from_input(config.endpoint)
         source = kubelet_client_address(config)
         if source is not None:
@@ -245,12 +263,7 @@ class ControlPlane(pulumi.ComponentResource):
         else:
             # Only DNS names: the control plane lives somewhere in the VPC.
             self.kubelet_client_cidrs = network.vpc_cidr.apply(lambda cidr: [cidr])
-        skew = self._step(
-            "version-skew",
-            "check-version-skew.sh",
-            {"KUBERNETES_MINOR": settings.kubernetes_version},
-            timeout="5m",
-        )
+        skew = self._step(steps.CP_VERSION_SKEW, {"KUBERNETES_MINOR": settings.kubernetes_version})
         kubeconfig = self._read_kubeconfig(
             pulumi.Output.from_input(f"https://{config.endpoint}"), after=[skew]
         )
@@ -260,36 +273,17 @@ class ControlPlane(pulumi.ComponentResource):
 
     def _step(
         self,
-        step: str,
-        script: str,
+        step: steps.Step,
         params: dict[str, pulumi.Input[str]] | None = None,
         *,
         after: Sequence[pulumi.Resource] = (),
-        timeout: str = "30m",
     ) -> command.remote.Command:
-        return run_script(
-            f"{self._name}-{step}",
-            host=self.host,
-            script=script,
-            params=params,
-            after=after,
-            parent=self,
-            timeout=timeout,
-        )
+        return run_step(step, self._name, host=self.host, params=params, after=after, parent=self)
 
     def _read_kubeconfig(
         self, server: pulumi.Output[str], *, after: Sequence[pulumi.Resource]
     ) -> command.remote.Command:
-        step = run_script(
-            f"{self._name}-kubeconfig",
-            host=self.host,
-            script="read-kubeconfig.sh",
-            params={"API_SERVER": server},
-            after=after,
-            parent=self,
-            timeout="5m",
-            secret_stdout=True,
-        )
+        step = self._step(steps.CP_KUBECONFIG, {"API_SERVER": server}, after=after)
         self.kubeconfig = pulumi.Output.secret(step.stdout)
         return step
 
@@ -299,33 +293,34 @@ class ControlPlane(pulumi.ComponentResource):
         *,
         parent: pulumi.Resource,
         after: Sequence[pulumi.Resource],
-        join_spec: str = "",
+        node_id: pulumi.Input[str],
         node_ip: pulumi.Input[str] | None = None,
     ) -> JoinCredentials:
         """Mint a fresh bootstrap token for one node (`<node>-join-token`, on the control plane).
 
-        `join_spec` is the digest of what the join step runs: when it changes, the join re-runs
-        and gets a fresh token with it, never the expired one minted for the previous join.
+        `node_id` (the joining machine's instance id) is the step's identity with the endpoint:
+        a new machine or a new cluster gets a new token.
         `node_ip` (the joining machine's private address) lets the step remove a stale Node of
         the same name left by a replaced machine, which would make kubeadm join refuse.
         """
         params: dict[str, pulumi.Input[str]] = {"NODE_NAME": node_name, "TOKEN_TTL": JOIN_TOKEN_TTL}
         if node_ip is not None:
             params["NODE_IP"] = node_ip
-        step = run_script(
-            f"{node_name}-join-token",
+        step = run_step(
+            steps.JOIN_TOKEN,
+            node_name,
             host=self.host,
-            script="mint-join-token.sh",
             params=params,
+            identity={steps.Identity.HOST: node_id, steps.Identity.ENDPOINT: self.endpoint},
             after=[*after, *self.ready],
             parent=parent,
-            timeout="5m",
-            secret_stdout=True,
-            rerun_when=[join_spec] if join_spec else [],
         )
         parsed = step.stdout.apply(parse_join_token)
         return JoinCredentials(
             token=pulumi.Output.secret(parsed.apply(lambda d: d["token"])),
+            # The token's id (before the dot) is its public half (kubeadm: "the token-id part is
+            # public"); the node-ready step deletes the token by it once the node has joined.
+            token_id=pulumi.Output.unsecret(parsed.apply(lambda d: d["token"].split(".")[0])),
             # A hash of the CA's public key identifies the cluster; it is not a secret.
             ca_cert_hash=pulumi.Output.unsecret(parsed.apply(lambda d: d["caCertHash"])),
             endpoint=self.endpoint,
@@ -333,24 +328,56 @@ class ControlPlane(pulumi.ComponentResource):
         )
 
     def register_node(
-        self, node_name: str, *, parent: pulumi.Resource, after: Sequence[pulumi.Resource]
+        self,
+        node_name: str,
+        *,
+        node_id: pulumi.Input[str],
+        token_id: pulumi.Input[str],
+        parent: pulumi.Resource,
+        after: Sequence[pulumi.Resource],
     ) -> command.remote.Command:
-        """`<node>-node-ready` on the control plane: create waits for the Node to be Ready;
-        delete drains it and deletes the Node object (before the join step's `kubeadm reset`)."""
-        return run_script(
-            f"{node_name}-node-ready",
+        """`<node>-node-ready` on the control plane: create waits for the Node to be Ready, then
+        deletes the node's bootstrap token; delete drains the Node (without eviction when it is
+        not Ready: its host is gone) and deletes the Node object."""
+        return run_step(
+            steps.NODE_READY,
+            node_name,
             host=self.host,
-            script="wait-node-ready.sh",
             params={
                 "NODE_NAME": node_name,
                 "READY_TIMEOUT_SECONDS": str(NODE_READY_TIMEOUT_SECONDS),
+                "TOKEN_ID": token_id,
             },
-            delete_script="drain-node.sh",
             delete_params={
                 "NODE_NAME": node_name,
                 "DRAIN_TIMEOUT_SECONDS": str(DRAIN_TIMEOUT_SECONDS),
             },
+            identity={steps.Identity.HOST: node_id, steps.Identity.ENDPOINT: self.endpoint},
             after=after,
             parent=parent,
-            timeout="20m",
+            # Destroying the whole cluster: no Node to drain on a control plane going away.
+            deleted_with=self.machine,
+        )
+
+    def reconcile_labels(
+        self,
+        node_name: str,
+        *,
+        node_id: pulumi.Input[str],
+        labels: str,
+        taints: str,
+        parent: pulumi.Resource,
+        after: Sequence[pulumi.Resource],
+    ) -> command.remote.Command:
+        """`<node>-labels` on the control plane: the pool's labels and taints through the API
+        (`kubectl label/taint --overwrite`, the ones set before and no longer wanted removed), so
+        a label change updates this step and never re-joins the node."""
+        return run_step(
+            steps.NODE_LABELS,
+            node_name,
+            host=self.host,
+            params={"NODE_NAME": node_name, "NODE_LABELS": labels, "NODE_TAINTS": taints},
+            identity={steps.Identity.HOST: node_id, steps.Identity.ENDPOINT: self.endpoint},
+            after=after,
+            parent=parent,
         )

@@ -30,12 +30,13 @@ from dataclasses import asdict, dataclass
 import pulumi
 import pulumi_aws as aws
 
-from components import machines
+from components import machines, steps
 from components.host_scripts import script_text
 from components.kubernetes_manifests import device_plugin_image
 from components.network import Network
-from components.remote import run_script, ssh_host
+from components.remote import run_step, ssh_host
 from components.settings import NodePool, Settings
+from components.steps import Step
 
 IMAGE_TAG = "gpu-cluster.io/image"
 BUILT_BY_TAG = "gpu-cluster.io/built-by"
@@ -131,11 +132,9 @@ def existing_image(key: ImageKey, built_by: str) -> str | None:
 
 @dataclass(frozen=True)
 class InstallStep:
-    """One install step as a node runs it: resource suffix, script, bound, parameters."""
+    """One install step as a node runs it: its row of the step table, its parameters."""
 
-    suffix: str
-    script: str
-    timeout: str
+    step: Step
     params: dict[str, str]
 
 
@@ -182,36 +181,28 @@ class GpuImage(pulumi.ComponentResource):
         address = (
             builder.public_ip if settings.network.connects_to_public_ips else builder.private_ip
         )
-        host = ssh_host(f"{name}-builder", address, settings)
+        host = ssh_host(f"{name}-builder", address, settings, identity=builder.id)
         after: pulumi.Resource = builder
-        for step in args.install_steps:
-            after = run_script(
-                f"{name}-{step.suffix}",
-                host=host,
-                script=step.script,
-                params=step.params,
-                after=[after],
-                parent=self,
-                timeout=step.timeout,
+        for install in args.install_steps:
+            after = run_step(
+                install.step, name, host=host, params=install.params, after=[after], parent=self
             )
         if args.key.images:
-            after = run_script(
-                f"{name}-pull-images",
+            after = run_step(
+                steps.IMAGE_PULL,
+                name,
                 host=host,
-                script="pull-images.sh",
                 params={"IMAGES": " ".join(args.key.images)},
                 after=[after],
                 parent=self,
-                timeout="20m",
             )
-        prepared = run_script(
-            f"{name}-prepare",
+        prepared = run_step(
+            steps.IMAGE_PREPARE,
+            name,
             host=host,
-            script="prepare-image.sh",
             params={"IMAGE_DIGEST": args.key.digest},
             after=[after],
             parent=self,
-            timeout="10m",
         )
         image = aws.ec2.AmiFromInstance(
             name,
@@ -233,14 +224,7 @@ class GpuImage(pulumi.ComponentResource):
                 ignore_changes=["sourceInstanceId"],
             ),
         )
-        run_script(
-            f"{name}-power-off",
-            host=host,
-            script="power-off-builder.sh",
-            after=[image],
-            parent=self,
-            timeout="5m",
-        )
+        run_step(steps.IMAGE_POWER_OFF, name, host=host, after=[image], parent=self)
         self.ami_id = image.id
         self.register_outputs({"amiId": self.ami_id, "digest": args.key.digest})
 

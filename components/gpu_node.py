@@ -7,11 +7,11 @@ Per node the chain is strict, one `remote.Command` per host script, each named a
       -> <node>-node-ready (control plane)
 
 Nodes never wait on each other, so the time to a joined node does not grow with the pool size.
-Teardown runs the chain backwards: the control plane drains and deletes the Node
-(`<node>-node-ready`'s delete), then `kubeadm reset -f` runs on the host (`<node>-join`'s
-delete), then the instance terminates. Each step's trigger is the digest of its script and
-parameters plus the ids of the steps before it, so changing a pool's driver branch re-runs that
-pool's driver step and everything after it, never the instance.
+The steps come from the step table (components/steps.py). Teardown: the control plane drains and
+deletes the Node (`<node>-node-ready`'s delete, without eviction when the Node is not Ready),
+then the instance terminates; nothing dials the node on delete, so a dead machine never blocks.
+A step is replaced only when its identity changes (the instance id; for the join also the
+cluster); changing a pool's driver branch is an update that re-runs that pool's driver step only.
 """
 
 from __future__ import annotations
@@ -23,13 +23,12 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_command as command
 
-from components import machines
+from components import machines, steps
 from components.catalog import GpuInstanceType
 from components.gpu_image import InstallStep
-from components.host_scripts import script_digest
 from components.labels import GPU_PRESENT_LABEL, POOL_LABEL
 from components.network import KUBELET_PORT, Network, tcp_port_rule
-from components.remote import Host, run_script, ssh_host
+from components.remote import Host, run_step, ssh_host
 from components.settings import NodePool, Settings
 
 if TYPE_CHECKING:
@@ -37,14 +36,6 @@ if TYPE_CHECKING:
 
 # NVIDIA Container Toolkit apt version installed by install-runtime.sh (pinned and held).
 NVIDIA_CTK_VERSION = "1.17.8-1"
-
-# Bounds on each host step (the SSH dial keeps retrying until these end the wait).
-WAIT_READY_TIMEOUT = "20m"  # first boot: sshd, cloud-init, unattended upgrades
-NOUVEAU_TIMEOUT = "15m"  # an initramfs rebuild
-DRIVER_TIMEOUT = "45m"  # several GB of driver packages on p5
-RUNTIME_TIMEOUT = "20m"
-KUBE_TOOLS_TIMEOUT = "15m"
-JOIN_TIMEOUT = "15m"
 
 
 class GpuNodePool(pulumi.ComponentResource):
@@ -164,7 +155,7 @@ class GpuNode(pulumi.ComponentResource):
             if settings.network.connects_to_public_ips
             else self.instance.private_ip
         )
-        self.host = ssh_host(node_name, address, settings)
+        self.host = ssh_host(node_name, address, settings, identity=self.instance.id)
         self.join, self.node_ready = self._bootstrap(settings, control_plane)
         self.register_outputs(
             {
@@ -204,9 +195,7 @@ class GpuNode(pulumi.ComponentResource):
             tags=tags,
             opts=pulumi.ResourceOptions(
                 parent=self,
-                # A looked-up AMI moves with every Canonical release; a running node is not
-                # replaced for that (a configured amiId still is).
-                ignore_changes=[] if machine.ami_pinned else ["ami"],
+                ignore_changes=machines.day_two_ignored(ami_pinned=machine.ami_pinned),
             ),
         )
 
@@ -215,22 +204,24 @@ class GpuNode(pulumi.ComponentResource):
     ) -> tuple[command.remote.Command, command.remote.Command]:
         name, pool = self.node_name, self.pool
 
-        def step(suffix: str, script: str, after: pulumi.Resource, timeout: str, **params):
-            return run_script(
-                f"{name}-{suffix}",
-                host=self.host,
-                script=script,
-                params=params,
-                after=[after],
-                parent=self,
-                timeout=timeout,
-            )
+        def step(row: steps.Step, after: pulumi.Resource, **params: str):
+            return run_step(row, name, host=self.host, params=params, after=[after], parent=self)
 
         kube_tools: pulumi.Resource = self.instance
         for install in install_steps(pool, settings):
-            kube_tools = step(
-                install.suffix, install.script, kube_tools, install.timeout, **install.params
-            )
+            kube_tools = step(install.step, kube_tools, **install.params)
+            if install.step is steps.WAIT_READY:
+                run_step(
+                    steps.AUTHORIZED_KEYS,
+                    name,
+                    host=self.host,
+                    params={
+                        "SSH_USER": settings.ssh.user,
+                        "AUTHORIZED_KEYS": machines.authorized_keys(settings),
+                    },
+                    after=[kube_tools],
+                    parent=self,
+                )
         join_params = {
             "NODE_NAME": name,
             "KUBERNETES_MINOR": settings.kubernetes_version,
@@ -241,25 +232,41 @@ class GpuNode(pulumi.ComponentResource):
             name,
             parent=self,
             after=[kube_tools],
-            join_spec=script_digest("join-node.sh", join_params),
+            node_id=self.instance.id,
             node_ip=self.instance.private_ip,
         )
-        join = run_script(
-            f"{name}-join",
+        join = run_step(
+            steps.JOIN,
+            name,
             host=self.host,
-            script="join-node.sh",
             params={
                 **join_params,
                 "API_ENDPOINT": credentials.endpoint,
                 "CA_CERT_HASH": credentials.ca_cert_hash,
             },
             secret_params={"JOIN_TOKEN": credentials.token},
-            delete_script="reset-node.sh",
+            identity={
+                steps.Identity.ENDPOINT: credentials.endpoint,
+                steps.Identity.CA_HASH: credentials.ca_cert_hash,
+            },
             after=[credentials.step],
             parent=self,
-            timeout=JOIN_TIMEOUT,
         )
-        node_ready = control_plane.register_node(name, parent=self, after=[join])
+        node_ready = control_plane.register_node(
+            name,
+            node_id=self.instance.id,
+            token_id=credentials.token_id,
+            parent=self,
+            after=[join],
+        )
+        control_plane.reconcile_labels(
+            name,
+            node_id=self.instance.id,
+            labels=join_params["NODE_LABELS"],
+            taints=join_params["NODE_TAINTS"],
+            parent=self,
+            after=[node_ready],
+        )
         return join, node_ready
 
 
@@ -269,31 +276,19 @@ def install_steps(pool: NodePool, settings: Settings) -> tuple[InstallStep, ...]
     its nodes run them again only to verify."""
     gpu = pool.gpu_type
     return (
-        InstallStep("wait-ready", "wait-ready.sh", WAIT_READY_TIMEOUT, {}),
+        InstallStep(steps.WAIT_READY, {}),
         # Its own step because it may reboot the host: the driver step then redials.
-        InstallStep("nouveau", "disable-nouveau.sh", NOUVEAU_TIMEOUT, {}),
+        InstallStep(steps.NOUVEAU, {}),
         InstallStep(
-            "driver",
-            "install-driver.sh",
-            DRIVER_TIMEOUT,
+            steps.DRIVER,
             {
                 "DRIVER_BRANCH": pool.driver_version,
                 "GPU_COUNT": str(gpu.gpu_count),
                 "NEEDS_FABRIC_MANAGER": "true" if gpu.needs_fabric_manager else "false",
             },
         ),
-        InstallStep(
-            "runtime",
-            "install-runtime.sh",
-            RUNTIME_TIMEOUT,
-            {"NVIDIA_CTK_VERSION": NVIDIA_CTK_VERSION},
-        ),
-        InstallStep(
-            "kube-tools",
-            "install-kube-tools.sh",
-            KUBE_TOOLS_TIMEOUT,
-            {"KUBERNETES_MINOR": settings.kubernetes_version},
-        ),
+        InstallStep(steps.RUNTIME, {"NVIDIA_CTK_VERSION": NVIDIA_CTK_VERSION}),
+        InstallStep(steps.KUBE_TOOLS, {"KUBERNETES_MINOR": settings.kubernetes_version}),
     )
 
 

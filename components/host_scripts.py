@@ -18,6 +18,10 @@ SCRIPTS_DIR = Path(__file__).resolve().parent / "scripts"
 COMMON_LIB = "lib/common.sh"
 
 _PARAM_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
+# shellcheck directives stay: the rendered program is checked too (tools.preview).
+_DIRECTIVE = re.compile(r"^#\s*shellcheck\s")
+# A heredoc opened on a line (`<<WORD`, `<<'WORD'`, `<<-"WORD"`), not a here-string (`<<<`).
+_HEREDOC = re.compile(r"(?<!<)<<(-?)[ \t]*(['\"]?)([A-Za-z_][A-Za-z0-9_]*)\2")
 
 
 def available_scripts() -> list[str]:
@@ -38,10 +42,26 @@ def script_text(name: str) -> str:
     return path.read_text(encoding="utf-8")
 
 
-def _strip_shebang(text: str) -> str:
-    if text.startswith("#!"):
-        return text.split("\n", 1)[1] if "\n" in text else ""
-    return text
+def strip_comments(text: str) -> str:
+    """`text` without full-line comments and blank lines: what a host runs and what a later
+    `pulumi up` compares, so that editing a comment or spacing changes no input and re-runs
+    nothing. Heredoc bodies are kept verbatim (a `#` line in a YAML or config file is content),
+    and so are shellcheck directives."""
+    kept: list[str] = []
+    pending: list[tuple[bool, str]] = []  # heredocs still open: (strip leading tabs, word)
+    for line in text.splitlines():
+        if pending:
+            kept.append(line)
+            strip_tabs, word = pending[0]
+            if (line.lstrip("\t") if strip_tabs else line) == word:
+                pending.pop(0)
+            continue
+        stripped = line.strip()
+        if not stripped or (stripped.startswith("#") and not _DIRECTIVE.match(stripped)):
+            continue
+        kept.append(line)
+        pending = [(m.group(1) == "-", m.group(3)) for m in _HEREDOC.finditer(line)]
+    return "".join(f"{line}\n" for line in kept)
 
 
 def _assignments(params: Mapping[str, str]) -> str:
@@ -62,14 +82,15 @@ def _assignments(params: Mapping[str, str]) -> str:
 
 
 def render_script(name: str, params: Mapping[str, str]) -> str:
-    """One bash program: shebang, sorted NAME='value' inputs, common.sh, the script body.
+    """One bash program: shebang, sorted NAME='value' inputs, common.sh, the script body, the
+    last two without comments and blank lines (`strip_comments`).
 
     The same name and params always give byte-identical text.
     """
     if name == COMMON_LIB:
         raise ValueError(f"{COMMON_LIB} is a library, not a node script")
-    body = _strip_shebang(script_text(name))
-    common = _strip_shebang(script_text(COMMON_LIB))
+    body = strip_comments(script_text(name))
+    common = strip_comments(script_text(COMMON_LIB))
     return "".join(
         [
             "#!/usr/bin/env bash\n",
@@ -78,7 +99,7 @@ def render_script(name: str, params: Mapping[str, str]) -> str:
             "# ---- inputs\n",
             _assignments(params),
             f"# ---- {COMMON_LIB}\n",
-            common if common.endswith("\n") else common + "\n",
+            common,
             f"# ---- {name}\n",
             body,
         ]

@@ -8,6 +8,10 @@ Import these instead of repeating them: `ubuntu_ami(...)`, `key_pair(...)`, `met
 
 from __future__ import annotations
 
+import base64
+import binascii
+import re
+
 import pulumi
 import pulumi_aws as aws
 
@@ -54,6 +58,73 @@ def key_pair(name: str, settings: Settings, *, parent: pulumi.Resource) -> aws.e
         tags={**settings.stack_tags, "Name": f"{name}-key"},
         opts=pulumi.ResourceOptions(parent=parent),
     )
+
+
+def day_two_ignored(*, ami_pinned: bool) -> list[str]:
+    """Instance inputs a later `pulumi up` must not act on, since a change of either replaces the
+    machine (terraform-provider-aws internal/service/ec2/ec2_instance.go: `ami` and `key_name`
+    are ForceNew):
+    - `ami`: a looked-up AMI moves with every Canonical release; a running machine does not
+      follow it (a configured amiId still does: changing it is a deliberate rebuild).
+    - `keyName`: the key pair is auto-named, and a new `ssh.publicKey` replaces it under a new
+      name (ec2_key_pair.go: `public_key` is ForceNew). The key reaches running machines through
+      their `authorized-keys` step instead; new machines boot with the new pair."""
+    return ["keyName"] if ami_pinned else ["ami", "keyName"]
+
+
+def authorized_keys(settings: Settings) -> str:
+    """AUTHORIZED_KEYS for authorize-ssh-keys.sh: `ssh.publicKey`, then the public half of
+    `sshPrivateKey` (the key every step logs in with) when it differs. Rotating is two `up`s:
+    set the new publicKey (both keys are authorized), then the new sshPrivateKey (only it is)."""
+    keys = [settings.ssh.public_key.strip()]
+    login = public_key_of(settings.ssh_private_key.get_secret_value())
+    if login is not None and _key_body(login) != _key_body(keys[0]):
+        keys.append(login)
+    return "\n".join(keys)
+
+
+def _key_body(line: str) -> str:
+    return " ".join(line.split()[:2])
+
+
+def public_key_of(private_key: str) -> str | None:
+    """The OpenSSH public key line of an OpenSSH private key, read from the key file's own
+    public section (openssh PROTOCOL.key: magic, cipher, kdf, kdf options, key count, then the
+    public key blob, in the clear even for encrypted keys); None for other formats."""
+    match = re.search(
+        r"-----BEGIN OPENSSH PRIVATE KEY-----(.+?)-----END OPENSSH PRIVATE KEY-----",
+        private_key,
+        re.S,
+    )
+    if not match:
+        return None
+    try:
+        blob = base64.b64decode("".join(match.group(1).split()), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    magic = b"openssh-key-v1\0"
+    if not blob.startswith(magic):
+        return None
+    offset = len(magic)
+    for _ in range(3):  # cipher name, kdf name, kdf options
+        _, offset = _ssh_string(blob, offset)
+    if offset + 4 > len(blob) or int.from_bytes(blob[offset : offset + 4], "big") < 1:
+        return None
+    public, _ = _ssh_string(blob, offset + 4)
+    key_type, _ = _ssh_string(public, 0)
+    if not public or not key_type:
+        return None
+    return f"{key_type.decode('ascii', 'replace')} {base64.b64encode(public).decode()}"
+
+
+def _ssh_string(blob: bytes, offset: int) -> tuple[bytes, int]:
+    """One length-prefixed string of the SSH wire format at `offset`, and the offset after it
+    (b"" past the end)."""
+    if offset + 4 > len(blob):
+        return b"", len(blob)
+    length = int.from_bytes(blob[offset : offset + 4], "big")
+    start = offset + 4
+    return blob[start : start + length], start + length
 
 
 def metadata_options(hop_limit: int = 1) -> aws.ec2.InstanceMetadataOptionsArgs:

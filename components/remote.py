@@ -1,79 +1,121 @@
-"""Run a host script over SSH as one Pulumi resource: the one way every component does it.
+"""Run a host step over SSH as one Pulumi resource: the one way every component does it.
 
-A step's script and parameters travel on stdin to `sudo bash -s` (sshd drops the environment of
+A step's script and parameters travel on stdin to `bash -s` (sshd drops the environment of
 `remote.Command`), so a secret parameter (a join token) never appears in a process list or in the
-`create` string. The digest of the rendered script is the step's trigger: change the script or a
-parameter and the step, and every step chained after it, runs again.
+`create` string. What the engine does with a step on a later `pulumi up` follows pulumi-command's
+own rules, which this module is built around:
+
+- `triggers` is the only input that replaces a Command (`provider/pkg/provider/common/inputs.go`:
+  `Triggers ... provider:"replaceOnChanges"`). A step's triggers hold its identity only (the
+  host's instance id; for the join also the cluster endpoint and CA hash; components/steps.py), so
+  a script or parameter change never replaces a step nor cascades into the steps after it.
+- Any other changed input (`stdin`, `connection`) is an update, and `Update` runs `update`, or
+  `create` when `update` is unset (`provider/pkg/provider/remote/commandController.go`). Every
+  step sets `update` explicitly: the same bounded `bash -s` (the scripts are idempotent), or a
+  no-op for the steps whose table row says an update runs nothing.
+- What is sent and compared is the script without comments and blank lines
+  (host_scripts.render_script), so editing a comment changes no input at all.
+- `custom_timeouts` bound only the SSH dial, not the script: the script is bounded on the host
+  (`timeout -k`), run by root (`sudo timeout ...`, so the kill reaches the root processes).
+- `addPreviousOutputInEnv` defaults to true and sends the previous stdout as an environment
+  variable (`commandOutputs.go`, `run`): a token or kubeconfig would travel again; it is off.
+- `Delete` runs the `delete` of the *stored* state with the stored connection and fails when the
+  dial fails (`commandController.go`, `Delete`; `connection.go`, `dialWithRetry` ends with an
+  error after `dialErrorLimit` attempts, never with "host gone"). A step without a delete hook is
+  never dialled on delete (`if props.Delete == nil { return }`), so those keep dialling on create
+  until their step timeout; a step with a hook dials a bounded number of times.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import pulumi
 import pulumi_command as command
 
-from components.host_scripts import program_digest, render_script, script_digest
+from components.host_scripts import render_script
 from components.settings import Settings
+from components.steps import Identity, OnUpdate, Step
 
-# Fresh GPU instances can take minutes before sshd answers; keep dialling until the step's own
-# timeout (custom_timeouts) ends the wait instead of the provider's default of 10 dials.
+# Fresh GPU instances can take minutes before sshd answers; a step without a delete hook keeps
+# dialling until its own timeout (custom_timeouts) ends the wait.
 DIAL_FOREVER = -1
+# A step with a delete hook stores this limit with its connection, and `Delete` dials with what
+# is stored: a host that is gone costs at most this many dials of PER_DIAL_TIMEOUT seconds.
+DELETE_DIAL_ATTEMPTS = 5
+PER_DIAL_TIMEOUT = 30
+# The SSH dial and session set-up on top of a step's bound on the host.
+DIAL_MARGIN_SECONDS = 10 * 60
+# After the bound, `timeout` sends TERM; KILL follows this many seconds later.
+KILL_AFTER_SECONDS = 30
+DELETE_TIMEOUT_SECONDS = 10 * 60
 DELETE_MARKER = "GPU_CLUSTER_SCRIPT"
+NO_OP = "true"
 
 
 @dataclass(frozen=True)
 class Host:
-    """How to reach one machine over SSH, through the bastion when the stack has one."""
+    """How to reach one machine over SSH (through the bastion when the stack has one), and what
+    identifies it: a step on it is replaced only when `identity` (its instance id) changes."""
 
     name: str
-    connection: command.remote.ConnectionArgs
+    identity: pulumi.Input[str]
+    _connection: dict[str, Any] = field(repr=False)
+    _proxy: dict[str, Any] | None = field(default=None, repr=False)
+
+    def connection(self, dial_error_limit: int = DIAL_FOREVER) -> command.remote.ConnectionArgs:
+        proxy = None
+        if self._proxy is not None:
+            proxy = command.remote.ProxyConnectionArgs(
+                **self._proxy, dial_error_limit=dial_error_limit
+            )
+        return command.remote.ConnectionArgs(
+            **self._connection, dial_error_limit=dial_error_limit, proxy=proxy
+        )
 
 
 def ssh_host(
-    name: str, address: pulumi.Input[str], settings: Settings, user: str | None = None
+    name: str,
+    address: pulumi.Input[str],
+    settings: Settings,
+    *,
+    identity: pulumi.Input[str],
+    user: str | None = None,
 ) -> Host:
     ssh = settings.ssh
     private_key = pulumi.Output.secret(settings.ssh_private_key.get_secret_value())
     bastion = settings.network.bastion
     proxy = None
     if bastion is not None:
-        proxy = command.remote.ProxyConnectionArgs(
-            host=bastion.host,
-            port=bastion.port,
-            user=bastion.user or ssh.user,
-            private_key=private_key,
-            dial_error_limit=DIAL_FOREVER,
-        )
-    connection = command.remote.ConnectionArgs(
-        host=address,
-        port=ssh.port,
-        user=user or ssh.user,
-        private_key=private_key,
-        dial_error_limit=DIAL_FOREVER,
-        per_dial_timeout=30,
-        proxy=proxy,
-    )
-    return Host(name=name, connection=connection)
+        proxy = {
+            "host": bastion.host,
+            "port": bastion.port,
+            "user": bastion.user or ssh.user,
+            "private_key": private_key,
+        }
+    connection = {
+        "host": address,
+        "port": ssh.port,
+        "user": user or ssh.user,
+        "private_key": private_key,
+        "per_dial_timeout": PER_DIAL_TIMEOUT,
+    }
+    return Host(name=name, identity=identity, _connection=connection, _proxy=proxy)
 
 
-def _identity(resource: pulumi.Resource) -> pulumi.Output[str]:
-    """What changes when `resource` is replaced: a custom resource's id (a new instance, a re-run
-    command), so that a step re-runs whenever a step before it did."""
-    if isinstance(resource, pulumi.CustomResource):
-        return resource.id
-    return resource.urn
+def bounded(command_line: str, seconds: int) -> str:
+    """`command_line` (a `bash -s`) as root, killed on the host after `seconds`."""
+    return f"sudo timeout -k {KILL_AFTER_SECONDS} {seconds} {command_line}"
 
 
 def _render_later(
     script: str,
     params: dict[str, pulumi.Input[str]],
     secret_params: dict[str, pulumi.Input[str]],
-) -> tuple[pulumi.Output[str], pulumi.Output[str]]:
-    """stdin and trigger once Output parameters resolve. The trigger covers the script and its
-    public parameters only: a secret (a fresh join token) must not force a re-run of a step that
-    already succeeded. Secret parameters make stdin a secret."""
+) -> pulumi.Output[str]:
+    """stdin once Output parameters resolve; secret parameters make it a secret."""
     names, secret_names = sorted(params), sorted(secret_params)
 
     def render(values: list[str]) -> str:
@@ -82,65 +124,85 @@ def _render_later(
     stdin = pulumi.Output.all(
         *[params[n] for n in names], *[secret_params[n] for n in secret_names]
     ).apply(render)
-    trigger = pulumi.Output.all(*[params[n] for n in names]).apply(
-        lambda values: script_digest(script, dict(zip(names, values, strict=True)))
-    )
-    return (pulumi.Output.secret(stdin) if secret_params else stdin), trigger
+    return pulumi.Output.secret(stdin) if secret_params else stdin
 
 
-def run_script(
-    resource_name: str,
+def run_step(
+    step: Step,
+    owner: str,
     *,
     host: Host,
-    script: str,
     params: Mapping[str, pulumi.Input[str]] | None = None,
     secret_params: Mapping[str, pulumi.Input[str]] | None = None,
-    delete_script: str | None = None,
     delete_params: Mapping[str, str] | None = None,
+    identity: Mapping[Identity, pulumi.Input[str]] | None = None,
     after: Sequence[pulumi.Resource] = (),
     parent: pulumi.Resource,
-    timeout: str = "30m",
-    secret_stdout: bool = False,
-    rerun_when: Sequence[pulumi.Input[str]] = (),
+    timeout_seconds: int | None = None,
+    deleted_with: pulumi.Resource | None = None,
 ) -> command.remote.Command:
-    """One host step: `script` on create, `delete_script` (if any) on delete, chained `after`.
+    """The `remote.Command` of one row of the step table (components/steps.py), named
+    `<owner>-<suffix>`, run on `host`, chained `after` (ordering only, not identity).
 
-    `secret_params` are rendered into stdin only, and make stdin a secret. With `secret_stdout`
-    the command's output is a secret and is not logged (it carries a token or a kubeconfig).
-    A step that undoes itself on delete is replaced delete-first, so a re-run never undoes the
-    new work (a `kubeadm reset` after the new join). `rerun_when` adds values whose change must
-    re-run this step although its own script and parameters did not change.
+    `identity` gives the values of the row's identity (Identity.HOST defaults to the host's own;
+    a control-plane step about a node passes the node's). `secret_params` are rendered into stdin
+    only and make it a secret. `deleted_with`: the engine skips the delete hook when that
+    resource is deleted in the same operation (nothing left to undo).
     """
+    values: dict[Identity, pulumi.Input[str]] = {Identity.HOST: host.identity, **(identity or {})}
+    missing = [i.value for i in step.identity if i not in values]
+    if missing:
+        raise ValueError(f"{step.resource_name(owner)}: identity {missing} not given")
     params = dict(params or {})
     secret_params = dict(secret_params or {})
     if not secret_params and all(isinstance(v, str) for v in params.values()):
         # Every input is known now (most steps): render at once, no Output machinery per step.
-        stdin: pulumi.Input[str] = render_script(script, params)
-        trigger: pulumi.Input[str] = program_digest(stdin)
+        stdin: pulumi.Input[str] = render_script(step.script, params)
     else:
-        stdin, trigger = _render_later(script, params, secret_params)
+        stdin = _render_later(step.script, params, secret_params)
+    seconds = step.timeout_seconds if timeout_seconds is None else timeout_seconds
+    create = bounded("bash -s", seconds)
     delete = None
-    if delete_script is not None:
+    if step.delete_script is not None:
+        program = render_script(step.delete_script, dict(delete_params or {}))
+        program = program if program.endswith("\n") else program + "\n"
         delete = (
-            f"sudo bash -s <<'{DELETE_MARKER}'\n"
-            f"{render_script(delete_script, dict(delete_params or {}))}\n{DELETE_MARKER}"
+            f"{bounded('bash -s', DELETE_TIMEOUT_SECONDS)} <<'{DELETE_MARKER}'\n"
+            f"{program}{DELETE_MARKER}"
         )
-    secret_outputs = ["stdout", "stderr"] if secret_stdout else []
+    dial_limit = DIAL_FOREVER if delete is None else DELETE_DIAL_ATTEMPTS
+    step_timeout = duration(seconds + DIAL_MARGIN_SECONDS)
     return command.remote.Command(
-        resource_name,
-        connection=host.connection,
-        create="sudo bash -s",
+        step.resource_name(owner),
+        connection=host.connection(dial_limit),
+        create=create,
+        update=create if step.on_update is OnUpdate.RERUN else NO_OP,
         stdin=stdin,
         delete=delete,
-        triggers=[trigger, *rerun_when, *[_identity(a) for a in after]],
+        triggers=[values[i] for i in step.identity],
+        add_previous_output_in_env=False,
         logging=command.remote.Logging.NONE
-        if secret_stdout
+        if step.secret_stdout
         else command.remote.Logging.STDOUT_AND_STDERR,
         opts=pulumi.ResourceOptions(
             parent=parent,
             depends_on=list(after),
-            custom_timeouts=pulumi.CustomTimeouts(create=timeout, update=timeout, delete=timeout),
-            additional_secret_outputs=secret_outputs,
+            custom_timeouts=pulumi.CustomTimeouts(
+                create=step_timeout,
+                update=step_timeout,
+                delete=duration(
+                    DELETE_TIMEOUT_SECONDS + DELETE_DIAL_ATTEMPTS * (PER_DIAL_TIMEOUT + 5)
+                ),
+            ),
+            additional_secret_outputs=["stdout", "stderr"] if step.secret_stdout else [],
+            # A step that undoes itself is replaced delete-first, so the undo (a drain) never
+            # hits the new work.
             delete_before_replace=delete is not None,
+            deleted_with=deleted_with,
         ),
     )
+
+
+def duration(seconds: int) -> str:
+    """A Pulumi custom timeout string ("1200s")."""
+    return f"{seconds}s"

@@ -31,7 +31,8 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import kubernetes_manifests as manifests
-from components.remote import Host, run_script
+from components import steps
+from components.remote import Host, run_step
 from components.settings import Settings, Taint, Validation
 
 if TYPE_CHECKING:
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
     from components.device_plugin import NvidiaDevicePlugin
     from components.gpu_node import GpuNode
 
-CAPACITY_SCRIPT = "wait-gpu-capacity.sh"
 # Beyond the script's own bound: SSH dial and kubectl start-up on the control plane.
 CAPACITY_STEP_MARGIN_SECONDS = 120
 # Beyond activeDeadlineSeconds: the Job controller marks the Job Failed, then the await sees it.
@@ -58,10 +58,12 @@ class GpuValidationArgs:
     (DaemonSet to wait for, namespace of the Jobs) and the validation section."""
 
     node_name: str
+    node_instance_id: pulumi.Input[str]
     gpu_count: int
     taints: tuple[Taint, ...]
     node_ready: pulumi.Resource
     control_plane_host: Host
+    cluster_endpoint: pulumi.Input[str]
     provider: k8s.Provider
     device_plugin: pulumi.Resource
     jobs_namespace: pulumi.Input[str]
@@ -78,10 +80,12 @@ def validation_args(
     """The args of `node`'s validation, from the components it follows."""
     return GpuValidationArgs(
         node_name=node.node_name,
+        node_instance_id=node.instance.id,
         gpu_count=node.gpu_type.gpu_count,
         taints=tuple(node.pool.taints),
         node_ready=node.node_ready,
         control_plane_host=control_plane.host,
+        cluster_endpoint=control_plane.endpoint,
         provider=control_plane.provider,
         device_plugin=device_plugin.daemon_set,
         jobs_namespace=device_plugin.validation_namespace.metadata.name,
@@ -110,10 +114,10 @@ class GpuValidation(pulumi.ComponentResource):
         timeout = args.validation.timeout_seconds
         expected = expected_allocatable(gpu_count, args.shares_per_gpu)
 
-        self.capacity = run_script(
-            f"{node_name}-gpu-capacity",
+        self.capacity = run_step(
+            steps.GPU_CAPACITY,
+            node_name,
             host=args.control_plane_host,
-            script=CAPACITY_SCRIPT,
             params={
                 "NODE_NAME": node_name,
                 "EXPECTED_GPUS": str(expected),
@@ -121,9 +125,13 @@ class GpuValidation(pulumi.ComponentResource):
                 "DEVICE_PLUGIN_NAMESPACE": manifests.DEVICE_PLUGIN_NAMESPACE,
                 "DEVICE_PLUGIN_NAME": manifests.DEVICE_PLUGIN_NAME,
             },
+            identity={
+                steps.Identity.HOST: args.node_instance_id,
+                steps.Identity.ENDPOINT: args.cluster_endpoint,
+            },
             after=[args.node_ready, args.device_plugin],
             parent=self,
-            timeout=f"{timeout + CAPACITY_STEP_MARGIN_SECONDS}s",
+            timeout_seconds=timeout + CAPACITY_STEP_MARGIN_SECONDS,
         )
 
         job_timeout = f"{timeout + JOB_AWAIT_MARGIN_SECONDS}s"

@@ -155,7 +155,7 @@ def test_managed_init_configuration_inputs():
     assert param(cni, "NODE_NAME") == "dev-gpu-control-plane", f"{cni.urn}: waits for another node"
 
 
-def test_managed_pod_and_service_cidrs_come_from_config_and_rerun_init_not_the_machine():
+def test_managed_pod_and_service_cidrs_come_from_config_and_update_init_not_the_machine():
     base = stack_graph("dev")
     changed = run_program(
         "dev",
@@ -172,7 +172,9 @@ def test_managed_pod_and_service_cidrs_come_from_config_and_rerun_init_not_the_m
     assert param(changed.named("dev-gpu-cni"), "POD_SUBNET") == "10.200.0.0/16"
     for name in ("dev-gpu-init", "dev-gpu-cni"):
         before, after = base.named(name), changed.named(name)
-        assert before.inputs["triggers"] != after.inputs["triggers"], f"{after.urn}: no re-run"
+        # An update (stdin) that re-runs the idempotent script, never a replacement (triggers).
+        assert unwrap(before.inputs["stdin"]) != unwrap(after.inputs["stdin"]), f"{after.urn}"
+        assert unwrap(before.inputs["triggers"]) == unwrap(after.inputs["triggers"]), after.urn
     for name in ("dev-gpu-control-plane", "dev-gpu-runtime", "dev-gpu-kube-tools"):
         before, after = base.named(name), changed.named(name)
         assert unwrap(before.inputs) == unwrap(after.inputs), f"{after.urn}: changed by podCidr"

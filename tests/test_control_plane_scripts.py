@@ -558,6 +558,42 @@ def test_drain_that_is_blocked_fails_and_keeps_the_node(cluster):
     assert (cluster.state_dir / f"kubectl/nodes/{NODE}.json").exists(), "deleted an undrained Node"
 
 
+def test_drain_of_a_node_whose_host_is_gone_deletes_its_pods_without_eviction(cluster):
+    """A delete hook against an unreachable host: its Node is NotReady, no kubelet confirms an
+    eviction, so the drain deletes the pods (--force --disable-eviction), bounded by --timeout
+    and `timeout`, and the Node goes."""
+    cluster.state(f"kubectl/nodes/{NODE}.json", node_json(NODE, "Unknown"))
+    result = cluster.run("drain-node.sh", {"NODE_NAME": NODE, "DRAIN_TIMEOUT_SECONDS": "30"})
+    assert result.returncode == 0, result.stderr
+    (drain,) = [c for c in result.calls if "drain" in c]
+    assert {"--force", "--disable-eviction", "--timeout=30s"} <= set(drain), drain
+    assert "is not Ready (host gone or unreachable)" in result.stderr
+    assert not (cluster.state_dir / f"kubectl/nodes/{NODE}.json").exists(), "Node kept"
+
+
+def test_drain_of_a_ready_node_evicts(cluster):
+    cluster.state(f"kubectl/nodes/{NODE}.json", node_json(NODE, "True"))
+    result = cluster.run("drain-node.sh", {"NODE_NAME": NODE})
+    (drain,) = [c for c in result.calls if "drain" in c]
+    assert "--disable-eviction" not in drain and "--force" not in drain, drain
+
+
+def test_mint_of_a_token_valid_until_its_node_joins(cluster, ca_cert):
+    cluster.write("/etc/kubernetes/pki/ca.crt", ca_cert)
+    result = cluster.run("mint-join-token.sh", {"NODE_NAME": NODE, "TOKEN_TTL": "0s"})
+    assert result.returncode == 0, result.stderr
+    (create,) = result.called("kubeadm", "token", "create")
+    assert create[create.index("--ttl") + 1] == "0s", create
+
+
+def test_node_ready_deletes_the_nodes_bootstrap_token_once_joined(cluster):
+    cluster.state(f"kubectl/nodes/{NODE}.json", node_json(NODE, "True"))
+    result = cluster.run("wait-node-ready.sh", {"NODE_NAME": NODE, "TOKEN_ID": "abcdef", **FAST})
+    assert result.returncode == 0, result.stderr
+    assert result.called("kubeadm", "token", "delete", "abcdef"), result.commands()
+    assert cluster.state("kubeadm.deleted-tokens").split() == ["abcdef"]
+
+
 # ------------------------------------------------------------------ all of them
 
 

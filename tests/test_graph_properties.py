@@ -127,7 +127,7 @@ def _check(config: dict, graph: Graph) -> None:
         assert driver["NEEDS_FABRIC_MANAGER"] == str(entry.needs_fabric_manager).lower(), node
         join = graph.named(f"{node}-join")
         assert isinstance(join.inputs["stdin"], Secret), f"{join.urn}: token stdin not secret"
-        assert join.delete_before_replace, f"{join.urn}: a re-join would reset after joining"
+        assert not join.plain_inputs().get("delete"), f"{join.urn}: a dead node would block"
         if validation:
             job = graph.named(f"{node}-validation-job").plain_inputs()
             container = job["spec"]["template"]["spec"]["containers"][0]

@@ -754,11 +754,60 @@ def test_failed_join_names_the_step_and_keeps_the_token_secret(kube_host):
     result = kube_host.run("join-node.sh", JOIN)
     assert result.returncode != 0
     assert "[join] FAILED: kubeadm join 10.42.1.10:6443 failed (exit 1)" in result.stderr
-    assert "--target-replace <urn of a10g-0-join-token>" in result.stderr
+    # A retry needs nothing by hand: the token stays valid until the node has joined.
+    assert "run pulumi up again" in result.stderr and "--target-replace" not in result.stderr
     assert TOKEN not in result.output
     assert list(kube_host.tmp_dir.iterdir()) == []
     # The half-done join is undone so the next `pulumi up` can join again.
     assert result.called("kubeadm", "reset", "-f"), result.commands()
+
+
+@needs_sandbox
+def test_a_join_retried_with_an_expired_token_succeeds_with_the_new_one(kube_host):
+    """A token minted with an expiry (before tokens lived until their node joined) has expired
+    when the join is retried: the join fails cleanly; the control plane's mint step, updated,
+    mints one that does not expire, and the retried join succeeds with it."""
+    kube_host.state("kubeadm.expired-tokens", TOKEN)
+    failed = kube_host.run("join-node.sh", JOIN)
+    assert failed.returncode != 0 and "could not find a JWS signature" in failed.stderr
+    assert TOKEN not in failed.output
+    fresh = "zyxwvu.0123456789zyxwvu"
+    retried = kube_host.run("join-node.sh", {**JOIN, "JOIN_TOKEN": fresh})
+    assert retried.returncode == 0, retried.stderr
+    assert "a10g-0 joined 10.42.1.10:6443" in retried.stderr
+    config = yaml.safe_load(kube_host.state("kubeadm-join-config.yaml"))
+    assert config["discovery"]["bootstrapToken"]["token"] == fresh
+
+
+@needs_sandbox
+def test_a_host_joined_to_another_cluster_leaves_it_before_joining(kube_host):
+    """A new control plane (another endpoint) re-joins a kept host: reset first, no delete
+    hook on the node (a dead node would block every later up)."""
+    assert kube_host.run("join-node.sh", JOIN).returncode == 0
+    kube_host.write(
+        "/etc/kubernetes/kubelet.conf",
+        "apiVersion: v1\nclusters:\n- cluster:\n    server: https://10.9.9.9:6443\n",
+    )
+    result = kube_host.run("join-node.sh", JOIN)
+    assert result.returncode == 0, result.stderr
+    assert "joined to another cluster (https://10.9.9.9:6443" in result.stderr, result.stderr
+    reset, join = result.called("kubeadm", "reset", "-f"), result.called("kubeadm", "join")
+    assert reset and join, result.commands()
+    commands = result.commands()
+    assert commands.index("kubeadm reset -f") < commands.index(" ".join(join[0])), commands
+
+
+@needs_sandbox
+def test_a_host_joined_to_this_cluster_is_left_alone(kube_host):
+    assert kube_host.run("join-node.sh", JOIN).returncode == 0
+    kube_host.write(
+        "/etc/kubernetes/kubelet.conf",
+        f"apiVersion: v1\n    server: https://{JOIN['API_ENDPOINT']}\n",
+    )
+    result = kube_host.run("join-node.sh", JOIN)
+    assert result.returncode == 0, result.stderr
+    assert not result.called("kubeadm", "reset"), result.commands()
+    assert not result.called("kubeadm", "join"), result.commands()
 
 
 @needs_sandbox

@@ -385,6 +385,7 @@ def as_policy_input(r) -> v.Resource:
         r.name,
         tuple(r.additional_secret_outputs),
         frozenset(dependencies),
+        r.protect,
     )
 
 
@@ -397,7 +398,7 @@ def _analyzer_resource(r: v.Resource, message_type):
         urn=r.urn,
         name=r.name,
         options=analyzer_pb2.AnalyzerResourceOptions(
-            additionalSecretOutputs=list(r.additional_secret_outputs)
+            additionalSecretOutputs=list(r.additional_secret_outputs), protect=r.protect
         ),
     )
 

@@ -36,6 +36,7 @@ def as_policy_resources(graph: Graph) -> list[validators.Resource]:
                 name=r.name,
                 additional_secret_outputs=tuple(r.additional_secret_outputs),
                 dependencies=frozenset(waits),
+                protect=r.protect,
             )
         )
     return resources

@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from tools import graph_picture
+from tools import graph_picture, lifecycle
 from tools.harness import mocks, stacks
 from tools.harness.graph import Graph, Resource, Secret, unwrap
 from tools.harness.stacks import PROJECT, ROOT, STACKS
@@ -334,6 +334,45 @@ def preview(
     return result
 
 
+def record_deployed(stack: str, against: str) -> Graph:
+    """The graph of what is deployed: `against` is either a stack file (run with this program)
+    or a git ref (its program and its Pulumi.<stack>.yaml), with placeholder secrets."""
+    path = Path(against)
+    for candidate in (path, ROOT / path):
+        if candidate.suffix in (".yaml", ".yml") and candidate.is_file():
+            config = yaml.safe_load(candidate.read_text(encoding="utf-8")) or {}
+            return _record_config(stack, dict(config.get("config") or {}), stacks.PROGRAM)
+    with lifecycle.program_of(against) as checkout:
+        config = lifecycle.stack_config_at(checkout, f"Pulumi.{stack}.yaml")
+        return _record_config(stack, config, checkout / "__main__.py")
+
+
+def _record_config(stack: str, config: Mapping[str, Any], program: Path) -> Graph:
+    values = {k: v for k, v in config.items() if not (isinstance(v, dict) and "secure" in v)}
+    with _placeholder_stdout():
+        return stacks.run_program(
+            stack,
+            config=values,
+            replace_config=True,
+            secrets=PLACEHOLDER_SECRETS,
+            program=program,
+        )
+
+
+def what_will_change(stack: str, against: str, config: Mapping[str, Any] | None = None) -> str:
+    """The report of `--against`: what `pulumi up` of this version does to a stack deployed
+    from `against`, per resource and per GPU node (tools/lifecycle.py)."""
+    before = record_deployed(stack, against)
+    after = record(stack, config)
+    plan = lifecycle.plan(before, after)
+    header = (
+        f"What `pulumi up` of {PROJECT}/{stack} does to the stack deployed from "
+        f"{against} (offline: the two programs under the SDK's mocks, the providers' replace "
+        "rules of tools/lifecycle.py):\n"
+    )
+    return header + lifecycle.render(plan)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from components.config import ConfigError
 
@@ -351,6 +390,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         'objects and lists as JSON), e.g. --set \'devicePlugin={"migStrategy": "single"}\'',
     )
     parser.add_argument("--out", type=Path, default=OUT_ROOT, help="artefact root directory")
+    parser.add_argument(
+        "--against",
+        metavar="GIT_REF_OR_STACK_FILE",
+        help="instead of the plan, what this version changes in a stack deployed from a git ref "
+        "(e.g. origin/main) or from another stack file: per resource replace / update / re-run "
+        "/ unchanged / create / delete, per node drained / reset / re-joined",
+    )
     args = parser.parse_args(argv)
     if not (ROOT / f"Pulumi.{args.stack}.yaml").is_file():
         print(f"error: no stack file Pulumi.{args.stack}.yaml in {ROOT}", file=sys.stderr)
@@ -368,6 +414,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             except json.JSONDecodeError:
                 print(f"error: --set {key}: not valid JSON: {raw}", file=sys.stderr)
                 return 1
+    if args.against:
+        try:
+            sys.stdout.write(what_will_change(args.stack, args.against, overrides))
+        except ValueError as exc:  # an unknown git ref, or bad config of either version
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        return 0
     try:
         result = preview(args.stack, config=overrides, out_root=args.out)
     except ConfigError as exc:

@@ -65,9 +65,12 @@ NODE_STEP_SUFFIXES = (
     "node-ready",
     "join-token",
     "join",
+    "authorized-keys",
+    "labels",
     *step_durations.NODE_STEPS,
 )
 CONTROL_PLANE_SUFFIXES = (
+    "authorized-keys",
     "wait-ready",
     "runtime",
     "kube-tools",

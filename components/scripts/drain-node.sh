@@ -2,6 +2,8 @@
 # drain-node.sh: on the control plane, take a node out of the cluster before its host is
 # reset: drain (evict its pods, DaemonSets excepted), then delete the Node object.
 # Succeeds without doing anything when the Node is already gone: teardown must not fail.
+# A Node that is not Ready (its machine terminated or unreachable) cannot confirm an eviction:
+# its pods are deleted without eviction (--force --disable-eviction), so a dead host never blocks.
 #
 # Inputs:
 #   NODE_NAME              the Node to remove (required)
@@ -25,14 +27,24 @@ node_exists() {
   [[ -n "$(admin_kubectl get node "${NODE_NAME}" --ignore-not-found -o name)" ]]
 }
 
+node_ready() {
+  [[ "$(admin_kubectl get node "${NODE_NAME}" \
+    -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')" == True ]]
+}
+
 drain_node() {
   if ! node_exists; then
     log "Node ${NODE_NAME} already gone, nothing to drain"
     return 0
   fi
-  local limit="${DRAIN_TIMEOUT_SECONDS:-300}"
+  local limit="${DRAIN_TIMEOUT_SECONDS:-300}" unreachable=()
+  if ! node_ready; then
+    log "Node ${NODE_NAME} is not Ready (host gone or unreachable): deleting its pods" \
+      "without eviction"
+    unreachable=(--force --disable-eviction)
+  fi
   timeout -k 10 "$((limit + 30))" kubectl --kubeconfig="${ADMIN_CONF}" \
-    drain "${NODE_NAME}" --ignore-daemonsets \
+    drain "${NODE_NAME}" --ignore-daemonsets "${unreachable[@]}" \
     --delete-emptydir-data --timeout="${limit}s" >&2 ||
     fatal "drain of ${NODE_NAME} did not finish in ${limit}s (a PodDisruptionBudget or a pod" \
       "that will not stop?); look at 'kubectl get pods -A -o wide" \

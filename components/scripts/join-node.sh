@@ -109,6 +109,48 @@ YAML
   chmod 0600 "$1"
 }
 
+# kubeconfig_field <key>: the first value of `key:` in the kubelet's kubeconfig ("" if none).
+kubeconfig_field() {
+  awk -v k="$1:" '$1 == k { print $2; exit }' "${KUBELET_KUBECONFIG}"
+}
+
+# The joined cluster's CA public key hash, from the kubelet's kubeconfig ("" if not embedded).
+joined_ca_hash() {
+  local data hex
+  data="$(kubeconfig_field certificate-authority-data)"
+  [[ -n "${data}" ]] || return 0
+  hex="$(printf '%s' "${data}" | base64 -d | openssl x509 -noout -pubkey |
+    openssl pkey -pubin -outform der | sha256sum | awk '{ print $1 }')"
+  printf 'sha256:%s\n' "${hex}"
+}
+
+# A host joined to another cluster (a new control plane: new endpoint or CA) leaves it first.
+# This is the only time a kept host needs `kubeadm reset`; nothing dials a node on delete, so
+# a terminated or unreachable node never blocks an update or a destroy.
+leave_other_cluster() {
+  if [[ ! -f "${KUBELET_KUBECONFIG}" ]]; then
+    log "not joined to any cluster yet"
+    return 0
+  fi
+  local server hash
+  server="$(kubeconfig_field server)"
+  hash="$(joined_ca_hash)"
+  if [[ (-z "${server}" || "${server}" == "https://${API_ENDPOINT}") &&
+    (-z "${hash}" || "${hash}" == "${CA_CERT_HASH}") ]]; then
+    log "joined to ${API_ENDPOINT} already"
+    return 0
+  fi
+  log "joined to another cluster (${server:-unknown server}, CA ${hash:-unknown}): kubeadm reset"
+  timeout -k 30 300 kubeadm reset -f >&2
+  local entries=()
+  if [[ -d /etc/cni/net.d ]]; then
+    mapfile -t entries < <(find /etc/cni/net.d -mindepth 1 -maxdepth 1)
+  fi
+  if ((${#entries[@]} > 0)); then
+    rm -rf -- "${entries[@]}"
+  fi
+}
+
 join_cluster() {
   if [[ -f "${KUBELET_KUBECONFIG}" ]]; then
     if systemctl is-active --quiet kubelet; then
@@ -132,11 +174,9 @@ join_cluster() {
     # Leave a clean host so the next `pulumi up` can join again (kubeadm's preflight refuses
     # the files a half-done join leaves behind).
     kubeadm reset -f >&2 || log "kubeadm reset after the failed join also failed"
-    fatal "kubeadm join ${API_ENDPOINT} failed (exit ${status}). If the output above says the" \
-      "token is invalid or expired (a join retried long after its token was minted), mint a" \
-      "new one: pulumi up --target-replace <urn of ${NODE_NAME}-join-token>" \
-      "(pulumi stack --show-urns lists it); otherwise check that ${API_ENDPOINT} is reachable" \
-      "from the node and the API server is healthy"
+    fatal "kubeadm join ${API_ENDPOINT} failed (exit ${status}): check that ${API_ENDPOINT} is" \
+      "reachable from the node and the API server is healthy, then run pulumi up again (the" \
+      "node's bootstrap token stays valid until the node has joined)"
   fi
 }
 
@@ -154,6 +194,7 @@ main() {
   check_inputs
   make_temp_dir
   run_steps \
+    leave_other_cluster \
     join_cluster \
     verify_joined
 }

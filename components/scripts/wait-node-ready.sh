@@ -6,6 +6,9 @@
 #   NODE_NAME              the Node to wait for (required)
 #   READY_TIMEOUT_SECONDS  how long to wait (default 600)
 #   POLL_SECONDS           pause between checks (default 5)
+#   TOKEN_ID               id (public part) of the bootstrap token minted for this node's join:
+#                          deleted once the node is Ready (the token never expires on its own, so
+#                          a join retried at any time after a failure still finds it valid)
 set -Eeuo pipefail
 
 if ! declare -F init_script >/dev/null; then
@@ -54,10 +57,25 @@ wait_for_node_ready() {
     "'journalctl -u kubelet' on the node"
 }
 
+delete_join_token() {
+  if [[ -z "${TOKEN_ID:-}" ]]; then
+    log "no join token to delete"
+    return 0
+  fi
+  [[ "${TOKEN_ID}" =~ ^[a-z0-9]{6}$ ]] || fatal "TOKEN_ID must be 6 of [a-z0-9], got '${TOKEN_ID}'"
+  if kubeadm token delete "${TOKEN_ID}" >&2; then
+    log "bootstrap token ${TOKEN_ID} of ${NODE_NAME} deleted: the node has joined"
+  else
+    log "bootstrap token ${TOKEN_ID} already gone"
+  fi
+}
+
 main() {
   init_script node-ready
   check_inputs
-  run_steps wait_for_node_ready
+  run_steps \
+    wait_for_node_ready \
+    delete_join_token
 }
 
 main "$@"

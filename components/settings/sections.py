@@ -183,6 +183,11 @@ class ManagedControlPlane(Model):
     ami_id: AmiId | None = Field(
         default=None, description="AMI id to use instead of looking up the Canonical Ubuntu AMI"
     )
+    protect: bool = Field(
+        default=True,
+        description="Protect the control-plane machine from deletion and replacement (its loss "
+        "is a new cluster); set false only to destroy or rebuild it on purpose",
+    )
 
     @model_validator(mode="after")
     def _cidrs_apart(self) -> ManagedControlPlane:

@@ -34,6 +34,7 @@ def from_resource_args(args: ResourceValidationArgs) -> Resource:
         urn=args.urn,
         name=args.name,
         additional_secret_outputs=tuple(args.opts.additional_secret_outputs or ()),
+        protect=bool(args.opts.protect),
     )
 
 
@@ -50,6 +51,7 @@ def from_stack_args(args: StackValidationArgs) -> list[Resource]:
                 urn=r.urn,
                 name=r.name,
                 additional_secret_outputs=tuple(r.opts.additional_secret_outputs or ()),
+                protect=bool(r.opts.protect),
                 dependencies=frozenset(dependencies),
             )
         )

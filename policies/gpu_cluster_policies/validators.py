@@ -125,6 +125,7 @@ class Resource:
     additional_secret_outputs: tuple[str, ...] = ()
     # URNs this resource waits for: its dependencies and property dependencies.
     dependencies: frozenset[str] = field(default_factory=frozenset)
+    protect: bool = False
 
 
 Config = Mapping[str, Any]
@@ -440,6 +441,22 @@ def check_secret_command_output(resource: Resource, config: Config) -> list[str]
 # ---------------------------------------------------------------- stack: ordering
 
 
+def check_control_plane_protected(resource: Resource, config: Config) -> list[str]:
+    """The managed control-plane machine is protected: replacing it (a new AMI id, a new key
+    pair name) or deleting it is a new cluster, and every node would have to re-join."""
+    if resource.resource_type != "aws:ec2/instance:Instance" or resource.protect:
+        return []
+    tags = resource.props.get("tags") or {}
+    role_tag = str(config.get("roleTag", "gpu-cluster:role"))
+    if not isinstance(tags, Mapping) or tags.get(role_tag) != "control-plane":
+        return []
+    return [
+        f"{_label(resource)}: the control-plane machine is not protected; its replacement or "
+        "deletion is a new cluster. Fix: keep gpu-cluster:controlPlane.protect true (the "
+        "default); set it false only for a deliberate rebuild or destroy."
+    ]
+
+
 def check_join_ordering(resources: Sequence[Resource], config: Config) -> list[tuple[str, str]]:
     """Every `<node>-join` waits, directly or through other steps, for `<node>-driver` and
     `<node>-runtime`: joining a node whose GPUs or runtime are not ready admits a broken node."""
@@ -592,6 +609,18 @@ POLICIES: tuple[PolicySpec, ...] = (
                 **_STRINGS,
                 "default": ["-join-token", "-kubeconfig"],
                 "description": "Resource-name suffixes of commands whose stdout is a credential.",
+            }
+        },
+    ),
+    PolicySpec(
+        "control-plane-protected",
+        "The managed control-plane machine is protected from deletion and replacement.",
+        check_control_plane_protected,
+        config_schema={
+            "roleTag": {
+                "type": "string",
+                "default": "gpu-cluster:role",
+                "description": "Tag whose value control-plane marks the control-plane machine.",
             }
         },
     ),

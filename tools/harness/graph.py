@@ -14,19 +14,12 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from components import steps
+
 # The steps of every GPU node after its instance, in contract order (resource `<node>-<step>`),
-# then the validation steps when validation is enabled.
-HOST_CHAIN = (
-    "wait-ready",
-    "nouveau",
-    "driver",
-    "runtime",
-    "kube-tools",
-    "join-token",
-    "join",
-    "node-ready",
-)
-VALIDATION_CHAIN = ("gpu-capacity", "validation-job")
+# then the validation steps when validation is enabled: from the step table.
+HOST_CHAIN = steps.node_chain()
+VALIDATION_CHAIN = steps.validation_chain()
 
 
 @dataclass(frozen=True)

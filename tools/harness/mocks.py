@@ -70,6 +70,11 @@ def _image_ids(inputs: dict) -> list[str]:
     )
 
 
+# Which Canonical release the AMI look-up answers with: set AMI_RELEASE[0] to a new value to see
+# what a newer image does to a running stack (tools.lifecycle).
+AMI_RELEASE = [""]
+
+
 class Mocks(pulumi.runtime.Mocks):
     """Plausible provider answers: every output a component reads has a value, so no
     dependency edge is lost to a missing output."""
@@ -125,7 +130,8 @@ class Mocks(pulumi.runtime.Mocks):
                 (f["values"][0] for f in inputs.get("filters", []) if f["name"] == "name"), "ami"
             )
             return {
-                "id": fake_id("ami-", name_filter),
+                # The newest image of that name; AMI_RELEASE stands for a later Canonical release.
+                "id": fake_id("ami-", name_filter + AMI_RELEASE[0]),
                 "name": name_filter,
                 "architecture": "x86_64",
             }

@@ -1,0 +1,263 @@
+"""The host steps, described once as data: what each runs, where, for how long, what replaces it,
+what an update does, what undoes it, and whether it disrupts GPU work.
+
+Components build their `remote.Command`s from these rows (`remote.run_step`); the tests, the
+preview, the policies and the README read step names and order from here instead of spelling
+them out again. A step's resource is `f"{owner}-{step.suffix}"`: the node name for node steps
+(also for the control-plane steps that act on one node), the cluster name for control-plane steps.
+
+How the engine treats a step on a later `pulumi up` (pulumi-command
+`provider/pkg/provider/common/inputs.go`: `triggers` is the only `replaceOnChanges` input;
+`provider/pkg/provider/remote/commandController.go`: `Update` runs `update`, else `create`):
+- `identity` lists what the step's `triggers` hold. Only a change of these replaces the step
+  (delete hook first, then create): the host it runs on (an instance id), and for the join the
+  cluster it joins (endpoint and CA hash).
+- Any other change (script, parameters, connection) is an update; `on_update` says what it does:
+  re-run the idempotent script on the same host, or nothing.
+- `disruptive` marks steps whose update on a joined node interrupts GPU work (the driver, the
+  container runtime and toolkit, kubelet/kubeadm): these must roll, node by node.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Where(enum.Enum):
+    """The host a step runs on."""
+
+    NODE = "node"
+    CONTROL_PLANE = "control-plane"
+    IMAGE_BUILDER = "image-builder"  # the machine a baked GPU image is made on
+
+
+class OnUpdate(enum.Enum):
+    """What a changed script or parameter does to a step that already ran."""
+
+    RERUN = "re-run"  # run the (idempotent) script again on the same host
+    NOTHING = "nothing"  # record the new inputs, run nothing
+
+
+class Identity(enum.Enum):
+    """The values a step's `triggers` hold: only a change of one of them replaces the step."""
+
+    HOST = "host"  # the instance id of the host the step is about
+    ENDPOINT = "endpoint"  # the API endpoint of the cluster a node joins
+    CA_HASH = "ca-hash"  # the hash of that cluster's CA public key
+
+
+@dataclass(frozen=True)
+class Step:
+    suffix: str
+    script: str
+    runs_on: Where
+    timeout_seconds: int  # bound on the script on the host (`timeout -k`), not only the dial
+    identity: tuple[Identity, ...] = (Identity.HOST,)
+    on_update: OnUpdate = OnUpdate.RERUN
+    delete_script: str | None = None
+    disruptive: bool = False  # an update on a joined node interrupts GPU work
+    secret_stdout: bool = False  # stdout carries a token or a kubeconfig
+    summary: str = ""
+
+    def resource_name(self, owner: str) -> str:
+        return f"{owner}-{self.suffix}"
+
+
+MINUTE = 60
+
+# ---------------------------------------------------------------- GPU node chain, in order
+
+WAIT_READY = Step(
+    "wait-ready",
+    "wait-ready.sh",
+    Where.NODE,
+    20 * MINUTE,
+    summary="OS ready: cloud-init done, apt free",
+)
+NOUVEAU = Step(
+    "nouveau",
+    "disable-nouveau.sh",
+    Where.NODE,
+    15 * MINUTE,
+    summary="nouveau off (blocklist; reboot only when it cannot be unloaded)",
+)
+DRIVER = Step(
+    "driver",
+    "install-driver.sh",
+    Where.NODE,
+    45 * MINUTE,
+    disruptive=True,
+    summary="NVIDIA driver, pinned branch; nvidia-smi sees every GPU",
+)
+RUNTIME = Step(
+    "runtime",
+    "install-runtime.sh",
+    Where.NODE,
+    20 * MINUTE,
+    disruptive=True,
+    summary="containerd + NVIDIA Container Toolkit",
+)
+KUBE_TOOLS = Step(
+    "kube-tools",
+    "install-kube-tools.sh",
+    Where.NODE,
+    15 * MINUTE,
+    disruptive=True,
+    summary="kubelet/kubeadm, pinned minor",
+)
+JOIN_TOKEN = Step(
+    "join-token",
+    "mint-join-token.sh",
+    Where.CONTROL_PLANE,
+    5 * MINUTE,
+    identity=(Identity.HOST, Identity.ENDPOINT),
+    secret_stdout=True,
+    summary="bootstrap token for this node, minted on the control plane",
+)
+JOIN = Step(
+    "join",
+    "join-node.sh",
+    Where.NODE,
+    15 * MINUTE,
+    identity=(Identity.HOST, Identity.ENDPOINT, Identity.CA_HASH),
+    # No delete hook: pulumi-command's Delete dials the stored host and fails when it is gone, so
+    # a hook on the node would make a terminated machine block every later up. A kept host that
+    # moves to another cluster is reset by the join itself (join-node.sh, leave_other_cluster);
+    # a deleted machine needs no reset.
+    summary="kubeadm join from a JoinConfiguration (resets a host joined to another cluster)",
+)
+NODE_READY = Step(
+    "node-ready",
+    "wait-node-ready.sh",
+    Where.CONTROL_PLANE,
+    20 * MINUTE,
+    identity=(Identity.HOST, Identity.ENDPOINT),
+    delete_script="drain-node.sh",
+    summary="Node Ready (drained and deleted on delete)",
+)
+
+# Beside the chain (nothing waits for them): keys reach running machines, labels and taints are
+# reconciled through the API.
+AUTHORIZED_KEYS = Step(
+    "authorized-keys",
+    "authorize-ssh-keys.sh",
+    Where.NODE,
+    2 * MINUTE,
+    summary="the login user's authorized_keys: ssh.publicKey and the key the steps log in with",
+)
+NODE_LABELS = Step(
+    "labels",
+    "label-node.sh",
+    Where.CONTROL_PLANE,
+    5 * MINUTE,
+    summary="the pool's labels and taints, set with --overwrite; ones set before removed",
+)
+NODE_SIDE_STEPS: tuple[Step, ...] = (AUTHORIZED_KEYS, NODE_LABELS)
+
+NODE_STEPS: tuple[Step, ...] = (
+    WAIT_READY,
+    NOUVEAU,
+    DRIVER,
+    RUNTIME,
+    KUBE_TOOLS,
+    JOIN_TOKEN,
+    JOIN,
+    NODE_READY,
+)
+
+# ---------------------------------------------------------------- per node, after its chain
+
+GPU_CAPACITY = Step(
+    "gpu-capacity",
+    "wait-gpu-capacity.sh",
+    Where.CONTROL_PLANE,
+    20 * MINUTE,  # the component bounds it by validation.timeoutSeconds instead
+    identity=(Identity.HOST, Identity.ENDPOINT),
+    summary="allocatable nvidia.com/gpu equals the GPUs of the instance type",
+)
+# The validation Job that follows is a Kubernetes resource, not a host step.
+VALIDATION_JOB_SUFFIX = "validation-job"
+
+# ---------------------------------------------------------------- control plane
+
+CP_WAIT_READY = Step("wait-ready", "wait-ready.sh", Where.CONTROL_PLANE, 20 * MINUTE)
+CP_AUTHORIZED_KEYS = Step(
+    "authorized-keys", "authorize-ssh-keys.sh", Where.CONTROL_PLANE, 2 * MINUTE
+)
+CP_RUNTIME = Step("runtime", "install-runtime.sh", Where.CONTROL_PLANE, 20 * MINUTE)
+CP_KUBE_TOOLS = Step("kube-tools", "install-kube-tools.sh", Where.CONTROL_PLANE, 15 * MINUTE)
+CP_INIT = Step(
+    "init",
+    "init-control-plane.sh",
+    Where.CONTROL_PLANE,
+    30 * MINUTE,
+    summary="kubeadm init from an InitConfiguration (skipped when initialised)",
+)
+CP_CNI = Step("cni", "install-cni.sh", Where.CONTROL_PLANE, 15 * MINUTE, summary="flannel")
+CP_VERSION_SKEW = Step(
+    "version-skew",
+    "check-version-skew.sh",
+    Where.CONTROL_PLANE,
+    5 * MINUTE,
+    summary="kubelets never newer than the API server",
+)
+CP_KUBECONFIG = Step(
+    "kubeconfig",
+    "read-kubeconfig.sh",
+    Where.CONTROL_PLANE,
+    5 * MINUTE,
+    secret_stdout=True,
+    summary="admin kubeconfig, read back (secret)",
+)
+
+# ---------------------------------------------------------------- baked image builder
+# It runs the install steps of the node chain (install_steps in gpu_node.py), then these.
+
+IMAGE_PULL = Step("pull-images", "pull-images.sh", Where.IMAGE_BUILDER, 20 * MINUTE)
+IMAGE_PREPARE = Step("prepare", "prepare-image.sh", Where.IMAGE_BUILDER, 10 * MINUTE)
+IMAGE_POWER_OFF = Step("power-off", "power-off-builder.sh", Where.IMAGE_BUILDER, 5 * MINUTE)
+IMAGE_STEPS: tuple[Step, ...] = (IMAGE_PULL, IMAGE_PREPARE, IMAGE_POWER_OFF)
+
+MANAGED_CONTROL_PLANE_STEPS: tuple[Step, ...] = (
+    CP_WAIT_READY,
+    CP_RUNTIME,
+    CP_KUBE_TOOLS,
+    CP_INIT,
+    CP_CNI,
+    CP_KUBECONFIG,
+)
+EXISTING_CONTROL_PLANE_STEPS: tuple[Step, ...] = (CP_VERSION_SKEW, CP_KUBECONFIG)
+
+ALL_STEPS: tuple[Step, ...] = (
+    *NODE_STEPS,
+    *NODE_SIDE_STEPS,
+    GPU_CAPACITY,
+    *MANAGED_CONTROL_PLANE_STEPS,
+    CP_AUTHORIZED_KEYS,
+    CP_VERSION_SKEW,
+    *IMAGE_STEPS,
+)
+
+
+def node_chain() -> tuple[str, ...]:
+    """The suffixes of a GPU node's steps after its instance, in chain order."""
+    return tuple(step.suffix for step in NODE_STEPS)
+
+
+def validation_chain() -> tuple[str, ...]:
+    """The suffixes of a node's validation, after its chain, when validation is enabled."""
+    return (GPU_CAPACITY.suffix, VALIDATION_JOB_SUFFIX)
+
+
+def disruptive_steps() -> tuple[Step, ...]:
+    """The node steps whose update interrupts GPU work on a joined node, in chain order."""
+    return tuple(step for step in NODE_STEPS if step.disruptive)
+
+
+def node_step(suffix: str) -> Step:
+    """The node step with this suffix (KeyError naming the known ones)."""
+    for step in (*NODE_STEPS, *NODE_SIDE_STEPS, GPU_CAPACITY):
+        if step.suffix == suffix:
+            return step
+    raise KeyError(f"no node step {suffix!r}; known: {', '.join(node_chain())}, gpu-capacity")

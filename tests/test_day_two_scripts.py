@@ -1,0 +1,61 @@
+"""The day-two host scripts, run for real in the sandbox: authorize-ssh-keys.sh writes exactly
+the stack's keys (a rotated ssh.publicKey reaches a running machine, the login key is never
+dropped while it logs in), and a second run changes nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.sandbox import Sandbox, sandbox_available
+
+needs_sandbox = pytest.mark.skipif(
+    not sandbox_available(), reason="needs root, unshare --mount and overlayfs"
+)
+
+OLD = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOldOldOldOldOldOldOldOldOldOldOldOldOldOldOld ops@old"
+NEW = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAINewNewNewNewNewNewNewNewNewNewNewNewNewNewNew ops@new"
+HOME = "/var/lib/gpu-cluster-test-home"
+KEYS = f"{HOME}/.ssh/authorized_keys"
+BOTH = {"SSH_USER": "opsuser", "AUTHORIZED_KEYS": f"{NEW}\n{OLD}"}
+
+
+@pytest.fixture
+def host(tmp_path) -> Sandbox:
+    sb = Sandbox(tmp_path)
+    base = Path("/etc/passwd").read_text(encoding="utf-8")
+    groups = Path("/etc/group").read_text(encoding="utf-8")
+    sb.write("/etc/passwd", base + f"opsuser:x:4242:4242::{HOME}:/bin/bash\n")
+    sb.write("/etc/group", groups + "opsuser:x:4242:\n")
+    sb.write(KEYS, f"{OLD}\n", mode=0o600)
+    return sb
+
+
+@needs_sandbox
+def test_rotation_authorizes_both_keys_then_only_the_new_one(host):
+    both = host.run(
+        "authorize-ssh-keys.sh", {"SSH_USER": "opsuser", "AUTHORIZED_KEYS": f"{NEW}\n{OLD}"}
+    )
+    assert both.returncode == 0, both.stderr
+    lines = [line for line in host.host_path(KEYS).read_text().splitlines() if line[:1] != "#"]
+    assert lines == [NEW, OLD], lines
+    assert oct(host.host_path(KEYS).stat().st_mode & 0o777) == "0o600"
+    again = host.run(
+        "authorize-ssh-keys.sh", {"SSH_USER": "opsuser", "AUTHORIZED_KEYS": f"{NEW}\n{OLD}"}
+    )
+    assert again.returncode == 0 and "no change" in again.stderr, again.stderr
+    only_new = host.run("authorize-ssh-keys.sh", {"SSH_USER": "opsuser", "AUTHORIZED_KEYS": NEW})
+    assert only_new.returncode == 0, only_new.stderr
+    lines = [line for line in host.host_path(KEYS).read_text().splitlines() if line[:1] != "#"]
+    assert lines == [NEW], lines
+
+
+@needs_sandbox
+def test_a_line_that_is_no_key_is_refused_before_touching_the_file(host):
+    result = host.run(
+        "authorize-ssh-keys.sh", {"SSH_USER": "opsuser", "AUTHORIZED_KEYS": "not a key"}
+    )
+    assert result.returncode != 0
+    assert "is not an OpenSSH public key" in result.stderr, result.stderr
+    assert host.host_path(KEYS).read_text() == f"{OLD}\n"

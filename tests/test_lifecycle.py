@@ -1,0 +1,265 @@
+"""Day two: the program run twice (before and after a change), and what the real engine would do
+to a running stack, from the providers' own replace rules (tools/lifecycle.py lists each
+ForceNew field with its source). Ordinary changes replace, reset or re-join nothing."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import re
+from collections.abc import Iterator
+
+import pytest
+import yaml
+
+from components import host_scripts, steps
+from tools import lifecycle
+from tools.harness import mocks
+from tools.harness.graph import Secret, unwrap
+from tools.harness.stacks import run_program, stack_file
+from tools.lifecycle import Action
+
+INSTANCE = "aws:ec2/instance:Instance"
+COMMAND = "command:remote:Command"
+NEW_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIRotatedRotatedRotatedRotatedRotated ops@example"
+
+
+def pools_with(stack: str, **changes: dict) -> dict:
+    pools = copy.deepcopy(stack_file(stack)["gpu-cluster:nodePools"])
+    for pool in pools:
+        pool.update(changes.get(pool["name"], {}))
+    return {"nodePools": pools}
+
+
+@contextlib.contextmanager
+def edited_script(name: str, edit) -> Iterator[None]:
+    """The host script `name` as `edit(text)` returns it, for one program run."""
+    original = host_scripts.script_text
+
+    def patched(script: str) -> str:
+        text = original(script)
+        return edit(text) if script == name else text
+
+    host_scripts.script_text = patched  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        host_scripts.script_text = original  # type: ignore[assignment]
+
+
+@contextlib.contextmanager
+def newer_ami() -> Iterator[None]:
+    mocks.AMI_RELEASE[0] = "-next-release"
+    try:
+        yield
+    finally:
+        mocks.AMI_RELEASE[0] = ""
+
+
+def replaced(plan: lifecycle.Plan, type_: str | None = None) -> list[str]:
+    return [
+        c.name
+        for c in plan.by_action(Action.REPLACE, Action.BLOCKED, Action.DELETE)
+        if type_ is None or c.type == type_
+    ]
+
+
+@pytest.fixture(scope="module")
+def baseline() -> dict:
+    return {stack: run_program(stack) for stack in ("dev", "prod")}
+
+
+def test_an_unchanged_program_changes_nothing(baseline):
+    plan = lifecycle.plan(baseline["dev"], run_program("dev"))
+    assert plan.counts() == {"unchanged": len(baseline["dev"])}, lifecycle.render(plan)
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_a_newer_ubuntu_ami_replaces_nothing(baseline, stack):
+    with newer_ami():
+        after = run_program(stack)
+    amis = {unwrap(r.inputs.get("ami")) for r in after.of_type(INSTANCE)}
+    assert amis != {unwrap(r.inputs.get("ami")) for r in baseline[stack].of_type(INSTANCE)}, (
+        "the newer AMI never reached the program: the test would pass vacuously"
+    )
+    plan = lifecycle.plan(baseline[stack], after)
+    assert replaced(plan) == [], lifecycle.render(plan)
+    assert not plan.by_action(Action.RERUN), lifecycle.render(plan)
+
+
+def test_a_pinned_ami_change_still_rebuilds_that_pool():
+    before = run_program("dev", config=pools_with("dev", a10g={"amiId": "ami-0123456789abcdef0"}))
+    after = run_program("dev", config=pools_with("dev", a10g={"amiId": "ami-0fedcba9876543210"}))
+    plan = lifecycle.plan(before, after)
+    assert replaced(plan, INSTANCE) == ["dev-gpu-a10g-0"], lifecycle.render(plan)
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_key_rotation_replaces_no_instance_and_reaches_every_host(baseline, stack):
+    ssh = dict(stack_file(stack)["gpu-cluster:ssh"], publicKey=NEW_KEY)
+    after = run_program(stack, config={"ssh": ssh})
+    plan = lifecycle.plan(baseline[stack], after)
+    assert replaced(plan, INSTANCE) == [], lifecycle.render(plan)
+    # The key pair itself is replaced (public_key is ForceNew): only machines created from now on
+    # boot with it; running ones get it from their authorized-keys step.
+    assert [c.type for c in plan.by_action(Action.REPLACE)] == ["aws:ec2/keyPair:KeyPair"] * len(
+        plan.by_action(Action.REPLACE)
+    ), lifecycle.render(plan)
+    for node in lifecycle.node_names(after):
+        change = plan.named(steps.AUTHORIZED_KEYS.resource_name(node))
+        assert change.action is Action.RERUN, f"{change.urn}: {change.action}"
+        assert NEW_KEY in unwrap(after.named(change.name).inputs["stdin"]), change.urn
+        assert plan.nodes[node].summary() == "untouched", f"{node}: {plan.nodes[node]}"
+    assert not [c for c in plan.by_action(Action.REPLACE) if c.type == COMMAND]
+
+
+@pytest.mark.parametrize("script", ["lib/common.sh", "install-driver.sh", "join-node.sh"])
+def test_a_comment_or_blank_line_re_runs_nothing(baseline, script):
+    def add_comment(text: str) -> str:
+        lines = text.splitlines(keepends=True)
+        return "".join([lines[0], "# a note for the next reader\n\n", *lines[1:], "\n# end\n"])
+
+    with edited_script(script, add_comment):
+        after = run_program("dev")
+    plan = lifecycle.plan(baseline["dev"], after)
+    assert plan.counts() == {"unchanged": len(after)}, lifecycle.render(plan)
+
+
+def test_a_real_edit_of_the_shared_library_updates_steps_in_place(baseline):
+    def edit(text: str) -> str:
+        return text + '\nreadonly GPU_CLUSTER_LIBRARY_EDITION="2"\n'
+
+    with edited_script("lib/common.sh", edit):
+        after = run_program("dev")
+    plan = lifecycle.plan(baseline["dev"], after)
+    assert replaced(plan) == [], lifecycle.render(plan)
+    reruns = plan.by_action(Action.RERUN)
+    assert reruns, "an edit of common.sh changed no step: the test is vacuous"
+    for impact in plan.nodes.values():
+        assert not (impact.drained or impact.reset or impact.rejoined), impact
+
+
+def test_a_driver_change_updates_only_that_pools_driver_step(baseline):
+    after = run_program("prod", config=pools_with("prod", h100={"driverVersion": "570"}))
+    plan = lifecycle.plan(baseline["prod"], after)
+    assert replaced(plan) == [], lifecycle.render(plan)
+    changed = {c.name for c in plan.changes if c.action is not Action.UNCHANGED}
+    h100 = [n for n in lifecycle.node_names(after) if "-h100-" in n]
+    assert h100, "prod has an h100 pool"
+    assert changed == {steps.DRIVER.resource_name(n) for n in h100}, lifecycle.render(plan)
+    for node in h100:
+        assert plan.nodes[node].disrupted == ["driver"], plan.nodes[node]
+        for step in (steps.JOIN, steps.NODE_READY):
+            assert plan.named(step.resource_name(node)).action is Action.UNCHANGED
+
+
+def test_a_label_change_rejoins_nothing_and_reconciles_through_the_api(baseline):
+    after = run_program("dev", config=pools_with("dev", a10g={"labels": {"team": "research"}}))
+    plan = lifecycle.plan(baseline["dev"], after)
+    assert replaced(plan) == [], lifecycle.render(plan)
+    for node in lifecycle.node_names(after):
+        assert plan.nodes[node].summary() == "untouched", plan.nodes[node]
+        labels = plan.named(steps.NODE_LABELS.resource_name(node))
+        assert labels.action is Action.RERUN, f"{labels.urn}: {labels.action}"
+        assert "team=research" in unwrap(after.named(labels.name).inputs["stdin"])
+
+
+def test_a_replaced_machine_cascades_to_its_own_chain_only(baseline):
+    """The model itself: a ForceNew change (on-demand to spot) replaces the machine and, through
+    the instance id in their triggers, its steps: that node is drained, reset and re-joined; the
+    control plane and the other nodes are untouched."""
+    after = run_program("prod", config=pools_with("prod", h100={"market": "spot"}))
+    plan = lifecycle.plan(baseline["prod"], after)
+    h100 = [n for n in lifecycle.node_names(after) if "-h100-" in n]
+    assert sorted(replaced(plan, INSTANCE)) == sorted(h100), lifecycle.render(plan)
+    for node, impact in plan.nodes.items():
+        expected = node in h100
+        assert (impact.drained, impact.reset, impact.rejoined) == (expected,) * 3, impact
+    for node in h100:
+        for step in steps.NODE_STEPS:
+            change = plan.named(step.resource_name(node))
+            assert change.action is Action.REPLACE, f"{change.urn}: {change.action}"
+
+
+def test_the_control_plane_machine_is_protected_and_a_switch_lifts_it(baseline):
+    machine = [r for r in baseline["dev"].of_type(INSTANCE) if r.name.endswith("-control-plane")]
+    assert machine and machine[0].protect, f"{machine}: not protected"
+    control_plane = dict(stack_file("dev")["gpu-cluster:controlPlane"], protect=False)
+    after = run_program("dev", config={"controlPlane": control_plane})
+    unprotected = [r for r in after.of_type(INSTANCE) if r.name.endswith("-control-plane")]
+    assert not unprotected[0].protect, unprotected[0].urn
+
+
+def test_a_policy_flags_an_unprotected_control_plane_machine(baseline):
+    from tools import policy_adapter
+
+    assert not [v for v in policy_adapter.run(baseline["dev"]).violations if "protect" in v]
+    control_plane = dict(stack_file("dev")["gpu-cluster:controlPlane"], protect=False)
+    report = policy_adapter.run(run_program("dev", config={"controlPlane": control_plane}))
+    flagged = [v for v in report.violations if v.startswith("[control-plane-protected]")]
+    assert len(flagged) == 1 and "dev-gpu-control-plane" in flagged[0], report.violations
+
+
+# ---------------------------------------------------------------- python -m tools.preview --against
+
+
+def test_preview_against_a_second_stack_file_reports_per_resource_and_node(tmp_path):
+    from tools import preview
+
+    deployed = tmp_path / "Pulumi.deployed.yaml"
+    deployed.write_text(yaml.safe_dump({"config": stack_file("prod")}), encoding="utf-8")
+    # This version: the prod file with the h100 pool on driver 570.
+    report = preview.what_will_change(
+        "prod", str(deployed), config=pools_with("prod", h100={"driverVersion": "570"})
+    )
+    assert "re-run    prod-gpu-h100-0-driver" in report, report
+    assert re.search(r"^    2 re-run, \d+ unchanged$", report, re.M), report
+    assert "prod-gpu-h100-0: re-runs driver" in report, report
+    assert "prod-gpu-a10g-0: untouched" in report, report
+
+
+def test_preview_against_a_git_ref_runs_that_version(capsys):
+    from tools import preview
+
+    assert preview.main(["dev", "--against", "HEAD"]) == 0
+    out = capsys.readouterr().out
+    assert "Resources:" in out and "Nodes:" in out, out
+    assert "dev-gpu-a10g-0:" in out, out
+    assert preview.main(["dev", "--against", "no-such-ref-anywhere"]) == 1
+
+
+# ---------------------------------------------------------------- retries and dead hosts
+
+
+def test_a_retried_join_needs_no_new_token_and_the_token_goes_once_joined(baseline):
+    """The token does not expire (TOKEN_TTL 0s): a join retried at any time after a failure
+    finds it valid. The node-ready step deletes it by its id once the node is Ready."""
+    from tools.harness.graph import script_params
+
+    graph = baseline["dev"]
+    for node in lifecycle.node_names(graph):
+        mint = graph.named(steps.JOIN_TOKEN.resource_name(node))
+        assert script_params(mint)["TOKEN_TTL"] == "0s", mint.urn
+        token = script_params(graph.named(steps.JOIN.resource_name(node)))["JOIN_TOKEN"]
+        ready = graph.named(steps.NODE_READY.resource_name(node))
+        assert re.fullmatch(r"[a-z0-9]{6}", script_params(ready)["TOKEN_ID"]), ready.urn
+        assert token.startswith(script_params(ready)["TOKEN_ID"] + "."), ready.urn
+        assert not isinstance(ready.inputs["stdin"], Secret), f"{ready.urn}: id is public"
+
+
+def test_nothing_dials_a_gpu_node_on_delete_and_control_plane_hooks_are_bounded(baseline):
+    from components.remote import DELETE_DIAL_ATTEMPTS
+
+    for graph in baseline.values():
+        for resource in graph.of_type(COMMAND):
+            inputs = resource.plain_inputs()
+            if not inputs.get("delete"):
+                continue
+            assert inputs["connection"]["dialErrorLimit"] == DELETE_DIAL_ATTEMPTS, resource.urn
+            assert inputs["delete"].startswith("sudo timeout -k 30 "), resource.urn
+            node_hosts = {
+                unwrap(r.inputs["connection"])["host"]
+                for r in graph.of_type(COMMAND)
+                if r.name.endswith(f"-{steps.DRIVER.suffix}")
+            }
+            assert inputs["connection"]["host"] not in node_hosts, f"{resource.urn} dials a node"

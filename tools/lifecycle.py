@@ -1,0 +1,343 @@
+"""What a later `pulumi up` does to a running stack: two recorded graphs (the program before and
+after a change) and the providers' own replace rules give, per resource, replace / update /
+re-run / unchanged / create / delete, and per GPU node whether it is drained, reset or re-joined.
+
+The engine's steps, modelled (pulumi/pulumi `pkg/resource/deploy/step_generator.go`): a resource
+whose URN is new is created, one whose URN is gone is deleted; otherwise the provider's diff
+decides. A diff is a replacement when a changed input is one the provider forces a new resource
+for (the FORCE_NEW table below, each with its source), or is listed in `replaceOnChanges`;
+inputs under `ignoreChanges` are not compared. A replaced resource gets a new id (and an
+auto-named one a new name), so every input of another resource that depends on it (the
+request's `propertyDependencies`) changes too: that is how a replacement cascades. A protected
+resource is never replaced: the engine stops the update instead.
+
+Commands (pulumi-command): a changed `triggers` replaces (delete hook first when
+`deleteBeforeReplace`); any other change is an update that runs `update` (a re-run of the bounded
+script, or a no-op `true`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from components import steps
+from tools.harness.graph import Graph, Resource, unwrap
+from tools.harness.stacks import ROOT
+
+COMMAND = "command:remote:Command"
+NO_OP_UPDATE = "true"
+
+# Inputs whose change makes the provider replace the resource. Only what this program sets.
+FORCE_NEW: Mapping[str, frozenset[str]] = {
+    # terraform-provider-aws internal/service/ec2/ec2_instance.go, ResourceInstance schema:
+    # ForceNew on ami, associate_public_ip_address, availability_zone, key_name, subnet_id,
+    # private_ip, placement_group, tenancy, security_groups, ebs_optimized, hibernation,
+    # launch_template; root_block_device.encrypted/kms_key_id (root volume size/type are
+    # modified in place); instance_type and vpc_security_group_ids are updated in place.
+    # instance_market_options is listed as well: a market change needs a new instance.
+    "aws:ec2/instance:Instance": frozenset(
+        {
+            "ami",
+            "associatePublicIpAddress",
+            "availabilityZone",
+            "keyName",
+            "subnetId",
+            "privateIp",
+            "placementGroup",
+            "tenancy",
+            "securityGroups",
+            "ebsOptimized",
+            "hibernation",
+            "launchTemplate",
+            "rootBlockDevice.encrypted",
+            "rootBlockDevice.kmsKeyId",
+            "instanceMarketOptions",
+        }
+    ),
+    # terraform-provider-aws internal/service/ec2/ec2_key_pair.go: key_name, key_name_prefix and
+    # public_key are ForceNew; Update handles tags only. Pulumi auto-names `keyName`, so the
+    # replacement has a new name.
+    "aws:ec2/keyPair:KeyPair": frozenset({"publicKey", "keyName", "keyNamePrefix"}),
+    # terraform-provider-aws internal/service/ec2/vpc_security_group.go: name, name_prefix,
+    # description and vpc_id are ForceNew (rules are updated in place).
+    "aws:ec2/securityGroup:SecurityGroup": frozenset(
+        {"name", "namePrefix", "description", "vpcId"}
+    ),
+    # terraform-provider-aws internal/service/ec2/vpc_subnet.go and vpc_.go: the CIDR block,
+    # availability zone and VPC of a subnet, the CIDR block of a VPC.
+    "aws:ec2/subnet:Subnet": frozenset({"vpcId", "cidrBlock", "availabilityZone"}),
+    "aws:ec2/vpc:Vpc": frozenset({"cidrBlock"}),
+    # pulumi-command provider/pkg/provider/common/inputs.go: Triggers `replaceOnChanges`.
+    COMMAND: frozenset({"triggers"}),
+    # pulumi-kubernetes provider/pkg/provider/diff.go (forceNewProperties): a Job's pod template
+    # and selector are immutable.
+    "kubernetes:batch/v1:Job": frozenset({"spec.template", "spec.selector"}),
+}
+# Every Kubernetes object: its name and namespace are its identity (pulumi-kubernetes diff.go).
+KUBERNETES_FORCE_NEW = frozenset({"metadata.name", "metadata.namespace"})
+
+
+class Action(enum.Enum):
+    CREATE = "create"
+    DELETE = "delete"
+    REPLACE = "replace"
+    UPDATE = "update"  # inputs change, the provider updates in place
+    RERUN = "re-run"  # a Command update that runs its script again on the same host
+    UNCHANGED = "unchanged"
+    BLOCKED = "blocked"  # a replacement of a protected resource: the engine stops the update
+
+
+@dataclass(frozen=True)
+class Change:
+    urn: str
+    name: str
+    type: str
+    action: Action
+    changed: tuple[str, ...] = ()  # input paths that differ (or follow a replaced dependency)
+    reason: str = ""
+
+
+@dataclass
+class NodeImpact:
+    node: str
+    drained: bool = False
+    reset: bool = False
+    rejoined: bool = False
+    disrupted: list[str] = field(default_factory=list)  # disruptive steps re-run on the host
+
+    def summary(self) -> str:
+        words = [w for w, on in (("drained", self.drained), ("reset", self.reset)) if on]
+        if self.rejoined:
+            words.append("re-joined")
+        if self.disrupted:
+            words.append(f"re-runs {', '.join(self.disrupted)}")
+        return ", ".join(words) or "untouched"
+
+
+@dataclass
+class Plan:
+    changes: list[Change]
+    nodes: dict[str, NodeImpact]
+
+    def by_action(self, *actions: Action) -> list[Change]:
+        return [c for c in self.changes if c.action in actions]
+
+    def named(self, name: str) -> Change:
+        found = [c for c in self.changes if c.name == name]
+        if len(found) != 1:
+            raise KeyError(f"{len(found)} changes named {name!r}")
+        return found[0]
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for change in self.changes:
+            out[change.action.value] = out.get(change.action.value, 0) + 1
+        return out
+
+
+# ---------------------------------------------------------------- diffing inputs
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict) and value:
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(_flatten(item, f"{prefix}.{key}" if prefix else key))
+        return out
+    return {prefix: value}
+
+
+def _changed_paths(old: Resource, new: Resource) -> set[str]:
+    a, b = _flatten(unwrap(old.inputs)), _flatten(unwrap(new.inputs))
+    return {path for path in a.keys() | b.keys() if a.get(path) != b.get(path)}
+
+
+def _matches(path: str, names: Iterable[str]) -> bool:
+    return any(path == n or path.startswith(f"{n}.") for n in names)
+
+
+def _top(path: str) -> str:
+    return path.split(".", 1)[0]
+
+
+def _force_new(resource: Resource) -> frozenset[str]:
+    rules = set(FORCE_NEW.get(resource.type, frozenset()))
+    if resource.type.startswith("kubernetes:") and not resource.type.startswith("kubernetes:index"):
+        rules |= KUBERNETES_FORCE_NEW
+    rules |= set(resource.replace_on_changes)
+    return frozenset(rules)
+
+
+def _is_no_op_update(resource: Resource) -> bool:
+    return unwrap(resource.inputs.get("update")) == NO_OP_UPDATE
+
+
+# ---------------------------------------------------------------- the plan
+
+
+def plan(before: Graph, after: Graph) -> Plan:
+    """What `pulumi up` with the `after` program does to a stack deployed with `before`."""
+    replaced: set[str] = set()
+    changes: list[Change] = []
+    for urn in _topological(after):
+        new = after.by_urn[urn]
+        old = before.by_urn.get(urn)
+        if old is None:
+            changes.append(Change(urn, new.name, new.type, Action.CREATE))
+            replaced.add(urn)  # everything reading its outputs sees new values
+            continue
+        ignored = set(new.ignore_changes)
+        paths = {p for p in _changed_paths(old, new) if not _matches(p, ignored)}
+        # Inputs fed by a replaced resource change with it (a new id, an auto-name).
+        for key, deps in new.property_dependencies.items():
+            if deps & replaced and not _matches(key, ignored):
+                paths.add(key)
+        if not paths:
+            changes.append(Change(urn, new.name, new.type, Action.UNCHANGED))
+            continue
+        forcing = sorted(
+            p for p in paths if _matches(p, _force_new(new)) or _top(p) in _force_new(new)
+        )
+        changed = tuple(sorted(paths))
+        if forcing:
+            if new.protect or old.protect:
+                changes.append(
+                    Change(urn, new.name, new.type, Action.BLOCKED, changed, ", ".join(forcing))
+                )
+                continue
+            replaced.add(urn)
+            changes.append(
+                Change(urn, new.name, new.type, Action.REPLACE, changed, ", ".join(forcing))
+            )
+        elif new.type == COMMAND and not _is_no_op_update(new):
+            changes.append(Change(urn, new.name, new.type, Action.RERUN, changed))
+        else:
+            changes.append(Change(urn, new.name, new.type, Action.UPDATE, changed))
+    for urn, old in before.by_urn.items():
+        if urn not in after.by_urn:
+            changes.append(Change(urn, old.name, old.type, Action.DELETE))
+    return Plan(changes, _node_impacts(before, after, changes))
+
+
+def _topological(graph: Graph) -> list[str]:
+    order: list[str] = []
+    done: set[str] = set()
+    for start in graph:
+        stack = [(start.urn, False)]
+        while stack:
+            urn, expanded = stack.pop()
+            if urn in done:
+                continue
+            if expanded:
+                done.add(urn)
+                order.append(urn)
+                continue
+            stack.append((urn, True))
+            deps = graph.direct_dependencies(graph.by_urn[urn])
+            for key_deps in graph.by_urn[urn].property_dependencies.values():
+                deps |= key_deps & graph.by_urn.keys()
+            stack.extend((d, False) for d in deps if d not in done)
+    return order
+
+
+def node_names(graph: Graph) -> list[str]:
+    pools = unwrap(graph.outputs.get("nodePools")) or {}
+    return [name for pool in pools.values() for name in pool]
+
+
+def _node_impacts(before: Graph, after: Graph, changes: list[Change]) -> dict[str, NodeImpact]:
+    by_name = {c.name: c for c in changes}
+    names = list(dict.fromkeys([*node_names(before), *node_names(after)]))
+    impacts: dict[str, NodeImpact] = {}
+    gone = (Action.REPLACE, Action.DELETE)
+    for node in names:
+        impact = NodeImpact(node)
+        instance = by_name.get(node)
+        join = by_name.get(steps.JOIN.resource_name(node))
+        ready = by_name.get(steps.NODE_READY.resource_name(node))
+        existed = node in node_names(before)
+        machine_gone = instance is not None and instance.action in gone
+        if existed:
+            impact.drained = ready is not None and ready.action in gone
+            impact.reset = machine_gone or (join is not None and join.action in gone)
+            impact.rejoined = node in node_names(after) and impact.reset
+            for step in steps.disruptive_steps():
+                change = by_name.get(step.resource_name(node))
+                if change is not None and change.action in (Action.RERUN, Action.REPLACE):
+                    impact.disrupted.append(step.suffix)
+        impacts[node] = impact
+    return impacts
+
+
+# ---------------------------------------------------------------- printing
+
+
+def render(plan_: Plan, *, show_unchanged: bool = False) -> str:
+    lines = ["Resources:"]
+    for change in sorted(plan_.changes, key=lambda c: (c.action.value, c.name)):
+        if change.action is Action.UNCHANGED and not show_unchanged:
+            continue
+        detail = ""
+        if change.reason:
+            detail = f"  (forced by {change.reason})"
+        elif change.changed:
+            detail = (
+                f"  ({', '.join(change.changed[:4])}{', ...' if len(change.changed) > 4 else ''})"
+            )
+        lines.append(f"    {change.action.value:<9} {change.name}  [{change.type}]{detail}")
+    counts = plan_.counts()
+    lines.append(
+        "    " + ", ".join(f"{n} {a}" for a, n in sorted(counts.items())) if counts else "    none"
+    )
+    lines.append("Nodes:")
+    for impact in plan_.nodes.values():
+        lines.append(f"    {impact.node}: {impact.summary()}")
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------- the program of another version
+
+
+@contextlib.contextmanager
+def program_of(ref: str, root: Path = ROOT) -> Iterator[Path]:
+    """The program as committed at git `ref` (`git archive`), in a temporary directory, with its
+    `components` importable instead of the working tree's for as long as the context lasts."""
+    with tempfile.TemporaryDirectory(prefix="gpu-cluster-") as tmp:
+        archive = subprocess.run(
+            ["git", "-C", str(root), "archive", "--format=tar", ref],
+            check=False,
+            capture_output=True,
+        )
+        if archive.returncode != 0:
+            raise ValueError(f"git archive {ref}: {archive.stderr.decode().strip()}")
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+        saved = {k: v for k, v in sys.modules.items() if _is_program_module(k)}
+        for name in saved:
+            del sys.modules[name]
+        sys.path.insert(0, tmp)
+        try:
+            yield Path(tmp)
+        finally:
+            sys.path.remove(tmp)
+            for name in [k for k in sys.modules if _is_program_module(k)]:
+                del sys.modules[name]
+            sys.modules.update(saved)
+
+
+def _is_program_module(name: str) -> bool:
+    return name == "components" or name.startswith("components.")
+
+
+def stack_config_at(checkout: Path, stack_file_name: str) -> dict[str, Any]:
+    data = yaml.safe_load((checkout / stack_file_name).read_text(encoding="utf-8")) or {}
+    return dict(data.get("config") or {})
