@@ -280,6 +280,7 @@ def install_steps(pool: NodePool, settings: Settings) -> tuple[InstallStep, ...]
                 "DRIVER_BRANCH": pool.driver_version,
                 "GPU_COUNT": str(gpu.gpu_count),
                 "NEEDS_FABRIC_MANAGER": "true" if gpu.needs_fabric_manager else "false",
+                "KERNEL_MODULES": pool.kernel_module_type,
             },
         ),
         InstallStep(

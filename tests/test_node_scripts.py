@@ -17,7 +17,13 @@ needs_sandbox = pytest.mark.skipif(
 )
 
 FAST = {"RETRY_BASE_SECONDS": "0.01"}
-DRIVER = {"DRIVER_BRANCH": "580", "GPU_COUNT": "4", "NEEDS_FABRIC_MANAGER": "false", **FAST}
+DRIVER = {
+    "DRIVER_BRANCH": "580",
+    "GPU_COUNT": "4",
+    "NEEDS_FABRIC_MANAGER": "false",
+    "KERNEL_MODULES": "proprietary",
+    **FAST,
+}
 RUNTIME = {"NVIDIA_CTK_VERSION": "1.17.8-1", **FAST}
 KUBE = {"KUBERNETES_MINOR": "1.35", **FAST}
 TOKEN = "abcdef.0123456789abcdef"
@@ -122,7 +128,7 @@ def test_render_rejects_unknown_scripts_and_the_library():
 # ---- behaviour shared by every node script ----------------------------------------
 
 REQUIRED = {
-    "install-driver.sh": ["DRIVER_BRANCH", "GPU_COUNT", "NEEDS_FABRIC_MANAGER"],
+    "install-driver.sh": ["DRIVER_BRANCH", "GPU_COUNT", "NEEDS_FABRIC_MANAGER", "KERNEL_MODULES"],
     "install-runtime.sh": ["NVIDIA_CTK_VERSION"],
     "install-kube-tools.sh": ["KUBERNETES_MINOR"],
     "join-node.sh": ["NODE_NAME", "API_ENDPOINT", "JOIN_TOKEN", "CA_CERT_HASH", "KUBERNETES_MINOR"],
@@ -296,7 +302,7 @@ def test_driver_happy_path(sandbox):
 
 @needs_sandbox
 def test_driver_open_kernel_modules_flavor(sandbox):
-    result = sandbox.run("install-driver.sh", {**DRIVER, "DRIVER_FLAVOR": "server-open"})
+    result = sandbox.run("install-driver.sh", {**DRIVER, "KERNEL_MODULES": "open"})
     assert result.returncode == 0, result.stderr
     for pkg in (
         f"linux-modules-nvidia-580-server-open-{RUNNING_KERNEL}",
@@ -519,7 +525,7 @@ def test_failing_package_install_names_the_step(sandbox):
         ("DRIVER_BRANCH", "580.95", "DRIVER_BRANCH must be a driver branch like 580"),
         ("GPU_COUNT", "four", "GPU_COUNT must be a positive integer, got 'four'"),
         ("NEEDS_FABRIC_MANAGER", "yes", "NEEDS_FABRIC_MANAGER must be true or false"),
-        ("DRIVER_FLAVOR", "desktop", "DRIVER_FLAVOR must be server or server-open"),
+        ("KERNEL_MODULES", "server-open", "KERNEL_MODULES must be open or proprietary"),
     ],
 )
 def test_driver_rejects_malformed_inputs_before_acting(sandbox, name, value, message):

@@ -6,7 +6,9 @@
 #   DRIVER_BRANCH         driver branch, e.g. 580 (required)
 #   GPU_COUNT             GPUs nvidia-smi must list, from the instance catalog (required)
 #   NEEDS_FABRIC_MANAGER  true on NVSwitch types (p4d, p4de, p5*, p6), else false (required)
-#   DRIVER_FLAVOR         server (default) or server-open (open kernel modules)
+#   KERNEL_MODULES        open or proprietary: the kernel module type the GPU needs, from the
+#                         catalog (open on Turing and newer, required on Blackwell;
+#                         proprietary on Volta) (required)
 #   KERNEL_FLAVOUR        kernel flavour of the linux-modules-nvidia-* metapackage that
 #                         follows kernel updates, default from `uname -r`
 #                         (6.8.0-1021-aws -> aws)
@@ -26,22 +28,26 @@ fi
 EXIT_REBOOT_REQUIRED=3
 
 check_inputs() {
-  require_vars DRIVER_BRANCH GPU_COUNT NEEDS_FABRIC_MANAGER
+  require_vars DRIVER_BRANCH GPU_COUNT NEEDS_FABRIC_MANAGER KERNEL_MODULES
   [[ "${DRIVER_BRANCH}" =~ ^[0-9]{3}$ ]] ||
     fatal "DRIVER_BRANCH must be a driver branch like 580, got '${DRIVER_BRANCH}'"
   [[ "${GPU_COUNT}" =~ ^[1-9][0-9]*$ ]] ||
     fatal "GPU_COUNT must be a positive integer, got '${GPU_COUNT}'"
   [[ "${NEEDS_FABRIC_MANAGER}" == true || "${NEEDS_FABRIC_MANAGER}" == false ]] ||
     fatal "NEEDS_FABRIC_MANAGER must be true or false, got '${NEEDS_FABRIC_MANAGER}'"
-  case "${DRIVER_FLAVOR:-server}" in
-    server | server-open) ;;
-    *) fatal "DRIVER_FLAVOR must be server or server-open, got '${DRIVER_FLAVOR}'" ;;
-  esac
+  [[ "${KERNEL_MODULES}" == open || "${KERNEL_MODULES}" == proprietary ]] ||
+    fatal "KERNEL_MODULES must be open or proprietary, got '${KERNEL_MODULES}'"
 }
 
-# driver_suffix: 580-server or 580-server-open, as in Ubuntu's package names.
+# driver_suffix: 580-server (proprietary modules) or 580-server-open, as in Ubuntu's package
+# names (gpu-driver-container `ubuntu24.04/precompiled/nvidia-driver`, `_install_driver`:
+# linux-modules-nvidia-${DRIVER_BRANCH}-server-open-${KERNEL_VERSION} for kernel-open).
 driver_suffix() {
-  printf '%s-%s\n' "${DRIVER_BRANCH}" "${DRIVER_FLAVOR:-server}"
+  if [[ "${KERNEL_MODULES}" == open ]]; then
+    printf '%s-server-open\n' "${DRIVER_BRANCH}"
+  else
+    printf '%s-server\n' "${DRIVER_BRANCH}"
+  fi
 }
 
 kernel_flavour() {
