@@ -40,7 +40,7 @@ NVIDIA_CTK_VERSION = "1.17.8-1"
 
 # Bounds on each host step (the SSH dial keeps retrying until these end the wait).
 WAIT_READY_TIMEOUT = "20m"  # first boot: sshd, cloud-init, unattended upgrades
-NOUVEAU_TIMEOUT = "15m"  # an initramfs rebuild
+NOUVEAU_TIMEOUT = "20m"  # an initramfs rebuild, maybe a kernel to download
 DRIVER_TIMEOUT = "45m"  # several GB of driver packages on p5
 RUNTIME_TIMEOUT = "20m"
 KUBE_TOOLS_TIMEOUT = "15m"
@@ -270,8 +270,15 @@ def install_steps(pool: NodePool, settings: Settings) -> tuple[InstallStep, ...]
     gpu = pool.gpu_type
     return (
         InstallStep("wait-ready", "wait-ready.sh", WAIT_READY_TIMEOUT, {}),
-        # Its own step because it may reboot the host: the driver step then redials.
-        InstallStep("nouveau", "disable-nouveau.sh", NOUVEAU_TIMEOUT, {}),
+        # Its own step because it may reboot the host (nouveau in use, or a kernel without a
+        # signed module of this driver replaced by the newest one with it): the driver step
+        # then redials.
+        InstallStep(
+            "nouveau",
+            "disable-nouveau.sh",
+            NOUVEAU_TIMEOUT,
+            {"DRIVER_BRANCH": pool.driver_version, "KERNEL_MODULES": pool.kernel_module_type},
+        ),
         InstallStep(
             "driver",
             "install-driver.sh",
@@ -281,6 +288,7 @@ def install_steps(pool: NodePool, settings: Settings) -> tuple[InstallStep, ...]
                 "GPU_COUNT": str(gpu.gpu_count),
                 "NEEDS_FABRIC_MANAGER": "true" if gpu.needs_fabric_manager else "false",
                 "KERNEL_MODULES": pool.kernel_module_type,
+                "NVLINK_SUBNET_MANAGER": "true" if gpu.needs_nvlink_subnet_manager else "false",
             },
         ),
         InstallStep(

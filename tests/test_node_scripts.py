@@ -45,7 +45,9 @@ FSTAB = (
     "/swapfile none swap sw 0 0\n"
     "/dev/nvme1n1 /mnt/swap-archive ext4 defaults 0 2\n"
 )
+DRIVER_UPSTREAM = "580.95.05"
 DRIVER_VERSION = "580.95.05-0ubuntu0.24.04.2"
+NEWER_DRIVER = "580.105.08-0ubuntu0.24.04.1"  # userspace a day ahead of the built modules
 RUNNING_KERNEL = "6.8.0-1021-aws"  # the uname stub's default
 CTK_PACKAGES = (
     "nvidia-container-toolkit",
@@ -63,23 +65,39 @@ def sandbox(tmp_path: Path) -> Sandbox:
     sb.write("/etc/fstab", FSTAB)
     sb.state("modules", "nouveau\n")
     sb.state("nvidia-smi.gpus", 4)
-    for flavor in ("server", "server-open"):
-        for pkg in (
-            f"linux-modules-nvidia-580-{flavor}-{RUNNING_KERNEL}",
-            f"linux-modules-nvidia-580-{flavor}-aws",
-            f"nvidia-headless-no-dkms-580-{flavor}",
-        ):
-            sb.apt_available(pkg, DRIVER_VERSION)
-    # One utils package for both flavours: Ubuntu has no nvidia-utils-<branch>-server-open.
-    sb.apt_available("nvidia-utils-580-server", DRIVER_VERSION)
-    sb.apt_available("nvidia-fabricmanager-580", "580.95.05-0ubuntu0.24.04.1")
-    sb.apt_available("libnvidia-nscq-580", "580.95.05-0ubuntu0.24.04.1")
+    for suffix in ("580-server", "580-server-open"):
+        offer_module(sb, suffix, RUNNING_KERNEL)
+        sb.apt_available(f"nvidia-headless-no-dkms-{suffix}", DRIVER_VERSION, NEWER_DRIVER)
+    for pkg in ("nvidia-kernel-common-580-server", "nvidia-utils-580-server"):
+        sb.apt_available(pkg, DRIVER_VERSION, NEWER_DRIVER)
+    # Fabric manager's Debian revision is its own; its upstream version must equal the driver's.
+    for pkg in ("nvidia-fabricmanager-580", "libnvidia-nscq-580", "libnvsdm-580"):
+        sb.apt_available(pkg, "580.95.05-0ubuntu0.24.04.1", "580.105.08-0ubuntu0.24.04.1")
+    sb.apt_available("nvlsm", "2025.06.4-1")
     sb.apt_available("containerd", "1.7.28-0ubuntu1~24.04.1")
     for pkg in CTK_PACKAGES:
         sb.apt_available(pkg, "1.17.7-1", "1.17.8-1", "1.17.9-1")
     for pkg in ("kubelet", "kubeadm", "kubectl"):
         sb.apt_available(pkg, "1.35.0-1.1", "1.35.1-1.1")
     return sb
+
+
+def offer_module(
+    sb: Sandbox, suffix: str, kernel: str, built_for: str = DRIVER_UPSTREAM, branch: str = "580"
+) -> str:
+    """The archive's signed module package of one driver flavour for one kernel, in the shape
+    Ubuntu's linux-restricted-modules builds it: versioned like its kernel, depending on the
+    kernel image and on nvidia-kernel-common of exactly the driver it was built with."""
+    pkg = f"linux-modules-nvidia-{suffix}-{kernel}"
+    abi = kernel.rsplit("-", 1)[0]
+    sb.apt_available(pkg, f"{abi}.23")
+    common = f"nvidia-kernel-common-{branch}-server"
+    sb.state(
+        f"apt.depends/{pkg}",
+        f"linux-image-{kernel} | linux-image-unsigned-{kernel}, "
+        f"{common} (<= {built_for}-1), {common} (>= {built_for})",
+    )
+    return pkg
 
 
 def installs(result) -> list[list[str]]:
@@ -273,18 +291,46 @@ def test_wait_ready_reports_failed_cloud_init(sandbox):
 
 
 @needs_sandbox
+def test_wait_ready_waits_for_first_boot_apt_daily_and_the_lists_lock(sandbox):
+    """apt-daily-upgrade (unattended-upgrade) still running for two looks, then apt-daily's
+    `apt-get update` holding /var/lib/apt/lists/lock for two more attempts."""
+    sandbox.state("systemd/apt-daily-upgrade.running-checks", 2)
+    sandbox.state("apt.lists-lock", 2)
+    result = sandbox.run("wait-ready.sh", {**FAST, "APT_DAILY_POLL_SECONDS": "0.01"})
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("waiting for apt-daily-upgrade.service") == 2
+    assert "Could not get lock /var/lib/apt/lists/lock" in result.stderr
+    assert len(result.called("apt-get")) == 3
+    assert "[ready 4/4] apt-get update" in result.stderr
+
+
+@needs_sandbox
+def test_wait_ready_bounds_the_apt_daily_wait(sandbox):
+    sandbox.state("systemd/apt-daily.running-checks", 1000)
+    params = {**FAST, "APT_DAILY_POLL_SECONDS": "0.01", "APT_DAILY_TIMEOUT_SECONDS": "0.03"}
+    result = sandbox.run("wait-ready.sh", params)
+    assert result.returncode == 1
+    assert "apt-daily.service still running after 0.03s (first-boot package updates)" in (
+        result.stderr
+    )
+    assert result.called("apt-get") == []
+
+
+DRIVER_SET = {
+    f"linux-modules-nvidia-580-server-{RUNNING_KERNEL}": "6.8.0-1021.23",
+    "nvidia-kernel-common-580-server": DRIVER_VERSION,
+    "nvidia-headless-no-dkms-580-server": DRIVER_VERSION,
+    "nvidia-utils-580-server": DRIVER_VERSION,
+}
+
+
+@needs_sandbox
 def test_driver_happy_path(sandbox):
     result = sandbox.run("install-driver.sh", DRIVER)
     assert result.returncode == 0, result.stderr
-    packages = [
-        f"linux-modules-nvidia-580-server-{RUNNING_KERNEL}",
-        "linux-modules-nvidia-580-server-aws",
-        "nvidia-headless-no-dkms-580-server",
-        "nvidia-utils-580-server",
-    ]
-    for pkg in packages:
-        assert sandbox.installed(pkg) == DRIVER_VERSION, f"install-driver.sh: {pkg} not installed"
-    assert sandbox.held() == set(packages)
+    for pkg, version in DRIVER_SET.items():
+        assert sandbox.installed(pkg) == version, f"install-driver.sh: {pkg}"
+    assert set(DRIVER_SET) <= sandbox.held()
     assert sandbox.state("apt-get.needrestart-mode") == "l", (
         "install-driver.sh: apt-get must run with NEEDRESTART_MODE=l (list only, no restarts)"
     )
@@ -295,36 +341,79 @@ def test_driver_happy_path(sandbox):
     assert commands.index("update-initramfs -u") < commands.index("modprobe -r nouveau")
     assert commands.index("modprobe -r nouveau") < commands.index("modprobe nvidia")
     assert sandbox.state("modules").split() == ["nvidia"]
-    assert "[driver 5/6] driver 580.95.05, 4 GPU(s)" in result.stderr
-    assert "[driver 2/6] install driver packages" in result.stderr
+    assert "[driver 7/9] driver 580.95.05, 4 GPU(s)" in result.stderr
+    assert "[driver 4/9] install driver packages" in result.stderr
     assert not any("fabricmanager" in c for c in commands)
 
 
 @needs_sandbox
-def test_driver_open_kernel_modules_flavor(sandbox):
+def test_driver_is_one_transaction_at_the_version_the_running_kernels_module_was_built_for(
+    sandbox,
+):
+    """The archive's userspace (580.105.08) is ahead of the signed module for the running kernel
+    (built for 580.95.05): everything goes in at 580.95.05, in one apt-get install, without the
+    flavour metapackage that would pull the newest kernel."""
+    result = sandbox.run("install-driver.sh", DRIVER)
+    assert result.returncode == 0, result.stderr
+    (install,) = installs(result)
+    wanted = {f"{pkg}={version}" for pkg, version in DRIVER_SET.items()}
+    assert wanted <= set(install), install
+    assert not any(arg.startswith("linux-modules-nvidia-580-server-aws") for arg in install)
+    assert not any(NEWER_DRIVER in arg for arg in install), install
+
+
+@needs_sandbox
+def test_unpinned_userspace_beside_the_module_is_what_apt_refuses(sandbox):
+    """The stub's resolver in the archive's shape: the module beside the newest userspace is
+    the unmet dependency a one-call unpinned install hits on real hosts."""
+    program = "\n".join(
+        [
+            "export DEBIAN_FRONTEND=noninteractive NEEDRESTART_MODE=l",
+            f"apt-get install -y linux-modules-nvidia-580-server-{RUNNING_KERNEL} "
+            "nvidia-headless-no-dkms-580-server nvidia-utils-580-server",
+        ]
+    )
+    result = sandbox.run_text(program)
+    assert result.returncode == 100
+    assert "Depends: nvidia-kernel-common-580-server (<= 580.95.05-1) but 580.105.08" in (
+        result.stderr
+    )
+
+
+@needs_sandbox
+def test_driver_open_kernel_modules(sandbox):
     result = sandbox.run("install-driver.sh", {**DRIVER, "KERNEL_MODULES": "open"})
     assert result.returncode == 0, result.stderr
     for pkg in (
         f"linux-modules-nvidia-580-server-open-{RUNNING_KERNEL}",
-        "linux-modules-nvidia-580-server-open-aws",
         "nvidia-headless-no-dkms-580-server-open",
         "nvidia-utils-580-server",
     ):
-        assert sandbox.installed(pkg) == DRIVER_VERSION, f"install-driver.sh: {pkg} not installed"
-    assert sandbox.installed("linux-modules-nvidia-580-server-aws") is None
+        assert sandbox.installed(pkg), f"install-driver.sh: {pkg} not installed"
+    assert sandbox.installed(f"linux-modules-nvidia-580-server-{RUNNING_KERNEL}") is None
 
 
 @needs_sandbox
-def test_driver_installs_the_module_of_the_running_kernel_not_only_the_flavour_meta(sandbox):
-    """The flavour metapackage follows the archive's newest kernel; on an AMI whose kernel is
-    older, only linux-modules-nvidia-<suffix>-$(uname -r) has a module modprobe can load."""
-    sandbox.state("uname.r", "6.8.0-1015-aws")
-    sandbox.apt_available("linux-modules-nvidia-580-server-6.8.0-1015-aws", DRIVER_VERSION)
+def test_module_built_for_another_driver_version_sets_the_version(sandbox):
+    """A module rebuilt for 580.105.08: userspace follows it, not the other way round."""
+    offer_module(sandbox, "580-server", RUNNING_KERNEL, built_for="580.105.08")
     result = sandbox.run("install-driver.sh", DRIVER)
     assert result.returncode == 0, result.stderr
-    assert sandbox.installed("linux-modules-nvidia-580-server-6.8.0-1015-aws") == DRIVER_VERSION
-    assert sandbox.installed(f"linux-modules-nvidia-580-server-{RUNNING_KERNEL}") is None
-    assert sandbox.state("modules").split() == ["nvidia"]
+    assert sandbox.installed("nvidia-utils-580-server") == NEWER_DRIVER
+    assert "[driver 7/9] driver 580.105.08, 4 GPU(s)" in result.stderr
+
+
+@needs_sandbox
+def test_module_built_for_a_version_the_archive_lacks_fails_before_installing(sandbox):
+    offer_module(sandbox, "580-server", RUNNING_KERNEL, built_for="580.82.07")
+    result = sandbox.run("install-driver.sh", DRIVER)
+    assert result.returncode != 0
+    assert (
+        "nvidia-kernel-common-580-server 580.82.07 wanted (the driver the running kernel's "
+        "signed module is built for), the archive has "
+        f"{NEWER_DRIVER},{DRIVER_VERSION}" in result.stderr
+    )
+    assert installs(result) == []
 
 
 @needs_sandbox
@@ -332,41 +421,142 @@ def test_driver_without_a_module_for_the_running_kernel_fails_naming_the_package
     sandbox.state("uname.r", "6.8.0-1001-aws")
     result = sandbox.run("install-driver.sh", DRIVER)
     assert result.returncode != 0
-    assert "linux-modules-nvidia-580-server-6.8.0-1001-aws" in result.stderr
-    assert "[driver] FAILED at step 2/6 (install driver packages)" in result.stderr
+    assert "the archive has no linux-modules-nvidia-580-server-6.8.0-1001-aws" in result.stderr
+    assert "[driver] FAILED" in result.stderr and installs(result) == []
 
 
 @needs_sandbox
-def test_driver_kernel_flavour_follows_the_running_kernel(sandbox):
-    sandbox.state("uname.r", "6.8.0-60-generic")
-    sandbox.apt_available("linux-modules-nvidia-580-server-generic", DRIVER_VERSION)
-    sandbox.apt_available("linux-modules-nvidia-580-server-6.8.0-60-generic", DRIVER_VERSION)
+@pytest.mark.parametrize("script", ["install-driver.sh", "disable-nouveau.sh"])
+def test_transitional_branch_fails_before_downloading_naming_its_target(sandbox, script):
+    """On noble an end-of-life branch's -server names are transitional packages: a newer
+    branch's version, depending on that branch's package."""
+    pkg = "nvidia-headless-no-dkms-575-server"
+    sandbox.apt_available(pkg, DRIVER_VERSION)
+    sandbox.state(f"apt.depends/{pkg}", "nvidia-headless-no-dkms-580-server")
+    sandbox.state(f"apt.description/{pkg}", "Transitional package for nvidia-headless-no-dkms-580")
+    result = sandbox.run(script, {**DRIVER, "DRIVER_BRANCH": "575"})
+    assert result.returncode == 1, result.stderr
+    assert (
+        f"driver branch 575 is transitional on this Ubuntu release: {pkg} {DRIVER_VERSION} "
+        "installs branch 580" in result.stderr
+    )
+    assert "set the pool's driverVersion to 580" in result.stderr
+    assert installs(result) == []
+
+
+@needs_sandbox
+def test_kernel_and_driver_move_together(sandbox):
+    for pkg in ("linux-aws", "linux-image-aws", "linux-headers-aws"):
+        sandbox.apt_available(pkg, "6.8.0.1021.23")
+    sandbox.run_text(
+        "DEBIAN_FRONTEND=noninteractive NEEDRESTART_MODE=l "
+        "apt-get install -y linux-aws linux-image-aws linux-headers-aws"
+    )
     result = sandbox.run("install-driver.sh", DRIVER)
     assert result.returncode == 0, result.stderr
-    assert sandbox.installed("linux-modules-nvidia-580-server-generic") == DRIVER_VERSION
+    assert {"linux-aws", "linux-image-aws", "linux-headers-aws"} <= sandbox.held()
+    blacklist = sandbox.read("/etc/apt/apt.conf.d/51gpu-cluster-kernel-and-driver")
+    assert "Unattended-Upgrade::Package-Blacklist {" in blacklist
+    for prefix in ('"linux-";', '"nvidia-";', '"libnvidia-";'):
+        assert prefix in blacklist
+    unit = sandbox.read("/etc/systemd/system/gpu-cluster-nvidia-boot-check.service")
+    assert "ExecStart=/usr/local/sbin/gpu-cluster-nvidia-boot-check" in unit
+    assert "Before=kubelet.service" in unit and "WantedBy=multi-user.target" in unit
+    assert result.called("systemctl", "enable", "gpu-cluster-nvidia-boot-check")
+
+
+@needs_sandbox
+def test_boot_check_fails_loudly_on_a_kernel_without_a_module(sandbox, tmp_path):
+    """After an unattended kernel upgrade the next boot has no nvidia.ko: the check fails and
+    records it for the node's validation."""
+    assert sandbox.run("install-driver.sh", DRIVER).returncode == 0
+    check = sandbox.read("/usr/local/sbin/gpu-cluster-nvidia-boot-check")
+    modinfo = tmp_path / "bin" / "modinfo"
+    modinfo.parent.mkdir()
+    # modinfo -k <kernel> nvidia: found only for the kernel the driver was installed for.
+    modinfo.write_text(
+        f'#!/bin/sh\n[ "$2" = "{RUNNING_KERNEL}" ] && exit 0\n'
+        'echo "modinfo: ERROR: Module nvidia not found." >&2; exit 1\n'
+    )
+    modinfo.chmod(0o755)
+    sandbox.state("uname.r", "6.8.0-1031-aws")
+    result = sandbox.run_text(f'export PATH="{modinfo.parent}:$PATH"\n{check}')
+    assert result.returncode == 1
+    assert "no NVIDIA kernel module for the running kernel 6.8.0-1031-aws" in result.stderr
+    status = sandbox.read("/var/lib/gpu-cluster/nvidia-boot-check")
+    assert status.startswith("failed 6.8.0-1031-aws")
+    sandbox.state("uname.r", RUNNING_KERNEL)
+    result = sandbox.run_text(f'export PATH="{modinfo.parent}:$PATH"\n{check}')
+    assert result.returncode == 0, result.stderr
+    assert sandbox.read("/var/lib/gpu-cluster/nvidia-boot-check") == f"ok {RUNNING_KERNEL}\n"
+
+
+@needs_sandbox
+def test_persistence_mode_on_through_a_drop_in(sandbox):
+    result = sandbox.run("install-driver.sh", DRIVER)
+    assert result.returncode == 0, result.stderr
+    drop_in = sandbox.read(
+        "/etc/systemd/system/nvidia-persistenced.service.d/50-gpu-cluster-persistence-mode.conf"
+    )
+    assert "ExecStart=\nExecStart=/usr/bin/nvidia-persistenced" in drop_in
+    assert "--persistence-mode" in drop_in and "--no-persistence-mode" not in drop_in
+    assert sandbox.service_active("nvidia-persistenced")
+    assert "[driver 8/9] persistence mode on" in result.stderr
 
 
 @needs_sandbox
 def test_fabric_manager_installed_and_started_on_nvswitch_types(sandbox):
     result = sandbox.run("install-driver.sh", {**DRIVER, "NEEDS_FABRIC_MANAGER": "true"})
     assert result.returncode == 0, result.stderr
-    assert sandbox.installed("nvidia-fabricmanager-580") is not None
+    (install,) = installs(result)
+    assert "nvidia-fabricmanager-580=580.95.05-0ubuntu0.24.04.1" in install
+    assert "libnvidia-nscq-580=580.95.05-0ubuntu0.24.04.1" in install
     assert {"nvidia-fabricmanager-580", "libnvidia-nscq-580"} <= sandbox.held()
     assert result.called("systemctl", "enable", "--now", "nvidia-fabricmanager")
     assert sandbox.service_active("nvidia-fabricmanager")
+    assert not any("nvlsm" in c for c in result.commands())
     again = sandbox.run("install-driver.sh", {**DRIVER, "NEEDS_FABRIC_MANAGER": "true"})
     assert again.returncode == 0, again.stderr
     assert again.called("systemctl", "enable") == [] and installs(again) == []
 
 
 @needs_sandbox
-def test_fabric_manager_of_another_driver_build_fails(sandbox):
+def test_fabric_manager_without_the_drivers_version_fails_before_installing(sandbox):
     sandbox.apt_available("nvidia-fabricmanager-580", "580.65.06-0ubuntu0.24.04.1")
     result = sandbox.run("install-driver.sh", {**DRIVER, "NEEDS_FABRIC_MANAGER": "true"})
-    assert result.returncode == 1
+    assert result.returncode != 0
     assert (
-        "[driver] FAILED: fabric manager must match driver 580.95.05, "
-        "nvidia-fabricmanager-580 is 580.65.06-0ubuntu0.24.04.1" in result.stderr
+        "nvidia-fabricmanager-580 580.95.05 wanted (the driver the running kernel's signed "
+        "module is built for), the archive has 580.65.06-0ubuntu0.24.04.1" in result.stderr
+    )
+    assert installs(result) == []
+
+
+@needs_sandbox
+def test_fabric_manager_that_does_not_start_prints_its_journal(sandbox):
+    sandbox.state("systemctl.fail.enable.nvidia-fabricmanager", 1)
+    sandbox.state(
+        "journal/nvidia-fabricmanager",
+        "nv-fabricmanager[2071]: fabric manager NVLink training failed: NVLSM not reachable\n",
+    )
+    result = sandbox.run("install-driver.sh", {**DRIVER, "NEEDS_FABRIC_MANAGER": "true"})
+    assert result.returncode == 1
+    assert "NVLink training failed: NVLSM not reachable" in result.stderr
+    assert "nvidia-fabricmanager did not start (its journal is above)" in result.stderr
+
+
+@needs_sandbox
+def test_nvswitch_gen4_gets_nvlsm_libnvsdm_and_ib_umad_before_fabric_manager(sandbox):
+    params = {**DRIVER, "NEEDS_FABRIC_MANAGER": "true", "NVLINK_SUBNET_MANAGER": "true"}
+    result = sandbox.run("install-driver.sh", {**params, "KERNEL_MODULES": "open"})
+    assert result.returncode == 0, result.stderr
+    (install,) = installs(result)
+    assert "libnvsdm-580=580.95.05-0ubuntu0.24.04.1" in install and "nvlsm=2025.06.4-1" in install
+    assert {"libnvsdm-580", "nvlsm"} <= sandbox.held()
+    assert sandbox.read("/etc/modules-load.d/gpu-cluster-nvlsm.conf") == "ib_umad\n"
+    commands = result.commands()
+    assert commands.index("modprobe ib_umad") < commands.index(
+        "systemctl enable --now nvidia-fabricmanager"
     )
 
 
@@ -375,15 +565,18 @@ def test_no_fabric_manager_without_nvswitch(sandbox):
     result = sandbox.run("install-driver.sh", DRIVER)
     assert result.returncode == 0, result.stderr
     assert sandbox.installed("nvidia-fabricmanager-580") is None
-    assert "fabric manager not needed" in result.stderr
+    assert "[driver 9/9] not needed" in result.stderr
 
 
 @needs_sandbox
-def test_driver_version_other_than_the_branch_fails(sandbox):
+def test_driver_version_other_than_the_installed_one_fails(sandbox):
     sandbox.state("nvidia-smi.driver", "575.51.03")
     result = sandbox.run("install-driver.sh", DRIVER)
     assert result.returncode == 1
-    assert "[driver] FAILED: driver 580 wanted, nvidia-smi reports 575.51.03" in result.stderr
+    assert (
+        "[driver] FAILED: driver 580.95.05 (branch 580) wanted, nvidia-smi reports 575.51.03"
+        in result.stderr
+    )
 
 
 OLD_BRANCH = {**DRIVER, "DRIVER_BRANCH": "570"}
@@ -392,9 +585,9 @@ OLD_VERSION = "570.195.03-0ubuntu0.24.04.1"
 
 def _on_branch_570(sandbox: Sandbox) -> None:
     """A host that ran the driver step for branch 570 (its module loaded), now asked for 580."""
+    offer_module(sandbox, "570-server", RUNNING_KERNEL, built_for="570.195.03", branch="570")
     for pkg in (
-        f"linux-modules-nvidia-570-server-{RUNNING_KERNEL}",
-        "linux-modules-nvidia-570-server-aws",
+        "nvidia-kernel-common-570-server",
         "nvidia-headless-no-dkms-570-server",
         "nvidia-utils-570-server",
     ):
@@ -416,7 +609,7 @@ def test_branch_change_reloads_the_kernel_module(sandbox):
     ), f"module not loaded again after unloading: {commands}"
     assert sandbox.state("nvidia.loaded-version").strip() == "580.95.05"
     assert "older kernel module is loaded: reloading it" in result.stderr
-    assert "[driver 5/6] driver 580.95.05, 4 GPU(s)" in result.stderr
+    assert "[driver 7/9] driver 580.95.05, 4 GPU(s)" in result.stderr
 
 
 @needs_sandbox
@@ -488,6 +681,74 @@ def test_nouveau_step_after_the_reboot_changes_nothing(sandbox):
     assert "nouveau not loaded" in again.stderr
 
 
+NOUVEAU_KERNEL = {**FAST, "DRIVER_BRANCH": "580", "KERNEL_MODULES": "proprietary"}
+NEW_KERNEL = "6.8.0-1031-aws"
+
+
+def _ami_kernel_without_a_module(sandbox: Sandbox) -> None:
+    """The AMI boots 6.8.0-1015-aws; the archive has modules for 6.8.0-1021 and -1031 only
+    (and for a -generic kernel, another flavour), plus both kernels' packages."""
+    sandbox.state("modules", "")
+    sandbox.state("uname.r", "6.8.0-1015-aws")
+    for kernel in (NEW_KERNEL, "6.8.0-1040-generic"):
+        offer_module(sandbox, "580-server", kernel)
+    for kernel in (RUNNING_KERNEL, NEW_KERNEL):
+        sandbox.apt_available(f"linux-image-{kernel}", f"{kernel.rsplit('-', 1)[0]}.23")
+        sandbox.apt_available(f"linux-modules-{kernel}", f"{kernel.rsplit('-', 1)[0]}.23")
+
+
+@needs_sandbox
+def test_nouveau_step_moves_to_the_newest_kernel_with_a_module_and_reboots(sandbox):
+    _ami_kernel_without_a_module(sandbox)
+    sandbox.state("systemd/ssh.socket.active", "yes")
+    result = sandbox.run("disable-nouveau.sh", NOUVEAU_KERNEL)
+    assert result.returncode == 0, result.stderr
+    (install,) = installs(result)
+    assert install[-2:] == [f"linux-image-{NEW_KERNEL}", f"linux-modules-{NEW_KERNEL}"], install
+    assert "no signed NVIDIA module for the running kernel 6.8.0-1015-aws" in result.stderr
+    assert f"rebooting in 5s (kernel 6.8.0-1015-aws -> {NEW_KERNEL})" in result.stderr
+    commands = result.commands()
+    assert "systemctl stop ssh.socket" in commands
+    assert sandbox.state("systemd-run.scheduled").strip() == "systemctl reboot"
+    # After the reboot into the new kernel: the driver step finds its module, nothing moves.
+    sandbox.state("uname.r", NEW_KERNEL)
+    again = sandbox.run("disable-nouveau.sh", NOUVEAU_KERNEL)
+    assert again.returncode == 0, again.stderr
+    assert installs(again) == [] and "no reboot needed" in again.stderr
+    driver = sandbox.run("install-driver.sh", DRIVER)
+    assert driver.returncode == 0, driver.stderr
+    assert sandbox.installed(f"linux-modules-nvidia-580-server-{NEW_KERNEL}") == "6.8.0-1031.23"
+
+
+@needs_sandbox
+def test_reboot_into_a_kernel_without_a_module_is_caught_by_the_next_driver_run(sandbox):
+    """unattended-upgrades-style kernel move: the host comes back on 6.8.0-1031-aws and the
+    archive has no module for it; the driver step refuses instead of reporting GPUs it lacks."""
+    assert sandbox.run("install-driver.sh", DRIVER).returncode == 0
+    sandbox.state("uname.r", "6.8.0-1099-aws")
+    result = sandbox.run("install-driver.sh", DRIVER)
+    assert result.returncode == 1
+    assert "the archive has no linux-modules-nvidia-580-server-6.8.0-1099-aws" in result.stderr
+
+
+@needs_sandbox
+def test_nouveau_step_never_moves_to_an_older_kernel(sandbox):
+    _ami_kernel_without_a_module(sandbox)
+    sandbox.state("uname.r", "6.8.0-1050-aws")
+    result = sandbox.run("disable-nouveau.sh", NOUVEAU_KERNEL)
+    assert result.returncode == 1
+    assert f"the newest kernel with one is {NEW_KERNEL}, older than the running" in result.stderr
+    assert installs(result) == [] and sandbox.state("systemd-run.scheduled") is None
+
+
+@needs_sandbox
+def test_nouveau_step_keeps_a_kernel_that_has_a_module(sandbox):
+    result = sandbox.run("disable-nouveau.sh", NOUVEAU_KERNEL)
+    assert result.returncode == 0, result.stderr
+    assert installs(result) == [] and sandbox.state("systemd-run.scheduled") is None
+    assert f"the archive has linux-modules-nvidia-580-server-{RUNNING_KERNEL}" in result.stderr
+
+
 @needs_sandbox
 def test_nouveau_step_rejects_a_bad_delay_before_acting(sandbox):
     result = sandbox.run("disable-nouveau.sh", {**FAST, "REBOOT_DELAY_SECONDS": "soon"})
@@ -513,8 +774,8 @@ def test_failing_package_install_names_the_step(sandbox):
     result = sandbox.run("install-driver.sh", {**DRIVER, "APT_RETRIES": "2"})
     assert result.returncode != 0
     assert len(installs(result)) == 2
-    assert "[driver 2/6] install driver packages" in result.stderr
-    assert "[driver] FAILED at step 2/6 (install driver packages), in apt_install" in result.stderr
+    assert "[driver 4/9] install driver packages" in result.stderr
+    assert "[driver] FAILED at step 4/9 (install driver packages), in apt_install" in result.stderr
     assert result.called("modprobe", "nvidia") == []
 
 
