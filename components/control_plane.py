@@ -23,7 +23,7 @@ import pulumi_aws as aws
 import pulumi_command as command
 import pulumi_kubernetes as k8s
 
-from components import machines
+from components import host_pins, machines
 from components.network import Network, tcp_port_rule
 from components.remote import Host, run_script, ssh_host
 from components.settings import ExistingControlPlane, ManagedControlPlane, Settings
@@ -161,7 +161,12 @@ class ControlPlane(pulumi.ComponentResource):
 
         wait_ready = self._step("wait-ready", "wait-ready.sh", after=[instance], timeout="20m")
         runtime = self._step(
-            "runtime", "install-runtime.sh", {"WITH_NVIDIA_TOOLKIT": "false"}, after=[wait_ready]
+            "runtime",
+            "install-runtime.sh",
+            host_pins.runtime_params(
+                config.os_version, settings.kubernetes_version, with_toolkit=False
+            ),
+            after=[wait_ready],
         )
         kube_tools = self._step(
             "kube-tools",

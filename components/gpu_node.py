@@ -23,7 +23,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_command as command
 
-from components import machines
+from components import host_pins, machines
 from components.catalog import GpuInstanceType
 from components.gpu_image import InstallStep
 from components.host_scripts import script_digest
@@ -35,16 +35,15 @@ from components.settings import NodePool, Settings
 if TYPE_CHECKING:
     from components.control_plane import ControlPlane
 
-# NVIDIA Container Toolkit apt version installed by install-runtime.sh (pinned and held).
-NVIDIA_CTK_VERSION = "1.17.8-1"
-
 # Bounds on each host step (the SSH dial keeps retrying until these end the wait).
 WAIT_READY_TIMEOUT = "20m"  # first boot: sshd, cloud-init, unattended upgrades
 NOUVEAU_TIMEOUT = "20m"  # an initramfs rebuild, maybe a kernel to download
 DRIVER_TIMEOUT = "45m"  # several GB of driver packages on p5
 RUNTIME_TIMEOUT = "20m"
 KUBE_TOOLS_TIMEOUT = "15m"
-JOIN_TIMEOUT = "15m"
+# The NVIDIA Container Toolkit the nodes get (a baked image is keyed by it too).
+NVIDIA_CTK_VERSION = host_pins.NVIDIA_CTK_VERSION
+JOIN_TIMEOUT = "20m"  # above join-node.sh's own bound (17m, kubeadm's phase timeouts + 2m)
 
 
 class GpuNodePool(pulumi.ComponentResource):
@@ -295,7 +294,9 @@ def install_steps(pool: NodePool, settings: Settings) -> tuple[InstallStep, ...]
             "runtime",
             "install-runtime.sh",
             RUNTIME_TIMEOUT,
-            {"NVIDIA_CTK_VERSION": NVIDIA_CTK_VERSION},
+            host_pins.runtime_params(
+                pool.os_version, settings.kubernetes_version, with_toolkit=True
+            ),
         ),
         InstallStep(
             "kube-tools",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 import tomllib
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from components import host_pins
 from components.host_scripts import render_script, script_digest
 from tests.sandbox import STUBS_DIR, Sandbox, sandbox_available
 
@@ -24,7 +26,8 @@ DRIVER = {
     "KERNEL_MODULES": "proprietary",
     **FAST,
 }
-RUNTIME = {"NVIDIA_CTK_VERSION": "1.17.8-1", **FAST}
+RUNTIME = {**host_pins.runtime_params("24.04", "1.35", with_toolkit=True), **FAST}
+CONTROL_PLANE_RUNTIME = {**host_pins.runtime_params("24.04", "1.35", with_toolkit=False), **FAST}
 KUBE = {"KUBERNETES_MINOR": "1.35", **FAST}
 TOKEN = "abcdef.0123456789abcdef"
 JOIN = {
@@ -49,6 +52,7 @@ DRIVER_UPSTREAM = "580.95.05"
 DRIVER_VERSION = "580.95.05-0ubuntu0.24.04.2"
 NEWER_DRIVER = "580.105.08-0ubuntu0.24.04.1"  # userspace a day ahead of the built modules
 RUNNING_KERNEL = "6.8.0-1021-aws"  # the uname stub's default
+CONTAINERD = "2.2.1-0ubuntu1~24.04.3"
 CTK_PACKAGES = (
     "nvidia-container-toolkit",
     "nvidia-container-toolkit-base",
@@ -74,9 +78,11 @@ def sandbox(tmp_path: Path) -> Sandbox:
     for pkg in ("nvidia-fabricmanager-580", "libnvidia-nscq-580", "libnvsdm-580"):
         sb.apt_available(pkg, "580.95.05-0ubuntu0.24.04.1", "580.105.08-0ubuntu0.24.04.1")
     sb.apt_available("nvlsm", "2025.06.4-1")
-    sb.apt_available("containerd", "1.7.28-0ubuntu1~24.04.1")
+    # noble's release pocket has containerd 1.7.12, noble-updates 2.2.1 (packages.ubuntu.com);
+    # a later 2.3 upload must not be taken by a pinned host.
+    sb.apt_available("containerd", "1.7.12-0ubuntu4", CONTAINERD, "2.3.0-0ubuntu1~24.04.1")
     for pkg in CTK_PACKAGES:
-        sb.apt_available(pkg, "1.17.7-1", "1.17.8-1", "1.17.9-1")
+        sb.apt_available(pkg, "1.17.8-1", "1.18.0-1", "1.20.0-1")
     for pkg in ("kubelet", "kubeadm", "kubectl"):
         sb.apt_available(pkg, "1.35.0-1.1", "1.35.1-1.1")
     return sb
@@ -147,7 +153,7 @@ def test_render_rejects_unknown_scripts_and_the_library():
 
 REQUIRED = {
     "install-driver.sh": ["DRIVER_BRANCH", "GPU_COUNT", "NEEDS_FABRIC_MANAGER", "KERNEL_MODULES"],
-    "install-runtime.sh": ["NVIDIA_CTK_VERSION"],
+    "install-runtime.sh": ["NVIDIA_CTK_VERSION", "CONTAINERD_VERSION", "SANDBOX_IMAGE"],
     "install-kube-tools.sh": ["KUBERNETES_MINOR"],
     "join-node.sh": ["NODE_NAME", "API_ENDPOINT", "JOIN_TOKEN", "CA_CERT_HASH", "KUBERNETES_MINOR"],
 }
@@ -214,8 +220,8 @@ def test_apt_lock_held_past_the_timeout_fails_naming_the_step(sandbox):
     )
     assert result.returncode != 0
     assert "Could not get lock /var/lib/dpkg/lock-frontend" in result.stderr
-    assert "[runtime] FAILED at step 1/5 (install containerd), in apt_install" in result.stderr
-    assert "[runtime 1/5] install containerd" in result.stderr
+    assert "[runtime] FAILED at step 1/6 (install containerd), in apt_install" in result.stderr
+    assert "[runtime 1/6] install containerd" in result.stderr
 
 
 @needs_sandbox
@@ -799,19 +805,41 @@ def test_driver_rejects_malformed_inputs_before_acting(sandbox, name, value, mes
 # ---- install-runtime.sh -------------------------------------------------------------------
 
 
+CRI_RUNTIME = "io.containerd.cri.v1.runtime"
+CRI_IMAGES = "io.containerd.cri.v1.images"
+NVIDIA_DROP_IN = "/etc/containerd/conf.d/99-nvidia.toml"
+TOOLKIT_CONFIG = "/etc/nvidia-container-runtime/config.toml"
+
+
+def containerd_dump(sandbox: Sandbox) -> dict:
+    """What containerd reads: config.toml with its imports merged (`containerd config dump`)."""
+    result = sandbox.run_text("containerd config dump")
+    assert result.returncode == 0, result.stderr
+    return tomllib.loads(result.stdout)
+
+
 @needs_sandbox
 def test_runtime_happy_path(sandbox):
     result = sandbox.run("install-runtime.sh", RUNTIME)
     assert result.returncode == 0, result.stderr
+    assert sandbox.installed("containerd") == CONTAINERD
     for pkg in CTK_PACKAGES:
-        assert sandbox.installed(pkg) == "1.17.8-1"
+        assert sandbox.installed(pkg) == host_pins.NVIDIA_CTK_VERSION
     assert sandbox.held() == {"containerd", *CTK_PACKAGES}
     config = tomllib.loads(sandbox.read("/etc/containerd/config.toml"))
-    cri = config["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
-    assert cri["default_runtime_name"] == "nvidia"
+    assert config["version"] == 3
+    assert config["imports"] == ["/etc/containerd/conf.d/*.toml"]
+    cri = config["plugins"][CRI_RUNTIME]["containerd"]
     assert cri["runtimes"]["runc"]["options"]["SystemdCgroup"] is True
-    assert "nvidia" in cri["runtimes"]
-    assert config["grpc"]["address"] == "/run/containerd/containerd.sock"  # the full default
+    assert config["plugins"][CRI_IMAGES]["pinned_images"]["sandbox"] == (
+        "registry.k8s.io/pause:3.10.1"
+    )
+    # The toolkit (>= 1.18) puts its runtime in the drop-in; only the dump shows it as default.
+    assert "nvidia" not in cri["runtimes"]
+    assert 'default_runtime_name = "nvidia"' in sandbox.read(NVIDIA_DROP_IN)
+    merged = containerd_dump(sandbox)["plugins"][CRI_RUNTIME]["containerd"]
+    assert merged["default_runtime_name"] == "nvidia"
+    assert merged["runtimes"]["nvidia"]["options"]["SystemdCgroup"] is True
     keyring = "/etc/apt/keyrings/nvidia-container-toolkit.gpg"
     assert sandbox.read(keyring).startswith("dearmored keyring")
     assert sandbox.read("/etc/apt/sources.list.d/nvidia-container-toolkit.list") == (
@@ -820,26 +848,69 @@ def test_runtime_happy_path(sandbox):
     )
     assert restarts(result) == [["systemctl", "restart", "containerd"]]
     assert sandbox.service_active("containerd")
-    assert "containerd active, nvidia is the default runtime" in result.stderr
+    assert "containerd active, nvidia is the default runtime, GPUs only on request" in (
+        result.stderr
+    )
+    assert result.called("containerd", "config", "dump")
 
 
 @needs_sandbox
-def test_runtime_changes_only_the_systemd_cgroup_key_of_the_default(sandbox):
+def test_runtime_never_edits_what_containerd_config_default_prints(sandbox):
+    """containerd 2.x's default config has no SystemdCgroup line (the stub prints it as upstream
+    does): a sed over it changes nothing. The config is written whole instead."""
+    assert "SystemdCgroup" not in (STUBS_DIR / "containerd").read_text().split("<<'TOML'")[1]
     result = sandbox.run("install-runtime.sh", RUNTIME)
     assert result.returncode == 0, result.stderr
-    written = sandbox.read("/etc/containerd/config.toml").splitlines()
-    default = (STUBS_DIR / "containerd").read_text().split("<<'TOML'\n")[1].split("TOML\n")[0]
-    default_lines = default.splitlines()
-    head, added = written[: len(default_lines)], written[len(default_lines) :]
-    assert all("nvidia" in line for line in added if line.startswith("["))
-    changed = [(a, b) for a, b in zip(default_lines, head, strict=True) if a != b]
-    assert changed == [
-        (
-            '      default_runtime_name = "runc"',
-            '      default_runtime_name = "nvidia"',
-        ),
-        ("            SystemdCgroup = false", "            SystemdCgroup = true"),
-    ]
+    assert result.called("containerd", "config", "default") == []
+    assert "SystemdCgroup = true" in sandbox.read("/etc/containerd/config.toml")
+
+
+@needs_sandbox
+def test_runtime_toolkit_refuses_gpus_requested_by_environment_variable(sandbox):
+    result = sandbox.run("install-runtime.sh", RUNTIME)
+    assert result.returncode == 0, result.stderr
+    toolkit = tomllib.loads(sandbox.read(TOOLKIT_CONFIG))
+    assert toolkit["accept-nvidia-visible-devices-envvar-when-unprivileged"] is False
+    assert toolkit["accept-nvidia-visible-devices-as-volume-mounts"] is True
+    assert toolkit["nvidia-container-runtime"]["mode"] == "auto", "other keys kept"
+
+
+@needs_sandbox
+def test_runtime_with_a_toolkit_config_that_accepts_the_variable_fails(sandbox):
+    """A toolkit whose config cannot be changed (here: `nvidia-ctk config` leaves the default)
+    must fail the step, not leave every GPU to every pod."""
+    assert sandbox.run("install-runtime.sh", RUNTIME).returncode == 0
+    sandbox.write(
+        "/usr/local/bin/nvidia-ctk",
+        f'#!/bin/sh\n[ "$1" = config ] && exit 0\nexec {STUBS_DIR}/nvidia-ctk "$@"\n',
+        mode=0o755,
+    )
+    sandbox.write(TOOLKIT_CONFIG, "accept-nvidia-visible-devices-envvar-when-unprivileged = true\n")
+    program = render_script("install-runtime.sh", RUNTIME).replace(
+        "set +x", f'PATH="/usr/local/bin:{STUBS_DIR}:$PATH"; set +x', 1
+    )
+    result = sandbox.run_text(program)
+    assert result.returncode == 1
+    assert (
+        f"accept-nvidia-visible-devices-envvar-when-unprivileged = false expected in "
+        f"{TOOLKIT_CONFIG}, found 'true'" in result.stderr
+    )
+
+
+@needs_sandbox
+def test_runtime_pins_containerd_of_this_release(sandbox):
+    result = sandbox.run("install-runtime.sh", RUNTIME)
+    assert result.returncode == 0, result.stderr
+    (install,) = [c for c in installs(result) if any(a.startswith("containerd") for a in c)]
+    assert "containerd=2.2.1-0ubuntu1~24.04.*" in install
+    assert sandbox.installed("containerd") == CONTAINERD, "the 2.3 upload was taken"
+
+
+@needs_sandbox
+def test_runtime_refuses_a_containerd_1x(sandbox):
+    result = sandbox.run("install-runtime.sh", {**RUNTIME, "CONTAINERD_VERSION": "1.7.*"})
+    assert result.returncode == 1
+    assert "containerd 2.x expected (containerd=1.7.*), found 'containerd " in result.stderr
 
 
 @needs_sandbox
@@ -852,20 +923,23 @@ def test_runtime_restarts_containerd_only_when_its_config_changed(sandbox):
     third = sandbox.run("install-runtime.sh", RUNTIME)
     assert third.returncode == 0, third.stderr
     assert restarts(third) == [["systemctl", "restart", "containerd"]]
+    new_image = {**RUNTIME, "SANDBOX_IMAGE": "registry.k8s.io/pause:3.11"}
+    fourth = sandbox.run("install-runtime.sh", new_image)
+    assert fourth.returncode == 0, fourth.stderr
+    assert restarts(fourth) == [["systemctl", "restart", "containerd"]]
 
 
 @needs_sandbox
 def test_runtime_without_the_toolkit_for_control_plane_hosts(sandbox):
-    params = {"WITH_NVIDIA_TOOLKIT": "false", **FAST}
-    result = sandbox.run("install-runtime.sh", params)
+    result = sandbox.run("install-runtime.sh", CONTROL_PLANE_RUNTIME)
     assert result.returncode == 0, result.stderr
     assert sandbox.held() == {"containerd"}
     assert result.called("curl") == [] and result.called("nvidia-ctk") == []
-    config = tomllib.loads(sandbox.read("/etc/containerd/config.toml"))
-    cri = config["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
+    cri = containerd_dump(sandbox)["plugins"][CRI_RUNTIME]["containerd"]
     assert cri["default_runtime_name"] == "runc"
     assert cri["runtimes"]["runc"]["options"]["SystemdCgroup"] is True
-    again = sandbox.run("install-runtime.sh", params)
+    assert not sandbox.exists(NVIDIA_DROP_IN)
+    again = sandbox.run("install-runtime.sh", CONTROL_PLANE_RUNTIME)
     assert restarts(again) == [] and installs(again) == []
 
 
@@ -875,10 +949,10 @@ def test_runtime_fails_when_containerd_does_not_come_back(sandbox):
     result = sandbox.run("install-runtime.sh", RUNTIME)
     assert result.returncode != 0
     assert (
-        "[runtime] FAILED at step 4/5 (configure containerd), in restart_if_changed"
+        "[runtime] FAILED at step 4/6 (configure containerd), in restart_if_changed"
         in result.stderr
     )
-    assert "[runtime 4/5] configure containerd" in result.stderr
+    assert "[runtime 4/6] configure containerd" in result.stderr
 
 
 @needs_sandbox
@@ -889,8 +963,8 @@ def test_runtime_nvidia_runtime_without_systemd_cgroups_fails(sandbox):
     result = sandbox.run("install-runtime.sh", RUNTIME)
     assert result.returncode == 1, f"install-runtime.sh accepted it: {result.stderr}"
     assert (
-        "[runtime] FAILED: SystemdCgroup = true expected in the nvidia runtime options of "
-        "/etc/containerd/config.toml, found 'none'" in result.stderr
+        "[runtime] FAILED: nvidia runtime SystemdCgroup: true expected in `containerd config "
+        "dump`, found 'nothing'" in result.stderr
     )
 
 
@@ -999,7 +1073,35 @@ def test_join_writes_the_join_configuration_and_removes_it(kube_host):
                 {"key": "dedicated", "value": "", "effect": "NoExecute"},
             ],
         },
+        "timeouts": {
+            "discovery": "5m0s",
+            "tlsBootstrap": "5m0s",
+            "kubeletHealthCheck": "4m0s",
+            "kubernetesAPICall": "1m0s",
+        },
     }
+    # The script's bound is above the phase timeouts it writes, so kubeadm, not `timeout`, ends
+    # a stuck join and names the phase.
+    phases = sum(int(v.split("m")[0]) * 60 for v in config["timeouts"].values())
+    text = render_script("join-node.sh", JOIN)
+    bounds = [line for line in text.splitlines() if line.startswith(("JOIN_PHASE", "DEFAULT_JOIN"))]
+    shown = subprocess.run(
+        [
+            "bash",
+            "-c",
+            "\n".join(
+                [*bounds, 'echo "$JOIN_PHASE_TIMEOUTS_SECONDS $DEFAULT_JOIN_TIMEOUT_SECONDS"']
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert int(shown[0]) == phases and int(shown[1]) > phases, (phases, shown)
+    assert (
+        'timeout -k 30 "${JOIN_TIMEOUT_SECONDS:-${DEFAULT_JOIN_TIMEOUT_SECONDS}}" kubeadm join'
+        in text
+    )
     assert kube_host.state("kubeadm-join-config.mode").strip() == "600"
     assert list(kube_host.tmp_dir.iterdir()) == []  # the file with the token is gone
     assert kube_host.service_active("kubelet")
@@ -1099,11 +1201,19 @@ def test_reset_on_a_clean_host_succeeds_and_does_nothing(sandbox):
 def test_reset_after_join_resets_and_cleans_cni_config(kube_host):
     assert kube_host.run("join-node.sh", JOIN).returncode == 0
     kube_host.write("/etc/cni/net.d/10-calico.conflist", "{}\n")
+    # flannel's host-local IPAM state and devices, holding the old pod range.
+    kube_host.write("/var/lib/cni/networks/cbr0/10.244.3.7", "containerd-sandbox-id\n")
+    kube_host.state("links", "lo\nens5\ncni0\nflannel.1\n")
     result = kube_host.run("reset-node.sh")
     assert result.returncode == 0, result.stderr
     assert result.called("kubeadm", "reset", "-f")
     assert not kube_host.exists("/etc/kubernetes/kubelet.conf")
     assert not kube_host.exists("/etc/cni/net.d/10-calico.conflist")
+    assert not kube_host.exists("/var/lib/cni/networks/cbr0/10.244.3.7")
+    assert kube_host.state("links").split() == ["lo", "ens5"]
+    assert result.called("ip", "link", "delete", "cni0") and result.called(
+        "ip", "link", "delete", "flannel.1"
+    )
     assert not kube_host.service_active("kubelet")
     again = kube_host.run("reset-node.sh")
     assert again.returncode == 0, again.stderr
