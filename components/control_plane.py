@@ -171,7 +171,10 @@ class ControlPlane(pulumi.ComponentResource):
         kube_tools = self._step(
             "kube-tools",
             "install-kube-tools.sh",
-            {"KUBERNETES_MINOR": settings.kubernetes_version},
+            {
+                "KUBERNETES_MINOR": settings.kubernetes_version,
+                "SANDBOX_IMAGE": host_pins.PAUSE_IMAGES[settings.kubernetes_version],
+            },
             after=[runtime],
         )
         cert_sans = pulumi.Output.all(public_ip, private_ip, instance.private_dns).apply(

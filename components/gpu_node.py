@@ -302,7 +302,10 @@ def install_steps(pool: NodePool, settings: Settings) -> tuple[InstallStep, ...]
             "kube-tools",
             "install-kube-tools.sh",
             KUBE_TOOLS_TIMEOUT,
-            {"KUBERNETES_MINOR": settings.kubernetes_version},
+            {
+                "KUBERNETES_MINOR": settings.kubernetes_version,
+                "SANDBOX_IMAGE": host_pins.PAUSE_IMAGES[settings.kubernetes_version],
+            },
         ),
     )
 

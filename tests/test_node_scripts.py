@@ -1005,6 +1005,21 @@ def test_kube_tools_happy_path(sandbox):
 
 
 @needs_sandbox
+def test_kube_tools_checks_the_sandbox_image_against_kubeadms(sandbox):
+    params = {**KUBE, "SANDBOX_IMAGE": host_pins.PAUSE_IMAGES["1.35"]}
+    result = sandbox.run("install-kube-tools.sh", params)
+    assert result.returncode == 0, result.stderr
+    assert "sandbox image registry.k8s.io/pause:3.10.1 as kubeadm expects" in result.stderr
+    sandbox.state("kubeadm.pause", "3.11")
+    result = sandbox.run("install-kube-tools.sh", params)
+    assert result.returncode == 1
+    assert (
+        "kubeadm v1.35.1 expects the sandbox image registry.k8s.io/pause:3.11, containerd has "
+        "registry.k8s.io/pause:3.10.1" in result.stderr
+    )
+
+
+@needs_sandbox
 def test_kube_tools_comment_out_only_swap_entries(sandbox):
     result = sandbox.run("install-kube-tools.sh", KUBE)
     assert result.returncode == 0, result.stderr
