@@ -9,16 +9,49 @@ guess.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
+
+KernelModules = Literal["open", "proprietary"]
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """A GPU generation and the NVIDIA kernel module types that drive it.
+
+    NVIDIA ("NVIDIA Transitions Fully Towards Open-Source GPU Kernel Modules", and the driver
+    README's "Open Linux Kernel Modules" chapter): Blackwell is supported by the open modules
+    only; from branch 560 the open modules are the default, and recommended, on Turing and
+    newer; Volta and older have no open module. NVIDIA's own driver container picks the same
+    way (gpu-driver-container `ubuntu24.04/precompiled/nvidia-driver`, `_resolve_kernel_type`:
+    `KERNEL_MODULE_TYPE` auto | open | proprietary, open from 560).
+    """
+
+    name: str
+    default_kernel_modules: KernelModules
+    kernel_modules: tuple[KernelModules, ...]
+
+
+VOLTA = Architecture("volta", "proprietary", ("proprietary",))
+TURING = Architecture("turing", "open", ("open", "proprietary"))
+AMPERE = Architecture("ampere", "open", ("open", "proprietary"))
+ADA_LOVELACE = Architecture("ada-lovelace", "open", ("open", "proprietary"))
+HOPPER = Architecture("hopper", "open", ("open", "proprietary"))
+BLACKWELL = Architecture("blackwell", "open", ("open",))
+ARCHITECTURES = (VOLTA, TURING, AMPERE, ADA_LOVELACE, HOPPER, BLACKWELL)
 
 
 @dataclass(frozen=True)
 class GpuModel:
     name: str
-    architecture: str
+    arch: Architecture
     memory_gib: int
     # Oldest and newest NVIDIA driver branch that supports this GPU (None: no upper bound known).
     min_driver_branch: int
     max_driver_branch: int | None = None
+
+    @property
+    def architecture(self) -> str:
+        return self.arch.name
 
 
 @dataclass(frozen=True)
@@ -35,19 +68,26 @@ class GpuInstanceType:
     def family(self) -> str:
         return self.name.split(".", 1)[0]
 
+    @property
+    def needs_nvlink_subnet_manager(self) -> bool:
+        """NVSwitch gen 4 (NVLink 5, Blackwell HGX): fabric manager also needs NVLSM, libnvsdm and
+        ib_umad (gpu-driver-container `ubuntu24.04/precompiled/nvidia-driver`: on an NVLink5+
+        system it installs nvlsm and libnvsdm and starts fabric manager with an NVLSM config)."""
+        return self.needs_fabric_manager and self.gpu.arch is BLACKWELL
 
-T4 = GpuModel("NVIDIA T4", "turing", 16, min_driver_branch=418)
-A10G = GpuModel("NVIDIA A10G", "ampere", 24, min_driver_branch=470)
-L4 = GpuModel("NVIDIA L4", "ada-lovelace", 24, min_driver_branch=525)
-L40S = GpuModel("NVIDIA L40S", "ada-lovelace", 48, min_driver_branch=535)
+
+T4 = GpuModel("NVIDIA T4", TURING, 16, min_driver_branch=418)
+A10G = GpuModel("NVIDIA A10G", AMPERE, 24, min_driver_branch=470)
+L4 = GpuModel("NVIDIA L4", ADA_LOVELACE, 24, min_driver_branch=525)
+L40S = GpuModel("NVIDIA L40S", ADA_LOVELACE, 48, min_driver_branch=535)
 # R580 is the last driver branch that supports Volta.
-V100 = GpuModel("NVIDIA V100", "volta", 16, min_driver_branch=384, max_driver_branch=580)
-V100_32 = GpuModel("NVIDIA V100", "volta", 32, min_driver_branch=384, max_driver_branch=580)
-A100_40 = GpuModel("NVIDIA A100", "ampere", 40, min_driver_branch=450)
-A100_80 = GpuModel("NVIDIA A100", "ampere", 80, min_driver_branch=450)
-H100 = GpuModel("NVIDIA H100", "hopper", 80, min_driver_branch=525)
-H200 = GpuModel("NVIDIA H200", "hopper", 141, min_driver_branch=550)
-B200 = GpuModel("NVIDIA B200", "blackwell", 179, min_driver_branch=570)
+V100 = GpuModel("NVIDIA V100", VOLTA, 16, min_driver_branch=384, max_driver_branch=580)
+V100_32 = GpuModel("NVIDIA V100", VOLTA, 32, min_driver_branch=384, max_driver_branch=580)
+A100_40 = GpuModel("NVIDIA A100", AMPERE, 40, min_driver_branch=450)
+A100_80 = GpuModel("NVIDIA A100", AMPERE, 80, min_driver_branch=450)
+H100 = GpuModel("NVIDIA H100", HOPPER, 80, min_driver_branch=525)
+H200 = GpuModel("NVIDIA H200", HOPPER, 141, min_driver_branch=550)
+B200 = GpuModel("NVIDIA B200", BLACKWELL, 179, min_driver_branch=570)
 
 
 def _types(

@@ -23,7 +23,7 @@ import pulumi_aws as aws
 import pulumi_command as command
 import pulumi_kubernetes as k8s
 
-from components import machines, steps
+from components import host_pins, machines, steps
 from components.network import Network, tcp_port_rule
 from components.remote import Host, run_step, ssh_host
 from components.settings import ExistingControlPlane, ManagedControlPlane, Settings
@@ -177,10 +177,19 @@ class ControlPlane(pulumi.ComponentResource):
             },
             after=[wait_ready],
         )
-        runtime = self._step(steps.CP_RUNTIME, {"WITH_NVIDIA_TOOLKIT": "false"}, after=[wait_ready])
+        runtime = self._step(
+            steps.CP_RUNTIME,
+            host_pins.runtime_params(
+                config.os_version, settings.kubernetes_version, with_toolkit=False
+            ),
+            after=[wait_ready],
+        )
         kube_tools = self._step(
             steps.CP_KUBE_TOOLS,
-            {"KUBERNETES_MINOR": settings.kubernetes_version},
+            {
+                "KUBERNETES_MINOR": settings.kubernetes_version,
+                "SANDBOX_IMAGE": host_pins.PAUSE_IMAGES[settings.kubernetes_version],
+            },
             after=[runtime],
         )
         cert_sans = pulumi.Output.all(public_ip, private_ip, instance.private_dns).apply(

@@ -102,8 +102,9 @@ def image_key(pool: NodePool, settings: Settings, container_toolkit: str) -> Ima
 
 
 def kernel_modules(pool: NodePool) -> str:
-    """Open kernel modules on Turing and newer, proprietary on Volta (NVIDIA's driver docs)."""
-    return "proprietary" if pool.gpu_type.gpu.architecture == "volta" else "open"
+    """The pool's kernel module type: nodePools[].kernelModules, else the catalog's default for
+    the GPU's architecture (open on Turing and newer, proprietary on Volta)."""
+    return pool.kernel_module_type
 
 
 def image_name(cluster_name: str, key: ImageKey) -> str:

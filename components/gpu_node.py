@@ -23,7 +23,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_command as command
 
-from components import machines, steps
+from components import host_pins, machines, steps
 from components.catalog import GpuInstanceType
 from components.gpu_image import InstallStep
 from components.labels import GPU_PRESENT_LABEL, POOL_LABEL
@@ -34,8 +34,8 @@ from components.settings import NodePool, Settings
 if TYPE_CHECKING:
     from components.control_plane import ControlPlane
 
-# NVIDIA Container Toolkit apt version installed by install-runtime.sh (pinned and held).
-NVIDIA_CTK_VERSION = "1.17.8-1"
+# The NVIDIA Container Toolkit the nodes get (a baked image is keyed by it too).
+NVIDIA_CTK_VERSION = host_pins.NVIDIA_CTK_VERSION
 
 
 class GpuNodePool(pulumi.ComponentResource):
@@ -277,18 +277,36 @@ def install_steps(pool: NodePool, settings: Settings) -> tuple[InstallStep, ...]
     gpu = pool.gpu_type
     return (
         InstallStep(steps.WAIT_READY, {}),
-        # Its own step because it may reboot the host: the driver step then redials.
-        InstallStep(steps.NOUVEAU, {}),
+        # Its own step because it may reboot the host (nouveau in use, or a kernel without a
+        # signed module of this driver replaced by the newest one with it): the driver step
+        # then redials.
+        InstallStep(
+            steps.NOUVEAU,
+            {"DRIVER_BRANCH": pool.driver_version, "KERNEL_MODULES": pool.kernel_module_type},
+        ),
         InstallStep(
             steps.DRIVER,
             {
                 "DRIVER_BRANCH": pool.driver_version,
                 "GPU_COUNT": str(gpu.gpu_count),
                 "NEEDS_FABRIC_MANAGER": "true" if gpu.needs_fabric_manager else "false",
+                "KERNEL_MODULES": pool.kernel_module_type,
+                "NVLINK_SUBNET_MANAGER": "true" if gpu.needs_nvlink_subnet_manager else "false",
             },
         ),
-        InstallStep(steps.RUNTIME, {"NVIDIA_CTK_VERSION": NVIDIA_CTK_VERSION}),
-        InstallStep(steps.KUBE_TOOLS, {"KUBERNETES_MINOR": settings.kubernetes_version}),
+        InstallStep(
+            steps.RUNTIME,
+            host_pins.runtime_params(
+                pool.os_version, settings.kubernetes_version, with_toolkit=True
+            ),
+        ),
+        InstallStep(
+            steps.KUBE_TOOLS,
+            {
+                "KUBERNETES_MINOR": settings.kubernetes_version,
+                "SANDBOX_IMAGE": host_pins.PAUSE_IMAGES[settings.kubernetes_version],
+            },
+        ),
     )
 
 

@@ -38,6 +38,15 @@ VALIDATION_CONTAINER = "cuda-validation"
 # point their ENTRYPOINT at this symlink; the vectoradd tag runs vectorAdd.
 CUDA_SAMPLE_BINARY = "/cuda-samples/sample"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-cluster"}
+# How the plugin passes a container's GPUs to the runtime (k8s-device-plugin README:
+# envvar | volume-mounts | cdi-annotations | cdi-cri). Not `envvar`: the runtime would have to
+# trust NVIDIA_VISIBLE_DEVICES, which any pod can set.
+DEVICE_LIST_STRATEGY = "volume-mounts"
+# Upstream's chart adds CAP_SYS_ADMIN to the plugin when the strategy includes volume-mounts
+# (deployments/helm/nvidia-device-plugin/templates/_helpers.tpl, requiresCapSysAdmin;
+# CHANGELOG v0.16.2 "Add CAP_SYS_ADMIN if volume-mounts list strategy is included", #856).
+DEVICE_PLUGIN_SECURITY_CONTEXT = {"capabilities": {"add": ["SYS_ADMIN"]}}
+ISOLATION_CONTAINER = "gpu-isolation"
 # Changing the plugin config rolls the DaemonSet (a ConfigMap edit alone restarts nothing).
 CONFIG_HASH_ANNOTATION = "gpu-cluster.io/config-sha256"
 # Set on the validation pod template to the id of the node's capacity check: when the node's
@@ -129,6 +138,11 @@ def tolerates(tolerations_: Iterable[Mapping[str, str]], taint: Taint) -> bool:
 def device_plugin_config(settings: DevicePlugin) -> str:
     """The plugin's config file (upstream format `version: v1`), as stable YAML text.
 
+    GPUs are handed to containers as volume mounts (`deviceListStrategy: volume-mounts`,
+    api/config/v1 flags.go), which the host's toolkit accepts while it ignores
+    NVIDIA_VISIBLE_DEVICES from unprivileged containers (install-runtime.sh): a pod that
+    requests no GPU sees none, whatever its environment says.
+
     With time slicing, two switches are written out although they are upstream's defaults
     (api/config/v1 ReplicatedResources: plain bools), because the checks depend on them:
     `renameByDefault: false` keeps the shares named nvidia.com/gpu (true would advertise
@@ -136,7 +150,13 @@ def device_plugin_config(settings: DevicePlugin) -> str:
     `failRequestsGreaterThanOne: false` lets one container take more than one share (true makes
     the plugin's Allocate reject it, and the validation pod, which takes every share of the node,
     would never start)."""
-    config: dict[str, Any] = {"version": "v1", "flags": {"migStrategy": settings.mig_strategy}}
+    config: dict[str, Any] = {
+        "version": "v1",
+        "flags": {
+            "migStrategy": settings.mig_strategy,
+            "plugin": {"deviceListStrategy": [DEVICE_LIST_STRATEGY]},
+        },
+    }
     replicas = settings.time_slicing.replicas
     if replicas > 1:
         config["sharing"] = {
@@ -186,10 +206,7 @@ def device_plugin_daemon_set_spec(
                         "image": device_plugin_image(settings),
                         "args": [f"--config-file={CONFIG_MOUNT_PATH}/{CONFIG_KEY}"],
                         "env": [{"name": "FAIL_ON_INIT_ERROR", "value": "false"}],
-                        "securityContext": {
-                            "allowPrivilegeEscalation": False,
-                            "capabilities": {"drop": ["ALL"]},
-                        },
+                        "securityContext": DEVICE_PLUGIN_SECURITY_CONTEXT,
                         "volumeMounts": [
                             {
                                 "name": "kubelet-device-plugins-dir",
@@ -310,6 +327,9 @@ def validation_job_spec(
                     }
                 },
                 "tolerations": tolerations(taints),
+                # First, in the same pod on the same node: a container without a GPU request
+                # sees no GPU although it asks for all of them by environment variable.
+                "initContainers": [isolation_container(image)],
                 "containers": [
                     {
                         "name": VALIDATION_CONTAINER,
@@ -333,4 +353,45 @@ def validation_job_spec(
                 ],
             },
         },
+    }
+
+
+# ---------------------------------------------------------------- isolation check
+
+
+def isolation_command() -> str:
+    """POSIX sh run in a pod that requested no GPU but sets NVIDIA_VISIBLE_DEVICES=all: it must
+    see no GPU device node and no GPU in `nvidia-smi -L` (with a device injected, the toolkit
+    also mounts nvidia-smi; without one there is none)."""
+    return (
+        "set -eu\n"
+        'nodes="$(ls /dev/nvidia[0-9]* 2>/dev/null || :)"\n'
+        'listed=""\n'
+        "if command -v nvidia-smi >/dev/null 2>&1; then\n"
+        "  listed=\"$(nvidia-smi -L 2>/dev/null | grep '^GPU ' || :)\"\n"
+        "fi\n"
+        'if [ -n "$nodes$listed" ]; then\n'
+        '  echo "a pod that requested no GPU sees GPUs'
+        ' (NVIDIA_VISIBLE_DEVICES=all honoured):" >&2\n'
+        '  printf \'%s\\n\' "$nodes" "$listed" >&2\n'
+        '  echo "the toolkit must not accept NVIDIA_VISIBLE_DEVICES from unprivileged pods'
+        ' (/etc/nvidia-container-runtime/config.toml, set by the runtime step)" >&2\n'
+        "  exit 1\n"
+        "fi\n"
+        'echo "no GPU visible to a pod that requested none"\n'
+    )
+
+
+def isolation_container(image: str) -> dict[str, Any]:
+    """A container that requests no nvidia.com/gpu and asks for every GPU by environment
+    variable, as any CUDA image does; it must see none (`isolation_command`)."""
+    return {
+        "name": ISOLATION_CONTAINER,
+        "image": image,
+        "command": ["sh", "-c", isolation_command()],
+        "env": [
+            {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+            {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": VALIDATION_DRIVER_CAPABILITIES},
+        ],
+        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
     }

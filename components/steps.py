@@ -79,7 +79,7 @@ NOUVEAU = Step(
     "nouveau",
     "disable-nouveau.sh",
     Where.NODE,
-    15 * MINUTE,
+    20 * MINUTE,  # an initramfs rebuild, maybe a newer kernel with a signed module to install
     summary="nouveau off (blocklist; reboot only when it cannot be unloaded)",
 )
 DRIVER = Step(
@@ -119,7 +119,7 @@ JOIN = Step(
     "join",
     "join-node.sh",
     Where.NODE,
-    15 * MINUTE,
+    20 * MINUTE,  # above join-node.sh's own bound (17m: kubeadm's phase timeouts + 2m)
     identity=(Identity.HOST, Identity.ENDPOINT, Identity.CA_HASH),
     # No delete hook: pulumi-command's Delete dials the stored host and fails when it is gone, so
     # a hook on the node would make a terminated machine block every later up. A kept host that

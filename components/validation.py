@@ -16,6 +16,11 @@ after nothing of any other node:
    `pulumi up`) on the `Failed` condition (backoffLimit 1, activeDeadlineSeconds) or at the custom
    create timeout; the Job must therefore not carry `pulumi.com/skipAwait`.
 
+   Before it, an init container of the same pod that requests no GPU but sets
+   NVIDIA_VISIBLE_DEVICES=all (as every CUDA image does) must see no GPU: the toolkit ignores the
+   variable in unprivileged containers and the device plugin hands GPUs out as volume mounts.
+   The runtime decides per container, so one that requests nothing is the isolation check.
+
 `validation.enabled: false` skips both (`__main__.py` then creates no GpuValidation): the switch is
 for clusters where the checks cannot pass for reasons outside this stack (GPUs re-partitioned with
 MIG by hand, no access to the sample image's registry), so it must turn off every check that could

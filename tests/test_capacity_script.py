@@ -113,6 +113,8 @@ def test_ready_without_gpus_points_at_device_plugin_and_runtime(sandbox, gpus):
     assert expected in line, f"{SCRIPT} for {NODE}: {line}"
     assert "logs ds/nvidia-device-plugin" in line, f"{SCRIPT} for {NODE}: {line}"
     assert f"spec.nodeName={NODE}" in line, f"{SCRIPT} for {NODE}: name the pod's node: {line}"
+    # The driver step's boot-time check: a kernel booted without an NVIDIA module.
+    assert "systemctl status gpu-cluster-nvidia-boot-check" in line, f"{SCRIPT}: {line}"
 
 
 def test_too_few_gpus(sandbox):

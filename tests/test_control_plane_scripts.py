@@ -451,7 +451,7 @@ def test_join_token_checks_before_minting(cluster, params, message):
 # ------------------------------------------------------------------ check-version-skew.sh
 
 
-@pytest.mark.parametrize(("server", "kubelet"), [("v1.35.1", "1.35"), ("v1.36.0", "1.33")])
+@pytest.mark.parametrize(("server", "kubelet"), [("v1.35.1", "1.35"), ("v1.36.0", "1.36")])
 def test_skew_within_the_supported_window_passes(cluster, server, kubelet):
     cluster.state("kubectl/api", server)
     result = cluster.run("check-version-skew.sh", {"KUBERNETES_MINOR": kubelet})
@@ -480,6 +480,19 @@ def test_kubelet_too_far_behind_fails_clearly(cluster):
         result.stderr
     )
     assert "set gpu-cluster:kubernetesVersion to 1.34 or newer" in result.stderr
+
+
+def test_kubeadm_older_than_the_cluster_fails_although_kubelet_may_lag(cluster):
+    """kubelet 1.33 under a 1.35 API server is within the kubelet's 3-minor allowance, but the
+    node's kubeadm 1.33 cannot `kubeadm join` a 1.35 cluster."""
+    cluster.state("kubectl/api", "v1.35.2")
+    result = cluster.run("check-version-skew.sh", {"KUBERNETES_MINOR": "1.33"})
+    assert result.returncode != 0
+    assert (
+        "kubeadm 1.33 would join an API server of 1.35: kubeadm join needs the cluster's own "
+        "minor" in result.stderr
+    )
+    assert "set gpu-cluster:kubernetesVersion to 1.35" in result.stderr
 
 
 def test_skew_on_a_host_that_is_not_a_control_plane(sandbox):

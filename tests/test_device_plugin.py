@@ -85,10 +85,10 @@ def test_daemon_set_follows_upstream_manifest(stack):
         f"{ds.urn}: image {container['image']}"
     )
     assert {"name": "FAIL_ON_INIT_ERROR", "value": "false"} in container["env"], f"{ds.urn}"
-    assert container["securityContext"] == {
-        "allowPrivilegeEscalation": False,
-        "capabilities": {"drop": ["ALL"]},
-    }, f"{ds.urn}: securityContext {container['securityContext']}"
+    # Upstream's chart with deviceListStrategy volume-mounts (_helpers.tpl, requiresCapSysAdmin).
+    assert container["securityContext"] == {"capabilities": {"add": ["SYS_ADMIN"]}}, (
+        f"{ds.urn}: securityContext {container['securityContext']}"
+    )
     assert spec["priorityClassName"] == "system-node-critical", f"{ds.urn}"
     assert spec["nodeSelector"] == {GPU_PRESENT_LABEL: "true"}, f"{ds.urn}: {spec['nodeSelector']}"
     assert inputs["spec"]["updateStrategy"]["type"] == "RollingUpdate", f"{ds.urn}"
@@ -121,6 +121,8 @@ def test_config_map_holds_mig_strategy_and_time_slicing(stack):
     config = yaml.safe_load(cm.plain_inputs()["data"][manifests.CONFIG_KEY])
     assert config["version"] == "v1", f"{cm.urn}: {config}"
     assert config["flags"]["migStrategy"] == plugin.mig_strategy, f"{cm.urn}: {config}"
+    # GPUs by volume mounts, never by the NVIDIA_VISIBLE_DEVICES any pod can set.
+    assert config["flags"]["plugin"]["deviceListStrategy"] == ["volume-mounts"], f"{cm.urn}"
     replicas = plugin.time_slicing.replicas
     time_slicing = config.get("sharing", {}).get("timeSlicing", {})
     if replicas > 1:

@@ -183,6 +183,61 @@ def test_driver_step_gets_the_pools_branch_gpu_count_and_fabric_manager(stack):
         assert params.get("NEEDS_FABRIC_MANAGER") == expected_fm, f"{driver.urn}: {params}"
 
 
+# One pool per GPU generation of the catalog (the first instance type of each), on a branch every
+# GPU supports, with the kernel module type each must get: NVIDIA's open modules are required on
+# Blackwell and the default on Turing and newer; Volta has only the proprietary ones.
+GENERATIONS = {
+    "volta": "proprietary",
+    "turing": "open",
+    "ampere": "open",
+    "ada-lovelace": "open",
+    "hopper": "open",
+    "blackwell": "open",
+}
+
+
+def _one_pool_per_generation() -> str:
+    first: dict[str, str] = {}
+    for name in sorted(CATALOG):
+        first.setdefault(CATALOG[name].gpu.architecture, name)
+    assert set(first) == set(GENERATIONS), f"catalog generations changed: {sorted(first)}"
+    pools = [
+        {
+            "name": arch.replace("-", ""),
+            "instanceType": first[arch],
+            "count": 1,
+            "driverVersion": "580",
+        }
+        for arch in sorted(first)
+    ]
+    return yaml.safe_dump({"nodePools": pools}, sort_keys=True)
+
+
+def test_driver_step_gets_the_kernel_module_type_of_each_gpu_generation():
+    overrides = _one_pool_per_generation()
+    g = graph("dev", overrides)
+    for pool in yaml.safe_load(overrides)["nodePools"]:
+        arch = CATALOG[pool["instanceType"]].gpu.architecture
+        driver = step(g, f"{config('dev', 'clusterName')}-{pool['name']}-0-driver")
+        params = script_inputs(driver)
+        assert params.get("KERNEL_MODULES") == GENERATIONS[arch], f"{driver.urn}: {params}"
+        nvlsm = "true" if arch == "blackwell" else "false"
+        assert params.get("NVLINK_SUBNET_MANAGER") == nvlsm, f"{driver.urn}: {params}"
+        # The nouveau step picks the kernel by the same module package name.
+        nouveau = script_inputs(step(g, driver.name.removesuffix("-driver") + "-nouveau"))
+        assert nouveau.get("KERNEL_MODULES") == GENERATIONS[arch], f"{driver.urn}: {nouveau}"
+        assert nouveau.get("DRIVER_BRANCH") == "580", f"{driver.urn}: {nouveau}"
+
+
+def test_kernel_modules_override_reaches_the_driver_step():
+    pools = [
+        {"name": "a10g", "instanceType": "g5.xlarge", "count": 1, "kernelModules": "proprietary"}
+    ]
+    g = graph("dev", yaml.safe_dump({"nodePools": pools}, sort_keys=True))
+    driver = step(g, f"{config('dev', 'clusterName')}-a10g-0-driver")
+    assert script_inputs(driver).get("KERNEL_MODULES") == "proprietary", f"{driver.urn}"
+
+
 def test_fabric_manager_on_p5_only_in_prod():
     g = graph("prod")
     for node, expected in (("prod-gpu-h100-0", "true"), ("prod-gpu-a10g-0", "false")):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 import tomllib
 from pathlib import Path
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from components import host_pins
 from components.host_scripts import render_script, script_digest
 from tests.sandbox import STUBS_DIR, Sandbox, sandbox_available
 
@@ -17,8 +19,15 @@ needs_sandbox = pytest.mark.skipif(
 )
 
 FAST = {"RETRY_BASE_SECONDS": "0.01"}
-DRIVER = {"DRIVER_BRANCH": "580", "GPU_COUNT": "4", "NEEDS_FABRIC_MANAGER": "false", **FAST}
-RUNTIME = {"NVIDIA_CTK_VERSION": "1.17.8-1", **FAST}
+DRIVER = {
+    "DRIVER_BRANCH": "580",
+    "GPU_COUNT": "4",
+    "NEEDS_FABRIC_MANAGER": "false",
+    "KERNEL_MODULES": "proprietary",
+    **FAST,
+}
+RUNTIME = {**host_pins.runtime_params("24.04", "1.35", with_toolkit=True), **FAST}
+CONTROL_PLANE_RUNTIME = {**host_pins.runtime_params("24.04", "1.35", with_toolkit=False), **FAST}
 KUBE = {"KUBERNETES_MINOR": "1.35", **FAST}
 TOKEN = "abcdef.0123456789abcdef"
 JOIN = {
@@ -39,8 +48,11 @@ FSTAB = (
     "/swapfile none swap sw 0 0\n"
     "/dev/nvme1n1 /mnt/swap-archive ext4 defaults 0 2\n"
 )
+DRIVER_UPSTREAM = "580.95.05"
 DRIVER_VERSION = "580.95.05-0ubuntu0.24.04.2"
+NEWER_DRIVER = "580.105.08-0ubuntu0.24.04.1"  # userspace a day ahead of the built modules
 RUNNING_KERNEL = "6.8.0-1021-aws"  # the uname stub's default
+CONTAINERD = "2.2.1-0ubuntu1~24.04.3"
 CTK_PACKAGES = (
     "nvidia-container-toolkit",
     "nvidia-container-toolkit-base",
@@ -57,23 +69,41 @@ def sandbox(tmp_path: Path) -> Sandbox:
     sb.write("/etc/fstab", FSTAB)
     sb.state("modules", "nouveau\n")
     sb.state("nvidia-smi.gpus", 4)
-    for flavor in ("server", "server-open"):
-        for pkg in (
-            f"linux-modules-nvidia-580-{flavor}-{RUNNING_KERNEL}",
-            f"linux-modules-nvidia-580-{flavor}-aws",
-            f"nvidia-headless-no-dkms-580-{flavor}",
-        ):
-            sb.apt_available(pkg, DRIVER_VERSION)
-    # One utils package for both flavours: Ubuntu has no nvidia-utils-<branch>-server-open.
-    sb.apt_available("nvidia-utils-580-server", DRIVER_VERSION)
-    sb.apt_available("nvidia-fabricmanager-580", "580.95.05-0ubuntu0.24.04.1")
-    sb.apt_available("libnvidia-nscq-580", "580.95.05-0ubuntu0.24.04.1")
-    sb.apt_available("containerd", "1.7.28-0ubuntu1~24.04.1")
+    for suffix in ("580-server", "580-server-open"):
+        offer_module(sb, suffix, RUNNING_KERNEL)
+        sb.apt_available(f"nvidia-headless-no-dkms-{suffix}", DRIVER_VERSION, NEWER_DRIVER)
+    for pkg in ("nvidia-kernel-common-580-server", "nvidia-utils-580-server"):
+        sb.apt_available(pkg, DRIVER_VERSION, NEWER_DRIVER)
+    # Fabric manager's Debian revision is its own; its upstream version must equal the driver's.
+    for pkg in ("nvidia-fabricmanager-580", "libnvidia-nscq-580", "libnvsdm-580"):
+        sb.apt_available(pkg, "580.95.05-0ubuntu0.24.04.1", "580.105.08-0ubuntu0.24.04.1")
+    sb.apt_available("nvlsm", "2025.06.4-1")
+    # noble's release pocket has containerd 1.7.12, noble-updates 2.2.1 (packages.ubuntu.com);
+    # a later 2.3 upload must not be taken by a pinned host.
+    sb.apt_available("containerd", "1.7.12-0ubuntu4", CONTAINERD, "2.3.0-0ubuntu1~24.04.1")
     for pkg in CTK_PACKAGES:
-        sb.apt_available(pkg, "1.17.7-1", "1.17.8-1", "1.17.9-1")
+        sb.apt_available(pkg, "1.17.8-1", "1.18.0-1", "1.20.0-1")
     for pkg in ("kubelet", "kubeadm", "kubectl"):
         sb.apt_available(pkg, "1.35.0-1.1", "1.35.1-1.1")
     return sb
+
+
+def offer_module(
+    sb: Sandbox, suffix: str, kernel: str, built_for: str = DRIVER_UPSTREAM, branch: str = "580"
+) -> str:
+    """The archive's signed module package of one driver flavour for one kernel, in the shape
+    Ubuntu's linux-restricted-modules builds it: versioned like its kernel, depending on the
+    kernel image and on nvidia-kernel-common of exactly the driver it was built with."""
+    pkg = f"linux-modules-nvidia-{suffix}-{kernel}"
+    abi = kernel.rsplit("-", 1)[0]
+    sb.apt_available(pkg, f"{abi}.23")
+    common = f"nvidia-kernel-common-{branch}-server"
+    sb.state(
+        f"apt.depends/{pkg}",
+        f"linux-image-{kernel} | linux-image-unsigned-{kernel}, "
+        f"{common} (<= {built_for}-1), {common} (>= {built_for})",
+    )
+    return pkg
 
 
 def installs(result) -> list[list[str]]:
@@ -122,8 +152,8 @@ def test_render_rejects_unknown_scripts_and_the_library():
 # ---- behaviour shared by every node script ----------------------------------------
 
 REQUIRED = {
-    "install-driver.sh": ["DRIVER_BRANCH", "GPU_COUNT", "NEEDS_FABRIC_MANAGER"],
-    "install-runtime.sh": ["NVIDIA_CTK_VERSION"],
+    "install-driver.sh": ["DRIVER_BRANCH", "GPU_COUNT", "NEEDS_FABRIC_MANAGER", "KERNEL_MODULES"],
+    "install-runtime.sh": ["NVIDIA_CTK_VERSION", "CONTAINERD_VERSION", "SANDBOX_IMAGE"],
     "install-kube-tools.sh": ["KUBERNETES_MINOR"],
     "join-node.sh": ["NODE_NAME", "API_ENDPOINT", "JOIN_TOKEN", "CA_CERT_HASH", "KUBERNETES_MINOR"],
 }
@@ -190,8 +220,8 @@ def test_apt_lock_held_past_the_timeout_fails_naming_the_step(sandbox):
     )
     assert result.returncode != 0
     assert "Could not get lock /var/lib/dpkg/lock-frontend" in result.stderr
-    assert "[runtime] FAILED at step 1/5 (install containerd), in apt_install" in result.stderr
-    assert "[runtime 1/5] install containerd" in result.stderr
+    assert "[runtime] FAILED at step 1/6 (install containerd), in apt_install" in result.stderr
+    assert "[runtime 1/6] install containerd" in result.stderr
 
 
 @needs_sandbox
@@ -267,18 +297,46 @@ def test_wait_ready_reports_failed_cloud_init(sandbox):
 
 
 @needs_sandbox
+def test_wait_ready_waits_for_first_boot_apt_daily_and_the_lists_lock(sandbox):
+    """apt-daily-upgrade (unattended-upgrade) still running for two looks, then apt-daily's
+    `apt-get update` holding /var/lib/apt/lists/lock for two more attempts."""
+    sandbox.state("systemd/apt-daily-upgrade.running-checks", 2)
+    sandbox.state("apt.lists-lock", 2)
+    result = sandbox.run("wait-ready.sh", {**FAST, "APT_DAILY_POLL_SECONDS": "0.01"})
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("waiting for apt-daily-upgrade.service") == 2
+    assert "Could not get lock /var/lib/apt/lists/lock" in result.stderr
+    assert len(result.called("apt-get")) == 3
+    assert "[ready 4/4] apt-get update" in result.stderr
+
+
+@needs_sandbox
+def test_wait_ready_bounds_the_apt_daily_wait(sandbox):
+    sandbox.state("systemd/apt-daily.running-checks", 1000)
+    params = {**FAST, "APT_DAILY_POLL_SECONDS": "0.01", "APT_DAILY_TIMEOUT_SECONDS": "0.03"}
+    result = sandbox.run("wait-ready.sh", params)
+    assert result.returncode == 1
+    assert "apt-daily.service still running after 0.03s (first-boot package updates)" in (
+        result.stderr
+    )
+    assert result.called("apt-get") == []
+
+
+DRIVER_SET = {
+    f"linux-modules-nvidia-580-server-{RUNNING_KERNEL}": "6.8.0-1021.23",
+    "nvidia-kernel-common-580-server": DRIVER_VERSION,
+    "nvidia-headless-no-dkms-580-server": DRIVER_VERSION,
+    "nvidia-utils-580-server": DRIVER_VERSION,
+}
+
+
+@needs_sandbox
 def test_driver_happy_path(sandbox):
     result = sandbox.run("install-driver.sh", DRIVER)
     assert result.returncode == 0, result.stderr
-    packages = [
-        f"linux-modules-nvidia-580-server-{RUNNING_KERNEL}",
-        "linux-modules-nvidia-580-server-aws",
-        "nvidia-headless-no-dkms-580-server",
-        "nvidia-utils-580-server",
-    ]
-    for pkg in packages:
-        assert sandbox.installed(pkg) == DRIVER_VERSION, f"install-driver.sh: {pkg} not installed"
-    assert sandbox.held() == set(packages)
+    for pkg, version in DRIVER_SET.items():
+        assert sandbox.installed(pkg) == version, f"install-driver.sh: {pkg}"
+    assert set(DRIVER_SET) <= sandbox.held()
     assert sandbox.state("apt-get.needrestart-mode") == "l", (
         "install-driver.sh: apt-get must run with NEEDRESTART_MODE=l (list only, no restarts)"
     )
@@ -289,36 +347,79 @@ def test_driver_happy_path(sandbox):
     assert commands.index("update-initramfs -u") < commands.index("modprobe -r nouveau")
     assert commands.index("modprobe -r nouveau") < commands.index("modprobe nvidia")
     assert sandbox.state("modules").split() == ["nvidia"]
-    assert "[driver 5/6] driver 580.95.05, 4 GPU(s)" in result.stderr
-    assert "[driver 2/6] install driver packages" in result.stderr
+    assert "[driver 7/9] driver 580.95.05, 4 GPU(s)" in result.stderr
+    assert "[driver 4/9] install driver packages" in result.stderr
     assert not any("fabricmanager" in c for c in commands)
 
 
 @needs_sandbox
-def test_driver_open_kernel_modules_flavor(sandbox):
-    result = sandbox.run("install-driver.sh", {**DRIVER, "DRIVER_FLAVOR": "server-open"})
+def test_driver_is_one_transaction_at_the_version_the_running_kernels_module_was_built_for(
+    sandbox,
+):
+    """The archive's userspace (580.105.08) is ahead of the signed module for the running kernel
+    (built for 580.95.05): everything goes in at 580.95.05, in one apt-get install, without the
+    flavour metapackage that would pull the newest kernel."""
+    result = sandbox.run("install-driver.sh", DRIVER)
     assert result.returncode == 0, result.stderr
-    for pkg in (
-        f"linux-modules-nvidia-580-server-open-{RUNNING_KERNEL}",
-        "linux-modules-nvidia-580-server-open-aws",
-        "nvidia-headless-no-dkms-580-server-open",
-        "nvidia-utils-580-server",
-    ):
-        assert sandbox.installed(pkg) == DRIVER_VERSION, f"install-driver.sh: {pkg} not installed"
-    assert sandbox.installed("linux-modules-nvidia-580-server-aws") is None
+    (install,) = installs(result)
+    wanted = {f"{pkg}={version}" for pkg, version in DRIVER_SET.items()}
+    assert wanted <= set(install), install
+    assert not any(arg.startswith("linux-modules-nvidia-580-server-aws") for arg in install)
+    assert not any(NEWER_DRIVER in arg for arg in install), install
 
 
 @needs_sandbox
-def test_driver_installs_the_module_of_the_running_kernel_not_only_the_flavour_meta(sandbox):
-    """The flavour metapackage follows the archive's newest kernel; on an AMI whose kernel is
-    older, only linux-modules-nvidia-<suffix>-$(uname -r) has a module modprobe can load."""
-    sandbox.state("uname.r", "6.8.0-1015-aws")
-    sandbox.apt_available("linux-modules-nvidia-580-server-6.8.0-1015-aws", DRIVER_VERSION)
+def test_unpinned_userspace_beside_the_module_is_what_apt_refuses(sandbox):
+    """The stub's resolver in the archive's shape: the module beside the newest userspace is
+    the unmet dependency a one-call unpinned install hits on real hosts."""
+    program = "\n".join(
+        [
+            "export DEBIAN_FRONTEND=noninteractive NEEDRESTART_MODE=l",
+            f"apt-get install -y linux-modules-nvidia-580-server-{RUNNING_KERNEL} "
+            "nvidia-headless-no-dkms-580-server nvidia-utils-580-server",
+        ]
+    )
+    result = sandbox.run_text(program)
+    assert result.returncode == 100
+    assert "Depends: nvidia-kernel-common-580-server (<= 580.95.05-1) but 580.105.08" in (
+        result.stderr
+    )
+
+
+@needs_sandbox
+def test_driver_open_kernel_modules(sandbox):
+    result = sandbox.run("install-driver.sh", {**DRIVER, "KERNEL_MODULES": "open"})
+    assert result.returncode == 0, result.stderr
+    for pkg in (
+        f"linux-modules-nvidia-580-server-open-{RUNNING_KERNEL}",
+        "nvidia-headless-no-dkms-580-server-open",
+        "nvidia-utils-580-server",
+    ):
+        assert sandbox.installed(pkg), f"install-driver.sh: {pkg} not installed"
+    assert sandbox.installed(f"linux-modules-nvidia-580-server-{RUNNING_KERNEL}") is None
+
+
+@needs_sandbox
+def test_module_built_for_another_driver_version_sets_the_version(sandbox):
+    """A module rebuilt for 580.105.08: userspace follows it, not the other way round."""
+    offer_module(sandbox, "580-server", RUNNING_KERNEL, built_for="580.105.08")
     result = sandbox.run("install-driver.sh", DRIVER)
     assert result.returncode == 0, result.stderr
-    assert sandbox.installed("linux-modules-nvidia-580-server-6.8.0-1015-aws") == DRIVER_VERSION
-    assert sandbox.installed(f"linux-modules-nvidia-580-server-{RUNNING_KERNEL}") is None
-    assert sandbox.state("modules").split() == ["nvidia"]
+    assert sandbox.installed("nvidia-utils-580-server") == NEWER_DRIVER
+    assert "[driver 7/9] driver 580.105.08, 4 GPU(s)" in result.stderr
+
+
+@needs_sandbox
+def test_module_built_for_a_version_the_archive_lacks_fails_before_installing(sandbox):
+    offer_module(sandbox, "580-server", RUNNING_KERNEL, built_for="580.82.07")
+    result = sandbox.run("install-driver.sh", DRIVER)
+    assert result.returncode != 0
+    assert (
+        "nvidia-kernel-common-580-server 580.82.07 wanted (the driver the running kernel's "
+        "signed module is built for), the archive has "
+        f"{NEWER_DRIVER},{DRIVER_VERSION}" in result.stderr
+    )
+    assert installs(result) == []
 
 
 @needs_sandbox
@@ -326,41 +427,142 @@ def test_driver_without_a_module_for_the_running_kernel_fails_naming_the_package
     sandbox.state("uname.r", "6.8.0-1001-aws")
     result = sandbox.run("install-driver.sh", DRIVER)
     assert result.returncode != 0
-    assert "linux-modules-nvidia-580-server-6.8.0-1001-aws" in result.stderr
-    assert "[driver] FAILED at step 2/6 (install driver packages)" in result.stderr
+    assert "the archive has no linux-modules-nvidia-580-server-6.8.0-1001-aws" in result.stderr
+    assert "[driver] FAILED" in result.stderr and installs(result) == []
 
 
 @needs_sandbox
-def test_driver_kernel_flavour_follows_the_running_kernel(sandbox):
-    sandbox.state("uname.r", "6.8.0-60-generic")
-    sandbox.apt_available("linux-modules-nvidia-580-server-generic", DRIVER_VERSION)
-    sandbox.apt_available("linux-modules-nvidia-580-server-6.8.0-60-generic", DRIVER_VERSION)
+@pytest.mark.parametrize("script", ["install-driver.sh", "disable-nouveau.sh"])
+def test_transitional_branch_fails_before_downloading_naming_its_target(sandbox, script):
+    """On noble an end-of-life branch's -server names are transitional packages: a newer
+    branch's version, depending on that branch's package."""
+    pkg = "nvidia-headless-no-dkms-575-server"
+    sandbox.apt_available(pkg, DRIVER_VERSION)
+    sandbox.state(f"apt.depends/{pkg}", "nvidia-headless-no-dkms-580-server")
+    sandbox.state(f"apt.description/{pkg}", "Transitional package for nvidia-headless-no-dkms-580")
+    result = sandbox.run(script, {**DRIVER, "DRIVER_BRANCH": "575"})
+    assert result.returncode == 1, result.stderr
+    assert (
+        f"driver branch 575 is transitional on this Ubuntu release: {pkg} {DRIVER_VERSION} "
+        "installs branch 580" in result.stderr
+    )
+    assert "set the pool's driverVersion to 580" in result.stderr
+    assert installs(result) == []
+
+
+@needs_sandbox
+def test_kernel_and_driver_move_together(sandbox):
+    for pkg in ("linux-aws", "linux-image-aws", "linux-headers-aws"):
+        sandbox.apt_available(pkg, "6.8.0.1021.23")
+    sandbox.run_text(
+        "DEBIAN_FRONTEND=noninteractive NEEDRESTART_MODE=l "
+        "apt-get install -y linux-aws linux-image-aws linux-headers-aws"
+    )
     result = sandbox.run("install-driver.sh", DRIVER)
     assert result.returncode == 0, result.stderr
-    assert sandbox.installed("linux-modules-nvidia-580-server-generic") == DRIVER_VERSION
+    assert {"linux-aws", "linux-image-aws", "linux-headers-aws"} <= sandbox.held()
+    blacklist = sandbox.read("/etc/apt/apt.conf.d/51gpu-cluster-kernel-and-driver")
+    assert "Unattended-Upgrade::Package-Blacklist {" in blacklist
+    for prefix in ('"linux-";', '"nvidia-";', '"libnvidia-";'):
+        assert prefix in blacklist
+    unit = sandbox.read("/etc/systemd/system/gpu-cluster-nvidia-boot-check.service")
+    assert "ExecStart=/usr/local/sbin/gpu-cluster-nvidia-boot-check" in unit
+    assert "Before=kubelet.service" in unit and "WantedBy=multi-user.target" in unit
+    assert result.called("systemctl", "enable", "gpu-cluster-nvidia-boot-check")
+
+
+@needs_sandbox
+def test_boot_check_fails_loudly_on_a_kernel_without_a_module(sandbox, tmp_path):
+    """After an unattended kernel upgrade the next boot has no nvidia.ko: the check fails and
+    records it for the node's validation."""
+    assert sandbox.run("install-driver.sh", DRIVER).returncode == 0
+    check = sandbox.read("/usr/local/sbin/gpu-cluster-nvidia-boot-check")
+    modinfo = tmp_path / "bin" / "modinfo"
+    modinfo.parent.mkdir()
+    # modinfo -k <kernel> nvidia: found only for the kernel the driver was installed for.
+    modinfo.write_text(
+        f'#!/bin/sh\n[ "$2" = "{RUNNING_KERNEL}" ] && exit 0\n'
+        'echo "modinfo: ERROR: Module nvidia not found." >&2; exit 1\n'
+    )
+    modinfo.chmod(0o755)
+    sandbox.state("uname.r", "6.8.0-1031-aws")
+    result = sandbox.run_text(f'export PATH="{modinfo.parent}:$PATH"\n{check}')
+    assert result.returncode == 1
+    assert "no NVIDIA kernel module for the running kernel 6.8.0-1031-aws" in result.stderr
+    status = sandbox.read("/var/lib/gpu-cluster/nvidia-boot-check")
+    assert status.startswith("failed 6.8.0-1031-aws")
+    sandbox.state("uname.r", RUNNING_KERNEL)
+    result = sandbox.run_text(f'export PATH="{modinfo.parent}:$PATH"\n{check}')
+    assert result.returncode == 0, result.stderr
+    assert sandbox.read("/var/lib/gpu-cluster/nvidia-boot-check") == f"ok {RUNNING_KERNEL}\n"
+
+
+@needs_sandbox
+def test_persistence_mode_on_through_a_drop_in(sandbox):
+    result = sandbox.run("install-driver.sh", DRIVER)
+    assert result.returncode == 0, result.stderr
+    drop_in = sandbox.read(
+        "/etc/systemd/system/nvidia-persistenced.service.d/50-gpu-cluster-persistence-mode.conf"
+    )
+    assert "ExecStart=\nExecStart=/usr/bin/nvidia-persistenced" in drop_in
+    assert "--persistence-mode" in drop_in and "--no-persistence-mode" not in drop_in
+    assert sandbox.service_active("nvidia-persistenced")
+    assert "[driver 8/9] persistence mode on" in result.stderr
 
 
 @needs_sandbox
 def test_fabric_manager_installed_and_started_on_nvswitch_types(sandbox):
     result = sandbox.run("install-driver.sh", {**DRIVER, "NEEDS_FABRIC_MANAGER": "true"})
     assert result.returncode == 0, result.stderr
-    assert sandbox.installed("nvidia-fabricmanager-580") is not None
+    (install,) = installs(result)
+    assert "nvidia-fabricmanager-580=580.95.05-0ubuntu0.24.04.1" in install
+    assert "libnvidia-nscq-580=580.95.05-0ubuntu0.24.04.1" in install
     assert {"nvidia-fabricmanager-580", "libnvidia-nscq-580"} <= sandbox.held()
     assert result.called("systemctl", "enable", "--now", "nvidia-fabricmanager")
     assert sandbox.service_active("nvidia-fabricmanager")
+    assert not any("nvlsm" in c for c in result.commands())
     again = sandbox.run("install-driver.sh", {**DRIVER, "NEEDS_FABRIC_MANAGER": "true"})
     assert again.returncode == 0, again.stderr
     assert again.called("systemctl", "enable") == [] and installs(again) == []
 
 
 @needs_sandbox
-def test_fabric_manager_of_another_driver_build_fails(sandbox):
+def test_fabric_manager_without_the_drivers_version_fails_before_installing(sandbox):
     sandbox.apt_available("nvidia-fabricmanager-580", "580.65.06-0ubuntu0.24.04.1")
     result = sandbox.run("install-driver.sh", {**DRIVER, "NEEDS_FABRIC_MANAGER": "true"})
-    assert result.returncode == 1
+    assert result.returncode != 0
     assert (
-        "[driver] FAILED: fabric manager must match driver 580.95.05, "
-        "nvidia-fabricmanager-580 is 580.65.06-0ubuntu0.24.04.1" in result.stderr
+        "nvidia-fabricmanager-580 580.95.05 wanted (the driver the running kernel's signed "
+        "module is built for), the archive has 580.65.06-0ubuntu0.24.04.1" in result.stderr
+    )
+    assert installs(result) == []
+
+
+@needs_sandbox
+def test_fabric_manager_that_does_not_start_prints_its_journal(sandbox):
+    sandbox.state("systemctl.fail.enable.nvidia-fabricmanager", 1)
+    sandbox.state(
+        "journal/nvidia-fabricmanager",
+        "nv-fabricmanager[2071]: fabric manager NVLink training failed: NVLSM not reachable\n",
+    )
+    result = sandbox.run("install-driver.sh", {**DRIVER, "NEEDS_FABRIC_MANAGER": "true"})
+    assert result.returncode == 1
+    assert "NVLink training failed: NVLSM not reachable" in result.stderr
+    assert "nvidia-fabricmanager did not start (its journal is above)" in result.stderr
+
+
+@needs_sandbox
+def test_nvswitch_gen4_gets_nvlsm_libnvsdm_and_ib_umad_before_fabric_manager(sandbox):
+    params = {**DRIVER, "NEEDS_FABRIC_MANAGER": "true", "NVLINK_SUBNET_MANAGER": "true"}
+    result = sandbox.run("install-driver.sh", {**params, "KERNEL_MODULES": "open"})
+    assert result.returncode == 0, result.stderr
+    (install,) = installs(result)
+    assert "libnvsdm-580=580.95.05-0ubuntu0.24.04.1" in install and "nvlsm=2025.06.4-1" in install
+    assert {"libnvsdm-580", "nvlsm"} <= sandbox.held()
+    assert sandbox.read("/etc/modules-load.d/gpu-cluster-nvlsm.conf") == "ib_umad\n"
+    commands = result.commands()
+    assert commands.index("modprobe ib_umad") < commands.index(
+        "systemctl enable --now nvidia-fabricmanager"
     )
 
 
@@ -369,15 +571,18 @@ def test_no_fabric_manager_without_nvswitch(sandbox):
     result = sandbox.run("install-driver.sh", DRIVER)
     assert result.returncode == 0, result.stderr
     assert sandbox.installed("nvidia-fabricmanager-580") is None
-    assert "fabric manager not needed" in result.stderr
+    assert "[driver 9/9] not needed" in result.stderr
 
 
 @needs_sandbox
-def test_driver_version_other_than_the_branch_fails(sandbox):
+def test_driver_version_other_than_the_installed_one_fails(sandbox):
     sandbox.state("nvidia-smi.driver", "575.51.03")
     result = sandbox.run("install-driver.sh", DRIVER)
     assert result.returncode == 1
-    assert "[driver] FAILED: driver 580 wanted, nvidia-smi reports 575.51.03" in result.stderr
+    assert (
+        "[driver] FAILED: driver 580.95.05 (branch 580) wanted, nvidia-smi reports 575.51.03"
+        in result.stderr
+    )
 
 
 OLD_BRANCH = {**DRIVER, "DRIVER_BRANCH": "570"}
@@ -386,9 +591,9 @@ OLD_VERSION = "570.195.03-0ubuntu0.24.04.1"
 
 def _on_branch_570(sandbox: Sandbox) -> None:
     """A host that ran the driver step for branch 570 (its module loaded), now asked for 580."""
+    offer_module(sandbox, "570-server", RUNNING_KERNEL, built_for="570.195.03", branch="570")
     for pkg in (
-        f"linux-modules-nvidia-570-server-{RUNNING_KERNEL}",
-        "linux-modules-nvidia-570-server-aws",
+        "nvidia-kernel-common-570-server",
         "nvidia-headless-no-dkms-570-server",
         "nvidia-utils-570-server",
     ):
@@ -410,7 +615,7 @@ def test_branch_change_reloads_the_kernel_module(sandbox):
     ), f"module not loaded again after unloading: {commands}"
     assert sandbox.state("nvidia.loaded-version").strip() == "580.95.05"
     assert "older kernel module is loaded: reloading it" in result.stderr
-    assert "[driver 5/6] driver 580.95.05, 4 GPU(s)" in result.stderr
+    assert "[driver 7/9] driver 580.95.05, 4 GPU(s)" in result.stderr
 
 
 @needs_sandbox
@@ -482,6 +687,74 @@ def test_nouveau_step_after_the_reboot_changes_nothing(sandbox):
     assert "nouveau not loaded" in again.stderr
 
 
+NOUVEAU_KERNEL = {**FAST, "DRIVER_BRANCH": "580", "KERNEL_MODULES": "proprietary"}
+NEW_KERNEL = "6.8.0-1031-aws"
+
+
+def _ami_kernel_without_a_module(sandbox: Sandbox) -> None:
+    """The AMI boots 6.8.0-1015-aws; the archive has modules for 6.8.0-1021 and -1031 only
+    (and for a -generic kernel, another flavour), plus both kernels' packages."""
+    sandbox.state("modules", "")
+    sandbox.state("uname.r", "6.8.0-1015-aws")
+    for kernel in (NEW_KERNEL, "6.8.0-1040-generic"):
+        offer_module(sandbox, "580-server", kernel)
+    for kernel in (RUNNING_KERNEL, NEW_KERNEL):
+        sandbox.apt_available(f"linux-image-{kernel}", f"{kernel.rsplit('-', 1)[0]}.23")
+        sandbox.apt_available(f"linux-modules-{kernel}", f"{kernel.rsplit('-', 1)[0]}.23")
+
+
+@needs_sandbox
+def test_nouveau_step_moves_to_the_newest_kernel_with_a_module_and_reboots(sandbox):
+    _ami_kernel_without_a_module(sandbox)
+    sandbox.state("systemd/ssh.socket.active", "yes")
+    result = sandbox.run("disable-nouveau.sh", NOUVEAU_KERNEL)
+    assert result.returncode == 0, result.stderr
+    (install,) = installs(result)
+    assert install[-2:] == [f"linux-image-{NEW_KERNEL}", f"linux-modules-{NEW_KERNEL}"], install
+    assert "no signed NVIDIA module for the running kernel 6.8.0-1015-aws" in result.stderr
+    assert f"rebooting in 5s (kernel 6.8.0-1015-aws -> {NEW_KERNEL})" in result.stderr
+    commands = result.commands()
+    assert "systemctl stop ssh.socket" in commands
+    assert sandbox.state("systemd-run.scheduled").strip() == "systemctl reboot"
+    # After the reboot into the new kernel: the driver step finds its module, nothing moves.
+    sandbox.state("uname.r", NEW_KERNEL)
+    again = sandbox.run("disable-nouveau.sh", NOUVEAU_KERNEL)
+    assert again.returncode == 0, again.stderr
+    assert installs(again) == [] and "no reboot needed" in again.stderr
+    driver = sandbox.run("install-driver.sh", DRIVER)
+    assert driver.returncode == 0, driver.stderr
+    assert sandbox.installed(f"linux-modules-nvidia-580-server-{NEW_KERNEL}") == "6.8.0-1031.23"
+
+
+@needs_sandbox
+def test_reboot_into_a_kernel_without_a_module_is_caught_by_the_next_driver_run(sandbox):
+    """unattended-upgrades-style kernel move: the host comes back on 6.8.0-1031-aws and the
+    archive has no module for it; the driver step refuses instead of reporting GPUs it lacks."""
+    assert sandbox.run("install-driver.sh", DRIVER).returncode == 0
+    sandbox.state("uname.r", "6.8.0-1099-aws")
+    result = sandbox.run("install-driver.sh", DRIVER)
+    assert result.returncode == 1
+    assert "the archive has no linux-modules-nvidia-580-server-6.8.0-1099-aws" in result.stderr
+
+
+@needs_sandbox
+def test_nouveau_step_never_moves_to_an_older_kernel(sandbox):
+    _ami_kernel_without_a_module(sandbox)
+    sandbox.state("uname.r", "6.8.0-1050-aws")
+    result = sandbox.run("disable-nouveau.sh", NOUVEAU_KERNEL)
+    assert result.returncode == 1
+    assert f"the newest kernel with one is {NEW_KERNEL}, older than the running" in result.stderr
+    assert installs(result) == [] and sandbox.state("systemd-run.scheduled") is None
+
+
+@needs_sandbox
+def test_nouveau_step_keeps_a_kernel_that_has_a_module(sandbox):
+    result = sandbox.run("disable-nouveau.sh", NOUVEAU_KERNEL)
+    assert result.returncode == 0, result.stderr
+    assert installs(result) == [] and sandbox.state("systemd-run.scheduled") is None
+    assert f"the archive has linux-modules-nvidia-580-server-{RUNNING_KERNEL}" in result.stderr
+
+
 @needs_sandbox
 def test_nouveau_step_rejects_a_bad_delay_before_acting(sandbox):
     result = sandbox.run("disable-nouveau.sh", {**FAST, "REBOOT_DELAY_SECONDS": "soon"})
@@ -507,8 +780,8 @@ def test_failing_package_install_names_the_step(sandbox):
     result = sandbox.run("install-driver.sh", {**DRIVER, "APT_RETRIES": "2"})
     assert result.returncode != 0
     assert len(installs(result)) == 2
-    assert "[driver 2/6] install driver packages" in result.stderr
-    assert "[driver] FAILED at step 2/6 (install driver packages), in apt_install" in result.stderr
+    assert "[driver 4/9] install driver packages" in result.stderr
+    assert "[driver] FAILED at step 4/9 (install driver packages), in apt_install" in result.stderr
     assert result.called("modprobe", "nvidia") == []
 
 
@@ -519,7 +792,7 @@ def test_failing_package_install_names_the_step(sandbox):
         ("DRIVER_BRANCH", "580.95", "DRIVER_BRANCH must be a driver branch like 580"),
         ("GPU_COUNT", "four", "GPU_COUNT must be a positive integer, got 'four'"),
         ("NEEDS_FABRIC_MANAGER", "yes", "NEEDS_FABRIC_MANAGER must be true or false"),
-        ("DRIVER_FLAVOR", "desktop", "DRIVER_FLAVOR must be server or server-open"),
+        ("KERNEL_MODULES", "server-open", "KERNEL_MODULES must be open or proprietary"),
     ],
 )
 def test_driver_rejects_malformed_inputs_before_acting(sandbox, name, value, message):
@@ -532,19 +805,41 @@ def test_driver_rejects_malformed_inputs_before_acting(sandbox, name, value, mes
 # ---- install-runtime.sh -------------------------------------------------------------------
 
 
+CRI_RUNTIME = "io.containerd.cri.v1.runtime"
+CRI_IMAGES = "io.containerd.cri.v1.images"
+NVIDIA_DROP_IN = "/etc/containerd/conf.d/99-nvidia.toml"
+TOOLKIT_CONFIG = "/etc/nvidia-container-runtime/config.toml"
+
+
+def containerd_dump(sandbox: Sandbox) -> dict:
+    """What containerd reads: config.toml with its imports merged (`containerd config dump`)."""
+    result = sandbox.run_text("containerd config dump")
+    assert result.returncode == 0, result.stderr
+    return tomllib.loads(result.stdout)
+
+
 @needs_sandbox
 def test_runtime_happy_path(sandbox):
     result = sandbox.run("install-runtime.sh", RUNTIME)
     assert result.returncode == 0, result.stderr
+    assert sandbox.installed("containerd") == CONTAINERD
     for pkg in CTK_PACKAGES:
-        assert sandbox.installed(pkg) == "1.17.8-1"
+        assert sandbox.installed(pkg) == host_pins.NVIDIA_CTK_VERSION
     assert sandbox.held() == {"containerd", *CTK_PACKAGES}
     config = tomllib.loads(sandbox.read("/etc/containerd/config.toml"))
-    cri = config["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
-    assert cri["default_runtime_name"] == "nvidia"
+    assert config["version"] == 3
+    assert config["imports"] == ["/etc/containerd/conf.d/*.toml"]
+    cri = config["plugins"][CRI_RUNTIME]["containerd"]
     assert cri["runtimes"]["runc"]["options"]["SystemdCgroup"] is True
-    assert "nvidia" in cri["runtimes"]
-    assert config["grpc"]["address"] == "/run/containerd/containerd.sock"  # the full default
+    assert config["plugins"][CRI_IMAGES]["pinned_images"]["sandbox"] == (
+        "registry.k8s.io/pause:3.10.1"
+    )
+    # The toolkit (>= 1.18) puts its runtime in the drop-in; only the dump shows it as default.
+    assert "nvidia" not in cri["runtimes"]
+    assert 'default_runtime_name = "nvidia"' in sandbox.read(NVIDIA_DROP_IN)
+    merged = containerd_dump(sandbox)["plugins"][CRI_RUNTIME]["containerd"]
+    assert merged["default_runtime_name"] == "nvidia"
+    assert merged["runtimes"]["nvidia"]["options"]["SystemdCgroup"] is True
     keyring = "/etc/apt/keyrings/nvidia-container-toolkit.gpg"
     assert sandbox.read(keyring).startswith("dearmored keyring")
     assert sandbox.read("/etc/apt/sources.list.d/nvidia-container-toolkit.list") == (
@@ -553,26 +848,69 @@ def test_runtime_happy_path(sandbox):
     )
     assert restarts(result) == [["systemctl", "restart", "containerd"]]
     assert sandbox.service_active("containerd")
-    assert "containerd active, nvidia is the default runtime" in result.stderr
+    assert "containerd active, nvidia is the default runtime, GPUs only on request" in (
+        result.stderr
+    )
+    assert result.called("containerd", "config", "dump")
 
 
 @needs_sandbox
-def test_runtime_changes_only_the_systemd_cgroup_key_of_the_default(sandbox):
+def test_runtime_never_edits_what_containerd_config_default_prints(sandbox):
+    """containerd 2.x's default config has no SystemdCgroup line (the stub prints it as upstream
+    does): a sed over it changes nothing. The config is written whole instead."""
+    assert "SystemdCgroup" not in (STUBS_DIR / "containerd").read_text().split("<<'TOML'")[1]
     result = sandbox.run("install-runtime.sh", RUNTIME)
     assert result.returncode == 0, result.stderr
-    written = sandbox.read("/etc/containerd/config.toml").splitlines()
-    default = (STUBS_DIR / "containerd").read_text().split("<<'TOML'\n")[1].split("TOML\n")[0]
-    default_lines = default.splitlines()
-    head, added = written[: len(default_lines)], written[len(default_lines) :]
-    assert all("nvidia" in line for line in added if line.startswith("["))
-    changed = [(a, b) for a, b in zip(default_lines, head, strict=True) if a != b]
-    assert changed == [
-        (
-            '      default_runtime_name = "runc"',
-            '      default_runtime_name = "nvidia"',
-        ),
-        ("            SystemdCgroup = false", "            SystemdCgroup = true"),
-    ]
+    assert result.called("containerd", "config", "default") == []
+    assert "SystemdCgroup = true" in sandbox.read("/etc/containerd/config.toml")
+
+
+@needs_sandbox
+def test_runtime_toolkit_refuses_gpus_requested_by_environment_variable(sandbox):
+    result = sandbox.run("install-runtime.sh", RUNTIME)
+    assert result.returncode == 0, result.stderr
+    toolkit = tomllib.loads(sandbox.read(TOOLKIT_CONFIG))
+    assert toolkit["accept-nvidia-visible-devices-envvar-when-unprivileged"] is False
+    assert toolkit["accept-nvidia-visible-devices-as-volume-mounts"] is True
+    assert toolkit["nvidia-container-runtime"]["mode"] == "auto", "other keys kept"
+
+
+@needs_sandbox
+def test_runtime_with_a_toolkit_config_that_accepts_the_variable_fails(sandbox):
+    """A toolkit whose config cannot be changed (here: `nvidia-ctk config` leaves the default)
+    must fail the step, not leave every GPU to every pod."""
+    assert sandbox.run("install-runtime.sh", RUNTIME).returncode == 0
+    sandbox.write(
+        "/usr/local/bin/nvidia-ctk",
+        f'#!/bin/sh\n[ "$1" = config ] && exit 0\nexec {STUBS_DIR}/nvidia-ctk "$@"\n',
+        mode=0o755,
+    )
+    sandbox.write(TOOLKIT_CONFIG, "accept-nvidia-visible-devices-envvar-when-unprivileged = true\n")
+    program = render_script("install-runtime.sh", RUNTIME).replace(
+        "set +x", f'PATH="/usr/local/bin:{STUBS_DIR}:$PATH"; set +x', 1
+    )
+    result = sandbox.run_text(program)
+    assert result.returncode == 1
+    assert (
+        f"accept-nvidia-visible-devices-envvar-when-unprivileged = false expected in "
+        f"{TOOLKIT_CONFIG}, found 'true'" in result.stderr
+    )
+
+
+@needs_sandbox
+def test_runtime_pins_containerd_of_this_release(sandbox):
+    result = sandbox.run("install-runtime.sh", RUNTIME)
+    assert result.returncode == 0, result.stderr
+    (install,) = [c for c in installs(result) if any(a.startswith("containerd") for a in c)]
+    assert "containerd=2.2.1-0ubuntu1~24.04.*" in install
+    assert sandbox.installed("containerd") == CONTAINERD, "the 2.3 upload was taken"
+
+
+@needs_sandbox
+def test_runtime_refuses_a_containerd_1x(sandbox):
+    result = sandbox.run("install-runtime.sh", {**RUNTIME, "CONTAINERD_VERSION": "1.7.*"})
+    assert result.returncode == 1
+    assert "containerd 2.x expected (containerd=1.7.*), found 'containerd " in result.stderr
 
 
 @needs_sandbox
@@ -585,20 +923,23 @@ def test_runtime_restarts_containerd_only_when_its_config_changed(sandbox):
     third = sandbox.run("install-runtime.sh", RUNTIME)
     assert third.returncode == 0, third.stderr
     assert restarts(third) == [["systemctl", "restart", "containerd"]]
+    new_image = {**RUNTIME, "SANDBOX_IMAGE": "registry.k8s.io/pause:3.11"}
+    fourth = sandbox.run("install-runtime.sh", new_image)
+    assert fourth.returncode == 0, fourth.stderr
+    assert restarts(fourth) == [["systemctl", "restart", "containerd"]]
 
 
 @needs_sandbox
 def test_runtime_without_the_toolkit_for_control_plane_hosts(sandbox):
-    params = {"WITH_NVIDIA_TOOLKIT": "false", **FAST}
-    result = sandbox.run("install-runtime.sh", params)
+    result = sandbox.run("install-runtime.sh", CONTROL_PLANE_RUNTIME)
     assert result.returncode == 0, result.stderr
     assert sandbox.held() == {"containerd"}
     assert result.called("curl") == [] and result.called("nvidia-ctk") == []
-    config = tomllib.loads(sandbox.read("/etc/containerd/config.toml"))
-    cri = config["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
+    cri = containerd_dump(sandbox)["plugins"][CRI_RUNTIME]["containerd"]
     assert cri["default_runtime_name"] == "runc"
     assert cri["runtimes"]["runc"]["options"]["SystemdCgroup"] is True
-    again = sandbox.run("install-runtime.sh", params)
+    assert not sandbox.exists(NVIDIA_DROP_IN)
+    again = sandbox.run("install-runtime.sh", CONTROL_PLANE_RUNTIME)
     assert restarts(again) == [] and installs(again) == []
 
 
@@ -608,10 +949,10 @@ def test_runtime_fails_when_containerd_does_not_come_back(sandbox):
     result = sandbox.run("install-runtime.sh", RUNTIME)
     assert result.returncode != 0
     assert (
-        "[runtime] FAILED at step 4/5 (configure containerd), in restart_if_changed"
+        "[runtime] FAILED at step 4/6 (configure containerd), in restart_if_changed"
         in result.stderr
     )
-    assert "[runtime 4/5] configure containerd" in result.stderr
+    assert "[runtime 4/6] configure containerd" in result.stderr
 
 
 @needs_sandbox
@@ -622,8 +963,8 @@ def test_runtime_nvidia_runtime_without_systemd_cgroups_fails(sandbox):
     result = sandbox.run("install-runtime.sh", RUNTIME)
     assert result.returncode == 1, f"install-runtime.sh accepted it: {result.stderr}"
     assert (
-        "[runtime] FAILED: SystemdCgroup = true expected in the nvidia runtime options of "
-        "/etc/containerd/config.toml, found 'none'" in result.stderr
+        "[runtime] FAILED: nvidia runtime SystemdCgroup: true expected in `containerd config "
+        "dump`, found 'nothing'" in result.stderr
     )
 
 
@@ -661,6 +1002,21 @@ def test_kube_tools_happy_path(sandbox):
     assert sandbox.state("sysctl/net.bridge.bridge-nf-call-iptables") == "1"
     assert result.called("systemctl", "enable", "kubelet")
     assert "[kube-tools 6/6] kubeadm v1.35.1" in result.stderr
+
+
+@needs_sandbox
+def test_kube_tools_checks_the_sandbox_image_against_kubeadms(sandbox):
+    params = {**KUBE, "SANDBOX_IMAGE": host_pins.PAUSE_IMAGES["1.35"]}
+    result = sandbox.run("install-kube-tools.sh", params)
+    assert result.returncode == 0, result.stderr
+    assert "sandbox image registry.k8s.io/pause:3.10.1 as kubeadm expects" in result.stderr
+    sandbox.state("kubeadm.pause", "3.11")
+    result = sandbox.run("install-kube-tools.sh", params)
+    assert result.returncode == 1
+    assert (
+        "kubeadm v1.35.1 expects the sandbox image registry.k8s.io/pause:3.11, containerd has "
+        "registry.k8s.io/pause:3.10.1" in result.stderr
+    )
 
 
 @needs_sandbox
@@ -732,7 +1088,35 @@ def test_join_writes_the_join_configuration_and_removes_it(kube_host):
                 {"key": "dedicated", "value": "", "effect": "NoExecute"},
             ],
         },
+        "timeouts": {
+            "discovery": "5m0s",
+            "tlsBootstrap": "5m0s",
+            "kubeletHealthCheck": "4m0s",
+            "kubernetesAPICall": "1m0s",
+        },
     }
+    # The script's bound is above the phase timeouts it writes, so kubeadm, not `timeout`, ends
+    # a stuck join and names the phase.
+    phases = sum(int(v.split("m")[0]) * 60 for v in config["timeouts"].values())
+    text = render_script("join-node.sh", JOIN)
+    bounds = [line for line in text.splitlines() if line.startswith(("JOIN_PHASE", "DEFAULT_JOIN"))]
+    shown = subprocess.run(
+        [
+            "bash",
+            "-c",
+            "\n".join(
+                [*bounds, 'echo "$JOIN_PHASE_TIMEOUTS_SECONDS $DEFAULT_JOIN_TIMEOUT_SECONDS"']
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert int(shown[0]) == phases and int(shown[1]) > phases, (phases, shown)
+    assert (
+        'timeout -k 30 "${JOIN_TIMEOUT_SECONDS:-${DEFAULT_JOIN_TIMEOUT_SECONDS}}" kubeadm join'
+        in text
+    )
     assert kube_host.state("kubeadm-join-config.mode").strip() == "600"
     assert list(kube_host.tmp_dir.iterdir()) == []  # the file with the token is gone
     assert kube_host.service_active("kubelet")
@@ -881,11 +1265,19 @@ def test_reset_on_a_clean_host_succeeds_and_does_nothing(sandbox):
 def test_reset_after_join_resets_and_cleans_cni_config(kube_host):
     assert kube_host.run("join-node.sh", JOIN).returncode == 0
     kube_host.write("/etc/cni/net.d/10-calico.conflist", "{}\n")
+    # flannel's host-local IPAM state and devices, holding the old pod range.
+    kube_host.write("/var/lib/cni/networks/cbr0/10.244.3.7", "containerd-sandbox-id\n")
+    kube_host.state("links", "lo\nens5\ncni0\nflannel.1\n")
     result = kube_host.run("reset-node.sh")
     assert result.returncode == 0, result.stderr
     assert result.called("kubeadm", "reset", "-f")
     assert not kube_host.exists("/etc/kubernetes/kubelet.conf")
     assert not kube_host.exists("/etc/cni/net.d/10-calico.conflist")
+    assert not kube_host.exists("/var/lib/cni/networks/cbr0/10.244.3.7")
+    assert kube_host.state("links").split() == ["lo", "ens5"]
+    assert result.called("ip", "link", "delete", "cni0") and result.called(
+        "ip", "link", "delete", "flannel.1"
+    )
     assert not kube_host.service_active("kubelet")
     again = kube_host.run("reset-node.sh")
     assert again.returncode == 0, again.stderr

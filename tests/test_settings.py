@@ -195,3 +195,40 @@ def test_loader_never_crashes(config):
         for problem in error.problems:
             assert problem.key.startswith("gpu-cluster:"), problem
         json.dumps([str(p) for p in error.problems])
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "default", "allowed"),
+    [
+        ("p3.2xlarge", "proprietary", ("proprietary",)),  # Volta: no open module
+        ("g4dn.xlarge", "open", ("open", "proprietary")),  # Turing: open by default
+        ("p5.48xlarge", "open", ("open", "proprietary")),
+        ("p6-b200.48xlarge", "open", ("open",)),  # Blackwell: open only
+    ],
+)
+def test_kernel_module_type_follows_the_gpu_architecture(instance_type, default, allowed):
+    pool = {"name": "a", "instanceType": instance_type, "count": 1}
+    settings = load_stack_settings(config={"nodePools": [pool]})
+    assert settings.node_pools[0].kernel_module_type == default
+    for choice in ("open", "proprietary"):
+        config = {"nodePools": [{**pool, "kernelModules": choice}]}
+        if choice in allowed:
+            assert load_stack_settings(config=config).node_pools[0].kernel_module_type == choice
+        else:
+            error = _problems(config=config)
+            assert [p.key for p in error.problems] == ["gpu-cluster:nodePools[0].kernelModules"]
+            assert " or ".join(allowed) in str(error)
+
+
+def test_pod_cidr_holds_a_node_range_for_every_node():
+    """kube-controller-manager hands every Node (control plane included) a /24 of podCidr: a /20
+    holds 16, so 15 GPU nodes fit and the 16th would never become Ready."""
+    cp = {"mode": "managed", "apiAllowedCidrs": ["203.0.113.0/24"], "podCidr": "10.244.0.0/20"}
+    pool = {"name": "a", "instanceType": "g5.xlarge", "count": 15}
+    load_stack_settings(config={"controlPlane": cp, "nodePools": [pool]})
+    error = _problems(
+        config={"controlPlane": cp, "nodePools": [pool, {**pool, "name": "b", "count": 1}]}
+    )
+    (problem,) = error.problems
+    assert problem.key == "gpu-cluster:controlPlane.podCidr"
+    assert "17 nodes" in str(error) and "holds 16" in str(error) and "/19" in str(error)

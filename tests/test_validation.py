@@ -311,3 +311,80 @@ def test_pod_command_fails_on_a_missing_gpu(fake_image):
 def test_pod_command_fails_when_cuda_fails(fake_image):
     result = fake_image(gpus=2, expected=2, sample_exit=1)
     assert result.returncode != 0, f"validation command passed a failing kernel: {result.stdout}"
+
+
+# ---------------------------------------------------------------- GPU isolation
+
+
+def toolkit_visible_devices(toolkit: dict, container: dict, plugin_mounts: list[str]) -> list[str]:
+    """Which GPUs the NVIDIA runtime hands a container: nvidia-container-toolkit
+    internal/config/image/cuda_image.go, `VisibleDevices`: the device plugin's volume mounts when
+    accept-nvidia-visible-devices-as-volume-mounts is on, else NVIDIA_VISIBLE_DEVICES, honoured
+    only for privileged containers or with accept-nvidia-visible-devices-envvar-when-unprivileged
+    (the toolkit's default is true: api/config/v1/toml.go)."""
+    if toolkit.get("accept-nvidia-visible-devices-as-volume-mounts", False) and plugin_mounts:
+        return plugin_mounts
+    env = {e["name"]: e["value"] for e in container.get("env", [])}
+    requested = env.get("NVIDIA_VISIBLE_DEVICES", "")
+    if requested in ("", "void", "none"):
+        return []
+    privileged = (container.get("securityContext") or {}).get("privileged", False)
+    if privileged or toolkit.get("accept-nvidia-visible-devices-envvar-when-unprivileged", True):
+        return ["0", "1", "2", "3"] if requested == "all" else requested.split(",")
+    return []
+
+
+def run_isolation_pod(tmp_path: Path, toolkit: dict) -> subprocess.CompletedProcess:
+    """The isolation Job's pod on a 4-GPU node: the runtime injects nvidia-smi (listing what it
+    handed out) only when it handed out a GPU; the device plugin mounts nothing (no request)."""
+    spec = manifests.validation_job_spec(
+        node_name="n", gpu_count=4, image="cuda:12", timeout_seconds=60
+    )
+    (container,) = spec["template"]["spec"]["initContainers"]
+    assert "resources" not in container, "the isolation container must request no GPU"
+    visible = toolkit_visible_devices(toolkit, container, plugin_mounts=[])
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    if visible:
+        smi = bin_dir / "nvidia-smi"
+        smi.write_text(
+            "#!/bin/sh\n"
+            + "".join(f'echo "GPU {i}: NVIDIA A10G (UUID: GPU-{i})"\n' for i in visible)
+        )
+        smi.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin"}
+    return subprocess.run(
+        ["sh", "-c", container["command"][2]], capture_output=True, text=True, env=env, check=False
+    )
+
+
+def test_isolation_pod_sees_no_gpu_with_the_toolkit_config_the_runtime_step_writes(tmp_path):
+    toolkit = {
+        "accept-nvidia-visible-devices-envvar-when-unprivileged": False,
+        "accept-nvidia-visible-devices-as-volume-mounts": True,
+    }
+    result = run_isolation_pod(tmp_path, toolkit)
+    assert result.returncode == 0, result.stderr
+    assert "no GPU visible to a pod that requested none" in result.stdout
+
+
+def test_isolation_pod_fails_when_the_runtime_hands_out_gpus_by_environment_variable(tmp_path):
+    """The toolkit's default: NVIDIA_VISIBLE_DEVICES=all from any pod gets every GPU."""
+    result = run_isolation_pod(tmp_path, {})
+    assert result.returncode == 1
+    assert "a pod that requested no GPU sees GPUs" in result.stderr
+    assert "GPU 3: NVIDIA A10G" in result.stderr
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_each_validation_pod_first_checks_that_no_request_means_no_gpu(stack):
+    g = graph(stack)
+    for node, _pool in nodes(stack):
+        job = g.named(f"{node}-validation-job")
+        pod = job_pod(job)
+        (isolation,) = pod["initContainers"]
+        env = {e["name"]: e["value"] for e in isolation["env"]}
+        assert env["NVIDIA_VISIBLE_DEVICES"] == "all", f"{job.urn}: {env}"
+        assert "resources" not in isolation, f"{job.urn}: requests {isolation.get('resources')}"
+        assert not (isolation.get("securityContext") or {}).get("privileged"), f"{job.urn}"
+        assert isolation["command"][2] == manifests.isolation_command(), f"{job.urn}"

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# check-version-skew.sh: before any node is touched, check that the kubelet minor this stack
-# installs is one the API server supports: never newer, at most 3 minors older.
+# check-version-skew.sh: before any node is touched, check that the kubelet/kubeadm minor this
+# stack installs can join the cluster. kubelet may be up to 3 minors older than the API server
+# (Kubernetes version skew policy), but the nodes get kubeadm of the same minor and
+# `kubeadm join` needs kubeadm of the cluster's own minor (kubeadm's skew policy: "kubeadm join"
+# uses the same version as the control plane), so the minor must equal the API server's.
 #
 # Inputs:
 #   KUBERNETES_MINOR    the kubelet/kubeadm minor the nodes get, e.g. 1.35 (required)
@@ -32,7 +35,7 @@ read_server_version() {
   [[ "${version}" =~ ^1\.[0-9]+$ ]] ||
     fatal "no gitVersion in the API server's /version answer"
   SERVER_MINOR="${version}"
-  log "API server ${SERVER_MINOR}, kubelet ${KUBERNETES_MINOR}"
+  log "API server ${SERVER_MINOR}, kubelet and kubeadm ${KUBERNETES_MINOR}"
 }
 
 check_skew() {
@@ -45,6 +48,11 @@ check_skew() {
   if ((server - kubelet > lag)); then
     fatal "kubelet ${KUBERNETES_MINOR} would be more than ${lag} minors older than the API" \
       "server ${SERVER_MINOR}; set gpu-cluster:kubernetesVersion to 1.$((server - lag)) or newer"
+  fi
+  if ((kubelet != server)); then
+    fatal "kubeadm ${KUBERNETES_MINOR} would join an API server of ${SERVER_MINOR}: kubeadm join" \
+      "needs the cluster's own minor (the 3-minor allowance is the kubelet's, not kubeadm's);" \
+      "set gpu-cluster:kubernetesVersion to ${SERVER_MINOR}"
   fi
   log "version skew ok"
 }

@@ -5,7 +5,15 @@
 # SSH connections, schedules the reboot a few seconds out and succeeds, so the next step (the
 # driver) keeps dialling until the host is back, without nouveau.
 #
-# Inputs (all optional):
+# It also makes sure the host boots a kernel the archive has a signed NVIDIA module for: Ubuntu
+# builds linux-modules-nvidia-<branch>-server[-open]-<kernel> per kernel, and an AMI's kernel
+# may be older than any the archive still carries a module for. Then the newest kernel of the
+# same flavour that has one is installed and the host reboots into it (the same way as for
+# nouveau), so the driver step finds a module for the running kernel.
+#
+# Inputs:
+#   DRIVER_BRANCH         driver branch, e.g. 580 (optional: without it no kernel check)
+#   KERNEL_MODULES        open or proprietary (required with DRIVER_BRANCH)
 #   REBOOT_DELAY_SECONDS  how long after this step ends the host reboots (default 5)
 set -Eeuo pipefail
 
@@ -14,31 +22,72 @@ if ! declare -F init_script >/dev/null; then
   source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 fi
 
+REBOOT_REASONS=()
+
 check_inputs() {
   [[ "${REBOOT_DELAY_SECONDS:-5}" =~ ^[1-9][0-9]*$ ]] ||
     fatal "REBOOT_DELAY_SECONDS must be a positive number of seconds, got '${REBOOT_DELAY_SECONDS}'"
+  if [[ -n "${DRIVER_BRANCH:-}" ]]; then
+    require_vars KERNEL_MODULES
+    [[ "${DRIVER_BRANCH}" =~ ^[0-9]{3}$ ]] ||
+      fatal "DRIVER_BRANCH must be a driver branch like 580, got '${DRIVER_BRANCH}'"
+    [[ "${KERNEL_MODULES}" == open || "${KERNEL_MODULES}" == proprietary ]] ||
+      fatal "KERNEL_MODULES must be open or proprietary, got '${KERNEL_MODULES}'"
+  fi
 }
 
-# The running session survives (Ubuntu's ssh units kill only the listener); new dials are
-# refused until sshd starts again after the reboot, so no step lands on the old boot.
-stop_new_ssh_connections() {
-  local unit
-  for unit in ssh.socket ssh.service; do
-    if systemctl is-active --quiet "${unit}"; then
-      systemctl stop "${unit}"
-    fi
-  done
+unload_nouveau_now() {
+  if ! unload_nouveau; then
+    log "nouveau is in use and cannot be unloaded (it stays blocklisted)"
+    REBOOT_REASONS+=("nouveau in use")
+  fi
 }
 
-unload_or_reboot() {
-  if unload_nouveau; then
+# The newest kernel of the running kernel's flavour with a signed module of this branch and
+# type, from the archive's package names (linux-modules-nvidia-580-server-6.8.0-1031-aws).
+newest_kernel_with_module() {
+  local prefix
+  prefix="linux-modules-nvidia-$(nvidia_suffix)-"
+  apt-cache search --names-only "^${prefix}[0-9][0-9.]*-[0-9]+-$(kernel_flavour)\$" |
+    awk -v p="${prefix}" '{ sub("^" p, "", $1); print $1 }' | sort -V | awk 'END { print }'
+}
+
+move_to_a_kernel_with_an_nvidia_module() {
+  if [[ -z "${DRIVER_BRANCH:-}" ]]; then
+    log "no driver branch given, kernel not checked"
+    return 0
+  fi
+  refuse_transitional_branch
+  local running target
+  running="$(uname -r)"
+  if apt_field "$(nvidia_module_package "${running}")" Version >/dev/null; then
+    log "the archive has $(nvidia_module_package "${running}") for the running kernel"
+    return 0
+  fi
+  target="$(newest_kernel_with_module)"
+  [[ -n "${target}" ]] ||
+    fatal "the archive has no $(nvidia_module_package "${running}") and no" \
+      "linux-modules-nvidia-$(nvidia_suffix)-* for any other $(kernel_flavour) kernel;" \
+      "use another driverVersion or amiId"
+  if [[ "$(printf '%s\n' "${running}" "${target}" | sort -V | tail -n 1)" != "${target}" ]]; then
+    fatal "the archive has no $(nvidia_module_package "${running}"); the newest kernel with" \
+      "one is ${target}, older than the running ${running}: wait for Ubuntu to publish the" \
+      "module for ${running}, or use an older amiId"
+  fi
+  log "no signed NVIDIA module for the running kernel ${running}: installing kernel ${target}," \
+    "the newest $(kernel_flavour) kernel with $(nvidia_module_package "${target}")"
+  apt_install "linux-image-${target}" "linux-modules-${target}" >/dev/null
+  REBOOT_REASONS+=("kernel ${running} -> ${target}")
+}
+
+reboot_if_needed() {
+  if ((${#REBOOT_REASONS[@]} == 0)); then
+    log "no reboot needed"
     return 0
   fi
   local delay="${REBOOT_DELAY_SECONDS:-5}"
-  log "nouveau is in use and cannot be unloaded: rebooting in ${delay}s (it stays blocklisted);" \
-    "the next step reconnects after the reboot"
-  stop_new_ssh_connections
-  systemd-run --on-active="${delay}" --unit=gpu-cluster-nouveau-reboot systemctl reboot >&2
+  log "rebooting in ${delay}s (${REBOOT_REASONS[*]}); the next step reconnects after the reboot"
+  schedule_reboot "${delay}" gpu-cluster-nouveau-reboot
 }
 
 main() {
@@ -47,7 +96,9 @@ main() {
   make_temp_dir
   run_steps \
     blocklist_nouveau \
-    unload_or_reboot
+    unload_nouveau_now \
+    move_to_a_kernel_with_an_nvidia_module \
+    reboot_if_needed
 }
 
 main "$@"

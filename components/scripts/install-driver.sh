@@ -6,16 +6,18 @@
 #   DRIVER_BRANCH         driver branch, e.g. 580 (required)
 #   GPU_COUNT             GPUs nvidia-smi must list, from the instance catalog (required)
 #   NEEDS_FABRIC_MANAGER  true on NVSwitch types (p4d, p4de, p5*, p6), else false (required)
-#   DRIVER_FLAVOR         server (default) or server-open (open kernel modules)
-#   KERNEL_FLAVOUR        kernel flavour of the linux-modules-nvidia-* metapackage that
-#                         follows kernel updates, default from `uname -r`
-#                         (6.8.0-1021-aws -> aws)
+#   KERNEL_MODULES        open or proprietary: the kernel module type the GPU needs, from the
+#                         catalog (open on Turing and newer, required on Blackwell;
+#                         proprietary on Volta) (required)
+#   NVLINK_SUBNET_MANAGER true on NVSwitch gen 4 (NVLink 5: p6-b200): fabric manager also needs
+#                         nvlsm, libnvsdm and the ib_umad module (default false)
 #   (plus the tunables listed in lib/common.sh)
 #
-# Expects wait-ready.sh to have run (cloud-init done, package lists fresh).
+# Expects wait-ready.sh (package lists fresh) and disable-nouveau.sh (nouveau gone, running a
+# kernel the archive has a signed module for) to have run.
 #
-# Exit status 3 with a line "REBOOT_REQUIRED: ..." on stderr: nouveau is loaded and
-# cannot be unloaded; reboot the host and run this script again.
+# Exit status 3 with a line "REBOOT_REQUIRED: ..." on stderr: nouveau is loaded and cannot be
+# unloaded, or an older driver's module is in use; reboot the host and run this script again.
 set -Eeuo pipefail
 
 if ! declare -F init_script >/dev/null; then
@@ -26,51 +28,94 @@ fi
 EXIT_REBOOT_REQUIRED=3
 
 check_inputs() {
-  require_vars DRIVER_BRANCH GPU_COUNT NEEDS_FABRIC_MANAGER
+  require_vars DRIVER_BRANCH GPU_COUNT NEEDS_FABRIC_MANAGER KERNEL_MODULES
   [[ "${DRIVER_BRANCH}" =~ ^[0-9]{3}$ ]] ||
     fatal "DRIVER_BRANCH must be a driver branch like 580, got '${DRIVER_BRANCH}'"
   [[ "${GPU_COUNT}" =~ ^[1-9][0-9]*$ ]] ||
     fatal "GPU_COUNT must be a positive integer, got '${GPU_COUNT}'"
   [[ "${NEEDS_FABRIC_MANAGER}" == true || "${NEEDS_FABRIC_MANAGER}" == false ]] ||
     fatal "NEEDS_FABRIC_MANAGER must be true or false, got '${NEEDS_FABRIC_MANAGER}'"
-  case "${DRIVER_FLAVOR:-server}" in
-    server | server-open) ;;
-    *) fatal "DRIVER_FLAVOR must be server or server-open, got '${DRIVER_FLAVOR}'" ;;
-  esac
+  [[ "${KERNEL_MODULES}" == open || "${KERNEL_MODULES}" == proprietary ]] ||
+    fatal "KERNEL_MODULES must be open or proprietary, got '${KERNEL_MODULES}'"
+  [[ "${NVLINK_SUBNET_MANAGER:-false}" == true || "${NVLINK_SUBNET_MANAGER:-false}" == false ]] ||
+    fatal "NVLINK_SUBNET_MANAGER must be true or false, got '${NVLINK_SUBNET_MANAGER}'"
 }
 
-# driver_suffix: 580-server or 580-server-open, as in Ubuntu's package names.
-driver_suffix() {
-  printf '%s-%s\n' "${DRIVER_BRANCH}" "${DRIVER_FLAVOR:-server}"
+DRIVER_VERSION=""     # the exact upstream version, e.g. 580.95.05 (set by choose_driver_version)
+DRIVER_PACKAGES=()    # pkg=version specs of the one transaction
+UNATTENDED_UPGRADES_CONF=/etc/apt/apt.conf.d/51gpu-cluster-kernel-and-driver
+BOOT_CHECK=/usr/local/sbin/gpu-cluster-nvidia-boot-check
+BOOT_CHECK_UNIT=/etc/systemd/system/gpu-cluster-nvidia-boot-check.service
+PERSISTENCED_DROP_IN=/etc/systemd/system/nvidia-persistenced.service.d/50-gpu-cluster-persistence-mode.conf
+NVLSM_MODULES_CONF=/etc/modules-load.d/gpu-cluster-nvlsm.conf
+
+nvlink_subnet_manager() {
+  [[ "${NVLINK_SUBNET_MANAGER:-false}" == true ]]
 }
 
-kernel_flavour() {
-  if [[ -n "${KERNEL_FLAVOUR:-}" ]]; then
-    printf '%s\n' "${KERNEL_FLAVOUR}"
-  else
-    # 6.8.0-1021-aws -> aws; 6.8.0-60-generic -> generic
-    uname -r | cut -d- -f3-
+# pin <pkg>: "pkg=<version>" at DRIVER_VERSION: the installed version when it is that one
+# (a re-run changes nothing), else the archive's; fails naming what the archive offers.
+# Fabric manager and NSCQ refuse to run unless they equal the driver exactly.
+pin() {
+  local version offered
+  version="$(installed_version "$1")"
+  if [[ "${version}" != "${DRIVER_VERSION}-"* ]]; then
+    version="$(apt_version_for_upstream "$1" "${DRIVER_VERSION}")"
   fi
+  if [[ -z "${version}" ]]; then
+    offered="$(apt-cache madison "$1" | awk -F'|' '{ gsub(/ /, "", $2); print $2 }' | paste -sd, -)"
+    fatal "$1 ${DRIVER_VERSION} wanted (the driver the running kernel's signed module is" \
+      "built for), the archive has ${offered:-no version of it}"
+  fi
+  printf '%s=%s\n' "$1" "${version}"
 }
 
-# Ubuntu's package set (documentation.ubuntu.com/server, "NVIDIA drivers installation"):
-# - linux-modules-nvidia-<suffix>-$(uname -r): the signed module for the running kernel. The
-#   flavour metapackage alone depends on the newest kernel of the flavour, which is not the
-#   AMI's running kernel once the archive has moved on: modprobe would then find no module.
-# - linux-modules-nvidia-<suffix>-<flavour>: keeps the module coming with kernel updates.
-# - nvidia-utils-<branch>-server: one package for both flavours (there is no -server-open).
-driver_packages() {
-  local suffix
-  suffix="$(driver_suffix)"
-  printf '%s\n' \
-    "linux-modules-nvidia-${suffix}-$(uname -r)" \
-    "linux-modules-nvidia-${suffix}-$(kernel_flavour)" \
-    "nvidia-headless-no-dkms-${suffix}" \
-    "nvidia-utils-${DRIVER_BRANCH}-server"
-}
-
-fabric_manager_packages() {
-  printf '%s\n' "nvidia-fabricmanager-${DRIVER_BRANCH}" "libnvidia-nscq-${DRIVER_BRANCH}"
+# The driver version is the one Ubuntu built the running kernel's signed module with: its
+# Depends bounds nvidia-kernel-common-<branch>-server to exactly that version ("(<= X-1),
+# (>= X)", linux-restricted-modules), so module, kernel common, userspace, fabric manager and
+# NSCQ go in at that one version, in one transaction. The flavour metapackage
+# (linux-modules-nvidia-<suffix>-aws) is left out: it pulls the newest kernel and its module.
+# Once installed, the installed module's version is kept (a re-run upgrades nothing).
+choose_driver_version() {
+  local kernel module spec depends common pkg
+  kernel="$(uname -r)"
+  module="$(nvidia_module_package "${kernel}")"
+  spec="${module}"
+  if [[ -n "$(installed_version "${module}")" ]]; then
+    spec="${module}=$(installed_version "${module}")"
+  fi
+  apt_field "${spec}" Version >/dev/null ||
+    fatal "the archive has no ${module} for the running kernel ${kernel}; the nouveau step" \
+      "moves the host to the newest kernel with one: run pulumi up again"
+  depends="$(apt_field "${spec}" Depends)"
+  read -r common DRIVER_VERSION < <(tr ',' '\n' <<<"${depends}" |
+    sed -nE 's/^ *(nvidia-kernel-common-[0-9a-z-]+) \(>= ([^)]+)\).*/\1 \2/p' |
+    awk 'NR == 1') || :
+  [[ "${DRIVER_VERSION}" == "${DRIVER_BRANCH}."* ]] ||
+    fatal "${module} is not built for a ${DRIVER_BRANCH} driver (Depends: ${depends:-none})"
+  if [[ "${spec}" != *=* ]]; then
+    spec="${module}=$(apt_field "${module}" Version)"
+  fi
+  DRIVER_PACKAGES=("${spec}")
+  for pkg in "${common}" "nvidia-headless-no-dkms-$(nvidia_suffix)" \
+    "nvidia-utils-${DRIVER_BRANCH}-server"; do
+    DRIVER_PACKAGES+=("$(pin "${pkg}")")
+  done
+  if [[ "${NEEDS_FABRIC_MANAGER}" == true ]]; then
+    DRIVER_PACKAGES+=("$(pin "nvidia-fabricmanager-${DRIVER_BRANCH}")")
+    DRIVER_PACKAGES+=("$(pin "libnvidia-nscq-${DRIVER_BRANCH}")")
+  fi
+  if nvlink_subnet_manager; then
+    # nvlsm is versioned on its own (gpu-driver-container installs it unpinned): pin the
+    # installed or candidate version so it is recorded and held.
+    DRIVER_PACKAGES+=("$(pin "libnvsdm-${DRIVER_BRANCH}")")
+    pkg="$(installed_version nvlsm)"
+    if [[ -z "${pkg}" ]]; then
+      pkg="$(apt_field nvlsm Version)" || fatal "nvlsm is not in this host's package archive"
+    fi
+    DRIVER_PACKAGES+=("nvlsm=${pkg}")
+  fi
+  log "driver ${DRIVER_VERSION} for kernel ${kernel}"
 }
 
 # The nouveau step (disable-nouveau.sh) normally did this and rebooted when needed; run alone,
@@ -85,29 +130,130 @@ block_nouveau() {
 }
 
 install_driver_packages() {
-  local packages=()
-  mapfile -t packages < <(driver_packages)
-  apt_install "${packages[@]}" >/dev/null
-  apt_hold "${packages[@]}"
+  apt_install "${DRIVER_PACKAGES[@]}" >/dev/null
+  apt_hold "${DRIVER_PACKAGES[@]%%=*}"
 }
 
-install_fabric_manager() {
-  if [[ "${NEEDS_FABRIC_MANAGER}" != true ]]; then
-    log "no NVSwitch on this instance type, fabric manager not needed"
-    return 0
+# Kernel and driver move together: unattended-upgrades would install a new kernel (through the
+# flavour metapackages) with no module of this driver, and the next boot would have no GPUs.
+# Hold the installed kernel metapackages, keep unattended-upgrades off kernel and NVIDIA
+# packages, and check at every boot that the running kernel has a working module.
+keep_kernel_and_driver_together() {
+  local flavour pkg metas=()
+  flavour="$(kernel_flavour)"
+  for pkg in "linux-${flavour}" "linux-image-${flavour}" "linux-headers-${flavour}" \
+    "linux-modules-nvidia-$(nvidia_suffix)-${flavour}"; do
+    if [[ -n "$(installed_version "${pkg}")" ]]; then
+      metas+=("${pkg}")
+    fi
+  done
+  if ((${#metas[@]} > 0)); then
+    apt_hold "${metas[@]}"
   fi
-  local packages=()
-  mapfile -t packages < <(fabric_manager_packages)
-  apt_install "${packages[@]}" >/dev/null
-  apt_hold "${packages[@]}"
+  # Package-Blacklist entries are regular expressions matched at the start of the name
+  # (unattended-upgrades, `is_pkgname_in_blacklist`).
+  write_file_if_changed "${UNATTENDED_UPGRADES_CONF}" >/dev/null <<'CONF'
+// Written by gpu-cluster: the kernel and the NVIDIA driver move together, through the
+// driver step, never through unattended-upgrades.
+Unattended-Upgrade::Package-Blacklist {
+    "linux-";
+    "nvidia-";
+    "libnvidia-";
+    "libnvsdm";
+    "nvlsm";
+};
+CONF
+  install_boot_check
+}
+
+install_boot_check() {
+  local changed
+  changed="$(write_file_if_changed "${BOOT_CHECK}" 0755 <<'CHECK'
+#!/usr/bin/env bash
+# Written by gpu-cluster: at boot, fail loudly when the running kernel has no NVIDIA module
+# (a kernel installed without its signed module leaves the node Ready with 0 GPUs). The
+# result is kept in /var/lib/gpu-cluster/nvidia-boot-check for the node's validation.
+set -uo pipefail
+kernel="$(uname -r)"
+status=/var/lib/gpu-cluster/nvidia-boot-check
+mkdir -p "$(dirname "${status}")"
+if ! modinfo -k "${kernel}" nvidia >/dev/null 2>&1; then
+  echo "failed ${kernel}: no nvidia kernel module for the running kernel" >"${status}"
+  echo "gpu-cluster: no NVIDIA kernel module for the running kernel ${kernel}; install its linux-modules-nvidia-* package or boot the kernel the driver step installed" >&2
+  exit 1
+fi
+if ! report="$(nvidia-smi -L 2>&1)"; then
+  echo "failed ${kernel}: nvidia-smi: ${report}" >"${status}"
+  echo "gpu-cluster: nvidia-smi fails on kernel ${kernel}: ${report}" >&2
+  exit 1
+fi
+echo "ok ${kernel}" >"${status}"
+CHECK
+)"
+  changed+="$(write_file_if_changed "${BOOT_CHECK_UNIT}" <<UNIT
+[Unit]
+Description=gpu-cluster: the running kernel has a working NVIDIA kernel module
+After=systemd-modules-load.service nvidia-persistenced.service
+Before=kubelet.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=${BOOT_CHECK}
+
+[Install]
+WantedBy=multi-user.target
+UNIT
+)"
+  if [[ "${changed}" == *changed* ]]; then
+    systemctl daemon-reload
+  fi
+  if systemctl is-enabled --quiet gpu-cluster-nvidia-boot-check; then
+    log "boot check already enabled"
+  else
+    systemctl enable gpu-cluster-nvidia-boot-check
+  fi
 }
 
 load_driver() {
   ensure_kernel_module nvidia
   reload_after_branch_change
-  if [[ "${NEEDS_FABRIC_MANAGER}" == true ]]; then
-    enable_service nvidia-fabricmanager
+  enable_persistence_mode
+  if nvlink_subnet_manager; then
+    # NVLSM talks to the NVSwitch trays through ib_umad (gpu-driver-container waits for
+    # mlx5_core and ib_umad before it starts fabric manager on NVLink5+ systems).
+    printf 'ib_umad\n' | write_file_if_changed "${NVLSM_MODULES_CONF}" >/dev/null
+    ensure_kernel_module ib_umad
   fi
+  if [[ "${NEEDS_FABRIC_MANAGER}" == true ]] && ! enable_service nvidia-fabricmanager; then
+    fabric_manager_journal
+    fatal "nvidia-fabricmanager did not start (its journal is above)"
+  fi
+}
+
+fabric_manager_journal() {
+  log "nvidia-fabricmanager journal (journalctl -u nvidia-fabricmanager -b):"
+  journalctl -u nvidia-fabricmanager -b --no-pager -n 50 >&2 ||
+    log "journalctl could not read the journal"
+}
+
+# Persistence mode keeps the driver initialised without a client (no per-job init delay, no
+# lost state between pods). Ubuntu's nvidia-persistenced unit starts the daemon with
+# --no-persistence-mode; this drop-in starts it with --persistence-mode.
+enable_persistence_mode() {
+  local changed
+  changed="$(write_file_if_changed "${PERSISTENCED_DROP_IN}" <<'UNIT'
+# Written by gpu-cluster: persistence mode on every GPU.
+[Service]
+ExecStart=
+ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced --persistence-mode --verbose
+UNIT
+)"
+  if [[ "${changed}" == changed ]]; then
+    systemctl daemon-reload
+  fi
+  enable_service nvidia-persistenced
+  restart_if_changed nvidia-persistenced "${changed}"
 }
 
 # After a branch change the old kernel module stays loaded until it is unloaded or the host
@@ -142,13 +288,23 @@ verify_gpus() {
   count="$(grep -c . <<<"${report}")"
   versions="$(awk -F', ' '{ print $3 }' <<<"${report}" | sort -u)"
   version="$(head -n1 <<<"${versions}")"
-  if [[ "$(grep -c . <<<"${versions}")" -ne 1 || "${version}" != "${DRIVER_BRANCH}."* ]]; then
-    fatal "driver ${DRIVER_BRANCH} wanted, nvidia-smi reports ${versions//$'\n'/, }"
+  if [[ "$(grep -c . <<<"${versions}")" -ne 1 || "${version}" != "${DRIVER_VERSION}" ]]; then
+    fatal "driver ${DRIVER_VERSION} (branch ${DRIVER_BRANCH}) wanted, nvidia-smi reports" \
+      "${versions//$'\n'/, }"
   fi
   if ((count != GPU_COUNT)); then
     fatal "${GPU_COUNT} GPUs expected for this instance type, nvidia-smi lists ${count}:"$'\n'"${report}"
   fi
   log "driver ${version}, ${count} GPU(s)"
+}
+
+verify_persistence_mode() {
+  local modes
+  modes="$(timeout -k 10 120 nvidia-smi --query-gpu=persistence_mode --format=csv,noheader |
+    sort | uniq -c | awk '{ $1 = $1; print }' | paste -sd, -)"
+  [[ "${modes}" == "${GPU_COUNT} Enabled" ]] ||
+    fatal "persistence mode Enabled on ${GPU_COUNT} GPU(s) expected, nvidia-smi reports ${modes}"
+  log "persistence mode on"
 }
 
 # Fabric manager refuses to start unless its version is exactly the driver's; without
@@ -165,8 +321,10 @@ verify_fabric_manager() {
   fabric="$(installed_version "nvidia-fabricmanager-${DRIVER_BRANCH}")"
   [[ "${fabric%%-*}" == "${driver}" ]] ||
     fatal "fabric manager must match driver ${driver}, nvidia-fabricmanager-${DRIVER_BRANCH} is ${fabric:-not installed}"
-  state="$(systemctl is-active nvidia-fabricmanager)" ||
-    fatal "nvidia-fabricmanager expected active, systemctl reports '${state}'"
+  if ! state="$(systemctl is-active nvidia-fabricmanager)"; then
+    fabric_manager_journal
+    fatal "nvidia-fabricmanager expected active, systemctl reports '${state}' (journal above)"
+  fi
   log "fabric manager ${fabric%%-*} active"
 }
 
@@ -176,10 +334,13 @@ main() {
   make_temp_dir
   run_steps \
     block_nouveau \
+    refuse_transitional_branch \
+    choose_driver_version \
     install_driver_packages \
-    install_fabric_manager \
+    keep_kernel_and_driver_together \
     load_driver \
     verify_gpus \
+    verify_persistence_mode \
     verify_fabric_manager
 }
 

@@ -5,6 +5,8 @@
 #
 # Inputs:
 #   KUBERNETES_MINOR  e.g. 1.35; never newer than the API server (required)
+#   SANDBOX_IMAGE     the pause image install-runtime.sh gave containerd (optional): checked
+#                     against the one this kubeadm expects (`kubeadm config images list`)
 #   (plus the tunables listed in lib/common.sh)
 set -Eeuo pipefail
 
@@ -71,6 +73,14 @@ verify_kube_tools() {
   [[ "${found}" == "v${KUBERNETES_MINOR}."* ]] ||
     fatal "kubeadm v${KUBERNETES_MINOR}.x expected, found ${found}"
   log "kubeadm ${found}"
+  [[ -n "${SANDBOX_IMAGE:-}" ]] || return 0
+  local pause
+  pause="$(kubeadm config images list --kubernetes-version "${found}" 2>/dev/null |
+    awk -F/ '$NF ~ /^pause:/ { print; exit }')"
+  [[ "${pause}" == "${SANDBOX_IMAGE}" ]] ||
+    fatal "kubeadm ${found} expects the sandbox image ${pause:-(none listed)}, containerd has" \
+      "${SANDBOX_IMAGE} (components/host_pins.py PAUSE_IMAGES)"
+  log "sandbox image ${pause} as kubeadm expects"
 }
 
 main() {

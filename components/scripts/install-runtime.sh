@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
-# install-runtime.sh: containerd with the systemd cgroup driver kubelet expects, plus
-# (on GPU nodes) the NVIDIA Container Toolkit with nvidia as containerd's default runtime.
+# install-runtime.sh: containerd with the systemd cgroup driver kubelet expects and kubeadm's
+# sandbox image, plus (on GPU nodes) the NVIDIA Container Toolkit with nvidia as containerd's
+# default runtime and GPUs handed only to containers that requested them.
 #
 # Inputs:
+#   CONTAINERD_VERSION  containerd apt version from Ubuntu's archive for this release, may end
+#                       in '*' (e.g. 2.2.1-0ubuntu1~24.04.*); held (required)
+#   SANDBOX_IMAGE       the pause image kubeadm expects, e.g. registry.k8s.io/pause:3.10.1
+#                       (required)
 #   WITH_NVIDIA_TOOLKIT true (default) or false (a control-plane host: containerd only)
-#   NVIDIA_CTK_VERSION  NVIDIA Container Toolkit apt version, e.g. 1.17.8-1
+#   NVIDIA_CTK_VERSION  NVIDIA Container Toolkit apt version, e.g. 1.20.0-1
 #                       (required unless WITH_NVIDIA_TOOLKIT=false)
-#   CONTAINERD_VERSION  containerd apt version from Ubuntu's archive; may end in '*'
-#                       (e.g. 1.7.*); empty (default) takes the archive's candidate.
-#                       Either way the package is held.
 #   (plus the tunables listed in lib/common.sh)
+#
+# containerd's config is written whole (never edited from `containerd config default`, whose
+# text differs between 1.7 and 2.x: 2.x prints no SystemdCgroup line at all), and checked the
+# way containerd reads it: `containerd config dump`, with the toolkit's drop-in merged in.
 set -Eeuo pipefail
 
 if ! declare -F init_script >/dev/null; then
@@ -18,10 +24,25 @@ if ! declare -F init_script >/dev/null; then
 fi
 
 CONTAINERD_CONFIG=/etc/containerd/config.toml
+CONTAINERD_DROP_INS=/etc/containerd/conf.d
+NVIDIA_DROP_IN="${CONTAINERD_DROP_INS}/99-nvidia.toml"
+TOOLKIT_CONFIG=/etc/nvidia-container-runtime/config.toml
 NVIDIA_KEY_URL=https://nvidia.github.io/libnvidia-container/gpgkey
 NVIDIA_KEYRING=/etc/apt/keyrings/nvidia-container-toolkit.gpg
 NVIDIA_SOURCES=/etc/apt/sources.list.d/nvidia-container-toolkit.list
 CTK_PACKAGES="nvidia-container-toolkit nvidia-container-toolkit-base libnvidia-container-tools libnvidia-container1"
+# containerd 2.x config (version 3): the CRI plugin is split into these two.
+CRI_RUNTIME='plugins."io.containerd.cri.v1.runtime"'
+CRI_IMAGES='plugins."io.containerd.cri.v1.images"'
+# GPU isolation (nvidia-container-toolkit internal/config/image/cuda_image.go, VisibleDevices):
+# an unprivileged container gets devices from NVIDIA_VISIBLE_DEVICES only when
+# accept-nvidia-visible-devices-envvar-when-unprivileged is true (the default), and from the
+# device plugin's volume mounts when accept-nvidia-visible-devices-as-volume-mounts is true.
+# Every CUDA image sets NVIDIA_VISIBLE_DEVICES=all, so the first must be off.
+TOOLKIT_SETTINGS=(
+  accept-nvidia-visible-devices-envvar-when-unprivileged=false
+  accept-nvidia-visible-devices-as-volume-mounts=true
+)
 
 with_toolkit() {
   [[ "${WITH_NVIDIA_TOOLKIT:-true}" == true ]]
@@ -29,22 +50,25 @@ with_toolkit() {
 
 check_inputs() {
   case "${WITH_NVIDIA_TOOLKIT:-true}" in
-    true) ;;
-    false) return 0 ;;
+    true) require_vars NVIDIA_CTK_VERSION CONTAINERD_VERSION SANDBOX_IMAGE ;;
+    false) require_vars CONTAINERD_VERSION SANDBOX_IMAGE ;;
     *) fatal "WITH_NVIDIA_TOOLKIT must be true or false, got '${WITH_NVIDIA_TOOLKIT}'" ;;
   esac
-  require_vars NVIDIA_CTK_VERSION
+  [[ "${SANDBOX_IMAGE}" =~ ^[a-z0-9.:/_-]+:[A-Za-z0-9._-]+$ ]] ||
+    fatal "SANDBOX_IMAGE must be an image with a tag like registry.k8s.io/pause:3.10.1," \
+      "got '${SANDBOX_IMAGE}'"
+  with_toolkit || return 0
   [[ "${NVIDIA_CTK_VERSION}" =~ ^[0-9]+\.[0-9]+\.[0-9]+(-[0-9A-Za-z.~+]+)?$ ]] ||
-    fatal "NVIDIA_CTK_VERSION must be an apt version like 1.17.8-1, got '${NVIDIA_CTK_VERSION}'"
+    fatal "NVIDIA_CTK_VERSION must be an apt version like 1.20.0-1, got '${NVIDIA_CTK_VERSION}'"
 }
 
 install_containerd() {
-  local spec=containerd
-  if [[ -n "${CONTAINERD_VERSION:-}" ]]; then
-    spec="containerd=${CONTAINERD_VERSION}"
-  fi
-  apt_install "${spec}" >/dev/null
+  apt_install "containerd=${CONTAINERD_VERSION}" >/dev/null
   apt_hold containerd
+  local found
+  found="$(containerd --version)"
+  [[ "${found}" =~ \ v?2\.[0-9]+\.[0-9]+ ]] ||
+    fatal "containerd 2.x expected (containerd=${CONTAINERD_VERSION}), found '${found}'"
 }
 
 add_nvidia_apt_repo() {
@@ -75,50 +99,106 @@ install_container_toolkit() {
   apt_install_held "${NVIDIA_CTK_VERSION}" "${packages[@]}"
 }
 
-# The wanted config is rebuilt from scratch each run (containerd's full default,
-# systemd cgroups, then nvidia-ctk on that copy) and installed only if it differs.
+containerd_config() {
+  cat <<TOML
+# Written by gpu-cluster (install-runtime.sh): the whole containerd 2.x config; the NVIDIA
+# Container Toolkit adds its runtime in ${CONTAINERD_DROP_INS}/.
+version = 3
+imports = ["${CONTAINERD_DROP_INS}/*.toml"]
+
+[${CRI_IMAGES}.pinned_images]
+  sandbox = "${SANDBOX_IMAGE}"
+
+[${CRI_RUNTIME}.containerd]
+  default_runtime_name = "runc"
+
+[${CRI_RUNTIME}.containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+
+[${CRI_RUNTIME}.containerd.runtimes.runc.options]
+  SystemdCgroup = true
+TOML
+}
+
+# The config is written whole each run and installed only when it differs; nvidia-ctk (1.18+)
+# writes the nvidia runtime, copied from runc's options (so systemd cgroups too) and set as the
+# default, to its drop-in. containerd restarts only when either file changed.
 configure_containerd() {
-  local staged matches changed
-  staged="$(temp_path config.toml)"
-  containerd config default >"${staged}"
-  matches="$(awk '/^[[:space:]]*SystemdCgroup = (true|false)$/ { n++ } END { print n + 0 }' \
-    "${staged}")"
-  [[ "${matches}" == 1 ]] ||
-    fatal "expected one SystemdCgroup key in 'containerd config default', found ${matches}"
-  sed -i -E 's/^([[:space:]]*)SystemdCgroup = false$/\1SystemdCgroup = true/' "${staged}"
+  local changed before after
+  changed="$(containerd_config | write_file_if_changed "${CONTAINERD_CONFIG}")"
   if with_toolkit; then
+    before="$(file_hash "${NVIDIA_DROP_IN}")"
     nvidia-ctk runtime configure --runtime=containerd --set-as-default \
-      --config="${staged}" >/dev/null
+      --config="${CONTAINERD_CONFIG}" --drop-in-config="${NVIDIA_DROP_IN}" >/dev/null
+    after="$(file_hash "${NVIDIA_DROP_IN}")"
+    if [[ "${before}" != "${after}" ]]; then
+      log "${NVIDIA_DROP_IN}: updated"
+      changed=changed
+    fi
   fi
-  changed="$(install_file_if_changed "${staged}" "${CONTAINERD_CONFIG}")"
   enable_service containerd
   restart_if_changed containerd "${changed}"
 }
 
+configure_toolkit() {
+  with_toolkit || return 0
+  local before setting args=()
+  for setting in "${TOOLKIT_SETTINGS[@]}"; do
+    args+=(--set "${setting}")
+  done
+  before="$(file_hash "${TOOLKIT_CONFIG}")"
+  nvidia-ctk config --config-file="${TOOLKIT_CONFIG}" --in-place "${args[@]}" >/dev/null
+  if [[ "$(file_hash "${TOOLKIT_CONFIG}")" != "${before}" ]]; then
+    log "${TOOLKIT_CONFIG}: ${TOOLKIT_SETTINGS[*]}"
+  else
+    log "${TOOLKIT_CONFIG}: no change"
+  fi
+}
+
+# toml_value <file> <table> <key>: the value of key in [table] ("": top level) of a TOML
+# text, as written.
+toml_value() {
+  awk -v t="[$2]" -v k="$3" '
+    BEGIN { inside = (t == "[]") }
+    /^[[:space:]]*\[/ { gsub(/^[[:space:]]+|[[:space:]]+$/, ""); inside = ($0 == t); next }
+    inside { line = $0; sub(/^[[:space:]]+/, "", line)
+      if (index(line, k " = ") == 1) { print substr(line, length(k) + 4); exit } }' "$1"
+}
+
+# expect <what> <found> <wanted>: fail naming both unless they are equal.
+expect() {
+  [[ "$2" == "$3" ]] || fatal "$1: ${3} expected in \`containerd config dump\`, found '${2:-nothing}'"
+}
+
 verify_runtime() {
-  grep -qE '^[[:space:]]*SystemdCgroup = true$' "${CONTAINERD_CONFIG}" ||
-    fatal "SystemdCgroup = true expected in ${CONTAINERD_CONFIG}, not found"
-  local state
+  local dump state
+  dump="$(temp_path config-dump.toml)"
+  containerd config dump >"${dump}" ||
+    fatal "containerd config dump failed: containerd cannot read ${CONTAINERD_CONFIG}"
+  expect "runc SystemdCgroup" \
+    "$(toml_value "${dump}" "${CRI_RUNTIME}.containerd.runtimes.runc.options" SystemdCgroup)" true
+  expect "sandbox image" \
+    "$(toml_value "${dump}" "${CRI_IMAGES}.pinned_images" sandbox)" "\"${SANDBOX_IMAGE}\""
   state="$(systemctl is-active containerd)" ||
     fatal "containerd expected active, systemctl reports '${state}'"
   if ! with_toolkit; then
-    log "containerd active"
+    log "containerd active, systemd cgroups, sandbox ${SANDBOX_IMAGE}"
     return 0
   fi
-  local found
-  found="$(awk '/default_runtime_name/ { $1 = $1; print }' "${CONTAINERD_CONFIG}")"
-  [[ "${found}" == *'default_runtime_name = "nvidia"'* ]] ||
-    fatal "default_runtime_name = \"nvidia\" expected in ${CONTAINERD_CONFIG}, found '${found}'"
-  grep -qE 'runtimes\.nvidia\]' "${CONTAINERD_CONFIG}" ||
-    fatal "an nvidia runtime section expected in ${CONTAINERD_CONFIG}, not found"
-  # nvidia-ctk copies runc's options into the nvidia runtime; as the default runtime it
-  # must use systemd cgroups too, or kubelet (cgroupDriver: systemd) cannot run pods.
-  found="$(awk '/^[[:space:]]*\[/ { inside = ($0 ~ /runtimes\.nvidia\.options\]/) }
-    inside && /^[[:space:]]*SystemdCgroup = / { $1 = $1; print }' "${CONTAINERD_CONFIG}")"
-  [[ "${found}" == "SystemdCgroup = true" ]] ||
-    fatal "SystemdCgroup = true expected in the nvidia runtime options of" \
-      "${CONTAINERD_CONFIG}, found '${found:-none}'"
-  log "containerd active, nvidia is the default runtime"
+  expect "default runtime" \
+    "$(toml_value "${dump}" "${CRI_RUNTIME}.containerd" default_runtime_name)" '"nvidia"'
+  # As the default runtime the nvidia one must use systemd cgroups too, or kubelet
+  # (cgroupDriver: systemd) cannot run pods.
+  expect "nvidia runtime SystemdCgroup" \
+    "$(toml_value "${dump}" "${CRI_RUNTIME}.containerd.runtimes.nvidia.options" SystemdCgroup)" true
+  local setting key
+  for setting in "${TOOLKIT_SETTINGS[@]}"; do
+    key="${setting%%=*}"
+    [[ "$(toml_value "${TOOLKIT_CONFIG}" "" "${key}")" == "${setting#*=}" ]] ||
+      fatal "${key} = ${setting#*=} expected in ${TOOLKIT_CONFIG}, found" \
+        "'$(toml_value "${TOOLKIT_CONFIG}" "" "${key}")'"
+  done
+  log "containerd active, nvidia is the default runtime, GPUs only on request"
 }
 
 main() {
@@ -130,6 +210,7 @@ main() {
     add_nvidia_apt_repo \
     install_container_toolkit \
     configure_containerd \
+    configure_toolkit \
     verify_runtime
 }
 

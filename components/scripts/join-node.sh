@@ -9,7 +9,9 @@
 #   KUBERNETES_MINOR  e.g. 1.35; the installed kubeadm must match (required)
 #   NODE_LABELS       comma-separated key=value labels (optional)
 #   NODE_TAINTS       comma-separated key=value:Effect or key:Effect taints (optional)
-#   JOIN_TIMEOUT_SECONDS  bound on kubeadm join (default 600)
+#   JOIN_TIMEOUT_SECONDS  bound on kubeadm join (default 1020: above the sum of the phase
+#                         timeouts the JoinConfiguration sets, so kubeadm reports which phase
+#                         timed out before this bound cuts it off)
 #
 # The JoinConfiguration holds the token: it is written 0600 in a private temporary
 # directory and removed when the script exits, whether the join worked or not.
@@ -22,6 +24,11 @@ if ! declare -F init_script >/dev/null; then
 fi
 
 KUBELET_KUBECONFIG=/etc/kubernetes/kubelet.conf
+# kubeadm's own join timeouts, written out (kubeadm.k8s.io/v1beta4 JoinConfiguration.timeouts;
+# these are its defaults: discovery 5m, tlsBootstrap 5m, kubeletHealthCheck 4m,
+# kubernetesAPICall 1m). A worker join waits on them one after another: at most 15m.
+JOIN_PHASE_TIMEOUTS_SECONDS=$((300 + 300 + 240 + 60))
+DEFAULT_JOIN_TIMEOUT_SECONDS=$((JOIN_PHASE_TIMEOUTS_SECONDS + 120))
 LABEL_RE='^([A-Za-z0-9.-]+/)?[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?=([A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?)?$'
 TAINT_RE='^([A-Za-z0-9.-]+/)?[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?(=[A-Za-z0-9._-]*)?:(NoSchedule|PreferNoSchedule|NoExecute)$'
 
@@ -104,6 +111,11 @@ nodeRegistration:
   criSocket: unix:///run/containerd/containerd.sock
 $(kubelet_args_yaml)
 $(taints_yaml)
+timeouts:
+  discovery: 5m0s
+  tlsBootstrap: 5m0s
+  kubeletHealthCheck: 4m0s
+  kubernetesAPICall: 1m0s
 YAML
   )
   chmod 0600 "$1"
@@ -168,7 +180,7 @@ join_cluster() {
   write_join_config "${config}"
   log "kubeadm join ${API_ENDPOINT} as ${NODE_NAME}"
   local status=0
-  timeout -k 30 "${JOIN_TIMEOUT_SECONDS:-600}" kubeadm join --config "${config}" >&2 || status=$?
+  timeout -k 30 "${JOIN_TIMEOUT_SECONDS:-${DEFAULT_JOIN_TIMEOUT_SECONDS}}" kubeadm join --config "${config}" >&2 || status=$?
   rm -f -- "${config}"
   if ((status != 0)); then
     # Leave a clean host so the next `pulumi up` can join again (kubeadm's preflight refuses

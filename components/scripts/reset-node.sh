@@ -13,6 +13,11 @@ if ! declare -F init_script >/dev/null; then
 fi
 
 CNI_CONFIG_DIR=/etc/cni/net.d
+# What kubeadm reset leaves of the pod network (its own output says it does not clean CNI):
+# the host-local IPAM allocations of the old pod range, and flannel's bridge and VXLAN device,
+# which keep the old range's addresses so a re-join with a new range fails.
+CNI_STATE_DIR=/var/lib/cni
+CNI_LINKS=(cni0 flannel.1)
 
 has_joined() {
   [[ -f /etc/kubernetes/kubelet.conf || -f /var/lib/kubelet/config.yaml ]]
@@ -44,11 +49,26 @@ clean_cni_config() {
   rm -rf -- "${entries[@]}"
 }
 
+clean_cni_state() {
+  if [[ -d "${CNI_STATE_DIR}" ]]; then
+    log "removing ${CNI_STATE_DIR}"
+    rm -rf -- "${CNI_STATE_DIR}"
+  fi
+  local link
+  for link in "${CNI_LINKS[@]}"; do
+    if ip link show "${link}" >/dev/null 2>&1; then
+      log "deleting network device ${link}"
+      ip link delete "${link}"
+    fi
+  done
+}
+
 main() {
   init_script reset
   run_steps \
     reset_kubeadm \
-    clean_cni_config
+    clean_cni_config \
+    clean_cni_state
 }
 
 main "$@"

@@ -95,7 +95,7 @@ describe_state() {
       echo "node ${NODE_NAME} is not Ready: check kubelet on the node (journalctl -u kubelet); its Ready condition is ${NODE_READY:-missing}"
       ;;
     no-gpus)
-      echo "node ${NODE_NAME} is Ready but has no allocatable ${GPU_RESOURCE}: the device plugin pod on it or the nvidia container runtime is not working (${plugin_pods}; kubectl -n ${ns} logs <that pod>, or kubectl -n ${ns} logs ds/${DEVICE_PLUGIN_NAME}; on the node: nvidia-ctk runtime configure, /etc/containerd/config.toml)"
+      echo "node ${NODE_NAME} is Ready but has no allocatable ${GPU_RESOURCE}: the device plugin pod on it or the nvidia container runtime is not working (${plugin_pods}; kubectl -n ${ns} logs <that pod>, or kubectl -n ${ns} logs ds/${DEVICE_PLUGIN_NAME}; on the node: containerd config dump, /etc/containerd/conf.d/99-nvidia.toml; after a reboot, a kernel without an NVIDIA module: systemctl status gpu-cluster-nvidia-boot-check)"
       ;;
     too-few | too-many)
       echo "node ${NODE_NAME} reports ${NODE_GPUS} allocatable ${GPU_RESOURCE}, expected ${EXPECTED_GPUS}: check nvidia-smi on the node, MIG/time-slicing config (kubectl -n ${ns} get configmap, ${plugin_pods})"

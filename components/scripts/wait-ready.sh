@@ -4,9 +4,13 @@
 # Inputs (all optional):
 #   CLOUD_INIT_TIMEOUT_SECONDS  bound on `cloud-init status --wait` (default 900)
 #   APT_LOCK_TIMEOUT_SECONDS    how long apt waits for the dpkg lock (default 600)
+#   APT_DAILY_TIMEOUT_SECONDS   how long to wait for first-boot apt-daily runs (default 900)
+#   APT_DAILY_POLL_SECONDS      how often to look (default 5)
+#   APT_LISTS_RETRIES           attempts of apt-get update while the lists lock is held
+#                               (default 8, with the backoff of lib/common.sh)
 #
-# Checks: cloud-init finished; the OS is Ubuntu 22.04 or 24.04; the dpkg lock is
-# free (apt-get update waits for it) and the package lists are fresh.
+# Checks: cloud-init finished; the OS is Ubuntu 22.04 or 24.04; the first-boot apt-daily and
+# apt-daily-upgrade (unattended-upgrades) runs are over; the package lists are fresh.
 set -Eeuo pipefail
 
 if ! declare -F init_script >/dev/null; then
@@ -36,8 +40,39 @@ check_operating_system() {
   log "Ubuntu ${version}"
 }
 
+# apt-daily.service (apt-get update) and apt-daily-upgrade.service (unattended-upgrade) start
+# from their timers on first boot. They are Type=oneshot: "activating" while they run, which
+# `systemctl is-active` reports with a non-zero status, so the state itself is compared.
+wait_for_apt_daily() {
+  local limit="${APT_DAILY_TIMEOUT_SECONDS:-900}" poll="${APT_DAILY_POLL_SECONDS:-5}"
+  local waited=0 unit state busy
+  while true; do
+    busy=()
+    for unit in apt-daily.service apt-daily-upgrade.service; do
+      state="$(systemctl is-active "${unit}")" || :
+      if [[ "${state}" == active || "${state}" == activating || "${state}" == reloading ]]; then
+        busy+=("${unit}")
+      fi
+    done
+    if ((${#busy[@]} == 0)); then
+      log "no apt-daily run in progress"
+      return 0
+    fi
+    if awk -v w="${waited}" -v l="${limit}" 'BEGIN { exit !(w >= l) }'; then
+      fatal "${busy[*]} still running after ${limit}s (first-boot package updates);" \
+        "see journalctl -u ${busy[0]}"
+    fi
+    log "waiting for ${busy[*]} (first-boot package updates) to finish (${waited}s of ${limit}s)"
+    sleep "${poll}"
+    waited="$(awk -v w="${waited}" -v p="${poll}" 'BEGIN { print w + p }')"
+  done
+}
+
+# DPkg::Lock::Timeout covers the dpkg frontend lock only: apt-get update fails at once while
+# another apt holds /var/lib/apt/lists/lock, so it is retried (with backoff) until it is free.
 wait_for_apt_and_refresh_lists() {
-  apt_update
+  log "apt-get update"
+  retry "${APT_LISTS_RETRIES:-8}" apt_get update >/dev/null
 }
 
 main() {
@@ -46,6 +81,7 @@ main() {
   run_steps \
     wait_for_cloud_init_to_finish \
     check_operating_system \
+    wait_for_apt_daily \
     wait_for_apt_and_refresh_lists
   log "host ready"
 }

@@ -10,8 +10,15 @@ PROJECT = "gpu-cluster"
 # Kubernetes minors this program installs and tests (kubelet/kubeadm come from pkgs.k8s.io,
 # which publishes one repository per minor; the manifests are validated against these schemas).
 SUPPORTED_KUBERNETES_MINORS = ("1.33", "1.34", "1.35", "1.36", "1.37")
-# NVIDIA driver branches with Ubuntu server packages (nvidia-headless-<branch>-server).
-SUPPORTED_DRIVER_BRANCHES = ("535", "550", "570", "575", "580")
+# NVIDIA driver branches with real Ubuntu server packages (nvidia-headless-no-dkms-<branch>-server
+# and the signed linux-modules-nvidia-<branch>-server[-open]-<kernel>): 535 and 580 are NVIDIA's
+# long-term branches, 570 a production branch. 550 and 575 reached end of life and Ubuntu turned
+# their -server names into transitional packages that pull a newer branch; install-driver.sh also
+# refuses a transitional branch on the host before downloading, naming the branch it maps to.
+SUPPORTED_DRIVER_BRANCHES = ("535", "570", "580")
+# kube-controller-manager gives each Node a pod range of this prefix out of podCidr
+# (--node-cidr-mask-size, default 24 for IPv4; the managed control plane keeps the default).
+NODE_POD_CIDR_PREFIX = 24
 SUPPORTED_UBUNTU = ("24.04", "22.04")
 DEFAULT_DEVICE_PLUGIN_VERSION = "v0.20.0"
 DEFAULT_VALIDATION_IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0"

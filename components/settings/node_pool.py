@@ -111,6 +111,11 @@ class NodePool(Model):
         "(per Ubuntu release, driver branch and module type, toolkit and Kubernetes minor; "
         "shared across stacks of the account), whose install steps only verify",
     )
+    kernel_modules: Literal["open", "proprietary"] | None = Field(
+        default=None,
+        description="NVIDIA kernel module type; default from the GPU's architecture: open on "
+        "Turing and newer (required on Blackwell), proprietary on Volta (which has no open one)",
+    )
 
     @field_validator("instance_type")
     @classmethod
@@ -189,6 +194,15 @@ class NodePool(Model):
                 f"a branch that supports the {gpu.name} of {self.instance_type}: "
                 f"{gpu.min_driver_branch}{newest}",
             )
+        arch = gpu.arch
+        if self.kernel_modules is not None and self.kernel_modules not in arch.kernel_modules:
+            only = " or ".join(arch.kernel_modules)
+            raise problem(
+                "kernelModules",
+                self.kernel_modules,
+                f"{only} for the {gpu.name} of {self.instance_type}: {arch.name} GPUs are driven "
+                f"by the {only} kernel modules only; set {only} or leave it unset",
+            )
         taint_keys = [(t.key, t.effect) for t in self.taints]
         if len(set(taint_keys)) != len(taint_keys):
             raise problem(
@@ -210,3 +224,8 @@ class NodePool(Model):
     @property
     def gpu_type(self) -> catalog.GpuInstanceType:
         return catalog.CATALOG[self.instance_type]
+
+    @property
+    def kernel_module_type(self) -> catalog.KernelModules:
+        """The configured kernel module type, else the default of the GPU's architecture."""
+        return self.kernel_modules or self.gpu_type.gpu.arch.default_kernel_modules

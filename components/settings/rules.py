@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from components.settings.constants import (
     AWS_RESERVED_PER_SUBNET,
     MAX_NODE_NAME_LENGTH,
+    NODE_POD_CIDR_PREFIX,
     SUBNET_PREFIX_DIFF,
     SUBNETS_IN_NEW_VPC,
 )
@@ -49,6 +50,29 @@ def cluster_blocks_outside_created_vpc(settings: Settings) -> list[Found]:
         (f"controlPlane.{key}", value, f"a block outside the VPC {network.cidr}")
         for key, value in (("podCidr", cp.pod_cidr), ("serviceCidr", cp.service_cidr))
         if ipaddress.ip_network(value).overlaps(vpc)
+    ]
+
+
+def node_ranges_in_pod_cidr(settings: Settings) -> list[Found]:
+    """Each Node, the control plane included, takes one /NODE_POD_CIDR_PREFIX of podCidr; a node
+    left without one never gets a pod network and never becomes Ready."""
+    cp = settings.control_plane
+    if not isinstance(cp, ManagedControlPlane):
+        return []
+    prefix = ipaddress.ip_network(cp.pod_cidr).prefixlen
+    ranges = 2 ** (NODE_POD_CIDR_PREFIX - prefix) if prefix <= NODE_POD_CIDR_PREFIX else 0
+    nodes = 1 + sum(pool.count for pool in settings.node_pools)
+    if nodes <= ranges:
+        return []
+    needed = NODE_POD_CIDR_PREFIX - (nodes - 1).bit_length()
+    return [
+        (
+            "controlPlane.podCidr",
+            cp.pod_cidr,
+            f"a block with a /{NODE_POD_CIDR_PREFIX} pod range for each of the {nodes} nodes "
+            f"(control plane and every pool's count): it holds {ranges}, so later nodes "
+            f"would never get a pod range or become Ready; use a /{needed} or larger",
+        )
     ]
 
 
@@ -160,6 +184,7 @@ def created_vpc_gives_public_ips(settings: Settings) -> list[Found]:
 CROSS_SECTION_RULES: tuple[Callable[[Settings], list[Found]], ...] = (
     node_names_fit,
     cluster_blocks_outside_created_vpc,
+    node_ranges_in_pod_cidr,
     room_in_created_subnets,
     canonical_machines_use_port_22,
     public_hosts_name_ssh_sources,

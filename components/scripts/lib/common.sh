@@ -601,3 +601,78 @@ upgrade_kubelet_package() {
   systemctl restart kubelet
   log "kubelet restarted on ${KUBERNETES_MINOR}"
 }
+
+# ---- reboots ----------------------------------------------------------------------
+
+# schedule_reboot <delay-seconds> <unit>: reboot after this step ends. New SSH connections are
+# refused from now on (Ubuntu's ssh units kill only the listener, the running session survives),
+# so the next step keeps dialling until sshd is back on the new boot and never lands on this one.
+schedule_reboot() {
+  local unit
+  for unit in ssh.socket ssh.service; do
+    if systemctl is-active --quiet "${unit}"; then
+      systemctl stop "${unit}"
+    fi
+  done
+  systemd-run --on-active="$1" --unit="$2" systemctl reboot >&2
+}
+
+# ---- NVIDIA driver packages (Ubuntu's archive) ----------------------------------------
+
+# nvidia_suffix: 580-server (proprietary kernel modules) or 580-server-open, as in Ubuntu's
+# package names (gpu-driver-container `ubuntu24.04/precompiled/nvidia-driver`, `_install_driver`:
+# linux-modules-nvidia-${DRIVER_BRANCH}-server-open-${KERNEL_VERSION} for the open modules).
+# Needs DRIVER_BRANCH and KERNEL_MODULES (open | proprietary).
+nvidia_suffix() {
+  if [[ "${KERNEL_MODULES}" == open ]]; then
+    printf '%s-server-open\n' "${DRIVER_BRANCH}"
+  else
+    printf '%s-server\n' "${DRIVER_BRANCH}"
+  fi
+}
+
+# nvidia_module_package <kernel>: the signed, precompiled module package for one kernel.
+nvidia_module_package() {
+  printf 'linux-modules-nvidia-%s-%s\n' "$(nvidia_suffix)" "$1"
+}
+
+# kernel_flavour: 6.8.0-1021-aws -> aws; 6.8.0-60-generic -> generic.
+kernel_flavour() {
+  uname -r | cut -d- -f3-
+}
+
+# apt_field <pkg[=version]> <field>: a field of the candidate's (or that version's) stanza in
+# `apt-cache show`; fails when apt knows no such package.
+apt_field() {
+  local stanza
+  stanza="$(apt-cache show --no-all-versions "$1" 2>/dev/null)" || return 1
+  awk -v f="$2" 'BEGIN { FS = ": " } $1 == f { sub(/^[^:]*: /, ""); print; exit }' <<<"${stanza}"
+}
+
+# apt_version_for_upstream <pkg> <upstream>: the newest version of pkg the archive has whose
+# upstream part is exactly <upstream> (580.95.05 -> 580.95.05-0ubuntu0.24.04.2); empty if none.
+apt_version_for_upstream() {
+  apt-cache madison "$1" | awk -F'|' -v u="$2" '
+    { gsub(/ /, "", $2) } index($2, u "-") == 1 { print $2; exit }'
+}
+
+# refuse_transitional_branch: fail before downloading anything when Ubuntu turned the branch's
+# -server packages into transitional ones that install another branch (on noble, for example,
+# an end-of-life branch's nvidia-headless-no-dkms-<branch>-server is a newer branch's version
+# that depends on that branch's package): the driver would install, then fail its version check.
+refuse_transitional_branch() {
+  local pkg version depends target
+  pkg="nvidia-headless-no-dkms-$(nvidia_suffix)"
+  version="$(apt_field "${pkg}" Version)" ||
+    fatal "${pkg} is not in this host's package archive: driver branch ${DRIVER_BRANCH}" \
+      "(${KERNEL_MODULES} kernel modules) has no Ubuntu packages for this release"
+  if [[ "${version}" == "${DRIVER_BRANCH}."* ]]; then
+    log "driver branch ${DRIVER_BRANCH}: ${pkg} ${version}"
+    return 0
+  fi
+  depends="$(apt_field "${pkg}" Depends)"
+  target="$(sed -nE 's/.*nvidia-headless-no-dkms-([0-9]+)-server.*/\1/p' <<<"${depends}")"
+  fatal "driver branch ${DRIVER_BRANCH} is transitional on this Ubuntu release: ${pkg}" \
+    "${version} installs branch ${target:-${version%%.*}} (Depends: ${depends:-none});" \
+    "set the pool's driverVersion to ${target:-${version%%.*}}"
+}

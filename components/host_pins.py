@@ -1,0 +1,49 @@
+"""What the host scripts install, pinned in one place, with where each pin comes from.
+
+Each pin travels to the hosts as a script parameter (components/host_scripts.py), so changing
+one re-runs the step that installs it and nothing else.
+"""
+
+from __future__ import annotations
+
+# NVIDIA Container Toolkit, an apt version of NVIDIA's libnvidia-container repository: v1.20.0
+# (NVIDIA/nvidia-container-toolkit CHANGELOG.md). From 1.18 `nvidia-ctk runtime configure` writes
+# containerd's nvidia runtime to a drop-in, /etc/containerd/conf.d/99-nvidia.toml
+# (cmd/nvidia-ctk/runtime/configure/configure.go, defaultContainerdDropInConfigFilePath), which
+# only `containerd config dump` shows merged with config.toml.
+NVIDIA_CTK_VERSION = "1.20.0-1"
+
+# containerd from Ubuntu's archive, per release. packages.ubuntu.com: noble-updates and
+# jammy-updates carry containerd (source containerd-app) 2.2.1, 2.2.1-0ubuntu1~24.04.3 and
+# 2.2.1-0ubuntu1~22.04.2; the release pockets still carry 1.7.12-0ubuntu4 (noble) and
+# 1.5.9-0ubuntu3 (jammy). Which one apt picks depends on the host's pockets, so the version is
+# pinned: any Ubuntu revision of the 2.2.1 build for that release.
+CONTAINERD_VERSIONS = {
+    "24.04": "2.2.1-0ubuntu1~24.04.*",
+    "22.04": "2.2.1-0ubuntu1~22.04.*",
+}
+
+# The pause (sandbox) image kubeadm expects for each Kubernetes minor (kubeadm's
+# cmd/kubeadm/app/constants PauseVersion; `kubeadm config images list` prints it). containerd's
+# own default differs by release, and kubeadm warns when the runtime's sandbox image is not its
+# own; install-kube-tools.sh checks this table against the installed kubeadm.
+PAUSE_IMAGES = {
+    "1.33": "registry.k8s.io/pause:3.10",
+    "1.34": "registry.k8s.io/pause:3.10.1",
+    "1.35": "registry.k8s.io/pause:3.10.1",
+    "1.36": "registry.k8s.io/pause:3.10.1",
+    "1.37": "registry.k8s.io/pause:3.10.1",
+}
+
+
+def runtime_params(os_version: str, kubernetes_minor: str, *, with_toolkit: bool) -> dict[str, str]:
+    """Parameters of install-runtime.sh for one host."""
+    params = {
+        "CONTAINERD_VERSION": CONTAINERD_VERSIONS[os_version],
+        "SANDBOX_IMAGE": PAUSE_IMAGES[kubernetes_minor],
+    }
+    if with_toolkit:
+        params["NVIDIA_CTK_VERSION"] = NVIDIA_CTK_VERSION
+    else:
+        params["WITH_NVIDIA_TOOLKIT"] = "false"
+    return params
