@@ -12,11 +12,7 @@ import yaml
 
 from components import host_pins
 from components.host_scripts import render_script, script_digest
-from tests.sandbox import STUBS_DIR, Sandbox, sandbox_available
-
-needs_sandbox = pytest.mark.skipif(
-    not sandbox_available(), reason="needs root, unshare --mount and overlayfs"
-)
+from tests.sandbox import STUBS_DIR, Sandbox, needs_sandbox
 
 FAST = {"RETRY_BASE_SECONDS": "0.01"}
 DRIVER = {
