@@ -84,7 +84,7 @@ kubectl_api() {
         /readyz | /livez)
           # An API server up but not ready (etcd unhealthy) answers 500 with the failed checks.
           if state_has kubectl/never-ready || should_fail kubectl/not-ready-count; then
-            echo 'Error from server (InternalServerError): an error on the server ("[+]ping ok\n[-]etcd failed: reason withheld\nreadyz check failed") has prevented the request from succeeding' >&2
+            echo 'Error from server (InternalServerError): an error on the server ("[+]ping ok [-]etcd failed: reason withheld readyz check failed") has prevented the request from succeeding' >&2
             exit 1
           fi
           echo ok && exit 0
