@@ -17,7 +17,6 @@ import os
 import shutil
 import stat
 import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -102,8 +101,10 @@ class Sandbox:
         return set((self.state("apt-mark.held") or "").split())
 
     def hold_apt_lock(self, seconds: float) -> None:
-        """Simulate another apt (unattended-upgrades) holding the dpkg lock from now on."""
-        self.state("apt.lock-until", f"{time.time() + seconds:.3f}")
+        """Simulate another apt (unattended-upgrades) holding the dpkg lock for `seconds` from the
+        script's first apt-get call on (not from now: on a busy machine the script may need more
+        than that to get there, and would then never meet the lock)."""
+        self.state("apt.lock-for", f"{seconds:.3f}")
 
     def service_active(self, unit: str) -> bool:
         return self.state(f"systemd/{unit}.active") == "yes"
