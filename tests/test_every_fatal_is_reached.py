@@ -34,6 +34,44 @@ UNREACHABLE = {
     ),
 }
 
+# Not reached by any test yet (steps of the rolling upgrade and baked-image work): a ratchet, so
+# a new fatal without a test fails; each entry leaves with the test that reaches it.
+NOT_REACHED_YET = {
+    ("common.sh", "could not ${verb} Lease ${SLOT_NAMESPACE}/$(slot_lease_name "),
+    ("common.sh", "kubeadm v${KUBERNETES_MINOR}.x expected after the install, found ${found}"),
+    (
+        "power-off-builder.sh",
+        "POWER_OFF_DELAY_SECONDS must be a whole number, got '${POWER_OFF_DELAY_SECONDS}'",
+    ),
+    ("pull-images.sh", "image ${ref} expected in containerd, not found"),
+    ("roll-drain.sh", "${name} must be a whole number, got '${!name}'"),
+    ("roll-drain.sh", "POOL_NAME must be a lowercase DNS label, got '${POOL_NAME}'"),
+    (
+        "roll-uncordon.sh",
+        "cannot read ${ADMIN_CONF}: this step runs on a kubeadm control-plane node",
+    ),
+    (
+        "roll-uncordon.sh",
+        "Node ${NODE_NAME} is not registered; it must have joined before it is put back",
+    ),
+    (
+        "roll-uncordon.sh",
+        "Node ${NODE_NAME} not Ready after ${READY_TIMEOUT_SECONDS}s; it stays cordoned."
+        " Look at 'journalctl -u kubelet' on the node",
+    ),
+    ("upgrade-control-plane.sh", "no gitVersion in the API server's /version answer"),
+    (
+        "upgrade-control-plane.sh",
+        "API server not ready ${API_WAIT_SECONDS:-300}s after kubeadm upgrade apply; look at"
+        " 'journalctl -u kubelet' and 'crictl ps -a' on this host",
+    ),
+    (
+        "upgrade-control-plane.sh",
+        "API server reports ${running} after the upgrade, ${KUBERNETES_MINOR} expected",
+    ),
+    ("upgrade-node.sh", "joined (${KUBELET_CONF}) but no kubelet package installed"),
+}
+
 
 def fatal_messages() -> list[tuple[str, str]]:
     """(script, message template) of every `fatal "..."` call, continuation lines joined."""
@@ -98,7 +136,7 @@ def test_the_scripts_have_fatals_to_check():
     [
         pytest.param(s, m, id=f"{s}: {m[:60]}")
         for s, m in fatal_messages()
-        if (s, m) not in UNREACHABLE
+        if (s, m) not in UNREACHABLE and (s, m) not in NOT_REACHED_YET
     ],
 )
 def test_every_fatal_is_asserted_by_a_test_of_its_script(script, message):
@@ -111,5 +149,7 @@ def test_every_fatal_is_asserted_by_a_test_of_its_script(script, message):
 
 def test_unreachable_and_override_entries_are_still_in_the_scripts():
     messages = set(fatal_messages())
-    for entry in [*UNREACHABLE, *ASSERTED_AS]:
+    for entry in [*UNREACHABLE, *ASSERTED_AS, *NOT_REACHED_YET]:
         assert entry in messages, f"{entry} is no longer a fatal of its script: remove the entry"
+    reached = [entry for entry in NOT_REACHED_YET if asserted(*entry)]
+    assert not reached, f"reached by a test now, remove from NOT_REACHED_YET: {reached}"
