@@ -41,6 +41,15 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="run a Python mutant against every test file of its file, not the tests of its line",
     )
+    parser.add_argument(
+        "--keys",
+        type=Path,
+        help="only the sampled mutants whose key ('path:line operator') is a line of this file "
+        "(the survivors of another run, against a tree with more tests)",
+    )
+    parser.add_argument(
+        "--coverage-data", type=Path, help="reuse this coverage data file of the same tests"
+    )
     parser.add_argument("--list", action="store_true", help="print the sample and its tests only")
     parser.add_argument("--json", type=Path, help="also write every outcome to this file")
     args = parser.parse_args(argv)
@@ -53,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
         bash_files = [f for f in bash_files if f in args.only]
     mutants = choose(root, python_files, args.sample, args.seed)
     mutants += choose(root, bash_files, args.bash_sample, args.seed)
+    if args.keys:
+        wanted = set(filter(None, args.keys.read_text().splitlines()))
+        mutants = [m for m in mutants if m.key in wanted]
     if args.list:
         for mutant in mutants:
             tests = " ".join(matching_tests(mutant.path, root).files) or "(no tests)"
@@ -66,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         timeout=args.timeout,
         confirm=args.confirm,
         by_line=not args.by_file,
+        coverage_data=args.coverage_data,
         progress=lambda line: print(line, file=sys.stderr, flush=True),
     )
     print(report.text())

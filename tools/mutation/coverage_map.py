@@ -34,12 +34,15 @@ def _node_id(context: str, root: Path) -> str | None:
 
 
 def line_tests(
-    root: Path, test_files: list[str], timeout: float
+    root: Path, test_files: list[str], timeout: float, reuse: Path | None = None
 ) -> dict[str, dict[int, list[str]]]:
     """{source file: {line: [pytest node ids that execute it]}} for the given test files, run
-    once under coverage in root (a private copy: the data file lands there)."""
+    once under coverage in root (a private copy: the data file lands there), or read from the
+    data file of an earlier run (`reuse`) of the same tests."""
     if not test_files:
         return {}
+    if reuse is not None:
+        return _read(reuse, root)
     rc = root / ".mutation-coveragerc"
     rc.write_text(RC)
     data_file = root / ".mutation-coverage"
@@ -51,6 +54,10 @@ def line_tests(
     subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=timeout, check=False)
     if not data_file.exists():
         return {}
+    return _read(data_file, root)
+
+
+def _read(data_file: Path, root: Path) -> dict[str, dict[int, list[str]]]:
     data = CoverageData(basename=str(data_file))
     data.read()
     found: dict[str, dict[int, list[str]]] = {}

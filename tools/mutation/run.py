@@ -162,6 +162,7 @@ def execute(
     timeout: float = 900,
     confirm: bool = False,
     by_line: bool = True,
+    coverage_data: Path | None = None,
     progress: Callable[[str], None] = lambda _: None,
 ) -> Report:
     """Each mutant in a private copy of root, against the tests of its file (a Python mutant:
@@ -218,7 +219,9 @@ def execute(
         )
         if by_line and python_tests:
             progress(f"coverage run of {len(python_tests)} test files, for tests by line")
-            coverage = line_tests(copies[0], python_tests, timeout=max(timeout, 3600))
+            coverage = line_tests(
+                copies[0], python_tests, timeout=max(timeout, 3600), reuse=coverage_data
+            )
         threads = [threading.Thread(target=worker, args=(c,)) for c in copies]
         for t in threads:
             t.start()
