@@ -242,9 +242,21 @@ def test_user_label_collides_with_a_label_the_program_sets(label):
 
 
 @pytest.mark.parametrize(
-    "label", ["node-role.kubernetes.io/gpu", "kubernetes.io/role", "example.k8s.io/team"]
+    "label",
+    [
+        "node-role.kubernetes.io/gpu",
+        "kubernetes.io/role",
+        "kubernetes.io/x",
+        "example.k8s.io/team",
+        "k8s.io/team",
+        "a.b.k8s.io/team",
+        "sub.kubernetes.io/x",
+        "node.k8s.io/team",
+    ],
 )
 def test_user_label_the_kubelet_refuses_to_set(label):
+    """The kubelet refuses to start (20 minutes into `up`) with a label of the kubernetes.io or
+    k8s.io namespaces, bare or a subdomain, that it may not set on its own Node."""
     expected = _problem(
         f"nodePools[0].labels.{label}", config={"nodePools": [{**POOL, "labels": {label: ""}}]}
     )
@@ -253,7 +265,15 @@ def test_user_label_the_kubelet_refuses_to_set(label):
 
 @pytest.mark.parametrize(
     "label",
-    ["node.kubernetes.io/lifecycle", "topology.kubernetes.io/zone", "team.example.com/owner"],
+    [
+        "node.kubernetes.io/lifecycle",
+        "topology.kubernetes.io/zone",
+        "team.example.com/owner",
+        "kubelet.kubernetes.io/x",
+        "a.node.kubernetes.io/x",
+        "k8s.io.example.com/team",
+        "examplek8s.io/team",
+    ],
 )
 def test_user_label_the_kubelet_may_set(label):
     settings = load_stack_settings(config={"nodePools": [{**POOL, "labels": {label: "x"}}]})
@@ -338,7 +358,15 @@ def test_user_joins_an_existing_control_plane_by_dns_name():
 
 
 @pytest.mark.parametrize(
-    "endpoint", ["https://cp.example.com:6443", "fd00::10:6443", "cp.example.com", "cp:99999"]
+    "endpoint",
+    [
+        "https://cp.example.com:6443",
+        "fd00::10:6443",
+        "cp.example.com",
+        "cp:99999",
+        "cp.example.com:65536",
+        "cp.example.com:0",
+    ],
 )
 def test_user_writes_an_endpoint_that_is_not_host_port(endpoint):
     control_plane = {"mode": "existing", "host": "cp.example.com", "endpoint": endpoint}
@@ -509,3 +537,24 @@ def test_user_sets_a_passphrase_protected_key(key):
 def test_user_pastes_the_public_key_as_the_private_key():
     expected = _problem("sshPrivateKey", secrets={"sshPrivateKey": PUBLIC_KEY})
     assert "private key" in expected, expected
+
+
+@pytest.mark.parametrize("port", [1, 65535])
+def test_user_names_the_last_tcp_port_for_an_endpoint_or_a_bastion(port):
+    control_plane = {"mode": "existing", "host": "cp.example.com", "endpoint": f"cp:{port}"}
+    settings = load_stack_settings("prod", config={"controlPlane": control_plane})
+    assert settings.control_plane.endpoint == f"cp:{port}"
+    bastion = {"host": "bastion.example.com", "port": port, "user": "jump"}
+    network = {"create": True, "sshAllowedCidrs": ["203.0.113.0/24"], "bastion": bastion}
+    assert load_stack_settings(config={"network": network}).network.bastion.port == port
+
+
+@pytest.mark.parametrize("port", [0, 65536])
+def test_user_names_a_port_tcp_does_not_have(port):
+    """AWS and sshd refuse port 0 and ports above 65535 at `up` time; the config says so first."""
+    bastion = {"host": "bastion.example.com", "port": port, "user": "jump"}
+    network = {"create": True, "sshAllowedCidrs": ["203.0.113.0/24"], "bastion": bastion}
+    expected = _problem("network.bastion.port", config={"network": network})
+    assert "65535" in expected or "1" in expected, expected
+    ssh = {"publicKey": PUBLIC_KEY, "port": port}
+    assert _problem("ssh.port", config={"ssh": ssh})

@@ -93,3 +93,22 @@ def test_bastion_opens_ssh_from_the_vpc_only():
     assert ssh, "prod: no SSH rule for the bastion"
     for rule in ssh:
         assert "0.0.0.0/0" not in rule.get("cidrBlocks", []), f"prod: SSH open to the world {rule}"
+
+
+def test_every_rule_names_ports_aws_accepts(stack_graph):
+    """AWS refuses a rule beyond port 65535 at `up` time (a preview shows nothing): every TCP and
+    UDP span of every security group lies in 0-65535 (ICMP and IP-in-IP use -1/0), and the member
+    spans reach the last port, so no CNI port is left closed."""
+    stack, graph = stack_graph
+    for group in graph.of_type(SECURITY_GROUP):
+        inputs = group.plain_inputs()
+        for rule in [*inputs.get("ingress", []), *inputs.get("egress", [])]:
+            low, high = rule["fromPort"], rule["toPort"]
+            if rule["protocol"] in ("tcp", "udp"):
+                assert 0 <= low <= high <= 65535, f"{group.urn}: ports {low}-{high}: {rule}"
+            else:
+                assert (low, high) in ((-1, -1), (0, 0)), f"{group.urn}: {rule}"
+    member = [r for r in graph.named("network-cluster").plain_inputs()["ingress"] if r.get("self")]
+    for protocol in ("tcp", "udp"):
+        top = max(r["toPort"] for r in member if r["protocol"] == protocol)
+        assert top == 65535, f"{stack}: {protocol} member rules stop at port {top}"

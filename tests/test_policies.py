@@ -599,3 +599,31 @@ def test_the_pack_starts_and_lists_every_policy_as_mandatory():
         assert schema == json.loads(json.dumps(dict(spec.config_schema))), (
             f"{spec.name}: schema {schema}"
         )
+
+
+@pytest.mark.parametrize("limit", [0, -1, 0.5, -1.0, True, "0", "-1", "0.5", "", None])
+def test_validation_job_refuses_a_gpu_limit_that_is_no_positive_whole_number(limit):
+    """A validation pod with 0, -1 or half a GPU runs without a GPU and proves nothing; the
+    engine sends numbers as floats and quantities as strings, so both shapes are refused."""
+    job = validation_job()
+    container = job.props["spec"]["template"]["spec"]["containers"][0]
+    container["resources"]["limits"]["nvidia.com/gpu"] = limit
+    messages = check("validation-job-bounded", job)
+    assert_names_resource_and_fix(messages, job)
+    assert "nvidia.com/gpu" in messages[0], f"{job.urn}: limit {limit!r}: {messages}"
+
+
+@pytest.mark.parametrize("limit", [1, 8, 1.0, 8.0, "1", "8"])
+def test_validation_job_accepts_a_whole_number_of_gpus(limit):
+    job = validation_job()
+    container = job.props["spec"]["template"]["spec"]["containers"][0]
+    container["resources"]["limits"]["nvidia.com/gpu"] = limit
+    assert check("validation-job-bounded", job) == [], f"{job.urn}: limit {limit!r} refused"
+
+
+@pytest.mark.parametrize("deadline", [0, -1, 0.5, True, "0"])
+def test_validation_job_refuses_a_deadline_that_is_no_positive_whole_number(deadline):
+    job = validation_job(deadline=deadline)
+    messages = check("validation-job-bounded", job)
+    assert_names_resource_and_fix(messages, job)
+    assert "activeDeadlineSeconds" in messages[0], f"{job.urn}: deadline {deadline!r}"

@@ -3,7 +3,7 @@
 # a GPU image.
 #
 # Inputs:
-#   IMAGE_DIGEST   what the image contains (recorded in /etc/gpu-cluster/image)
+#   IMAGE_DIGEST   what the image contains (recorded in /etc/gpu-cluster/image) (required)
 #
 # Every clone must boot as a new machine: cloud-init runs again (its state and logs cleared), a
 # fresh /etc/machine-id (systemd makes one when the file is empty), fresh SSH host keys (cloud-init

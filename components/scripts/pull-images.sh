@@ -5,7 +5,7 @@
 # IfNotPresent).
 #
 # Inputs:
-#   IMAGES   space-separated image references, each with a tag or digest
+#   IMAGES   space-separated image references, each with a tag or digest (required)
 set -Eeuo pipefail
 
 if ! declare -F init_script >/dev/null; then

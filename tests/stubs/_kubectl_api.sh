@@ -81,8 +81,19 @@ kubectl_api() {
     get)
       case "${raw}" in
         "") ;;
-        /readyz | /livez) echo ok && exit 0 ;;
+        /readyz | /livez)
+          # An API server up but not ready (etcd unhealthy) answers 500 with the failed checks.
+          if state_has kubectl/never-ready || should_fail kubectl/not-ready-count; then
+            echo 'Error from server (InternalServerError): an error on the server ("[+]ping ok [-]etcd failed: reason withheld readyz check failed") has prevented the request from succeeding' >&2
+            exit 1
+          fi
+          echo ok && exit 0
+          ;;
         /version)
+          if state_has kubectl/version-body; then
+            state_get kubectl/version-body
+            exit 0
+          fi
           printf '{\n  "major": "1",\n  "minor": "%s",\n  "gitVersion": "%s",\n  "platform": "linux/amd64"\n}\n' \
             "${minor}" "${version}"
           exit 0

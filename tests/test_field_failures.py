@@ -1,0 +1,282 @@
+"""Failures the real commands have in the field, simulated by the stubs (tests/stubs/), and the
+step that must stop on them instead of reporting success.
+
+Each stub documents its failure switches in its header (state files set with Sandbox.state).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.sandbox import Sandbox, sandbox_available
+from tests.test_control_plane_scripts import ADMIN_KUBECONFIG, CNI, FLANNEL_MANIFEST
+
+pytestmark = pytest.mark.skipif(
+    not sandbox_available(), reason="needs root, unshare --mount and overlayfs"
+)
+
+FAST = {"RETRY_BASE_SECONDS": "0.01", "POLL_SECONDS": "0.01"}
+UBUNTU_2404 = 'NAME="Ubuntu"\nVERSION_ID="24.04"\nID=ubuntu\nID_LIKE=debian\n'
+CTK_PACKAGES = (
+    "nvidia-container-toolkit",
+    "nvidia-container-toolkit-base",
+    "libnvidia-container-tools",
+    "libnvidia-container1",
+)
+RUNTIME = {"NVIDIA_CTK_VERSION": "1.17.8-1", **FAST}
+PRIVATE_IP = "10.42.3.7"
+INIT = {
+    "CLUSTER_NAME": "dev-gpu",
+    "NODE_NAME": "dev-gpu-control-plane",
+    "KUBERNETES_MINOR": "1.35",
+    "CONTROL_PLANE_ENDPOINT": f"{PRIVATE_IP}:6443",
+    "ADVERTISE_ADDRESS": PRIVATE_IP,
+    "POD_SUBNET": "10.244.0.0/16",
+    "SERVICE_SUBNET": "10.96.0.0/12",
+    "CERT_SANS": PRIVATE_IP,
+    "API_WAIT_SECONDS": "1",
+    **FAST,
+}
+
+
+@pytest.fixture
+def gpu_host(tmp_path) -> Sandbox:
+    """Ubuntu 24.04 with containerd and the pinned toolkit in the repositories."""
+    sb = Sandbox(tmp_path)
+    sb.write("/etc/os-release", UBUNTU_2404)
+    sb.apt_available("containerd", "1.7.28-0ubuntu1~24.04.1")
+    for pkg in CTK_PACKAGES:
+        sb.apt_available(pkg, "1.17.8-1")
+    return sb
+
+
+@pytest.fixture
+def control_plane_host(tmp_path) -> Sandbox:
+    """A control-plane host after install-kube-tools.sh, no cluster yet."""
+    sb = Sandbox(tmp_path)
+    for pkg in ("kubelet", "kubeadm", "kubectl"):
+        sb.state(f"dpkg/{pkg}", "1.35.1-1.1")
+    return sb
+
+
+# ---- install-runtime.sh: nvidia-ctk that leaves no runtime section -----------------------
+
+
+def test_runtime_without_an_nvidia_runtime_section_fails(gpu_host):
+    """nvidia-ctk set nvidia as the default runtime but wrote no runtime for it (it edited
+    another config schema): containerd would start, and every GPU pod would fail later."""
+    gpu_host.state("nvidia-ctk.no-runtime-section", 1)
+    result = gpu_host.run("install-runtime.sh", RUNTIME)
+    assert result.returncode == 1, (
+        f"a containerd without the nvidia runtime passed:\n{result.stderr}"
+    )
+    assert (
+        "[runtime] FAILED: an nvidia runtime section expected in /etc/containerd/config.toml, "
+        "not found" in result.stderr
+    )
+    assert "nvidia is the default runtime" not in result.stderr
+
+
+# ---- init-control-plane.sh: an API that never becomes ready after init --------------------
+
+
+@pytest.mark.parametrize("failure", ["kubectl/never-ready", "kubectl/api-down"])
+def test_init_whose_api_never_answers_fails_after_init(control_plane_host, failure):
+    """kubeadm init returned 0 but the API server never answers /readyz (etcd unhealthy, or the
+    static pod crash-looping): the control plane must not be reported initialised."""
+    control_plane_host.state(failure, "yes")
+    result = control_plane_host.run("init-control-plane.sh", INIT)
+    assert result.called("kubeadm", "init"), result.commands()
+    assert result.returncode == 1, (
+        f"an API that never answered was reported ready:\n{result.stderr}"
+    )
+    assert "[init] FAILED: API server did not answer /readyz within 1s after kubeadm init" in (
+        result.stderr
+    )
+    assert "journalctl -u kubelet" in result.stderr
+    assert "API server ready" not in result.stderr
+
+
+def test_init_waits_for_an_api_that_becomes_ready(control_plane_host):
+    control_plane_host.state("kubectl/not-ready-count", 3)
+    result = control_plane_host.run("init-control-plane.sh", {**INIT, "API_WAIT_SECONDS": "30"})
+    assert result.returncode == 0, result.stderr
+    readyz = [c for c in result.called("kubectl") if "/readyz" in c]
+    assert len(readyz) == 4, result.commands()
+    assert "API server ready" in result.stderr
+
+
+def test_init_that_leaves_no_admin_conf_fails(control_plane_host):
+    """kubeadm init exited 0 but wrote its kubeconfigs elsewhere: nothing after this step could
+    reach the cluster, so the step fails here, naming the file."""
+    control_plane_host.state("kubeadm.init-no-admin-conf", 1)
+    result = control_plane_host.run("init-control-plane.sh", INIT)
+    assert result.returncode == 1, result.stderr
+    assert "[init] FAILED: /etc/kubernetes/admin.conf expected after kubeadm init, not found" in (
+        result.stderr
+    )
+
+
+@pytest.mark.parametrize(
+    ("script", "params", "message"),
+    [
+        ("init-control-plane.sh", {**INIT, "NODE_NAME": "CP_1"}, "NODE_NAME must be a lowercase"),
+        ("read-kubeconfig.sh", {"API_SERVER": "10.0.0.1:6443"}, "API_SERVER must be https://"),
+    ],
+)
+def test_control_plane_scripts_refuse_malformed_inputs_before_acting(
+    control_plane_host, script, params, message
+):
+    result = control_plane_host.run(script, params)
+    assert result.returncode == 1, result.stderr
+    assert message in result.stderr, result.stderr
+    assert not result.called("kubeadm") and not result.called("kubectl"), result.commands()
+
+
+ADMIN_CONF_TWO_CLUSTERS = """apiVersion: v1
+kind: Config
+clusters:
+- cluster:
+    server: https://10.42.3.7:6443
+  name: a
+- cluster:
+    server: https://10.42.3.8:6443
+  name: b
+"""
+
+
+def test_kubeconfig_of_a_host_with_two_clusters_is_refused(control_plane_host):
+    """The operator's kubeconfig is rewritten to one public server: with two clusters in
+    admin.conf the program cannot know which one the stack made."""
+    control_plane_host.write("/etc/kubernetes/admin.conf", ADMIN_CONF_TWO_CLUSTERS, 0o600)
+    result = control_plane_host.run("read-kubeconfig.sh", {"API_SERVER": "https://1.2.3.4:6443"})
+    assert result.returncode == 1, result.stderr
+    assert "expected one cluster server in /etc/kubernetes/admin.conf, found 2" in result.stderr
+    assert result.stdout == "", "printed a kubeconfig anyway"
+
+
+def test_skew_check_behind_a_proxy_that_answers_no_version_fails(control_plane_host):
+    control_plane_host.write("/etc/kubernetes/admin.conf", ADMIN_CONF_TWO_CLUSTERS, 0o600)
+    control_plane_host.state("kubectl/api", "v1.35.1")
+    control_plane_host.state("kubectl/version-body", "<html>Bad Gateway</html>")
+    result = control_plane_host.run("check-version-skew.sh", {"KUBERNETES_MINOR": "1.35"})
+    assert result.returncode == 1, result.stderr
+    assert "FAILED: no gitVersion in the API server's /version answer" in result.stderr
+
+
+# ---- install-runtime.sh: containerd that does not stay up --------------------------------
+
+
+def test_runtime_whose_containerd_fails_after_start_fails(gpu_host):
+    gpu_host.state("systemd/containerd.crashes", 1)
+    result = gpu_host.run("install-runtime.sh", RUNTIME)
+    assert result.returncode == 1, result.stderr
+    assert "[runtime] FAILED: containerd expected active, systemctl reports 'failed'" in (
+        result.stderr
+    )
+
+
+# ---- join-node.sh: a join that reports success without a working kubelet ----------------
+
+JOIN = {
+    "NODE_NAME": "dev-gpu-a10g-0",
+    "API_ENDPOINT": "10.42.1.10:6443",
+    "JOIN_TOKEN": "abcdef.0123456789abcdef",
+    "CA_CERT_HASH": "sha256:" + "ab" * 32,
+    "KUBERNETES_MINOR": "1.35",
+    **FAST,
+}
+
+
+@pytest.fixture
+def kube_host(tmp_path) -> Sandbox:
+    sb = Sandbox(tmp_path)
+    sb.state("dpkg/kubeadm", "1.35.1-1.1")
+    sb.state("dpkg/kubelet", "1.35.1-1.1")
+    sb.state("systemd/kubelet.enabled", "yes")
+    return sb
+
+
+@pytest.mark.parametrize(
+    ("failure", "message"),
+    [
+        (
+            "kubeadm.join-no-kubelet-conf",
+            "/etc/kubernetes/kubelet.conf expected after kubeadm join, not found",
+        ),
+        (
+            "kubeadm.join-kubelet-fails",
+            "kubelet expected active after kubeadm join, systemctl reports 'failed'",
+        ),
+    ],
+)
+def test_join_without_a_running_kubelet_fails(kube_host, failure, message):
+    """A Node that never registers would only show up as a node-ready timeout ten minutes
+    later; the join step says what is wrong on the host."""
+    kube_host.state(failure, 1)
+    result = kube_host.run("join-node.sh", JOIN)
+    assert result.returncode == 1, result.stderr
+    assert f"[join] FAILED: {message}" in result.stderr, result.stderr
+    assert JOIN["JOIN_TOKEN"] not in result.output
+
+
+def test_join_refuses_a_node_name_that_is_no_dns_name(kube_host):
+    result = kube_host.run("join-node.sh", {**JOIN, "NODE_NAME": "GPU_0"})
+    assert result.returncode == 1, result.stderr
+    assert "NODE_NAME must be a lowercase DNS name, got 'GPU_0'" in result.stderr
+    assert not result.called("kubeadm"), result.commands()
+
+
+# ---- install-driver.sh: a module that loads and a GPU that does not answer ---------------
+
+RUNNING_KERNEL = "6.8.0-1021-aws"  # the uname stub's default
+DRIVER_VERSION = "580.95.05-0ubuntu0.24.04.2"
+
+
+def test_driver_whose_gpu_does_not_answer_fails(gpu_host):
+    """The module loaded but nvidia-smi cannot reach the GPU (fallen off the bus, Xid 79):
+    the node must not go on to join as a GPU node."""
+    for pkg in (
+        f"linux-modules-nvidia-580-server-{RUNNING_KERNEL}",
+        "linux-modules-nvidia-580-server-aws",
+        "nvidia-headless-no-dkms-580-server",
+        "nvidia-utils-580-server",
+    ):
+        gpu_host.apt_available(pkg, DRIVER_VERSION)
+    gpu_host.state("nvidia-smi.no-device", 1)
+    params = {"DRIVER_BRANCH": "580", "GPU_COUNT": "1", "NEEDS_FABRIC_MANAGER": "false", **FAST}
+    result = gpu_host.run("install-driver.sh", params)
+    assert result.returncode == 1, result.stderr
+    assert "[driver] FAILED: nvidia-smi failed; the nvidia kernel module did not load" in (
+        result.stderr
+    )
+
+
+# ---- install-cni.sh: a release manifest that is not the pinned flannel -------------------
+
+
+def test_cni_manifest_with_another_flannel_image_is_not_applied(control_plane_host):
+    """The download answered with a manifest of another release (a moved tag, a mirror): the
+    step refuses it before applying anything."""
+    control_plane_host.write("/etc/kubernetes/admin.conf", ADMIN_KUBECONFIG, 0o600)
+    control_plane_host.state("kubectl/api", "v1.35.1")
+    other = FLANNEL_MANIFEST.replace("flannel:v0.27.4", "flannel:v0.26.0")
+    control_plane_host.state("curl.body.kube-flannel.yml", other)
+    result = control_plane_host.run("install-cni.sh", CNI)
+    assert result.returncode == 1, result.stderr
+    assert "FAILED: the v0.27.4 manifest does not use the flannel:v0.27.4 image" in result.stderr
+    assert not [c for c in result.commands() if " apply " in c], result.commands()
+
+
+def test_capacity_check_on_a_host_that_is_not_the_control_plane_fails(tmp_path):
+    """The capacity step runs on the control plane with its admin kubeconfig; anywhere else it
+    says where it must run instead of timing out on an API it cannot reach."""
+    result = Sandbox(tmp_path).run(
+        "wait-gpu-capacity.sh",
+        {"NODE_NAME": "dev-gpu-a10g-0", "EXPECTED_GPUS": "1", "TIMEOUT_SECONDS": "0"},
+    )
+    assert result.returncode == 1, result.stderr
+    assert (
+        "cannot read /etc/kubernetes/admin.conf: this step runs on a control-plane node"
+        in result.stderr
+    )

@@ -1,0 +1,153 @@
+"""tools.mutation on tiny inputs: the mutators, the seeded sample, the map from source files to
+tests, and one end-to-end run on a two-file project (seconds, not the real benchmark)."""
+
+from __future__ import annotations
+
+import subprocess
+import textwrap
+from pathlib import Path
+
+from tools.mutation import bash, python
+from tools.mutation.mutants import sample
+from tools.mutation.run import choose, execute
+from tools.mutation.testmap import matching_tests
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SCRIPT = textwrap.dedent(
+    """\
+    #!/usr/bin/env bash
+    # header: fatal "not code"
+    set -Eeuo pipefail
+
+    reset() {
+      local found
+      timeout -k 30 "${RESET_TIMEOUT_SECONDS:-300}" kubeadm reset -f
+      [[ -f /etc/kubernetes/kubelet.conf ]] ||
+        fatal "kubelet.conf expected"
+      if ((count >= 3)) && [[ "${a}" == b ]]; then
+        return 1
+      fi
+      cat >/etc/x.conf <<'CONF'
+    fatal inside a heredoc
+    CONF
+      systemctl restart kubelet
+      log "done"
+    }
+    """
+)
+
+
+def _mutated_lines(tmp_path: Path) -> dict[str, list[str]]:
+    path = tmp_path / "reset.sh"
+    path.write_text(SCRIPT)
+    found: dict[str, list[str]] = {}
+    for mutant in bash.mutants_of(path, "reset.sh"):
+        changed = [line for line in mutant.diff(SCRIPT).splitlines() if line.startswith("+")]
+        found.setdefault(mutant.operator.removeprefix("bash/"), []).extend(changed)
+    return found
+
+
+def test_bash_mutator_makes_the_mistakes_a_reviewer_misses(tmp_path):
+    found = _mutated_lines(tmp_path)
+    assert found["fatal-to-log"] == ['+    log "kubelet.conf expected"']
+    assert found["default-number"] == [
+        '+  timeout -k 30 "${RESET_TIMEOUT_SECONDS:-1}" kubeadm reset -f'
+    ]
+    assert found["drop-errexit"] == ["+set -Euo pipefail"]
+    assert '+  if ! ((count >= 3)) && [[ "${a}" == b ]]; then' in found["negate-condition"]
+    assert "+  ! [[ -f /etc/kubernetes/kubelet.conf ]] ||" in found["negate-condition"]
+    assert '+  if ((count >= 3)) && [[ "${a}" != b ]]; then' in found["swap-equality"]
+    assert '+  if ((count >= 3)) || [[ "${a}" == b ]]; then' in found["swap-and-or"]
+    assert '+  if ((count > 3)) && [[ "${a}" == b ]]; then' in found["numeric-compare"]
+    assert found["exit-status"] == ["+    return 0"]
+    assert "+  :" in found["drop-command"]  # systemctl restart kubelet
+    every = "\n".join(line for lines in found.values() for line in lines)
+    assert "heredoc" not in every and "not code" not in every
+    assert "+  :\n" not in every.replace("+  :", "", found["drop-command"].count("+  :"))
+
+
+def test_bash_mutants_that_do_not_parse_are_not_sampled(tmp_path):
+    path = tmp_path / "reset.sh"
+    path.write_text(SCRIPT)
+    mutants = bash.mutants_of(path, "reset.sh")
+    assert all(bash.parses(m, SCRIPT) for m in sample(mutants, 50, seed=1))
+    broken = next(m for m in mutants if m.operator == "bash/swap-and-or")
+    assert not bash.parses(
+        type(broken)(**{**broken.__dict__, "apply": lambda t: t + "fi\n"}), SCRIPT
+    )
+
+
+def test_sample_is_seeded_and_takes_one_mutant_per_site(tmp_path):
+    path = tmp_path / "reset.sh"
+    path.write_text(SCRIPT)
+    mutants = bash.mutants_of(path, "reset.sh")
+    first = [m.key for m in sample(mutants, 5, seed=7)]
+    assert first == [m.key for m in sample(mutants, 5, seed=7)]
+    assert len(first) == 5
+    sites = [(m.path, m.site) for m in sample(mutants, 100, seed=7)]
+    assert len(sites) == len(set(sites)) == len({(m.path, m.site) for m in mutants})
+    assert any([m.key for m in sample(mutants, 5, seed=s)] != first for s in range(8, 12)), (
+        "the seed changes nothing"
+    )
+
+
+def test_python_mutants_come_from_cosmic_ray_and_skip_signature_annotations(tmp_path):
+    code = textwrap.dedent(
+        """\
+        from __future__ import annotations
+
+
+        def positive(value: int | float) -> bool:
+            return value > 0 and value < 10
+        """
+    )
+    path = tmp_path / "m.py"
+    path.write_text(code)
+    mutants = python.mutants_of(path, "m.py")
+    operators = {m.operator for m in mutants}
+    assert {"core/ReplaceAndWithOr", "core/ReplaceComparisonOperator_Gt_GtE"} <= operators
+    mutated = {m.operator: m.apply(code) for m in mutants}
+    assert "value > 0 or value < 10" in mutated["core/ReplaceAndWithOr"]
+    annotation = next(m for m in mutants if m.line == 4 and "BitOr" in m.operator)
+    assert not python.changes_behaviour(code, annotation.apply(code))
+    assert python.changes_behaviour(code, mutated["core/ReplaceAndWithOr"])
+
+
+def test_each_source_file_maps_to_the_tests_that_exercise_it():
+    reset = matching_tests("components/scripts/reset-node.sh", ROOT).files
+    assert "tests/test_production_defaults.py" in reset and "tests/test_node_scripts.py" in reset
+    assert "tests/test_lint.py" not in reset
+    network = matching_tests("components/network.py", ROOT).files
+    assert network[0] == "tests/test_network.py", network
+    assert "tests/test_identity.py" in network  # runs the program: sees every component
+    policies = matching_tests("policies/gpu_cluster_policies/validators.py", ROOT).files
+    assert "tests/test_policies.py" in policies
+    common = matching_tests("components/scripts/lib/common.sh", ROOT).files
+    assert "tests/test_field_failures.py" in common
+
+
+def test_a_tiny_project_gets_a_kill_rate_and_its_survivors(tmp_path):
+    (tmp_path / "components").mkdir()
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "components" / "__init__.py").write_text("")
+    (tmp_path / "tests" / "__init__.py").write_text("")
+    (tmp_path / "components" / "limits.py").write_text(
+        "def in_range(value):\n    return 0 < value <= 10\n"
+    )
+    (tmp_path / "tests" / "test_limits.py").write_text(
+        "from components.limits import in_range\n\n\n"
+        "def test_bounds():\n    assert in_range(1) and not in_range(0)\n"
+    )
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    mutants = choose(tmp_path, ["components/limits.py"], 2, seed=1)
+    assert len(mutants) == 2
+    report = execute(tmp_path, mutants, timeout=120)
+    assert len(report.outcomes) == 2
+    killed, total = report.per_file()["components/limits.py"]
+    assert total == 2 and killed > 0
+    text = report.text()
+    assert "components/limits.py" in text and "python:" in text
+    for survivor in report.survivors():
+        assert survivor.key in text and survivor.diff.splitlines()[0] in text
+    assert (tmp_path / "components" / "limits.py").read_text().startswith("def in_range(value):\n")

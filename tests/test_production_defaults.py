@@ -1,0 +1,124 @@
+"""Host scripts run exactly as the program renders them (the stdin and the delete of its host
+steps in the dev stack), so the defaults a script falls back to when the program passes nothing
+are the ones under test, against stubs that take the time the real commands take.
+
+A test that overrides a default (RETRY_BASE_SECONDS=0.01 for speed) never sees what production
+runs. Here the clock is scaled instead: the sleep stub records what a script asked for and sleeps
+a thousandth of it (state sleep.scale), so a minute of backoff costs milliseconds.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.sandbox import Sandbox, sandbox_available
+from tools.harness.graph import unwrap
+from tools.harness.stacks import run_program
+
+pytestmark = pytest.mark.skipif(
+    not sandbox_available(), reason="needs root, unshare --mount and overlayfs"
+)
+
+NODE = "dev-gpu-a10g-0"
+CLOCK_SCALE = "0.001"
+UBUNTU_2404 = 'NAME="Ubuntu"\nVERSION_ID="24.04"\nID=ubuntu\nID_LIKE=debian\n'
+CTK_PACKAGES = (
+    "nvidia-container-toolkit",
+    "nvidia-container-toolkit-base",
+    "libnvidia-container-tools",
+    "libnvidia-container1",
+)
+
+
+@pytest.fixture(scope="module")
+def dev_graph():
+    return run_program("dev")
+
+
+def step_program(graph, name: str) -> str:
+    """The program a host step sends on stdin (`sudo bash -s`)."""
+    return unwrap(graph.named(name).inputs["stdin"])
+
+
+def delete_program(graph, name: str) -> str:
+    """The program a host step runs on delete: the heredoc body of `sudo bash -s <<'MARKER'`."""
+    delete = unwrap(graph.named(name).inputs["delete"])
+    first, _, rest = delete.partition("\n")
+    marker = first.rsplit("<<", 1)[1].strip("'\"")
+    body, _, _ = rest.rpartition(f"\n{marker}")
+    return body
+
+
+def library_only(program: str) -> str:
+    """A rendered program cut before the script body: the step's real inputs and lib/common.sh."""
+    script = program.split("\n", 2)[1].split(",", 1)[0].removeprefix("# ")
+    head, sep, _ = program.partition(f"\n# ---- {script}\n")
+    assert sep and "\n# ---- lib/common.sh\n" in head, f"{script}: not a rendered program"
+    return head + "\n"
+
+
+def requested_sleeps(sandbox: Sandbox) -> list[float]:
+    return [float(s) for s in (sandbox.state("sleep.requested") or "").split()]
+
+
+@pytest.fixture
+def host(tmp_path) -> Sandbox:
+    """A GPU host of the dev stack's pool: Ubuntu 24.04, the pinned toolkit in the repository,
+    a scaled clock."""
+    sb = Sandbox(tmp_path)
+    sb.write("/etc/os-release", UBUNTU_2404)
+    sb.state("sleep.scale", CLOCK_SCALE)
+    sb.apt_available("containerd", "1.7.28-0ubuntu1~24.04.1")
+    return sb
+
+
+def test_reset_waits_for_a_kubeadm_reset_that_takes_seconds(dev_graph, host):
+    """Scale-down and destroy run the join step's delete; the program passes no
+    RESET_TIMEOUT_SECONDS, so the script's own bound is what production gets. A real
+    `kubeadm reset` stops every container and unmounts their volumes: seconds, not zero."""
+    program = delete_program(dev_graph, f"{NODE}-join")
+    assert "# reset-node.sh, rendered" in program
+    host.state("dpkg/kubeadm", "1.35.1-1.1")
+    host.state("systemd/kubelet.active", "yes")
+    host.write("/etc/kubernetes/kubelet.conf", "apiVersion: v1\n")
+    host.state("kubeadm.seconds.reset", 2)
+    (host.state_dir / "sleep.scale").unlink()  # real seconds: the bound is a wall-clock timeout
+    result = host.run_text(program)
+    assert result.returncode == 0, (
+        "a kubeadm reset of 2 s was cut short: every scale-down and destroy would fail\n"
+        + result.stderr
+    )
+    assert result.called("kubeadm", "reset", "-f"), result.commands()
+    assert not host.exists("/etc/kubernetes/kubelet.conf")
+
+
+def test_retry_backoff_grows_to_a_minute_in_production(dev_graph, host):
+    """With the inputs the program renders, retry() waits 2, 4, 8, ... s (plus up to 50% jitter)
+    and caps a single wait at 60 s: a mirror that is down for minutes is waited out, and a
+    retry loop never sleeps for hours."""
+    program = library_only(step_program(dev_graph, f"{NODE}-runtime"))
+    result = host.run_text(program + "init_script probe\nretry 8 false || echo gave-up\n")
+    assert "gave-up" in result.stdout, result.stderr
+    sleeps = requested_sleeps(host)
+    assert len(sleeps) == 7, sleeps
+    for attempt, slept in enumerate(sleeps, start=1):
+        base = min(2 * 2 ** (attempt - 1), 60)
+        assert base <= slept <= base * 1.5, (
+            f"retry {attempt} waited {slept}s, production backoff is {base}s plus jitter: {sleeps}"
+        )
+    assert max(sleeps) <= 90, f"a single retry waits more than the 60 s cap: {sleeps}"
+
+
+def test_download_failing_for_longer_than_one_retry_is_waited_out(dev_graph, host):
+    """The NVIDIA key download of the runtime step fails for half a minute of production time
+    (4 failures with the default backoff), then works: the step succeeds."""
+    program = step_program(dev_graph, f"{NODE}-runtime")
+    host.state("curl.fail", 4)
+    for pkg in CTK_PACKAGES:
+        host.apt_available(pkg, "1.17.8-1")
+    result = host.run_text(program)
+    assert result.returncode == 0, result.stderr
+    assert len(result.called("curl")) == 5, result.commands()
+    sleeps = requested_sleeps(host)
+    assert len(sleeps) == 4, sleeps
+    assert sum(sleeps) >= 30, f"the download gave up on an outage of {sum(sleeps):.1f}s: {sleeps}"

@@ -1,0 +1,132 @@
+"""The contract between the program and its host scripts: what each script's header of inputs
+says, against what the program renders for every host step (create and delete) of every stack.
+
+A required input the program does not pass fails only on a real host, after the instance is up;
+a parameter the program passes that the script never reads (a misspelt name) silently leaves the
+script on its default. Both are caught here, before any machine exists.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from tools.harness.graph import unwrap
+from tools.harness.stacks import STACKS, run_program
+
+SCRIPTS = Path(__file__).resolve().parent.parent / "components" / "scripts"
+INPUT_LINE = re.compile(r"^#   ([A-Z][A-Z0-9_]*)\s+(.*)$")
+CONTINUATION = re.compile(r"^#\s{4,}(\S.*)$")
+REQUIRED_UNLESS = re.compile(r"required unless ([A-Z][A-Z0-9_]*)=(\S+?)\)")
+REQUIRE_VARS = re.compile(r"\brequire_vars((?:[ \t]+[A-Z][A-Z0-9_]*|[ \t]*\\\n)+)")
+
+
+@dataclass(frozen=True)
+class Input:
+    name: str
+    description: str
+
+    @property
+    def required(self) -> bool:
+        return "(required" in self.description
+
+    def required_with(self, params: dict[str, str]) -> bool:
+        unless = REQUIRED_UNLESS.search(self.description)
+        if unless and params.get(unless.group(1)) == unless.group(2):
+            return False
+        return self.required
+
+
+@cache
+def header_inputs(script: str) -> dict[str, Input]:
+    """The inputs a script's header lists (common.sh: its optional tunables)."""
+    found: dict[str, list[str]] = {}
+    current = None
+    for line in (SCRIPTS / script).read_text().splitlines()[1:]:
+        if not line.startswith("#"):
+            break
+        if match := INPUT_LINE.match(line):
+            current = match.group(1)
+            found[current] = [match.group(2)]
+        elif (match := CONTINUATION.match(line)) and current:
+            found[current].append(match.group(1))
+        else:
+            current = None
+    return {name: Input(name, " ".join(text)) for name, text in found.items()}
+
+
+def required_by_code(script: str) -> set[str]:
+    text = (SCRIPTS / script).read_text()
+    names: set[str] = set()
+    for match in REQUIRE_VARS.finditer(text):
+        names.update(re.findall(r"[A-Z][A-Z0-9_]*", match.group(1)))
+    if "require_node_name" in text:
+        names.add("NODE_NAME")
+    return names
+
+
+def rendered_params(program: str) -> tuple[str, dict[str, str]]:
+    """(script name, NAME=value inputs) of a program rendered by components/host_scripts.py."""
+    script = program.split("\n", 2)[1].removeprefix("# ").split(",", 1)[0]
+    header = program.split("# ---- inputs\n", 1)[1].split("# ---- lib/common.sh", 1)[0]
+    params = {}
+    for line in header.splitlines():
+        name, _, value = line.partition("=")
+        params[name] = value.strip("'")
+    return script, params
+
+
+@cache
+def host_steps() -> list[tuple[str, str, str, dict[str, str]]]:
+    """(stack, step name, script, params) of every program the stacks send to hosts."""
+    steps = []
+    for stack in STACKS:
+        for step in run_program(stack).of_type("command:remote:Command"):
+            steps.append((stack, step.name, *rendered_params(unwrap(step.inputs["stdin"]))))
+            delete = unwrap(step.inputs.get("delete"))
+            if delete:
+                body = delete.split("\n", 1)[1]
+                steps.append((stack, f"{step.name} (delete)", *rendered_params(body)))
+    return steps
+
+
+def test_the_stacks_run_the_scripts_of_components_scripts():
+    run = {script for _, _, script, _ in host_steps()}
+    assert run <= {p.name for p in SCRIPTS.glob("*.sh")}, run
+    assert {"join-node.sh", "reset-node.sh", "init-control-plane.sh"} <= run, run
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in SCRIPTS.glob("*.sh")))
+def test_the_header_lists_every_input_the_code_requires(script):
+    inputs = header_inputs(script)
+    assert inputs, f"{script}: no header of inputs"
+    for name in sorted(required_by_code(script)):
+        assert name in inputs and inputs[name].required, (
+            f"{script}: require_vars {name}, but the header does not list it as required"
+        )
+
+
+def test_the_program_passes_what_each_script_requires():
+    missing = [
+        f"{stack}: {step} runs {script} without {name}"
+        for stack, step, script, params in host_steps()
+        for name, spec in header_inputs(script).items()
+        if spec.required_with(params) and not params.get(name)
+    ]
+    assert not missing, "\n".join(missing)
+
+
+def test_the_program_passes_nothing_a_script_does_not_read():
+    tunables = header_inputs("lib/common.sh")
+    assert "RETRY_MAX_SECONDS" in tunables, "lib/common.sh lists no tunables"
+    unread = [
+        f"{stack}: {step} passes {name} to {script}, which does not list it"
+        for stack, step, script, params in host_steps()
+        for name in params
+        if name not in header_inputs(script) and name not in tunables
+    ]
+    assert not unread, "\n".join(unread)

@@ -1,0 +1,77 @@
+"""Which test files can catch a mutant of which source file.
+
+A test file matches a source file when it names it (`components.network`, `install-runtime.sh`),
+or reaches it through what it runs: the program under the harness (`tools.harness.stacks`) runs
+every module of components/; the script sandbox (`tests.sandbox`) renders with
+components/host_scripts.py and lib/common.sh. Test files that name the file come first (they
+usually kill a mutant within seconds; pytest stops at the first failure).
+
+Left out on purpose, so a mutant counts as killed only by a test of behaviour: the linters
+(tests/test_lint.py, tests/test_workflows.py, shellcheck inside the preview tests) and the digest
+pin of every rendered script (tests/test_preview.py), which fails on any change at all.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+NOT_BEHAVIOUR = ("tests/test_lint.py", "tests/test_workflows.py", "tests/test_mutation_tool.py")
+# pytest node-id prefixes (--deselect): change detectors and lint inside behaviour test files.
+DESELECT = (
+    "tests/test_preview.py::test_rendered_scripts_and_manifests_match_their_digests",
+    "tests/test_preview.py::test_every_host_step_has_its_scripts_and_they_pass_shellcheck",
+)
+# Run last: slow (graph pictures, hypothesis) and rarely the first to catch a mutant.
+SLOW = ("tests/test_preview.py", "tests/test_settings.py")
+
+
+@dataclass(frozen=True)
+class Selection:
+    files: tuple[str, ...]
+    deselect: tuple[str, ...] = DESELECT
+
+
+def _names(source: str) -> list[str]:
+    """How a test file names a source file."""
+    path = Path(source)
+    if path.suffix == ".sh":
+        return [path.name]
+    module = ".".join(path.with_suffix("").parts)
+    names = [module, path.name]
+    if path.parent.name:
+        names.append(rf"from {'.'.join(path.parent.parts)} import [^\n]*\b{path.stem}\b")
+    return names
+
+
+def _reaches(source: str, text: str) -> bool:
+    runs_program = "tools.harness.stacks" in text or "tools.harness import" in text
+    uses_sandbox = "tests.sandbox" in text
+    if source.startswith("components/") and source.endswith(".py") and runs_program:
+        return True
+    if source in ("components/host_scripts.py", "components/scripts/lib/common.sh"):
+        return uses_sandbox
+    return False
+
+
+def matching_tests(source: str, root: Path) -> Selection:
+    """The test files (relative paths) that can catch a mutant of `source`, most specific first."""
+    named: list[tuple[int, str]] = []
+    reached: list[str] = []
+    patterns = [
+        re.compile(name if name.startswith("from ") else re.escape(name)) for name in _names(source)
+    ]
+    for test in sorted((root / "tests").glob("test_*.py")):
+        relative = test.relative_to(root).as_posix()
+        if relative in NOT_BEHAVIOUR:
+            continue
+        text = test.read_text(encoding="utf-8")
+        mentions = sum(len(p.findall(text)) for p in patterns)
+        if mentions:
+            named.append((-mentions, relative))
+        elif _reaches(source, text):
+            reached.append(relative)
+    ordered = [relative for _, relative in sorted(named)] + reached
+    ordered.sort(key=lambda relative: relative in SLOW)  # stable: the slow ones last
+    return Selection(tuple(ordered))
