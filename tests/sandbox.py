@@ -29,7 +29,6 @@ import shutil
 import stat
 import subprocess
 import tempfile
-import time
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
