@@ -10,6 +10,7 @@ import pytest
 
 from tests.sandbox import Sandbox, sandbox_available
 from tests.test_control_plane_scripts import ADMIN_KUBECONFIG, CNI, FLANNEL_MANIFEST
+from tests.test_node_scripts import DRIVER, RUNTIME, sandbox  # noqa: F401 (fixture)
 
 pytestmark = pytest.mark.skipif(
     not sandbox_available(), reason="needs root, unshare --mount and overlayfs"
@@ -17,13 +18,6 @@ pytestmark = pytest.mark.skipif(
 
 FAST = {"RETRY_BASE_SECONDS": "0.01", "POLL_SECONDS": "0.01"}
 UBUNTU_2404 = 'NAME="Ubuntu"\nVERSION_ID="24.04"\nID=ubuntu\nID_LIKE=debian\n'
-CTK_PACKAGES = (
-    "nvidia-container-toolkit",
-    "nvidia-container-toolkit-base",
-    "libnvidia-container-tools",
-    "libnvidia-container1",
-)
-RUNTIME = {"NVIDIA_CTK_VERSION": "1.17.8-1", **FAST}
 PRIVATE_IP = "10.42.3.7"
 INIT = {
     "CLUSTER_NAME": "dev-gpu",
@@ -40,14 +34,10 @@ INIT = {
 
 
 @pytest.fixture
-def gpu_host(tmp_path) -> Sandbox:
-    """Ubuntu 24.04 with containerd and the pinned toolkit in the repositories."""
-    sb = Sandbox(tmp_path)
-    sb.write("/etc/os-release", UBUNTU_2404)
-    sb.apt_available("containerd", "1.7.28-0ubuntu1~24.04.1")
-    for pkg in CTK_PACKAGES:
-        sb.apt_available(pkg, "1.17.8-1")
-    return sb
+def gpu_host(sandbox) -> Sandbox:  # noqa: F811 (the imported fixture, requested by name)
+    """A fresh Ubuntu 24.04 GPU host whose archive has what the pinned scripts install (the
+    node-script tests' host, so both follow the archive's real package shapes)."""
+    return sandbox
 
 
 @pytest.fixture
@@ -70,10 +60,12 @@ def test_runtime_without_an_nvidia_runtime_section_fails(gpu_host):
     assert result.returncode == 1, (
         f"a containerd without the nvidia runtime passed:\n{result.stderr}"
     )
+    # install-runtime.sh checks what containerd itself loaded (`containerd config dump`, drop-ins
+    # included): with no nvidia runtime there is no SystemdCgroup for it either.
     assert (
-        "[runtime] FAILED: an nvidia runtime section expected in /etc/containerd/config.toml, "
-        "not found" in result.stderr
-    )
+        "[runtime] FAILED: nvidia runtime SystemdCgroup: true expected in "
+        "`containerd config dump`, found 'nothing'" in result.stderr
+    ), result.stderr
     assert "nvidia is the default runtime" not in result.stderr
 
 
@@ -229,23 +221,12 @@ def test_join_refuses_a_node_name_that_is_no_dns_name(kube_host):
 
 # ---- install-driver.sh: a module that loads and a GPU that does not answer ---------------
 
-RUNNING_KERNEL = "6.8.0-1021-aws"  # the uname stub's default
-DRIVER_VERSION = "580.95.05-0ubuntu0.24.04.2"
-
 
 def test_driver_whose_gpu_does_not_answer_fails(gpu_host):
     """The module loaded but nvidia-smi cannot reach the GPU (fallen off the bus, Xid 79):
     the node must not go on to join as a GPU node."""
-    for pkg in (
-        f"linux-modules-nvidia-580-server-{RUNNING_KERNEL}",
-        "linux-modules-nvidia-580-server-aws",
-        "nvidia-headless-no-dkms-580-server",
-        "nvidia-utils-580-server",
-    ):
-        gpu_host.apt_available(pkg, DRIVER_VERSION)
     gpu_host.state("nvidia-smi.no-device", 1)
-    params = {"DRIVER_BRANCH": "580", "GPU_COUNT": "1", "NEEDS_FABRIC_MANAGER": "false", **FAST}
-    result = gpu_host.run("install-driver.sh", params)
+    result = gpu_host.run("install-driver.sh", DRIVER)
     assert result.returncode == 1, result.stderr
     assert "[driver] FAILED: nvidia-smi failed; the nvidia kernel module did not load" in (
         result.stderr
