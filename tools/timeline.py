@@ -28,8 +28,11 @@ the engine on that graph:
 Each step lasts the time in `tools/step_durations.py`, which names a source for every figure.
 `--baked` boots GPU nodes from a baked image that already exists (built earlier by this or another
 stack of the account): their install steps only verify. A node is validated when its validation
-Job completes (its Node Ready step when validation is disabled). Not modelled: API rate limits,
-retries, failures, the program's own evaluation time (`python -m tools.benchmark`).
+Job completes (its Node Ready step when validation is disabled). Not modelled: retries, failures,
+the program's own evaluation time (`python -m tools.benchmark`), and API rate limits: EC2 lets an
+account launch 1,000 instances at once, then 2 per second (RunInstances resource token bucket,
+docs.aws.amazon.com/ec2/latest/devguide/ec2-api-throttling.html), so past 1,000 nodes the
+launches themselves would spread out (the provider retries RequestLimitExceeded).
 """
 
 from __future__ import annotations
