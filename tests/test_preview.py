@@ -1,6 +1,8 @@
 """The offline preview (`python -m tools.preview <stack>`) for every stack file: the printed plan,
 and artefacts that exist and parse (YAML loads, scripts pass shellcheck, the picture is a real
-SVG and PNG). Bad config and a missing Graphviz fail cleanly, with exit code 1.
+SVG and PNG where Graphviz is installed). Bad config fails cleanly, with exit code 1; a missing
+Graphviz skips only the picture, with a one-line notice; an artefact directory the tool did not
+create is refused, never deleted.
 
 The scripts and manifests each stack renders are pinned by digest (`tests/preview_digests/`), so a
 restructuring of the code shows it changes nothing a host or the cluster receives. A deliberate
@@ -41,8 +43,6 @@ needs_dot = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def previews(tmp_path_factory) -> dict[str, preview.Preview]:
-    if shutil.which("dot") is None:
-        pytest.fail(f"Graphviz `dot` is required for the preview: {graph_picture.INSTALL_HINT}")
     out_root = tmp_path_factory.mktemp("preview")
     return {stack: preview.preview(stack, out_root=out_root) for stack in STACK_FILES}
 
@@ -214,6 +214,17 @@ def test_manifests_are_yaml_kubernetes_objects(previews, stack):
         )
 
 
+@pytest.mark.parametrize("stack", STACK_FILES)
+def test_graph_dot_has_a_cluster_and_the_edges_of_every_chain(previews, stack):
+    dot = (previews[stack].out_dir / "graph.dot").read_text()
+    for node_name, chain in previews[stack].chains.items():
+        assert f'label="{node_name}"' in dot, f"{stack}: no cluster for node {node_name}"
+        for earlier, later in itertools.pairwise(chain):
+            assert f'"{earlier.urn}" -> "{later.urn}"' in dot, (
+                f"{later.urn}: edge from {earlier.urn} missing in graph.dot"
+            )
+
+
 @needs_dot
 @pytest.mark.parametrize("stack", STACK_FILES)
 def test_graph_picture_is_a_valid_svg_and_png(previews, stack):
@@ -228,13 +239,6 @@ def test_graph_picture_is_a_valid_svg_and_png(previews, stack):
     assert texts and not any("\\n" in t for t in texts), (
         f"{stack}: graph.svg shows a literal \\n in a label: {[t for t in texts if chr(92) in t]}"
     )
-    dot = (out / "graph.dot").read_text()
-    for node_name, chain in previews[stack].chains.items():
-        assert f'label="{node_name}"' in dot, f"{stack}: no cluster for node {node_name}"
-        for earlier, later in itertools.pairwise(chain):
-            assert f'"{earlier.urn}" -> "{later.urn}"' in dot, (
-                f"{later.urn}: edge from {earlier.urn} missing in graph.dot"
-            )
 
 
 def test_preview_leaves_the_harness_stdout_registry_as_it_was(monkeypatch):
@@ -298,16 +302,49 @@ def test_bad_config_from_the_command_line_has_no_traceback(tmp_path):
     assert "Traceback" not in run.stderr, run.stderr
 
 
-def test_missing_graphviz_names_the_install_command(monkeypatch, capsys, tmp_path):
+def test_missing_graphviz_skips_only_the_picture_with_one_notice(monkeypatch, capsys, tmp_path):
     real_which = shutil.which
     monkeypatch.setattr(
         graph_picture.shutil, "which", lambda cmd: None if cmd == "dot" else real_which(cmd)
     )
     code = preview.main(["dev", "--out", str(tmp_path)])
+    captured = capsys.readouterr()
+    assert code == 0, f"exit code {code} without Graphviz: {captured.err}"
+    assert "Chains:" in captured.out and "Policies: " in captured.out, captured.out
+    notices = [line for line in captured.out.splitlines() if "graph picture skipped" in line]
+    assert len(notices) == 1 and graph_picture.INSTALL_HINT in notices[0], captured.out
+    out = tmp_path / "dev"
+    assert (out / "graph.dot").is_file(), "the DOT file is written anyway"
+    assert not (out / "graph.svg").exists() and not (out / "graph.png").exists()
+
+
+def test_out_refuses_a_directory_it_did_not_create(capsys, tmp_path):
+    mine = tmp_path / "dev"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    code = preview.main(["dev", "--out", str(tmp_path)])
     err = capsys.readouterr().err
-    assert code == 1, f"exit code {code} without Graphviz"
-    assert graph_picture.INSTALL_HINT in err, err
-    assert (tmp_path / "dev" / "graph.dot").is_file(), "the DOT file is written anyway"
+    assert code == 1, f"exit code {code} for an existing directory the tool did not create"
+    assert str(mine) in err and "not deleting" in err, err
+    assert (mine / "notes.txt").read_text() == "keep me", "the tool touched a foreign directory"
+
+
+def test_out_refuses_a_symlink_and_replaces_only_its_own_directory(capsys, tmp_path):
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    (target / preview.OUT_MARKER).write_text("a marker does not make a link ours")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "dev").symlink_to(target)
+    assert preview.main(["dev", "--out", str(tmp_path / "out")]) == 1
+    assert (target / preview.OUT_MARKER).is_file(), "followed a symlink and deleted its target"
+    capsys.readouterr()
+
+    first = preview.preview("dev", out_root=tmp_path / "own")
+    stale = first.out_dir / "scripts" / "stale.sh"
+    stale.write_text("left over from an older run")
+    second = preview.preview("dev", out_root=tmp_path / "own")
+    assert not stale.exists(), "a second run did not replace the directory it created"
+    assert (second.out_dir / preview.OUT_MARKER).is_file()
 
 
 def test_unknown_stack_is_a_clean_error(capsys, tmp_path):

@@ -1,7 +1,12 @@
 """Draw a recorded resource graph with Graphviz: one cluster per GPU node chain, edges = waits.
 
 `to_dot(graph, chains)` builds the DOT text (deterministic: sorted, no timestamps);
-`render(dot_text, out_dir)` runs `dot` to write graph.dot, graph.svg and graph.png.
+`render(dot_text, out_dir)` writes graph.dot and, where Graphviz's `dot` is installed, runs it to
+write graph.svg and graph.png. Without `dot` the picture is skipped with a one-line notice: the
+plan, chains and policy results never depend on it. The renderers on PyPI that bundle their own
+Graphviz (a Rust port, a WebAssembly build, a wheel of prebuilt binaries) are young one-person
+projects that would ship a native binary into every developer's venv, so the project does not
+install one; the DOT file opens in any Graphviz viewer.
 """
 
 from __future__ import annotations
@@ -9,6 +14,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from tools.harness.graph import Graph, Resource
@@ -16,8 +22,10 @@ from tools.harness.graph import Graph, Resource
 INSTALL_HINT = "apt-get install -y graphviz"
 
 
-class GraphvizMissing(RuntimeError):
-    pass
+@dataclass
+class Picture:
+    paths: dict[str, Path]  # "dot" always; "svg" and "png" when Graphviz drew them
+    notice: str = ""  # one line saying why the picture was skipped, or ""
 
 
 def _quote(text: str) -> str:
@@ -61,16 +69,17 @@ def to_dot(graph: Graph, chains: Mapping[str, Sequence[Resource]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render(dot_text: str, out_dir: Path, stem: str = "graph") -> dict[str, Path]:
-    """Write <stem>.dot, <stem>.svg and <stem>.png into out_dir; needs Graphviz's `dot`."""
+def render(dot_text: str, out_dir: Path, stem: str = "graph") -> Picture:
+    """Write <stem>.dot into out_dir, and <stem>.svg and <stem>.png when `dot` is installed."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"dot": out_dir / f"{stem}.dot"}
     paths["dot"].write_text(dot_text, encoding="utf-8")
     dot = shutil.which("dot")
     if dot is None:
-        raise GraphvizMissing(
-            f"Graphviz `dot` is not installed, so the graph picture cannot be drawn "
-            f"(the DOT file is at {paths['dot']}); install it with `{INSTALL_HINT}`"
+        return Picture(
+            paths,
+            f"graph picture skipped: Graphviz `dot` is not installed ({INSTALL_HINT}); "
+            f"the graph is in {paths['dot'].name}",
         )
     for fmt in ("svg", "png"):
         paths[fmt] = out_dir / f"{stem}.{fmt}"
@@ -80,4 +89,4 @@ def render(dot_text: str, out_dir: Path, stem: str = "graph") -> dict[str, Path]
             capture_output=True,
             timeout=120,
         )
-    return paths
+    return Picture(paths)

@@ -9,10 +9,14 @@ of each GPU node (computed from the graph), and the policy pack's verdict. It wr
     scripts/<resource>.sh          the stdin of each host step, exactly as the host will run it
     scripts/<resource>.delete.sh   the step's delete command (what destroy runs)
     manifests/<resource>.yaml      every Kubernetes object the program creates
-    graph.dot/.svg/.png            the resource graph (Graphviz), one cluster per node chain
+    graph.dot                      the resource graph, one cluster per node chain
+    graph.svg, graph.png           its picture, where Graphviz's `dot` is installed (else a
+                                   one-line notice says it was skipped)
     preview.txt                    the printed plan
 
 Bad configuration stops it with the same message as `pulumi up` (no traceback, exit code 1).
+The stack's artefact directory is replaced on each run only when this tool created it (it holds
+the marker file `.gpu-cluster-preview`); any other existing path is refused, never deleted.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from tools.harness.stacks import PROJECT, ROOT, STACKS
 from tools.parallelism import recommended_parallelism
 
 OUT_ROOT = ROOT / "build" / "preview"
+OUT_MARKER = ".gpu-cluster-preview"
 COMMAND_TYPE = "command:remote:Command"
 
 PLACEHOLDER_PRIVATE_KEY = (
@@ -62,7 +67,12 @@ class Preview:
     policies: PolicyReport
     out_dir: Path
     artefacts: dict[str, list[Path]] = field(default_factory=dict)
+    picture_notice: str = ""
     text: str = ""
+
+
+class OutDirRefused(RuntimeError):
+    """The artefact directory exists and was not created by this tool: it is left alone."""
 
 
 @dataclass
@@ -228,6 +238,8 @@ def render_text(preview: Preview) -> str:
     lines.append(f"Artefacts in {_relative(preview.out_dir)}/:")
     for kind, paths in preview.artefacts.items():
         lines.append(f"    {kind}: {len(paths)}")
+    if preview.picture_notice:
+        lines.append(f"    {preview.picture_notice}")
     return "\n".join(lines) + "\n"
 
 
@@ -298,17 +310,34 @@ def write_manifests(graph: Graph, out_dir: Path) -> list[Path]:
     return written
 
 
+def prepare_out_dir(out: Path) -> None:
+    """Empty the stack's artefact directory when this tool created it; refuse anything else."""
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise OutDirRefused(
+            f"{out} exists and is not a directory this tool created; not touching it"
+        )
+    if out.exists():
+        if not (out / OUT_MARKER).is_file():
+            raise OutDirRefused(
+                f"{out} exists and was not created by `python -m tools.preview` (no {OUT_MARKER} "
+                "in it); not deleting it: choose another --out, or remove it yourself"
+            )
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    (out / OUT_MARKER).write_text("written by python -m tools.preview; replaced on each run\n")
+
+
 def write_artefacts(preview: Preview) -> None:
     out = preview.out_dir
-    if out.exists():
-        shutil.rmtree(out)
-    (out / "scripts").mkdir(parents=True)
-    (out / "manifests").mkdir(parents=True)
+    prepare_out_dir(out)
+    (out / "scripts").mkdir()
+    (out / "manifests").mkdir()
     preview.artefacts["scripts"] = write_scripts(preview.graph, out / "scripts")
     preview.artefacts["manifests"] = write_manifests(preview.graph, out / "manifests")
     dot_text = graph_picture.to_dot(preview.graph, preview.chains)
-    pictures = graph_picture.render(dot_text, out)
-    preview.artefacts["graph"] = [pictures[k] for k in ("dot", "svg", "png")]
+    picture = graph_picture.render(dot_text, out)
+    preview.artefacts["graph"] = list(picture.paths.values())
+    preview.picture_notice = picture.notice
 
 
 # ---------------------------------------------------------------- entry points
@@ -318,7 +347,7 @@ def preview(
     stack: str, *, config: Mapping[str, Any] | None = None, out_root: Path = OUT_ROOT
 ) -> Preview:
     """Record the stack's graph and write its artefacts; raises ConfigError on bad config and
-    GraphvizMissing when `dot` is not installed."""
+    OutDirRefused for an artefact directory this tool did not create."""
     graph = record(stack, config)
     chains = {name: chain_of(graph, name) for name in node_names(graph)}
     result = Preview(
@@ -373,7 +402,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    except graph_picture.GraphvizMissing as exc:
+    except OutDirRefused as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     sys.stdout.write(result.text)
