@@ -1,8 +1,19 @@
 """Run rendered node scripts for real, with bash, without touching the machine.
 
-Each run happens in a private mount namespace (`unshare --mount --fork`) with overlay mounts
-over /etc, /var, /opt and /usr/local: the real directory below, a per-sandbox upper directory
-above, so scripts write their real files and the tests read them from the upper directories.
+Each run happens in a private mount namespace with overlay mounts over /etc, /var, /opt and
+/usr/local: the real directory below, a per-sandbox upper directory above, so scripts write their
+real files and the tests read them from the upper directories. As root that is
+`unshare --mount --fork`; as any other user an unprivileged user namespace adds `--user
+--map-root-user` (the user is root inside it, and Linux 5.11+ lets it mount overlayfs), so the
+tests run the same way on a developer's machine. There the real root's files and directories
+belong to no user of the namespace and cannot be written, so each upper directory starts with
+the real directory's tree of subdirectories (an upper directory's owner is the merged one's), and
+a test puts any existing host file a script edits on the sandboxed host first (`Sandbox.write`),
+as the tests do for /etc/fstab and /etc/os-release.
+
+When the kernel refuses (user namespaces disabled, no overlayfs), every sandbox test fails with
+the kernel's reason, unless the run opts out with GPU_CLUSTER_SANDBOX=skip; the summary then
+says how many script tests did not run (tests/conftest.py).
 Commands with outside effects (apt-get, systemctl, modprobe, nvidia-smi, kubeadm, curl, ...)
 are the stubs in tests/stubs/, first on PATH. They record their argv and simulate state in a
 state directory the tests control with `Sandbox.state(...)`.
@@ -17,27 +28,85 @@ import os
 import shutil
 import stat
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
+
+import pytest
 
 from components.host_scripts import render_script
 
 STUBS_DIR = Path(__file__).resolve().parent / "stubs"
 OVERLAID_DIRS = ("/etc", "/var", "/opt", "/usr/local")
+# Without root, how deep each upper directory copies the real one's subdirectories: deep enough
+# for every existing directory a script writes into (/etc/apt/keyrings, /etc/systemd/system,
+# /var/lib/kubelet, /opt/cni/bin), shallow where a machine keeps big trees (/opt, /usr/local).
+MIRROR_DEPTH = {"/etc": 4, "/var": 3, "/opt": 2, "/usr/local": 2}
 FIELD_SEPARATOR = "\x1f"
-UNSHARE = ("unshare", "--mount", "--propagation", "private", "--fork")
+OPT_OUT_ENV = "GPU_CLUSTER_SANDBOX"  # =skip: run without the script tests, and say so
+# Marks a test that runs scripts in the sandbox (tests/conftest.py fails or skips it when the
+# sandbox cannot run here).
+needs_sandbox = pytest.mark.sandbox
+
+
+def unshare_command() -> tuple[str, ...]:
+    """A private mount namespace; for a user other than root inside a new user namespace."""
+    user = () if os.geteuid() == 0 else ("--user", "--map-root-user")
+    return ("unshare", *user, "--mount", "--propagation", "private", "--fork")
+
+
+@cache
+def sandbox_problem() -> str | None:
+    """Why this machine cannot run the sandbox (the kernel's own words), or None when it can:
+    mounts a throwaway overlay over /etc in the namespace the sandbox uses."""
+    if shutil.which("unshare") is None:
+        return "`unshare` (util-linux) is not installed"
+    with tempfile.TemporaryDirectory(prefix="sandbox-probe-") as tmp:
+        upper, work = Path(tmp, "upper"), Path(tmp, "work")
+        upper.mkdir()
+        work.mkdir()
+        probe = (
+            f"mount -t overlay overlay -o lowerdir=/etc,upperdir={upper},workdir={work} /etc "
+            "&& : > /etc/.gpu-cluster-sandbox-probe"
+        )
+        command = [*unshare_command(), "bash", "-c", probe]
+        try:
+            run = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"`{' '.join(command[:-1])}` could not run: {exc}"
+        if run.returncode != 0 or not (upper / ".gpu-cluster-sandbox-probe").is_file():
+            reason = (run.stderr or run.stdout).strip().splitlines()
+            return (
+                f"`{' '.join(command[:-2])}` with an overlay over /etc failed: "
+                f"{reason[0] if reason else f'exit {run.returncode}'} (needs unprivileged user "
+                "namespaces and overlayfs, Linux 5.11+, or root)"
+            )
+    return None
 
 
 def sandbox_available() -> bool:
-    """True when this machine can run the sandbox (root, unshare, overlayfs)."""
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        return False
-    try:
-        filesystems = Path("/proc/filesystems").read_text()
-    except OSError:
-        return False
-    return "overlay" in filesystems
+    """True when this machine can run the sandbox (unshare and overlayfs, as root or not)."""
+    return sandbox_problem() is None
+
+
+@cache
+def _directories_below(lower: Path, depth: int) -> tuple[str, ...]:
+    """The real subdirectories of lower down to depth (a symlink to a directory stays a link)."""
+    found: list[str] = []
+    for current, dirs, _files in os.walk(lower):
+        relative = os.path.relpath(current, lower)
+        level = 0 if relative == "." else relative.count(os.sep) + 1
+        real = [d for d in dirs if not os.path.islink(os.path.join(current, d))]
+        dirs[:] = real if level + 1 < depth else []
+        found.extend(os.path.normpath(os.path.join(relative, d)) for d in real)
+    return tuple(found)
+
+
+def _mirror_directories(lower: Path, upper: Path) -> None:
+    for relative in _directories_below(lower, MIRROR_DEPTH[str(lower)]):
+        (upper / relative).mkdir(parents=True, exist_ok=True)
 
 
 @dataclass
@@ -78,6 +147,8 @@ class Sandbox:
             self._workdirs[overlaid] = self.root / "work" / slug
             self.uppers[overlaid].mkdir(parents=True, exist_ok=True)
             self._workdirs[overlaid].mkdir(parents=True, exist_ok=True)
+            if os.geteuid() != 0:
+                _mirror_directories(Path(overlaid), self.uppers[overlaid])
         (self.state_dir / "calls.log").touch()
 
     # ---- stub state -------------------------------------------------------------
@@ -163,7 +234,7 @@ class Sandbox:
             "LANG=C.UTF-8",
         ]
         proc = subprocess.run(
-            [*UNSHARE, "bash", "-c", self._mount_commands(), "sandbox", *env],
+            [*unshare_command(), "bash", "-c", self._mount_commands(), "sandbox", *env],
             input=program,
             capture_output=True,
             text=True,

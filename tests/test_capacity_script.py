@@ -12,11 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.sandbox import Sandbox, sandbox_available
+from tests.sandbox import Sandbox, needs_sandbox
 
-pytestmark = pytest.mark.skipif(
-    not sandbox_available(), reason="needs root, unshare --mount and overlayfs"
-)
+pytestmark = needs_sandbox
 
 SCRIPT = "wait-gpu-capacity.sh"
 NODE = "dev-gpu-a10g-0"

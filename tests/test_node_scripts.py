@@ -10,11 +10,7 @@ import pytest
 import yaml
 
 from components.host_scripts import render_script, script_digest
-from tests.sandbox import STUBS_DIR, Sandbox, sandbox_available
-
-needs_sandbox = pytest.mark.skipif(
-    not sandbox_available(), reason="needs root, unshare --mount and overlayfs"
-)
+from tests.sandbox import STUBS_DIR, Sandbox, needs_sandbox
 
 FAST = {"RETRY_BASE_SECONDS": "0.01"}
 DRIVER = {"DRIVER_BRANCH": "580", "GPU_COUNT": "4", "NEEDS_FABRIC_MANAGER": "false", **FAST}

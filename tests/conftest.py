@@ -1,0 +1,44 @@
+"""Script sandbox tests (marked `sandbox`, tests/sandbox.py) never pass by not running: where this
+machine cannot run the sandbox they fail with the kernel's reason, unless the run opts out with
+GPU_CLUSTER_SANDBOX=skip; the summary then says how many script tests did not run."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests import sandbox
+
+_not_run: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "sandbox: runs host scripts in the script sandbox (tests/sandbox.py)"
+    )
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("sandbox") is None:
+        return
+    problem = sandbox.sandbox_problem()
+    if problem is None:
+        return
+    if os.environ.get(sandbox.OPT_OUT_ENV) == "skip":
+        _not_run.append(item.nodeid)
+        pytest.skip(f"script sandbox unavailable ({sandbox.OPT_OUT_ENV}=skip): {problem}")
+    pytest.fail(
+        f"the script sandbox cannot run here: {problem}. To run the other tests without the "
+        f"script tests, set {sandbox.OPT_OUT_ENV}=skip",
+        pytrace=False,
+    )
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if _not_run:
+        terminalreporter.write_line(
+            f"script sandbox: {len(_not_run)} script tests did not run "
+            f"({sandbox.OPT_OUT_ENV}=skip): {sandbox.sandbox_problem()}",
+            yellow=True,
+        )
