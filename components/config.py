@@ -15,7 +15,7 @@ from typing import Any
 import pulumi
 from pydantic import ValidationError
 
-from components.config_errors import Problem, aliases, problems_of, show, unknown_key
+from components.config_errors import SECRET_KEYS, Problem, aliases, problems_of, show, unknown_key
 from components.settings import PROJECT, Settings
 
 OBJECT_KEYS = frozenset(
@@ -48,6 +48,17 @@ def load_settings(config: pulumi.Config | None = None) -> Settings:
             found.append(unknown_key((key,)))
             continue
         value = config.get(key)
+        if key in SECRET_KEYS and value is not None and not _is_secret(f"{PROJECT}:{key}"):
+            found.append(
+                Problem(
+                    f"{PROJECT}:{key}",
+                    "a plain value, stored in clear text in the stack file",
+                    "a secret: remove it with `pulumi config rm "
+                    f"{PROJECT}:{key}`, then set it with `pulumi config set --secret "
+                    f"{PROJECT}:{key} < ~/.ssh/id_ed25519` (and rotate the key: it was readable)",
+                )
+            )
+            continue
         if key in OBJECT_KEYS:
             try:
                 value = json.loads(value)
@@ -65,6 +76,19 @@ def load_settings(config: pulumi.Config | None = None) -> Settings:
     if found:
         raise ConfigError(sorted(set(found), key=lambda p: p.key))
     return settings
+
+
+def _is_secret(full_key: str) -> bool:
+    """Whether the engine marked this config value secret. `pulumi up` hands the program the
+    stack's secret keys in PULUMI_CONFIG_SECRET_KEYS (pulumi/pulumi
+    `sdk/python/cmd/pulumi-language-python/main.go`: `pulumiConfigSecretKeysVar`), read by
+    `get_config_secret_keys_env()`; `set_all_config(config, secret_keys)` (mocks, the
+    automation API) sets the set `is_config_secret()` reads."""
+    from pulumi.runtime import config as runtime_config
+
+    return runtime_config.is_config_secret(
+        full_key
+    ) or full_key in runtime_config.get_config_secret_keys_env()
 
 
 def _configured_keys() -> set[str]:

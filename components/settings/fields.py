@@ -143,7 +143,8 @@ def _endpoint(value: str) -> str:
         "cp.example.com:6443"
     )
     host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536 or "/" in value:
+    ascii_port = port.isascii() and port.isdigit()  # "٦٤٤٣".isdigit() is True too
+    if not sep or not ascii_port or not 0 < int(port) < 65536 or "/" in value:
         raise PydanticCustomError("endpoint", expected)
     bracketed = host.startswith("[") and host.endswith("]")
     if bracketed:

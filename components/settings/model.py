@@ -108,7 +108,7 @@ class Settings(Model):
     def _supported_minor(cls, value: str) -> str:
         if value not in SUPPORTED_KUBERNETES_MINORS:
             hint = ""
-            if re.fullmatch(r"\d+\.\d", value):
+            if re.fullmatch(r"[0-9]+\.[0-9]", value):
                 hint = (
                     f"; YAML reads an unquoted {value}0 as the number {value}: "
                     f'write "{value}0" in quotes'

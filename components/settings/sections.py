@@ -30,7 +30,7 @@ from components.settings.fields import (
     problems,
 )
 
-_SEMVER_TAG = re.compile(r"^v\d+\.\d+\.\d+$")
+_SEMVER_TAG = re.compile(r"^v[0-9]+\.[0-9]+\.[0-9]+$")
 
 
 class Bastion(Model):
