@@ -11,6 +11,7 @@ them directly with the resources recorded from a program run.
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,7 +52,7 @@ CATALOG_INSTANCE_TYPES: tuple[str, ...] = (
 
 # EC2 accelerated families with NVIDIA (or other) GPUs: g*, gr*, p*. Other types (the control
 # plane's m7i) are not GPU types and are not limited by the allowlist.
-GPU_FAMILY = re.compile(r"^(g|gr|p)\d[a-z0-9-]*\.")
+GPU_FAMILY = re.compile(r"^(g|gr|p)[0-9][a-z0-9-]*\.")
 
 INSTANCE = "aws:ec2/instance:Instance"
 SPOT_REQUEST = "aws:ec2/spotInstanceRequest:SpotInstanceRequest"
@@ -238,10 +239,31 @@ def _describe_ports(ports: list[int]) -> str:
     return ", ".join(f"{p} ({PORT_NAMES[p]})" if p in PORT_NAMES else str(p) for p in ports)
 
 
-def check_no_world_ingress(resource: Resource, config: Config) -> list[str]:
-    """No ingress from 0.0.0.0/0 or ::/0 to SSH, the Kubernetes API or the kubelet."""
-    protected = [int(p) for p in (config.get("protectedPorts") or PORT_NAMES)]
-    props, label = resource.props, _label(resource)
+def world_covered(sources: Iterable[Any]) -> list[str]:
+    """Which of 0.0.0.0/0 and ::/0 the union of these CIDR ranges covers: address ranges, not
+    strings, so ["0.0.0.0/1", "128.0.0.0/1"] is the whole IPv4 internet (and so is
+    "0.0.0.0/0" written with host bits, like "10.0.0.0/0"). Values that are no CIDR are ignored
+    (the provider rejects them)."""
+    networks: dict[int, list[ipaddress.IPv4Network | ipaddress.IPv6Network]] = {4: [], 6: []}
+    for source in sources:
+        if not isinstance(source, str):
+            continue
+        try:
+            network = ipaddress.ip_network(source.strip(), strict=False)
+        except ValueError:
+            continue
+        networks[network.version].append(network)
+    covered = []
+    for version, world in ((4, "0.0.0.0/0"), (6, "::/0")):
+        merged = list(ipaddress.collapse_addresses(networks[version]))  # type: ignore[arg-type]
+        if any(n.prefixlen == 0 for n in merged):
+            covered.append(world)
+    return covered
+
+
+def _ingress_rules(resource: Resource) -> list[tuple[str, Any, Any, Any, list[str]]]:
+    """(where, protocol, fromPort, toPort, CIDR sources) of each ingress rule a resource holds."""
+    props = resource.props
     rules: list[tuple[str, Any, Any, Any, list[str]]] = []
     if resource.resource_type == SECURITY_GROUP:
         for index, rule in enumerate(_items(props.get("ingress"))):
@@ -265,15 +287,82 @@ def check_no_world_ingress(resource: Resource, config: Config) -> list[str]:
         rules.append(
             ("rule", props.get("ipProtocol"), props.get("fromPort"), props.get("toPort"), sources)
         )
+    return rules
+
+
+_WORLD_FIX = (
+    "Fix: allow only the operators' ranges (gpu-cluster:network.sshAllowedCidrs, "
+    "gpu-cluster:controlPlane.apiAllowedCidrs) or reach the hosts through a bastion."
+)
+
+
+def _protected_ports(config: Config) -> list[int]:
+    return [int(p) for p in (config.get("protectedPorts") or PORT_NAMES)]
+
+
+def check_no_world_ingress(resource: Resource, config: Config) -> list[str]:
+    """No ingress from the whole internet (the union of the rules' ranges covering 0.0.0.0/0 or
+    ::/0) to SSH, the Kubernetes API or the kubelet, within one security group or rule."""
+    protected = _protected_ports(config)
+    by_port: dict[int, list[tuple[str, list[str]]]] = {}
+    for where, protocol, from_port, to_port, sources in _ingress_rules(resource):
+        if not sources:
+            continue
+        for port in _ports_opened(protocol, from_port, to_port, protected):
+            by_port.setdefault(port, []).append((where, sources))
+    # Ports opened to the internet by the same rules are reported in one message.
+    reports: dict[tuple[tuple[str, ...], tuple[str, ...]], list[int]] = {}
+    for port, opened in sorted(by_port.items()):
+        world = world_covered(s for _where, sources in opened for s in sources)
+        if world:
+            reports.setdefault((tuple(w for w, _s in opened), tuple(world)), []).append(port)
     found = []
-    for where, protocol, from_port, to_port, sources in rules:
-        world = [s for s in sources if s in WORLD]
-        ports = _ports_opened(protocol, from_port, to_port, protected)
-        if world and ports:
+    for (wheres, world), ports in reports.items():
+        ranges = sorted({s for w, sources in by_port[ports[0]] if w in wheres for s in sources})
+        how = " and ".join(world)
+        if not set(ranges) <= set(WORLD):
+            how += f" (together {', '.join(ranges)} cover it)"
+        found.append(
+            f"{_label(resource)}: {' + '.join(wheres)} opens port {_describe_ports(ports)} "
+            f"to {how}. {_WORLD_FIX}"
+        )
+    return found
+
+
+def check_no_world_ingress_across_rules(
+    resources: Sequence[Resource], config: Config
+) -> list[tuple[str, str]]:
+    """Standalone ingress rules of one security group whose ranges together cover the whole
+    internet for an admin port, though no single rule does (each rule is its own resource, so
+    the per-resource policy cannot see the union)."""
+    protected = _protected_ports(config)
+    groups: dict[str, dict[int, list[tuple[Resource, list[str]]]]] = {}
+    for resource in resources:
+        if resource.resource_type not in (SECURITY_GROUP_RULE, INGRESS_RULE):
+            continue
+        group = resource.props.get("securityGroupId")
+        if not isinstance(group, str) or not group:
+            continue
+        for _where, protocol, from_port, to_port, sources in _ingress_rules(resource):
+            for port in _ports_opened(protocol, from_port, to_port, protected):
+                groups.setdefault(group, {}).setdefault(port, []).append((resource, sources))
+    found = []
+    for group, ports in sorted(groups.items()):
+        for port, opened in sorted(ports.items()):
+            if any(world_covered(sources) for _r, sources in opened):
+                continue  # a single rule already covers it: reported by the resource policy
+            world = world_covered(s for _r, sources in opened for s in sources)
+            if not world:
+                continue
+            rules = sorted({r.name for r, _s in opened})
+            ranges = sorted({s for _r, sources in opened for s in sources})
             found.append(
-                f"{label}: {where} opens port {_describe_ports(ports)} to {' and '.join(world)}. "
-                "Fix: allow only the operators' ranges (gpu-cluster:network.sshAllowedCidrs, "
-                "gpu-cluster:controlPlane.apiAllowedCidrs) or reach the hosts through a bastion."
+                (
+                    opened[0][0].urn,
+                    f"security group {group}: the ingress rules {', '.join(rules)} together open "
+                    f"port {_describe_ports([port])} to {' and '.join(world)} "
+                    f"({', '.join(ranges)}). {_WORLD_FIX}",
+                )
             )
     return found
 
@@ -359,7 +448,7 @@ def _positive_int(value: Any) -> bool:
         return False
     if isinstance(value, (int, float)):
         return value > 0 and float(value).is_integer()
-    return isinstance(value, str) and value.isdigit() and int(value) > 0
+    return isinstance(value, str) and value.isascii() and value.isdigit() and int(value) > 0
 
 
 def check_validation_job_bounded(resource: Resource, config: Config) -> list[str]:
@@ -528,9 +617,24 @@ POLICIES: tuple[PolicySpec, ...] = (
     ),
     PolicySpec(
         "no-world-ingress-to-admin-ports",
-        "No security group ingress from 0.0.0.0/0 or ::/0 to SSH (22), the Kubernetes API (6443) "
-        "or the kubelet (10250).",
+        "No security group ingress from ranges that cover 0.0.0.0/0 or ::/0 (address ranges, "
+        "not strings) to SSH (22), the Kubernetes API (6443) or the kubelet (10250).",
         check_no_world_ingress,
+        config_schema={
+            "protectedPorts": {
+                "type": "array",
+                "items": {"type": "integer", "minimum": 0, "maximum": 65535},
+                "default": sorted(PORT_NAMES),
+                "description": "TCP ports that must not be open to the whole internet.",
+            }
+        },
+    ),
+    PolicySpec(
+        "no-world-ingress-across-rules",
+        "No set of a security group's separate ingress rules whose ranges together cover "
+        "0.0.0.0/0 or ::/0 for SSH (22), the Kubernetes API (6443) or the kubelet (10250).",
+        check_no_world_ingress_across_rules,
+        stack=True,
         config_schema={
             "protectedPorts": {
                 "type": "array",
