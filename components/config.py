@@ -86,9 +86,10 @@ def _is_secret(full_key: str) -> bool:
     automation API) sets the set `is_config_secret()` reads."""
     from pulumi.runtime import config as runtime_config
 
-    return runtime_config.is_config_secret(
-        full_key
-    ) or full_key in runtime_config.get_config_secret_keys_env()
+    return (
+        runtime_config.is_config_secret(full_key)
+        or full_key in runtime_config.get_config_secret_keys_env()
+    )
 
 
 def _configured_keys() -> set[str]:

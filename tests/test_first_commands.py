@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import ROOT
+from tools.harness.stacks import ROOT
 
 README_COMMANDS = (
     "pip install -r requirements-dev.txt && python -m tools.preview dev",

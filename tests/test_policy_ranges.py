@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from tests.harness import run_program
 from tests.test_policies import (
     MANDATORY,
     analyze,
@@ -18,6 +17,7 @@ from tests.test_policies import (
     ssh_rule,
     v,
 )
+from tools.harness.stacks import run_program
 
 SPLIT_V4 = ["0.0.0.0/1", "128.0.0.0/1"]
 SPLIT_V6 = ["::/1", "8000::/1"]

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import ROOT
 from tests.sandbox import OPT_OUT_ENV, sandbox_problem, unshare_command
+from tools.harness.stacks import ROOT
 
 SCRIPT_TESTS = "tests/test_capacity_script.py"
 REFUSAL = "unshare: unshare failed: Operation not permitted"

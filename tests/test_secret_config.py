@@ -14,7 +14,13 @@ from pydantic_core import PydanticCustomError
 from components.config import ConfigError
 from components.settings import constants, fields, model, node_pool, rules, sections
 from policies.gpu_cluster_policies import validators
-from tests.harness import PROJECT, TEST_SECRETS, engine_config, load_stack_settings, stack_file
+from tools.harness.stacks import (
+    PROJECT,
+    TEST_SECRETS,
+    engine_config,
+    load_stack_settings,
+    stack_file,
+)
 
 KEY = f"{PROJECT}:sshPrivateKey"
 
