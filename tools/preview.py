@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ipaddress
 import json
 import shutil
 import sys
@@ -66,6 +67,7 @@ class Preview:
     chains: dict[str, list[Resource]]
     policies: PolicyReport
     out_dir: Path
+    api: ApiReach | None = None
     artefacts: dict[str, list[Path]] = field(default_factory=dict)
     picture_notice: str = ""
     text: str = ""
@@ -73,6 +75,42 @@ class Preview:
 
 class OutDirRefused(RuntimeError):
     """The artefact directory exists and was not created by this tool: it is left alone."""
+
+
+@dataclass(frozen=True)
+class ApiReach:
+    """Where the kubeconfig's API address can be reached from: a private one only from inside
+    the VPC (or over a VPN), so `pulumi up` of that stack needs a runner there."""
+
+    private: bool
+    note: str
+
+
+def api_reachability(settings: Any, stack: str) -> ApiReach:
+    from components.settings import ExistingControlPlane
+
+    control_plane = settings.control_plane
+    if isinstance(control_plane, ExistingControlPlane):
+        host = str(control_plane.endpoint).rpartition(":")[0].strip("[]")
+        try:
+            private = not ipaddress.ip_address(host).is_global
+        except ValueError:
+            private = True  # a DNS name of the existing cluster: assume it resolves inside
+        where = f"the existing cluster's endpoint {control_plane.endpoint}"
+    else:
+        private = not settings.network.connects_to_public_ips
+        where = (
+            "the control plane's private address (hosts reached through network.bastion)"
+            if private
+            else "the control plane's Elastic IP (open to controlPlane.apiAllowedCidrs)"
+        )
+    if private:
+        return ApiReach(
+            True,
+            f"private: {where}; run `pulumi up` from inside the VPC (CI: the self-hosted "
+            f"runner labelled gpu-cluster-{stack})",
+        )
+    return ApiReach(False, f"public: {where}; a hosted runner reaches it")
 
 
 @dataclass
@@ -227,6 +265,8 @@ def render_text(preview: Preview) -> str:
         f"pulumi up --parallel {recommended_parallelism(nodes)} "
         f"(python -m tools.parallelism {preview.stack}; the CLI's default is 4 x CPUs)",
     ]
+    if preview.api is not None:
+        lines += ["", f"Kubernetes API: {preview.api.note}"]
     report = preview.policies
     lines.append("")
     if not report.available:
@@ -348,6 +388,8 @@ def preview(
 ) -> Preview:
     """Record the stack's graph and write its artefacts; raises ConfigError on bad config and
     OutDirRefused for an artefact directory this tool did not create."""
+    from components.config import load_settings
+
     graph = record(stack, config)
     chains = {name: chain_of(graph, name) for name in node_names(graph)}
     result = Preview(
@@ -356,6 +398,7 @@ def preview(
         chains=chains,
         policies=check_policies(graph),
         out_dir=out_root / stack,
+        api=api_reachability(load_settings(), stack),  # the config the program just ran with
     )
     write_artefacts(result)
     result.text = render_text(result)
