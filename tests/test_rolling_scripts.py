@@ -329,3 +329,14 @@ def test_release_leaves_a_slot_another_node_took_over(tmp_path):
     result = sb.run("roll-uncordon.sh", uncordon_params(NODE_A))
     assert result.returncode == 0, result.stderr
     assert lease(sb)["spec"]["holderIdentity"] == NODE_B
+
+
+def test_an_api_that_does_not_answer_is_not_taken_for_a_node_not_joined(tmp_path):
+    sb = control_plane(tmp_path)
+    join(sb, NODE_A)
+    sb.state("kubectl/api-down", "yes")  # kubeadm init still starting, or an upgrade restarting it
+    result = sb.run("roll-drain.sh", {**drain_params(NODE_A), "API_WAIT_SECONDS": "1"})
+    assert result.returncode != 0
+    assert "did not answer /readyz within 1s; cannot tell whether dev-gpu-a10g-0 has joined" in (
+        result.stderr
+    ), result.stderr

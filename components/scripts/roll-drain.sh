@@ -17,6 +17,7 @@
 #   CHANGE                 digest of the disruptive steps this drain is for; a new one re-runs
 #                          this step (required, logged only)
 #   SLOT_POLL_SECONDS      pause between looks for a free slot (default 10)
+#   API_WAIT_SECONDS       how long to wait for the API server to answer (default 600)
 set -Eeuo pipefail
 
 if ! declare -F init_script >/dev/null; then
@@ -44,6 +45,11 @@ joined() {
     log "no cluster on this host yet (${ADMIN_CONF} absent): ${NODE_NAME} has not joined, nothing to drain"
     return 1
   fi
+  # During the first `pulumi up` kubeadm init may have written admin.conf before its API
+  # server answers; on a later one the API may be restarting (an upgrade).
+  wait_for_api "${API_WAIT_SECONDS:-600}" ||
+    fatal "the API server on this host did not answer /readyz within ${API_WAIT_SECONDS:-600}s;" \
+      "cannot tell whether ${NODE_NAME} has joined (and must be drained) before changing it"
   if ! node_exists; then
     log "Node ${NODE_NAME} not registered (not joined yet): nothing to drain, no slot needed"
     return 1

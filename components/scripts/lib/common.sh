@@ -355,6 +355,21 @@ admin_kubectl() {
   kubectl --kubeconfig=/etc/kubernetes/admin.conf --request-timeout=30s "$@"
 }
 
+api_answers() {
+  [[ "$(admin_kubectl --request-timeout=10s get --raw /readyz 2>/dev/null)" == ok ]]
+}
+
+# wait_for_api <seconds>: true once /readyz says ok, false when the time is up.
+wait_for_api() {
+  local deadline=$((SECONDS + $1))
+  until api_answers; do
+    if ((SECONDS >= deadline)); then
+      return 1
+    fi
+    sleep "${POLL_SECONDS:-5}"
+  done
+}
+
 # require_node_name: NODE_NAME is set and a valid Node name (a lowercase DNS name).
 require_node_name() {
   require_vars NODE_NAME
