@@ -80,6 +80,8 @@ class GpuValidation(pulumi.ComponentResource):
                 "TIMEOUT_SECONDS": str(timeout),
                 "DEVICE_PLUGIN_NAMESPACE": manifests.DEVICE_PLUGIN_NAMESPACE,
                 "DEVICE_PLUGIN_NAME": manifests.DEVICE_PLUGIN_NAME,
+                # A disruptive change of the node re-runs the check (components/rolling.py).
+                "CHANGE": node.change,
             },
             identity={
                 steps.Identity.HOST: node.instance.id,
@@ -103,7 +105,11 @@ class GpuValidation(pulumi.ComponentResource):
                 image=settings.validation.image,
                 timeout_seconds=timeout,
                 taints=node.pool.taints,
-                template_annotations={manifests.CAPACITY_CHECK_ANNOTATION: self.capacity.id},
+                template_annotations={
+                    manifests.CAPACITY_CHECK_ANNOTATION: self.capacity.id,
+                    # ... and this Job (replaced), on the node still cordoned by the roll.
+                    manifests.NODE_CHANGE_ANNOTATION: node.change,
+                },
                 shares_per_gpu=settings.device_plugin.time_slicing.replicas,
             ),
             opts=pulumi.ResourceOptions(

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # roll-drain.sh: on the control plane, before a disruptive change (driver, container runtime,
 # kubelet) reaches a joined node: take one of the pool's slots, cordon the node, drain it.
-# A node that has not joined yet (first `pulumi up`, a new machine) needs neither: the step then
-# does nothing. roll-uncordon.sh undoes it once the changed node is validated again.
+# A node that has not joined yet (first `pulumi up`, a new machine), or that has completed this
+# CHANGE already (Node annotation gpu-cluster.io/node-change), needs neither: the step then does
+# nothing. roll-uncordon.sh undoes it once the changed node is validated again.
 # Runs on the control plane because the node's own credentials (kubelet, Node authorizer) may
 # neither cordon it nor write Leases.
 #
@@ -54,6 +55,12 @@ joined() {
     log "Node ${NODE_NAME} not registered (not joined yet): nothing to drain, no slot needed"
     return 1
   fi
+  # Other inputs of this step (slot bounds, pool size) may change without any change for the
+  # host: only a CHANGE the node has not completed yet takes it out.
+  if [[ "$(node_annotation "${NODE_CHANGE_ANNOTATION}")" == "${CHANGE}" ]]; then
+    log "Node ${NODE_NAME} already has change ${CHANGE}: nothing to drain"
+    return 1
+  fi
 }
 
 take_slot() {
@@ -61,7 +68,10 @@ take_slot() {
     "${SLOT_WAIT_SECONDS}"
 }
 
+# Marked first, so that roll-uncordon.sh uncordons what the roll cordoned and nothing an
+# operator cordoned.
 cordon_node() {
+  set_node_annotation "${ROLL_CORDON_ANNOTATION}=${CHANGE}"
   admin_kubectl cordon "${NODE_NAME}" >&2
 }
 

@@ -418,6 +418,20 @@ drain_node_bounded() {
     "'kubectl get pdb -A' and 'kubectl get pods -A -o wide --field-selector spec.nodeName=${NODE_NAME}'"
 }
 
+# node_annotation <key>: the value of one annotation of the Node NODE_NAME (empty when unset).
+node_annotation() {
+  admin_kubectl get node "${NODE_NAME}" -o "jsonpath={.metadata.annotations.${1//./\\.}}"
+}
+
+# set_node_annotation <key>=<value> | <key>-: set or remove an annotation of NODE_NAME.
+set_node_annotation() {
+  admin_kubectl annotate node "${NODE_NAME}" "$1" --overwrite >/dev/null
+}
+
+# What the roll records on a Node: the CHANGE it last completed there, and that it cordoned it.
+NODE_CHANGE_ANNOTATION=gpu-cluster.io/node-change
+ROLL_CORDON_ANNOTATION=gpu-cluster.io/roll-cordoned
+
 # ---- rolling slots (control plane) ------------------------------------------------
 #
 # At most MAX_UNAVAILABLE nodes of a pool are disrupted at once: each holds a slot, a
