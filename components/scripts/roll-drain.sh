@@ -57,7 +57,7 @@ joined() {
   fi
   # Other inputs of this step (slot bounds, pool size) may change without any change for the
   # host: only a CHANGE the node has not completed yet takes it out.
-  if [[ "$(node_annotation "${NODE_CHANGE_ANNOTATION}")" == "${CHANGE}" ]]; then
+  if [[ "$(node_change)" == "${CHANGE}" ]]; then
     log "Node ${NODE_NAME} already has change ${CHANGE}: nothing to drain"
     return 1
   fi
@@ -71,7 +71,7 @@ take_slot() {
 # Marked first, so that roll-uncordon.sh uncordons what the roll cordoned and nothing an
 # operator cordoned.
 cordon_node() {
-  set_node_annotation "${ROLL_CORDON_ANNOTATION}=${CHANGE}"
+  mark_roll_cordon "${CHANGE}"
   admin_kubectl cordon "${NODE_NAME}" >&2
 }
 

@@ -41,17 +41,17 @@ wait_node_ready() {
 }
 
 record_change() {
-  set_node_annotation "${NODE_CHANGE_ANNOTATION}=${CHANGE}"
+  record_node_change "${CHANGE}"
 }
 
 # Only a node the roll cordoned (roll-drain.sh marks it): an operator's cordon stays.
 uncordon_node() {
-  if [[ -z "$(node_annotation "${ROLL_CORDON_ANNOTATION}")" ]]; then
+  if ! roll_cordoned; then
     log "Node ${NODE_NAME} was not cordoned by a roll: schedulability left as it is"
     return 0
   fi
   admin_kubectl uncordon "${NODE_NAME}" >&2
-  set_node_annotation "${ROLL_CORDON_ANNOTATION}-"
+  mark_roll_cordon -
 }
 
 release_slot() {

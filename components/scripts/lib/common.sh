@@ -429,8 +429,26 @@ set_node_annotation() {
 }
 
 # What the roll records on a Node: the CHANGE it last completed there, and that it cordoned it.
-NODE_CHANGE_ANNOTATION=gpu-cluster.io/node-change
-ROLL_CORDON_ANNOTATION=gpu-cluster.io/roll-cordoned
+node_change() {
+  node_annotation gpu-cluster.io/node-change
+}
+
+record_node_change() {
+  set_node_annotation "gpu-cluster.io/node-change=$1"
+}
+
+roll_cordoned() {
+  [[ -n "$(node_annotation gpu-cluster.io/roll-cordoned)" ]]
+}
+
+# mark_roll_cordon <change> | -: mark (or unmark) the Node as cordoned by the roll.
+mark_roll_cordon() {
+  if [[ "$1" == - ]]; then
+    set_node_annotation gpu-cluster.io/roll-cordoned-
+  else
+    set_node_annotation "gpu-cluster.io/roll-cordoned=$1"
+  fi
+}
 
 # ---- rolling slots (control plane) ------------------------------------------------
 #
