@@ -134,6 +134,7 @@ wait_for_gpu_capacity() {
 main() {
   init_script gpu-capacity
   make_temp_dir
+  [[ -z "${CHANGE:-}" ]] || log "after host change ${CHANGE}"
   POLL_SECONDS="${POLL_SECONDS:-10}"
   DEVICE_PLUGIN_NAMESPACE="${DEVICE_PLUGIN_NAMESPACE:-nvidia-device-plugin}"
   DEVICE_PLUGIN_NAME="${DEVICE_PLUGIN_NAME:-nvidia-device-plugin}"
