@@ -57,6 +57,12 @@ validations = {
     if settings.validation.enabled
 }
 
+# Each node's roll ends after its own checks: uncordon, slot back (components/rolling.py).
+for pool in pools:
+    for node in pool.nodes:
+        validation = validations.get(node.node_name)
+        node.finish_roll(control_plane, after=[validation.job] if validation else [])
+
 pulumi.export("endpoint", control_plane.endpoint)
 pulumi.export("kubeconfig", pulumi.Output.secret(control_plane.kubeconfig))
 pulumi.export("kubernetesVersion", settings.kubernetes_version)

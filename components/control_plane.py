@@ -3,12 +3,14 @@
 - `managed`: a CPU EC2 instance this stack creates and bootstraps with the same runtime and
   kube-tools scripts as the GPU nodes, then `kubeadm init` from an InitConfiguration, a pinned CNI,
   and the admin kubeconfig read back (a secret) with an address the operator's machine reaches.
+  A `kubernetesVersion` one minor up upgrades it with kubeadm before any node moves.
 - `existing`: a kubeadm cluster whose control-plane host answers over SSH (through the bastion
   when there is one). The stack checks version skew first, then reads the kubeconfig.
 
 Both modes expose one interface, so node pools, the device plugin and validation never ask which
 mode is in use: `endpoint`, `kubeconfig` (secret), `provider`, `kubernetes_version`, `host`,
-`ready`, `kubelet_client_cidrs`, `join_credentials(...)` and `register_node(...)`.
+`ready`, `kubelet_gate`, `kubelet_client_cidrs`, `join_credentials(...)` and
+`register_node(...)`.
 """
 
 from __future__ import annotations
@@ -91,6 +93,9 @@ class ControlPlane(pulumi.ComponentResource):
     kubernetes_version: str
     host: Host
     ready: list[pulumi.Resource]
+    # After it, nodes may install kubelets of settings.kubernetes_version: the managed control
+    # plane's upgrade step, an existing one's version-skew check.
+    kubelet_gate: pulumi.Resource
     kubelet_client_cidrs: pulumi.Output[list[str]]
     machine: aws.ec2.Instance | None = None  # the managed control plane's instance
 
@@ -184,13 +189,19 @@ class ControlPlane(pulumi.ComponentResource):
             ),
             after=[wait_ready],
         )
+        # A new minor: kubeadm upgrade of the running cluster before its kubelet moves
+        # (nothing on the first `up`); refuses a skipped minor before anything is installed.
+        upgrade = self._step(
+            steps.CP_UPGRADE, {"KUBERNETES_MINOR": settings.kubernetes_version}, after=[runtime]
+        )
+        self.kubelet_gate = upgrade
         kube_tools = self._step(
             steps.CP_KUBE_TOOLS,
             {
                 "KUBERNETES_MINOR": settings.kubernetes_version,
                 "SANDBOX_IMAGE": host_pins.PAUSE_IMAGES[settings.kubernetes_version],
             },
-            after=[runtime],
+            after=[upgrade],
         )
         cert_sans = pulumi.Output.all(public_ip, private_ip, instance.private_dns).apply(
             lambda values: ",".join(v for v in values if v)
@@ -276,6 +287,7 @@ class ControlPlane(pulumi.ComponentResource):
         kubeconfig = self._read_kubeconfig(
             pulumi.Output.from_input(f"https://{config.endpoint}"), after=[skew]
         )
+        self.kubelet_gate = skew
         self.ready = [skew, kubeconfig]
 
     # ------------------------------------------------------------ shared

@@ -2,20 +2,24 @@
 
 Per node the chain is strict, one `remote.Command` per host script, each named after its step:
 
-    <node> (EC2 instance) -> <node>-wait-ready -> <node>-nouveau -> <node>-driver -> <node>-runtime
-      -> <node>-kube-tools -> <node>-join-token (control plane) -> <node>-join
-      -> <node>-node-ready (control plane)
+    <node> (EC2 instance) -> <node>-wait-ready -> <node>-nouveau -> <node>-roll-drain (control
+      plane) -> <node>-driver -> <node>-runtime -> <node>-kube-upgrade -> <node>-kube-tools
+      -> <node>-join-token (control plane) -> <node>-join -> <node>-node-ready (control plane)
+      ... -> <node>-uncordon (control plane, after the node's validation)
+
+A disruptive change on a joined node rolls between roll-drain and uncordon (components/rolling.py).
 
 Nodes never wait on each other, so the time to a joined node does not grow with the pool size.
 The steps come from the step table (components/steps.py). Teardown: the control plane drains and
 deletes the Node (`<node>-node-ready`'s delete, without eviction when the Node is not Ready),
 then the instance terminates; nothing dials the node on delete, so a dead machine never blocks.
 A step is replaced only when its identity changes (the instance id; for the join also the
-cluster); changing a pool's driver branch is an update that re-runs that pool's driver step only.
+cluster); changing a pool's driver branch is an update that re-runs that pool's driver step, rolled.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -23,7 +27,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_command as command
 
-from components import host_pins, machines, steps
+from components import host_pins, machines, rolling, steps
 from components.catalog import GpuInstanceType
 from components.gpu_image import InstallStep
 from components.labels import GPU_PRESENT_LABEL, POOL_LABEL
@@ -132,6 +136,8 @@ class GpuNode(pulumi.ComponentResource):
     host: Host
     join: command.remote.Command
     node_ready: command.remote.Command
+    change: str  # digest of the disruptive steps' programs (components/rolling.py)
+    uncordon: command.remote.Command
 
     def __init__(
         self,
@@ -207,8 +213,39 @@ class GpuNode(pulumi.ComponentResource):
         def step(row: steps.Step, after: pulumi.Resource, **params: str):
             return run_step(row, name, host=self.host, params=params, after=[after], parent=self)
 
+        disruptive = {
+            install.step.suffix: install.params
+            for install in install_steps(pool, settings)
+            if install.step.disruptive
+        }
+        disruptive[steps.KUBE_UPGRADE.suffix] = {"KUBERNETES_MINOR": settings.kubernetes_version}
+        self.change = rolling.change_digest(rolling.disruptive_programs(disruptive))
+        timing = rolling.roll_timing(validation_seconds=settings.validation.timeout_seconds)
         kube_tools: pulumi.Resource = self.instance
         for install in install_steps(pool, settings):
+            if install.step is steps.DRIVER:
+                # Before the first disruptive step: the roll takes the node out (if joined).
+                kube_tools = run_step(
+                    steps.ROLL_DRAIN,
+                    name,
+                    host=control_plane.host,
+                    params=rolling.drain_params(name, pool, timing, self.change),
+                    identity={steps.Identity.HOST: self.instance.id},
+                    after=[kube_tools],
+                    parent=self,
+                    timeout_seconds=timing.drain_step_seconds,
+                )
+            if install.step is steps.KUBE_TOOLS:
+                # The control plane moves to a new minor first (or, existing, is checked): no
+                # kubelet of this node is ever newer than the API server.
+                kube_tools = run_step(
+                    steps.KUBE_UPGRADE,
+                    name,
+                    host=self.host,
+                    params=disruptive[steps.KUBE_UPGRADE.suffix],
+                    after=[kube_tools, control_plane.kubelet_gate],
+                    parent=self,
+                )
             kube_tools = step(install.step, kube_tools, **install.params)
             if install.step is steps.WAIT_READY:
                 run_step(
@@ -268,6 +305,23 @@ class GpuNode(pulumi.ComponentResource):
             after=[node_ready],
         )
         return join, node_ready
+
+    def finish_roll(
+        self, control_plane: ControlPlane, *, after: Sequence[pulumi.Resource]
+    ) -> command.remote.Command:
+        """`<node>-uncordon` on the control plane, after `after` (the node's validation Job, or
+        node-ready without validation): uncordon the node and give its pool slot back once a
+        disruptive change passed the checks again (components/rolling.py)."""
+        self.uncordon = run_step(
+            steps.ROLL_UNCORDON,
+            self.node_name,
+            host=control_plane.host,
+            params=rolling.uncordon_params(self.node_name, self.pool, self.change),
+            identity={steps.Identity.HOST: self.instance.id},
+            after=[self.node_ready, *after],
+            parent=self,
+        )
+        return self.uncordon
 
 
 def install_steps(pool: NodePool, settings: Settings) -> tuple[InstallStep, ...]:

@@ -52,6 +52,17 @@ CONFIG_HASH_ANNOTATION = "gpu-cluster.io/config-sha256"
 # Set on the validation pod template to the id of the node's capacity check: when the node's
 # chain re-runs (new instance, new driver), the Job is replaced and validates the node again.
 CAPACITY_CHECK_ANNOTATION = "gpu-cluster.io/capacity-check"
+# The digest of the node's disruptive steps (components/rolling.py): a new one re-runs the Job.
+NODE_CHANGE_ANNOTATION = "gpu-cluster.io/node-change"
+# The validation Job re-validates a node that a roll keeps cordoned until it passes. The
+# scheduler places a pod on an unschedulable Node only when the pod tolerates this taint
+# (kubernetes `pkg/scheduler/framework/plugins/nodeunschedulable`: `Filter` checks
+# `node.Spec.Unschedulable` against a toleration of node.kubernetes.io/unschedulable:NoSchedule).
+UNSCHEDULABLE_TOLERATION = {
+    "key": "node.kubernetes.io/unschedulable",
+    "operator": "Exists",
+    "effect": "NoSchedule",
+}
 # pulumi-kubernetes: a Job that failed in an earlier `up` is replaced on the next one (rather than
 # awaited forever), so fixing the node and running `pulumi up` validates it again.
 REPLACE_UNREADY_ANNOTATION = "pulumi.com/replaceUnready"
@@ -326,7 +337,7 @@ def validation_job_spec(
                         }
                     }
                 },
-                "tolerations": tolerations(taints),
+                "tolerations": [*tolerations(taints), UNSCHEDULABLE_TOLERATION],
                 # First, in the same pod on the same node: a container without a GPU request
                 # sees no GPU although it asks for all of them by environment variable.
                 "initContainers": [isolation_container(image)],

@@ -82,6 +82,16 @@ NOUVEAU = Step(
     20 * MINUTE,  # an initramfs rebuild, maybe a newer kernel with a signed module to install
     summary="nouveau off (blocklist; reboot only when it cannot be unloaded)",
 )
+ROLL_DRAIN = Step(
+    "roll-drain",
+    "roll-drain.sh",
+    Where.CONTROL_PLANE,
+    30 * MINUTE,  # the component bounds it by the pool's slot wait plus the drain instead
+    summary=(
+        "before a disruptive change reaches a joined node: a pool slot (a Lease), cordon, "
+        "drain (nothing on a node not joined yet)"
+    ),
+)
 DRIVER = Step(
     "driver",
     "install-driver.sh",
@@ -97,6 +107,14 @@ RUNTIME = Step(
     20 * MINUTE,
     disruptive=True,
     summary="containerd + NVIDIA Container Toolkit",
+)
+KUBE_UPGRADE = Step(
+    "kube-upgrade",
+    "upgrade-node.sh",
+    Where.NODE,
+    20 * MINUTE,
+    disruptive=True,
+    summary="a joined node to the next Kubernetes minor: kubeadm upgrade node, then kubelet",
 )
 KUBE_TOOLS = Step(
     "kube-tools",
@@ -158,8 +176,10 @@ NODE_SIDE_STEPS: tuple[Step, ...] = (AUTHORIZED_KEYS, NODE_LABELS)
 NODE_STEPS: tuple[Step, ...] = (
     WAIT_READY,
     NOUVEAU,
+    ROLL_DRAIN,
     DRIVER,
     RUNTIME,
+    KUBE_UPGRADE,
     KUBE_TOOLS,
     JOIN_TOKEN,
     JOIN,
@@ -178,6 +198,15 @@ GPU_CAPACITY = Step(
 )
 # The validation Job that follows is a Kubernetes resource, not a host step.
 VALIDATION_JOB_SUFFIX = "validation-job"
+# Last of a node, after its validation Job (or node-ready without validation): ends the roll
+# ROLL_DRAIN began.
+ROLL_UNCORDON = Step(
+    "uncordon",
+    "roll-uncordon.sh",
+    Where.CONTROL_PLANE,
+    15 * MINUTE,
+    summary="after the checks passed again: uncordon, give the pool slot back",
+)
 
 # ---------------------------------------------------------------- control plane
 
@@ -186,6 +215,16 @@ CP_AUTHORIZED_KEYS = Step(
     "authorized-keys", "authorize-ssh-keys.sh", Where.CONTROL_PLANE, 2 * MINUTE
 )
 CP_RUNTIME = Step("runtime", "install-runtime.sh", Where.CONTROL_PLANE, 20 * MINUTE)
+CP_UPGRADE = Step(
+    "upgrade",
+    "upgrade-control-plane.sh",
+    Where.CONTROL_PLANE,
+    40 * MINUTE,
+    summary=(
+        "one Kubernetes minor up (kubeadm upgrade plan/apply, then kubelet), before any node; "
+        "refuses a skipped minor or a downgrade"
+    ),
+)
 CP_KUBE_TOOLS = Step("kube-tools", "install-kube-tools.sh", Where.CONTROL_PLANE, 15 * MINUTE)
 CP_INIT = Step(
     "init",
@@ -222,6 +261,7 @@ IMAGE_STEPS: tuple[Step, ...] = (IMAGE_PULL, IMAGE_PREPARE, IMAGE_POWER_OFF)
 MANAGED_CONTROL_PLANE_STEPS: tuple[Step, ...] = (
     CP_WAIT_READY,
     CP_RUNTIME,
+    CP_UPGRADE,
     CP_KUBE_TOOLS,
     CP_INIT,
     CP_CNI,
@@ -233,6 +273,7 @@ ALL_STEPS: tuple[Step, ...] = (
     *NODE_STEPS,
     *NODE_SIDE_STEPS,
     GPU_CAPACITY,
+    ROLL_UNCORDON,
     *MANAGED_CONTROL_PLANE_STEPS,
     CP_AUTHORIZED_KEYS,
     CP_VERSION_SKEW,
@@ -257,7 +298,7 @@ def disruptive_steps() -> tuple[Step, ...]:
 
 def node_step(suffix: str) -> Step:
     """The node step with this suffix (KeyError naming the known ones)."""
-    for step in (*NODE_STEPS, *NODE_SIDE_STEPS, GPU_CAPACITY):
+    for step in (*NODE_STEPS, *NODE_SIDE_STEPS, GPU_CAPACITY, ROLL_UNCORDON):
         if step.suffix == suffix:
             return step
     raise KeyError(f"no node step {suffix!r}; known: {', '.join(node_chain())}, gpu-capacity")

@@ -64,6 +64,7 @@ class GpuValidationArgs:
 
     node_name: str
     node_instance_id: pulumi.Input[str]
+    node_change: str  # digest of the node's pinned versions (components/rolling.py)
     gpu_count: int
     taints: tuple[Taint, ...]
     node_ready: pulumi.Resource
@@ -86,6 +87,7 @@ def validation_args(
     return GpuValidationArgs(
         node_name=node.node_name,
         node_instance_id=node.instance.id,
+        node_change=node.change,
         gpu_count=node.gpu_type.gpu_count,
         taints=tuple(node.pool.taints),
         node_ready=node.node_ready,
@@ -129,6 +131,8 @@ class GpuValidation(pulumi.ComponentResource):
                 "TIMEOUT_SECONDS": str(timeout),
                 "DEVICE_PLUGIN_NAMESPACE": manifests.DEVICE_PLUGIN_NAMESPACE,
                 "DEVICE_PLUGIN_NAME": manifests.DEVICE_PLUGIN_NAME,
+                # A disruptive change of the node re-runs the check (components/rolling.py).
+                "CHANGE": args.node_change,
             },
             identity={
                 steps.Identity.HOST: args.node_instance_id,
@@ -152,7 +156,11 @@ class GpuValidation(pulumi.ComponentResource):
                 image=args.validation.image,
                 timeout_seconds=timeout,
                 taints=args.taints,
-                template_annotations={manifests.CAPACITY_CHECK_ANNOTATION: self.capacity.id},
+                template_annotations={
+                    manifests.CAPACITY_CHECK_ANNOTATION: self.capacity.id,
+                    # ... and this Job (replaced), on the node still cordoned by the roll.
+                    manifests.NODE_CHANGE_ANNOTATION: args.node_change,
+                },
                 shares_per_gpu=args.shares_per_gpu,
             ),
             opts=pulumi.ResourceOptions(

@@ -29,6 +29,7 @@ MANAGED_CHAIN = (
     "control-plane",
     "wait-ready",
     "runtime",
+    "upgrade",
     "kube-tools",
     "init",
     "cni",
@@ -97,6 +98,7 @@ def test_managed_chain_runs_in_order_on_the_control_plane_machine():
     expected_scripts = {
         "wait-ready": "wait-ready.sh",
         "runtime": "install-runtime.sh",
+        "upgrade": "upgrade-control-plane.sh",
         "kube-tools": "install-kube-tools.sh",
         "init": "init-control-plane.sh",
         "cni": "install-cni.sh",

@@ -14,9 +14,10 @@ from itertools import combinations, pairwise
 import pytest
 import yaml
 
+from components import rolling
 from components.catalog import CATALOG
 from components.remote import DELETE_DIAL_ATTEMPTS, DIAL_FOREVER
-from components.steps import NODE_SIDE_STEPS, NODE_STEPS
+from components.steps import NODE_SIDE_STEPS, NODE_STEPS, ROLL_DRAIN
 from tools.harness.graph import (
     HOST_CHAIN,
     VALIDATION_CHAIN,
@@ -157,13 +158,18 @@ def test_host_steps_keep_dialling_within_a_bounded_time(stack):
             limit = DIAL_FOREVER if row.delete_script is None else DELETE_DIAL_ATTEMPTS
             assert connection["dialErrorLimit"] == limit, f"{resource.urn}: {connection}"
             assert resource.custom_timeouts.get("create"), f"{resource.urn}: no create timeout"
-            assert inputs["create"] == f"sudo timeout -k 30 {row.timeout_seconds} bash -s", (
+            seconds = row.timeout_seconds
+            if row is ROLL_DRAIN:  # bounded per pool: the wait for a slot, then the drain
+                params = script_params(resource)
+                seconds = int(params["SLOT_WAIT_SECONDS"]) + int(params["DRAIN_TIMEOUT_SECONDS"])
+                seconds += rolling.READY_TIMEOUT_SECONDS
+            assert inputs["create"] == f"sudo timeout -k 30 {seconds} bash -s", (
                 f"{resource.urn}: {inputs['create']}"
             )
             assert inputs["update"] == inputs["create"], f"{resource.urn}: update {inputs}"
             assert inputs["addPreviousOutputInEnv"] is False, f"{resource.urn}"
             bound = int(resource.custom_timeouts["create"].removesuffix("s"))
-            assert bound > row.timeout_seconds, f"{resource.urn}: dial bound {bound}"
+            assert bound > seconds, f"{resource.urn}: dial bound {bound}"
 
 
 # ---------------------------------------------------------------- host step parameters
@@ -370,15 +376,17 @@ def _all_inputs(g: Graph, node: str) -> dict[str, dict]:
 
 
 def test_changing_a_pools_driver_changes_only_its_driver_steps():
-    """Only the stdin of that pool's driver steps changes (an update that re-runs the script;
-    tests/test_lifecycle.py has what the engine makes of it)."""
+    """Only that pool's driver steps change, with the roll around them: the drain before, the
+    checks and the uncordon after (an update that re-runs each; the Job is replaced, so it runs
+    again; tests/test_lifecycle.py has what the engine makes of it)."""
     before = graph("prod")
     after = graph("prod", pools_with("prod", h100={"driverVersion": "570"}))
+    rolled = ("roll-drain", "driver", "gpu-capacity", "validation-job", "uncordon")
     for node in node_names("prod"):
         for resource in owned_by(after, node):
             old = before.by_urn[resource.urn]
             same = old.plain_inputs() == resource.plain_inputs()
-            expect_change = "-h100-" in node and resource.name == f"{node}-driver"
+            expect_change = "-h100-" in node and resource.name in {f"{node}-{s}" for s in rolled}
             assert same != expect_change, f"{resource.urn}: changed={not same}"
 
 

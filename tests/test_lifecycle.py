@@ -142,11 +142,16 @@ def test_a_real_edit_of_the_shared_library_updates_steps_in_place(baseline):
 def test_a_driver_change_updates_only_that_pools_driver_step(baseline):
     after = run_program("prod", config=pools_with("prod", h100={"driverVersion": "570"}))
     plan = lifecycle.plan(baseline["prod"], after)
-    assert replaced(plan) == [], lifecycle.render(plan)
-    changed = {c.name for c in plan.changes if c.action is not Action.UNCHANGED}
     h100 = [n for n in lifecycle.node_names(after) if "-h100-" in n]
     assert h100, "prod has an h100 pool"
-    assert changed == {steps.DRIVER.resource_name(n) for n in h100}, lifecycle.render(plan)
+    # The validation Job of a changed node runs again (replaced: a Job's spec is immutable).
+    assert sorted(replaced(plan)) == sorted(f"{n}-validation-job" for n in h100), lifecycle.render(
+        plan
+    )
+    changed = {c.name for c in plan.changes if c.action is not Action.UNCHANGED}
+    rolled = (steps.ROLL_DRAIN, steps.DRIVER, steps.GPU_CAPACITY, steps.ROLL_UNCORDON)
+    expected = {row.resource_name(n) for n in h100 for row in rolled}
+    assert changed == expected | {f"{n}-validation-job" for n in h100}, lifecycle.render(plan)
     for node in h100:
         assert plan.nodes[node].disrupted == ["driver"], plan.nodes[node]
         for step in (steps.JOIN, steps.NODE_READY):
@@ -213,7 +218,8 @@ def test_preview_against_a_second_stack_file_reports_per_resource_and_node(tmp_p
         "prod", str(deployed), config=pools_with("prod", h100={"driverVersion": "570"})
     )
     assert "re-run    prod-gpu-h100-0-driver" in report, report
-    assert re.search(r"^    2 re-run, \d+ unchanged$", report, re.M), report
+    # Per h100 node: drain, driver, capacity check, uncordon re-run; its validation Job replaced.
+    assert re.search(r"^    8 re-run, 2 replace, \d+ unchanged$", report, re.M), report
     assert "prod-gpu-h100-0: re-runs driver" in report, report
     assert "prod-gpu-a10g-0: untouched" in report, report
 

@@ -24,13 +24,15 @@ from pathlib import Path
 import pytest
 import yaml
 
+from components import steps
 from tools import graph_picture, preview
 from tools.harness import mocks, stacks
 from tools.harness.graph import HOST_CHAIN, VALIDATION_CHAIN, unwrap
 from tools.harness.stacks import ROOT, STACKS, TEST_SECRETS
 
 STACK_FILES = sorted(p.name.split(".")[1] for p in ROOT.glob("Pulumi.*.yaml"))
-CONTRACT_CHAIN = ["instance", *HOST_CHAIN, *VALIDATION_CHAIN]
+# ... and the roll's uncordon, last: after the node passed its checks.
+CONTRACT_CHAIN = ["instance", *HOST_CHAIN, *VALIDATION_CHAIN, steps.ROLL_UNCORDON.suffix]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 DIGEST_DIR = ROOT / "tests" / "preview_digests"
 DIGESTED = ("scripts", "manifests")

@@ -329,3 +329,45 @@ def test_release_leaves_a_slot_another_node_took_over(tmp_path):
     result = sb.run("roll-uncordon.sh", uncordon_params(NODE_A))
     assert result.returncode == 0, result.stderr
     assert lease(sb)["spec"]["holderIdentity"] == NODE_B
+
+
+def test_an_api_that_does_not_answer_is_not_taken_for_a_node_not_joined(tmp_path):
+    sb = control_plane(tmp_path)
+    join(sb, NODE_A)
+    sb.state("kubectl/api-down", "yes")  # kubeadm init still starting, or an upgrade restarting it
+    result = sb.run("roll-drain.sh", {**drain_params(NODE_A), "API_WAIT_SECONDS": "1"})
+    assert result.returncode != 0
+    assert "did not answer /readyz within 1s; cannot tell whether dev-gpu-a10g-0 has joined" in (
+        result.stderr
+    ), result.stderr
+
+
+def test_a_node_that_completed_this_change_is_not_drained_again(tmp_path):
+    """Other inputs of the drain step (slot bounds that follow the pool size) may change without
+    any change for the host: the Node's record of the last completed change decides."""
+    sb = control_plane(tmp_path)
+    join(sb, NODE_A)
+    assert sb.run("roll-drain.sh", drain_params(NODE_A)).returncode == 0
+    assert sb.run("roll-uncordon.sh", uncordon_params(NODE_A)).returncode == 0
+    node = json.loads(sb.state(f"kubectl/nodes/{NODE_A}.json"))
+    assert node["metadata"]["annotations"] == {"gpu-cluster.io/node-change": "driver:580->575"}
+    again = sb.run("roll-drain.sh", {**drain_params(NODE_A), "SLOT_WAIT_SECONDS": "7200"})
+    assert again.returncode == 0, again.stderr
+    assert "already has change driver:580->575: nothing to drain" in again.stderr
+    assert not again.called(
+        "kubectl", "--kubeconfig=/etc/kubernetes/admin.conf", "--request-timeout=30s", "cordon"
+    )
+    assert holders(sb) == [(SLOT_0, NODE_A), (SLOT_0, "")], "a slot was taken for nothing"
+    assert not cordoned(sb, NODE_A)
+
+
+def test_uncordon_leaves_a_node_an_operator_cordoned(tmp_path):
+    sb = control_plane(tmp_path)
+    join(sb, NODE_A)
+    node = json.loads(node_json(NODE_A))
+    node["spec"] = {"unschedulable": True}  # kubectl cordon by hand, for maintenance
+    sb.state(f"kubectl/nodes/{NODE_A}.json", json.dumps(node))
+    result = sb.run("roll-uncordon.sh", uncordon_params(NODE_A))
+    assert result.returncode == 0, result.stderr
+    assert "not cordoned by a roll" in result.stderr
+    assert cordoned(sb, NODE_A)

@@ -28,8 +28,13 @@ def test_every_row_names_a_script_that_exists():
         assert step.timeout_seconds > 0, f"{step.suffix}: unbounded"
 
 
-def test_only_driver_runtime_and_kube_tools_disrupt_gpu_work():
-    assert [s.suffix for s in steps.disruptive_steps()] == ["driver", "runtime", "kube-tools"]
+def test_only_driver_runtime_and_kubelet_steps_disrupt_gpu_work():
+    assert [s.suffix for s in steps.disruptive_steps()] == [
+        "driver",
+        "runtime",
+        "kube-upgrade",
+        "kube-tools",
+    ]
     assert all(s.runs_on is steps.Where.NODE for s in steps.disruptive_steps())
 
 

@@ -87,6 +87,12 @@ COMMON: dict[str, Duration] = {
     "cp:authorized-keys": _d(2.0, "assumption: one SSH round trip writing one file"),
     "authorized-keys": _d(2.0, "assumption: one SSH round trip writing one file"),
     "labels": _d(3.0, "assumption: SSH to the control plane + kubectl label/taint/annotate"),
+    "cp:upgrade": _d(2.0, "roll: no cluster yet on a first up, the script checks and skips"),
+    "roll-drain": _d(
+        3.0, "roll: SSH to the control plane, the Node is not registered yet: no slot, no drain"
+    ),
+    "kube-upgrade": _d(2.0, "roll: not joined yet (no kubelet.conf), the script checks and skips"),
+    "uncordon": _d(3.0, "roll: SSH to the control plane, kubectl wait/annotate, nothing cordoned"),
     "join-token": _d(3.0, "assumption: SSH to the control plane + kubeadm token create"),
     "join": _d(20.0, "kubeadm: TLS bootstrap + kubelet start; assumption 20 s"),
     "node-ready": _d(30.0, "assumption: CNI pod pulled and started on the node, Node Ready"),

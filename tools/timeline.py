@@ -63,6 +63,9 @@ TABLE_PARALLEL = (8, 16)
 INFINITE = math.inf
 
 NODE_STEP_SUFFIXES = (
+    "uncordon",
+    "roll-drain",
+    "kube-upgrade",
     "validation-job",
     "gpu-capacity",
     "node-ready",
@@ -76,6 +79,7 @@ CONTROL_PLANE_SUFFIXES = (
     "authorized-keys",
     "wait-ready",
     "runtime",
+    "upgrade",
     "kube-tools",
     "init",
     "cni",

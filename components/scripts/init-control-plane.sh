@@ -48,21 +48,6 @@ check_inputs() {
   done
 }
 
-api_answers() {
-  [[ "$(admin_kubectl --request-timeout=10s get --raw /readyz 2>/dev/null)" == ok ]]
-}
-
-# wait_for_api <seconds>: true once /readyz says ok, false when the time is up.
-wait_for_api() {
-  local deadline=$((SECONDS + $1))
-  until api_answers; do
-    if ((SECONDS >= deadline)); then
-      return 1
-    fi
-    sleep "${POLL_SECONDS:-5}"
-  done
-}
-
 # The version kubeadm deploys: the installed kubeadm's own (its patch of the pinned minor).
 kubernetes_version() {
   local found

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # roll-drain.sh: on the control plane, before a disruptive change (driver, container runtime,
 # kubelet) reaches a joined node: take one of the pool's slots, cordon the node, drain it.
-# A node that has not joined yet (first `pulumi up`, a new machine) needs neither: the step then
-# does nothing. roll-uncordon.sh undoes it once the changed node is validated again.
+# A node that has not joined yet (first `pulumi up`, a new machine), or that has completed this
+# CHANGE already (Node annotation gpu-cluster.io/node-change), needs neither: the step then does
+# nothing. roll-uncordon.sh undoes it once the changed node is validated again.
 # Runs on the control plane because the node's own credentials (kubelet, Node authorizer) may
 # neither cordon it nor write Leases.
 #
@@ -17,6 +18,7 @@
 #   CHANGE                 digest of the disruptive steps this drain is for; a new one re-runs
 #                          this step (required, logged only)
 #   SLOT_POLL_SECONDS      pause between looks for a free slot (default 10)
+#   API_WAIT_SECONDS       how long to wait for the API server to answer (default 600)
 set -Eeuo pipefail
 
 if ! declare -F init_script >/dev/null; then
@@ -44,8 +46,19 @@ joined() {
     log "no cluster on this host yet (${ADMIN_CONF} absent): ${NODE_NAME} has not joined, nothing to drain"
     return 1
   fi
+  # During the first `pulumi up` kubeadm init may have written admin.conf before its API
+  # server answers; on a later one the API may be restarting (an upgrade).
+  wait_for_api "${API_WAIT_SECONDS:-600}" ||
+    fatal "the API server on this host did not answer /readyz within ${API_WAIT_SECONDS:-600}s;" \
+      "cannot tell whether ${NODE_NAME} has joined (and must be drained) before changing it"
   if ! node_exists; then
     log "Node ${NODE_NAME} not registered (not joined yet): nothing to drain, no slot needed"
+    return 1
+  fi
+  # Other inputs of this step (slot bounds, pool size) may change without any change for the
+  # host: only a CHANGE the node has not completed yet takes it out.
+  if [[ "$(node_change)" == "${CHANGE}" ]]; then
+    log "Node ${NODE_NAME} already has change ${CHANGE}: nothing to drain"
     return 1
   fi
 }
@@ -55,7 +68,10 @@ take_slot() {
     "${SLOT_WAIT_SECONDS}"
 }
 
+# Marked first, so that roll-uncordon.sh uncordons what the roll cordoned and nothing an
+# operator cordoned.
 cordon_node() {
+  mark_roll_cordon "${CHANGE}"
   admin_kubectl cordon "${NODE_NAME}" >&2
 }
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # roll-uncordon.sh: on the control plane, after a disruptive change reached a node and the node
 # passed its checks again (the graph runs this after the node's capacity check and validation
-# Job): wait for Ready, uncordon, give back the pool slot roll-drain.sh took. On a node that was
-# never drained (its first `pulumi up`) uncordon and release change nothing.
+# Job): wait for Ready, record CHANGE as done on the Node (annotation gpu-cluster.io/node-change),
+# uncordon it when the roll cordoned it, give back the pool slot roll-drain.sh took. On a node
+# that was never drained (its first `pulumi up`) only the record changes.
 #
 # Inputs:
 #   NODE_NAME              the Node to put back (required)
@@ -39,8 +40,18 @@ wait_node_ready() {
       "Look at 'journalctl -u kubelet' on the node"
 }
 
+record_change() {
+  record_node_change "${CHANGE}"
+}
+
+# Only a node the roll cordoned (roll-drain.sh marks it): an operator's cordon stays.
 uncordon_node() {
+  if ! roll_cordoned; then
+    log "Node ${NODE_NAME} was not cordoned by a roll: schedulability left as it is"
+    return 0
+  fi
   admin_kubectl uncordon "${NODE_NAME}" >&2
+  mark_roll_cordon -
 }
 
 release_slot() {
@@ -54,6 +65,7 @@ main() {
   log "change ${CHANGE} done on ${NODE_NAME} (pool ${POOL_NAME})"
   run_steps \
     wait_node_ready \
+    record_change \
     uncordon_node \
     release_slot
 }

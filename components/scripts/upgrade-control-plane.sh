@@ -69,13 +69,10 @@ install_kubelet() {
 }
 
 verify_upgrade() {
-  local deadline=$((SECONDS + ${API_WAIT_SECONDS:-300})) running=""
-  until [[ "$(admin_kubectl --request-timeout=10s get --raw /readyz 2>/dev/null)" == ok ]]; do
-    ((SECONDS < deadline)) ||
-      fatal "API server not ready ${API_WAIT_SECONDS:-300}s after kubeadm upgrade apply;" \
-        "look at 'journalctl -u kubelet' and 'crictl ps -a' on this host"
-    sleep "${POLL_SECONDS:-5}"
-  done
+  local running
+  wait_for_api "${API_WAIT_SECONDS:-300}" ||
+    fatal "API server not ready ${API_WAIT_SECONDS:-300}s after kubeadm upgrade apply;" \
+      "look at 'journalctl -u kubelet' and 'crictl ps -a' on this host"
   running="$(api_server_minor "${ADMIN_CONF}")"
   [[ "${running}" == "${KUBERNETES_MINOR}" ]] ||
     fatal "API server reports ${running} after the upgrade, ${KUBERNETES_MINOR} expected"

@@ -10,6 +10,8 @@
 #   DEVICE_PLUGIN_NAMESPACE  where the device plugin runs, for the hint (default nvidia-device-plugin)
 #   DEVICE_PLUGIN_NAME       its DaemonSet, for the hint (default nvidia-device-plugin)
 #   KUBECONFIG_PATH          admin kubeconfig (default /etc/kubernetes/admin.conf)
+#   CHANGE                   digest of the node's disruptive steps: a new one (a driver, runtime
+#                            or kubelet change) re-runs this check (optional, not used otherwise)
 #
 # On timeout the message names what was last seen: the node not Ready (kubelet), Ready without
 # GPUs (device plugin or nvidia container runtime), or with fewer GPUs than expected.
@@ -132,6 +134,7 @@ wait_for_gpu_capacity() {
 main() {
   init_script gpu-capacity
   make_temp_dir
+  [[ -z "${CHANGE:-}" ]] || log "after host change ${CHANGE}"
   POLL_SECONDS="${POLL_SECONDS:-10}"
   DEVICE_PLUGIN_NAMESPACE="${DEVICE_PLUGIN_NAMESPACE:-nvidia-device-plugin}"
   DEVICE_PLUGIN_NAME="${DEVICE_PLUGIN_NAME:-nvidia-device-plugin}"

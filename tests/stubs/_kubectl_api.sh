@@ -132,6 +132,10 @@ kubectl_api() {
       python3 "$(dirname "$0")/_kubectl_objects.py" "${STUB_STATE}" lease "${args[0]}" "${file}"
       exit $?
       ;;
+    annotate)
+      python3 "$(dirname "$0")/_kubectl_objects.py" "${STUB_STATE}" node annotate "${args[2]}" "${args[3]}"
+      exit $?
+      ;;
     cordon | uncordon)
       python3 "$(dirname "$0")/_kubectl_objects.py" "${STUB_STATE}" node "${args[0]}" "${args[1]}"
       exit $?

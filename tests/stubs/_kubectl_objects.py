@@ -13,7 +13,9 @@ to one object, so concurrent stub processes (two runs on one control plane) see 
   cordon|uncordon <node>   sets or clears spec.unschedulable of kubectl/nodes/<node>.json,
       appends "<verb> <node>" to kubectl/cordon-history and keeps in kubectl/cordoned-max the
       most nodes ever cordoned at once.
-Usage: python3 _kubectl_objects.py <state-dir> lease create|replace <file> | cordon|uncordon <node>
+  annotate <node> key=value|key-   sets or removes an annotation of kubectl/nodes/<node>.json.
+Usage: python3 _kubectl_objects.py <state-dir> lease create|replace <file>
+       | node cordon|uncordon <node> | node annotate <node> <change>
 """
 
 import fcntl
@@ -108,6 +110,24 @@ def cordon(state: Path, verb: str, node: str) -> int:
     return 0
 
 
+def annotate(state: Path, node: str, change: str) -> int:
+    """`kubectl annotate node <node> key=value --overwrite` or `key-` (remove)."""
+    path = state / "kubectl" / "nodes" / f"{node}.json"
+    if not path.exists():
+        print(f'Error from server (NotFound): nodes "{node}" not found', file=sys.stderr)
+        return 1
+    obj = json.loads(path.read_text())
+    annotations = obj.setdefault("metadata", {}).setdefault("annotations", {})
+    if change.endswith("-"):
+        annotations.pop(change[:-1], None)
+    else:
+        key, _, value = change.partition("=")
+        annotations[key] = value
+    path.write_text(json.dumps(obj))
+    print(f"node/{node} annotated")
+    return 0
+
+
 def main() -> int:
     state, kind, verb, target = Path(sys.argv[1]), *sys.argv[2:5]
     (state / "kubectl").mkdir(parents=True, exist_ok=True)
@@ -115,6 +135,8 @@ def main() -> int:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if kind == "lease":
             return lease(state, verb, target)
+        if verb == "annotate":
+            return annotate(state, target, sys.argv[5])
         return cordon(state, verb, target)
 
 

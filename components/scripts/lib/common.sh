@@ -355,6 +355,21 @@ admin_kubectl() {
   kubectl --kubeconfig=/etc/kubernetes/admin.conf --request-timeout=30s "$@"
 }
 
+api_answers() {
+  [[ "$(admin_kubectl --request-timeout=10s get --raw /readyz 2>/dev/null)" == ok ]]
+}
+
+# wait_for_api <seconds>: true once /readyz says ok, false when the time is up.
+wait_for_api() {
+  local deadline=$((SECONDS + $1))
+  until api_answers; do
+    if ((SECONDS >= deadline)); then
+      return 1
+    fi
+    sleep "${POLL_SECONDS:-5}"
+  done
+}
+
 # require_node_name: NODE_NAME is set and a valid Node name (a lowercase DNS name).
 require_node_name() {
   require_vars NODE_NAME
@@ -401,6 +416,38 @@ drain_node_bounded() {
   fatal "drain of ${NODE_NAME} did not finish in ${limit}s; pods still on it: ${left:-none}." \
     "A PodDisruptionBudget allows no eviction, or a pod does not stop: look at" \
     "'kubectl get pdb -A' and 'kubectl get pods -A -o wide --field-selector spec.nodeName=${NODE_NAME}'"
+}
+
+# node_annotation <key>: the value of one annotation of the Node NODE_NAME (empty when unset).
+node_annotation() {
+  admin_kubectl get node "${NODE_NAME}" -o "jsonpath={.metadata.annotations.${1//./\\.}}"
+}
+
+# set_node_annotation <key>=<value> | <key>-: set or remove an annotation of NODE_NAME.
+set_node_annotation() {
+  admin_kubectl annotate node "${NODE_NAME}" "$1" --overwrite >/dev/null
+}
+
+# What the roll records on a Node: the CHANGE it last completed there, and that it cordoned it.
+node_change() {
+  node_annotation gpu-cluster.io/node-change
+}
+
+record_node_change() {
+  set_node_annotation "gpu-cluster.io/node-change=$1"
+}
+
+roll_cordoned() {
+  [[ -n "$(node_annotation gpu-cluster.io/roll-cordoned)" ]]
+}
+
+# mark_roll_cordon <change> | -: mark (or unmark) the Node as cordoned by the roll.
+mark_roll_cordon() {
+  if [[ "$1" == - ]]; then
+    set_node_annotation gpu-cluster.io/roll-cordoned-
+  else
+    set_node_annotation "gpu-cluster.io/roll-cordoned=$1"
+  fi
 }
 
 # ---- rolling slots (control plane) ------------------------------------------------

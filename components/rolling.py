@@ -1,0 +1,114 @@
+"""Disruptive changes roll: a driver, container runtime or kubelet change reaches a joined node
+only after the node was taken out, and at most `nodePools[].maxUnavailable` nodes of a pool are
+out at once, with no edge between nodes in the graph.
+
+Per node, in its own chain (components/steps.py):
+
+    <node>-roll-drain (control plane)  -> <node>-driver -> <node>-runtime -> <node>-kube-upgrade
+      -> <node>-kube-tools -> ... -> <node>-node-ready -> (<node>-gpu-capacity -> validation Job)
+      -> <node>-uncordon (control plane)
+
+`roll-drain` takes a pool slot (a Lease on the control plane, roll-drain.sh), cordons and drains;
+`uncordon` runs after the node's checks passed again, uncordons and gives the slot back. Both
+run on the control-plane host: a node's own (kubelet) credentials may neither cordon it nor
+write Leases (the Node authorizer). Both carry `CHANGE`, the digest of the disruptive steps'
+programs: a changed driver branch, toolkit or Kubernetes minor changes it, so both are updated
+(re-run) in the same `up`, around the steps that changed, in the order of the chain. A comment
+edit changes no program (host_scripts strips comments) and re-runs nothing. On the first `up`
+the node has not joined when `roll-drain` runs: no slot, no drain.
+
+Nodes wait for each other only inside roll-drain.sh, on the Lease; each waiting node holds one
+engine slot of `--parallel` meanwhile, which `tools.parallelism`'s one slot per node covers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from components import steps
+from components.settings import NodePool
+
+# Bound on one drain (PodDisruptionBudgets may hold evictions; GPU jobs may stop slowly).
+DRAIN_TIMEOUT_SECONDS = 15 * 60
+# How long a node waits for a slot: the nodes of its pool ahead of it roll meanwhile.
+SLOT_WAIT_SECONDS = 48 * 60 * 60
+# On top of the steps' own bounds: SSH dials, the validation Job's scheduling.
+SLOT_MARGIN_SECONDS = 30 * 60
+READY_TIMEOUT_SECONDS = 10 * 60
+
+# The steps between roll-drain and uncordon on a node, whose bounds a slot must outlast.
+_HELD_THROUGH = steps.NODE_STEPS[steps.NODE_STEPS.index(steps.ROLL_DRAIN) + 1 :]
+
+
+def change_digest(programs: Mapping[str, Mapping[str, str]]) -> str:
+    """What `CHANGE` carries: sha256 over the disruptive steps' scripts and parameters
+    ({script: params}), the pinned things a host gets (driver branch, toolkit version, Kubernetes
+    minor). An edit of a script's text re-runs the idempotent script (an update) without a roll:
+    draining every node for a reworded log line would be the harm the roll exists to avoid."""
+    text = "\n".join(
+        f"{script} {name}={programs[script][name]}"
+        for script in sorted(programs)
+        for name in sorted(programs[script])
+    )
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class RollTiming:
+    """How long a slot holds and how long a node waits for one, in seconds."""
+
+    slot_seconds: int
+    slot_wait_seconds: int
+    drain_seconds: int = DRAIN_TIMEOUT_SECONDS
+
+    @property
+    def drain_step_seconds(self) -> int:
+        """The bound of the roll-drain step on the host: waiting for a slot, then the drain."""
+        return self.slot_wait_seconds + self.drain_seconds + READY_TIMEOUT_SECONDS
+
+
+def roll_timing(validation_seconds: int) -> RollTiming:
+    """A slot must outlast one node's whole change: every step between drain and uncordon at its
+    bound, plus the capacity check and the validation Job. A node waits for a slot at most
+    SLOT_WAIT_SECONDS, whatever the pool's size (so scaling a pool changes no other node's
+    steps); a longer roll fails the waiting node naming the holders, and the next `up` goes on."""
+    slot = (
+        sum(step.timeout_seconds for step in _HELD_THROUGH)
+        + 2 * validation_seconds
+        + steps.ROLL_UNCORDON.timeout_seconds
+        + SLOT_MARGIN_SECONDS
+    )
+    return RollTiming(slot_seconds=slot, slot_wait_seconds=SLOT_WAIT_SECONDS)
+
+
+def drain_params(node_name: str, pool: NodePool, timing: RollTiming, change: str) -> dict[str, str]:
+    return {
+        "NODE_NAME": node_name,
+        "POOL_NAME": pool.name,
+        "MAX_UNAVAILABLE": str(pool.max_unavailable),
+        "SLOT_SECONDS": str(timing.slot_seconds),
+        "SLOT_WAIT_SECONDS": str(timing.slot_wait_seconds),
+        "DRAIN_TIMEOUT_SECONDS": str(timing.drain_seconds),
+        "CHANGE": change,
+    }
+
+
+def uncordon_params(node_name: str, pool: NodePool, change: str) -> dict[str, str]:
+    return {
+        "NODE_NAME": node_name,
+        "POOL_NAME": pool.name,
+        "MAX_UNAVAILABLE": str(pool.max_unavailable),
+        "READY_TIMEOUT_SECONDS": str(READY_TIMEOUT_SECONDS),
+        "CHANGE": change,
+    }
+
+
+def disruptive_programs(params: Mapping[str, Mapping[str, str]]) -> dict[str, Mapping[str, str]]:
+    """{script: params} of the disruptive node steps, from {suffix: params} of every step given;
+    every disruptive step of the table must be among them."""
+    missing = [s.suffix for s in steps.disruptive_steps() if s.suffix not in params]
+    if missing:
+        raise ValueError(f"parameters of disruptive steps {missing} not given")
+    return {s.script: params[s.suffix] for s in steps.disruptive_steps()}

@@ -1,0 +1,185 @@
+"""Disruptive changes roll, on the registered graph: each node's roll (drain before its
+disruptive steps, uncordon after its checks) lives in its own chain, never waits on another node
+(the pool's slots, Leases on the control plane, do that at run time), and a Kubernetes minor
+upgrade reaches the control plane before any node's kubelet.
+
+And on two runs of the program (tools/lifecycle.py, the providers' replace rules): what a
+`kubernetesVersion` one minor up makes the engine do."""
+
+from __future__ import annotations
+
+from functools import cache
+from itertools import pairwise
+
+import pytest
+
+from components import rolling, steps
+from tools import lifecycle
+from tools.harness.graph import Graph, Resource, script_params
+from tools.harness.stacks import STACKS, run_program, stack_file
+from tools.lifecycle import Action
+
+
+@cache
+def graph(stack: str) -> Graph:
+    return run_program(stack)
+
+
+def nodes(g: Graph) -> list[str]:
+    return lifecycle.node_names(g)
+
+
+def owned_by(g: Graph, node: str) -> set[str]:
+    return {r.urn for r in g.find(lambda r: r.name == node or r.name.startswith(f"{node}-"))}
+
+
+def at(g: Graph, node: str, row: steps.Step) -> Resource:
+    return g.named(row.resource_name(node))
+
+
+def cluster(stack: str) -> str:
+    return stack_file(stack)["gpu-cluster:clusterName"]
+
+
+ROLLED_CHAIN = (
+    steps.ROLL_DRAIN,
+    steps.DRIVER,
+    steps.RUNTIME,
+    steps.KUBE_UPGRADE,
+    steps.KUBE_TOOLS,
+    steps.JOIN_TOKEN,
+    steps.JOIN,
+    steps.NODE_READY,
+)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_a_nodes_roll_depends_only_on_its_own_chain_and_the_control_plane(stack):
+    g = graph(stack)
+    everyone = {n: owned_by(g, n) for n in nodes(g)}
+    for node in everyone:
+        others = set().union(*(urns for n, urns in everyone.items() if n != node))
+        for row in (steps.ROLL_DRAIN, steps.ROLL_UNCORDON):
+            resource = at(g, node, row)
+            assert not g.ancestors(resource) & others, (
+                f"{resource.urn} waits on another node: {sorted(g.ancestors(resource) & others)}"
+            )
+            assert (
+                resource.plain_inputs()["connection"]["host"]
+                != at(g, node, steps.DRIVER).plain_inputs()["connection"]["host"]
+            ), f"{resource.urn}: runs on the node itself"
+        drain = at(g, node, steps.ROLL_DRAIN)
+        assert at(g, node, steps.NOUVEAU).urn in g.direct_dependencies(drain), drain.urn
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_no_resource_of_a_node_waits_on_another_node(stack):
+    g = graph(stack)
+    everyone = {n: owned_by(g, n) for n in nodes(g)}
+    for node, own in everyone.items():
+        others = set().union(*(urns for n, urns in everyone.items() if n != node))
+        for urn in own:
+            tangled = g.ancestors(g.by_urn[urn]) & others
+            assert not tangled, f"{urn} waits on {sorted(tangled)}"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_a_change_goes_slot_drain_then_the_steps_then_checks_then_uncordon(stack):
+    g = graph(stack)
+    validated = bool(g.of_type("kubernetes:batch/v1:Job"))
+    for node in nodes(g):
+        chain = [at(g, node, row) for row in ROLLED_CHAIN]
+        if validated:
+            chain += [g.named(f"{node}-gpu-capacity"), g.named(f"{node}-validation-job")]
+        chain.append(at(g, node, steps.ROLL_UNCORDON))
+        for before, after in pairwise(chain):
+            assert g.depends_on(after, before), f"{after.urn} does not wait for {before.urn}"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_drain_and_uncordon_carry_the_pools_slots_and_the_change(stack):
+    g = graph(stack)
+    pools = {p["name"]: p for p in stack_file(stack)["gpu-cluster:nodePools"]}
+    for node in nodes(g):
+        pool = next(p for name, p in pools.items() if node.startswith(f"{cluster(stack)}-{name}-"))
+        drain = script_params(at(g, node, steps.ROLL_DRAIN))
+        uncordon = script_params(at(g, node, steps.ROLL_UNCORDON))
+        assert drain["POOL_NAME"] == uncordon["POOL_NAME"] == pool["name"]
+        assert drain["MAX_UNAVAILABLE"] == str(pool.get("maxUnavailable", 1)), drain
+        assert drain["CHANGE"] == uncordon["CHANGE"], f"{node}: drain and uncordon disagree"
+        held = sum(row.timeout_seconds for row in ROLLED_CHAIN[1:])
+        assert int(drain["SLOT_SECONDS"]) > held, f"{node}: a slot expires mid-change: {drain}"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_no_node_moves_its_kubelet_before_the_control_plane(stack):
+    """Managed: the control plane's kubeadm upgrade; existing: its version-skew check. Both come
+    before every node's kube-upgrade (and so its kube-tools)."""
+    g = graph(stack)
+    managed = stack_file(stack)["gpu-cluster:controlPlane"]["mode"] == "managed"
+    gate = g.named(f"{cluster(stack)}-{'upgrade' if managed else 'version-skew'}")
+    for node in nodes(g):
+        assert g.depends_on(at(g, node, steps.KUBE_UPGRADE), gate), f"{node}: not after {gate.urn}"
+    if managed:
+        assert g.depends_on(g.named(f"{cluster(stack)}-kube-tools"), gate)
+
+
+# ---------------------------------------------------------------- two runs
+
+
+def _plan(stack: str, **config) -> lifecycle.Plan:
+    return lifecycle.plan(graph(stack), run_program(stack, config=config))
+
+
+def test_a_kubernetes_minor_up_upgrades_the_control_plane_first_and_rolls_every_node():
+    plan = _plan("dev", kubernetesVersion="1.36")
+    after = run_program("dev", config={"kubernetesVersion": "1.36"})
+    name = cluster("dev")
+    upgrade = plan.named(f"{name}-upgrade")
+    assert upgrade.action is Action.RERUN, lifecycle.render(plan)
+    assert script_params(after.named(f"{name}-upgrade"))["KUBERNETES_MINOR"] == "1.36"
+    instances = [c.name for c in plan.by_action(Action.REPLACE) if c.type.startswith("aws:")]
+    assert instances == [], lifecycle.render(plan)
+    for node in nodes(after):
+        for row in (steps.ROLL_DRAIN, steps.KUBE_UPGRADE, steps.KUBE_TOOLS, steps.ROLL_UNCORDON):
+            change = plan.named(row.resource_name(node))
+            assert change.action is Action.RERUN, f"{change.urn}: {change.action}"
+        for row in (steps.DRIVER, steps.RUNTIME):
+            change = plan.named(row.resource_name(node))
+            assert change.action is Action.UNCHANGED, f"{change.urn}: {change.action}"
+        # join-node.sh carries the minor too; on a joined node its re-run joins nothing.
+        for row in (steps.JOIN, steps.NODE_READY):
+            change = plan.named(row.resource_name(node))
+            assert change.action in (Action.UNCHANGED, Action.RERUN), f"{change.urn}"
+        # The engine runs updates in dependency order: the control plane's upgrade finishes
+        # before this node's kube-upgrade or kube-tools update starts.
+        for row in (steps.KUBE_UPGRADE, steps.KUBE_TOOLS):
+            assert after.depends_on(at(after, node, row), after.named(f"{name}-upgrade"))
+        assert plan.nodes[node].disrupted == ["kube-upgrade", "kube-tools"], plan.nodes[node]
+
+
+def test_a_kubernetes_minor_up_rolls_a_pool_node_by_node_through_its_slots():
+    overrides = {
+        "kubernetesVersion": "1.36",
+        "nodePools": [
+            {**p, "count": 3, "maxUnavailable": 1}
+            for p in stack_file("dev")["gpu-cluster:nodePools"]
+        ],
+    }
+    after = run_program("dev", config=overrides)
+    drains = [script_params(at(after, n, steps.ROLL_DRAIN)) for n in nodes(after)]
+    assert len(drains) == 3
+    assert {(d["POOL_NAME"], d["MAX_UNAVAILABLE"]) for d in drains} == {("a10g", "1")}
+    assert len({d["CHANGE"] for d in drains}) == 1, "nodes of one pool roll for one change"
+    before = run_program("dev", config={**overrides, "kubernetesVersion": "1.35"})
+    assert {script_params(at(before, n, steps.ROLL_DRAIN))["CHANGE"] for n in nodes(before)} != {
+        drains[0]["CHANGE"]
+    }
+
+
+def test_a_script_edit_without_a_pinned_change_rolls_nothing():
+    """The change a roll is for is the disruptive steps' scripts and parameters: a reworded log
+    line re-runs the idempotent scripts (updates) but drains no node."""
+    digest = rolling.change_digest({"install-driver.sh": {"DRIVER_BRANCH": "580"}})
+    assert digest == rolling.change_digest({"install-driver.sh": {"DRIVER_BRANCH": "580"}})
+    assert digest != rolling.change_digest({"install-driver.sh": {"DRIVER_BRANCH": "570"}})
