@@ -107,9 +107,16 @@ class ControlPlane(pulumi.ComponentResource):
             self._managed(config, network)
         else:
             self._existing(config, network)
+        # The provider is replaced (and every Kubernetes object with it) only when this changes:
+        # pulumi-kubernetes `provider/pkg/provider/provider.go` DiffConfig replaces on an
+        # updated clusterIdentifier and drops every other replacement while it stays the same,
+        # also when the kubeconfig is unknown in a preview (a re-run of the kubeconfig step).
+        # Adding it to a running stack replaces nothing ("we don't do this when adding or
+        # removing the identifier").
         self.provider = k8s.Provider(
             f"{name}-k8s",
             kubeconfig=self.kubeconfig,
+            cluster_identifier=self.cluster_identifier,
             enable_server_side_apply=True,
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(self.ready)),
         )
@@ -158,6 +165,8 @@ class ControlPlane(pulumi.ComponentResource):
         self.host = ssh_host(machine, reachable, settings)
         self.endpoint = pulumi.Output.concat(private_ip, f":{API_PORT}")
         self.kubelet_client_cidrs = private_ip.apply(lambda ip: [f"{ip}/32"])
+        # A new control-plane machine is a new cluster (kubeadm init makes a new CA).
+        self.cluster_identifier = pulumi.Output.concat(settings.cluster_name, "/", instance.id)
 
         wait_ready = self._step("wait-ready", "wait-ready.sh", after=[instance], timeout="20m")
         runtime = self._step(
@@ -239,6 +248,9 @@ class ControlPlane(pulumi.ComponentResource):
         assert config.host is not None and config.endpoint is not None  # settings checks both
         self.host = ssh_host(f"{self._name}-control-plane", config.host, settings, user=config.user)
         self.endpoint = pulumi.Output.from_input(config.endpoint)
+        self.cluster_identifier = pulumi.Output.from_input(
+            f"{settings.cluster_name}/{config.endpoint}"
+        )
         source = kubelet_client_address(config)
         if source is not None:
             self.kubelet_client_cidrs = pulumi.Output.from_input([f"{source}/32"])

@@ -16,7 +16,7 @@ import pytest
 from components.config import ConfigError
 from components.control_plane import API_PORT, FLANNEL_VERSION, JOIN_TOKEN_TTL, parse_join_token
 from tools.harness.graph import Graph, Resource, Secret, plain_strings, secret_paths, unwrap
-from tools.harness.mocks import COMMAND_STDOUT, fake_ip
+from tools.harness.mocks import COMMAND_STDOUT, fake_id, fake_ip
 from tools.harness.stacks import run_program, stack_file
 
 INSTANCE = "aws:ec2/instance:Instance"
@@ -422,6 +422,30 @@ def test_provider_is_built_from_the_secret_kubeconfig(stack):
     assert step.urn in graph.direct_dependencies(provider), f"{provider.urn}: not after {step.urn}"
     for daemonset in graph.of_type(DAEMONSET):
         assert daemonset.provider_urn == provider.urn, f"{daemonset.urn}: another provider"
+
+
+def test_provider_identifies_the_cluster_by_its_machine_or_endpoint():
+    """clusterIdentifier decides when the provider (and every object it manages) is replaced:
+    the control-plane machine (managed) or the endpoint (existing), never the kubeconfig text."""
+    dev = stack_graph("dev")
+    (machine,) = [
+        r for r in dev.of_type("aws:ec2/instance:Instance") if r.name == "dev-gpu-control-plane"
+    ]
+    provider = dev.named("dev-gpu-k8s")
+    # The mocks give each instance the id fake_id("i-", name).
+    assert provider.inputs["clusterIdentifier"] == f"dev-gpu/{fake_id('i-', machine.name)}", (
+        f"{provider.urn}: clusterIdentifier {provider.inputs.get('clusterIdentifier')!r}"
+    )
+    assert dev.depends_on(provider, machine), f"{provider.urn}: does not wait for {machine.urn}"
+    prod = stack_graph("prod")
+    endpoint = stack_file("prod")["gpu-cluster:controlPlane"]["endpoint"]
+    provider = prod.named("prod-gpu-k8s")
+    assert provider.inputs["clusterIdentifier"] == f"prod-gpu/{endpoint}", provider.inputs
+    rerun = run_program("dev")
+    assert (
+        rerun.named("dev-gpu-k8s").inputs["clusterIdentifier"]
+        == dev.named("dev-gpu-k8s").inputs["clusterIdentifier"]
+    ), "clusterIdentifier differs between two runs of the same config"
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
