@@ -6,6 +6,8 @@
 #   NODE_NAME              the Node to wait for (required)
 #   READY_TIMEOUT_SECONDS  how long to wait (default 600)
 #   POLL_SECONDS           pause between checks (default 5)
+#   CSR_WAIT_SECONDS       how long to wait for the node's kubelet serving certificate request
+#                          (default 60; a Ready kubelet has filed it)
 set -Eeuo pipefail
 
 if ! declare -F init_script >/dev/null; then
@@ -54,10 +56,16 @@ wait_for_node_ready() {
     "'journalctl -u kubelet' on the node"
 }
 
+# The kubelet serves with a certificate of the cluster CA (serverTLSBootstrap), which the API
+# server verifies (--kubelet-certificate-authority): approve the node's request for it.
+approve_serving_certificate() {
+  approve_kubelet_serving_csr "${NODE_NAME}" "${CSR_WAIT_SECONDS:-60}"
+}
+
 main() {
   init_script node-ready
   check_inputs
-  run_steps wait_for_node_ready
+  run_steps wait_for_node_ready approve_serving_certificate
 }
 
 main "$@"
