@@ -59,7 +59,8 @@ validations = {
 }
 
 pulumi.export("endpoint", control_plane.endpoint)
-pulumi.export("kubeconfig", pulumi.Output.secret(control_plane.kubeconfig))
+# The operators' own identity (group, ClusterRole, bounded lifetime), not admin.conf.
+pulumi.export("kubeconfig", pulumi.Output.secret(control_plane.operator_kubeconfig))
 pulumi.export("kubernetesVersion", settings.kubernetes_version)
 pulumi.export(
     "nodePools", {pool.pool.name: [node.node_name for node in pool.nodes] for pool in pools}

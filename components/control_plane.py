@@ -9,6 +9,11 @@
 Both modes expose one interface, so node pools, the device plugin and validation never ask which
 mode is in use: `endpoint`, `kubeconfig` (secret), `provider`, `kubernetes_version`, `host`,
 `ready`, `kubelet_client_cidrs`, `join_credentials(...)` and `register_node(...)`.
+
+`kubeconfig` (admin) stays with the program's own provider. What the stack exports is
+`operator_kubeconfig` (secret): a certificate of its own from `kubeadm kubeconfig user`, in the
+configured group, bound to one ClusterRole by a ClusterRoleBinding (deleting it revokes the
+access) and valid for `kubeconfig.validityHours`.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import pulumi_aws as aws
 import pulumi_command as command
 import pulumi_kubernetes as k8s
 
+from components import kubernetes_manifests as manifests
 from components import machines
 from components.network import Network, tcp_port_rule
 from components.remote import Host, run_script, ssh_host
@@ -120,10 +126,12 @@ class ControlPlane(pulumi.ComponentResource):
             enable_server_side_apply=True,
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(self.ready)),
         )
+        self.operator_kubeconfig = self._operator_access()
         self.register_outputs(
             {
                 "endpoint": self.endpoint,
                 "kubeconfig": self.kubeconfig,
+                "operatorKubeconfig": self.operator_kubeconfig,
                 "kubernetesVersion": self.kubernetes_version,
             }
         )
@@ -303,7 +311,42 @@ class ControlPlane(pulumi.ComponentResource):
             secret_stdout=True,
         )
         self.kubeconfig = pulumi.Output.secret(step.stdout)
+        self._api_server = server
+        self._kubeconfig_step = step
         return step
+
+    def _operator_access(self) -> pulumi.Output[str]:
+        """The operators' kubeconfig: its own identity, group-bound, with a bounded lifetime."""
+        access = self._settings.kubeconfig
+        k8s.rbac.v1.ClusterRoleBinding(
+            f"{self._name}-operators",
+            metadata={"name": "gpu-cluster-operators", "labels": dict(manifests.MANAGED_BY)},
+            role_ref={
+                "api_group": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": access.cluster_role,
+            },
+            subjects=[
+                {"api_group": "rbac.authorization.k8s.io", "kind": "Group", "name": access.group}
+            ],
+            opts=pulumi.ResourceOptions(parent=self, provider=self.provider),
+        )
+        step = run_script(
+            f"{self._name}-operator-kubeconfig",
+            host=self.host,
+            script="user-kubeconfig.sh",
+            params={
+                "API_SERVER": self._api_server,
+                "CLIENT_NAME": f"{self._settings.cluster_name}-operator",
+                "GROUP": access.group,
+                "VALIDITY_HOURS": str(access.validity_hours),
+            },
+            after=[self._kubeconfig_step],
+            parent=self,
+            timeout="5m",
+            secret_stdout=True,
+        )
+        return pulumi.Output.secret(step.stdout)
 
     def join_credentials(
         self,

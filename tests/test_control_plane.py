@@ -449,6 +449,50 @@ def test_provider_identifies_the_cluster_by_its_machine_or_endpoint():
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_exported_kubeconfig_is_the_operators_identity_not_admin(stack):
+    graph = stack_graph(stack)
+    cluster = f"{stack}-gpu"
+    step = graph.named(f"{cluster}-operator-kubeconfig")
+    assert step.additional_secret_outputs and "stdout" in step.additional_secret_outputs
+    assert param(step, "CLIENT_NAME") == f"{cluster}-operator"
+    assert param(step, "GROUP") == "gpu-cluster:operators"
+    assert param(step, "VALIDITY_HOURS") == "168"
+    assert script_of(step) == "user-kubeconfig.sh", script_of(step)
+    assert "kubeadm kubeconfig user" in stdin_of(step)
+    admin = graph.named(f"{cluster}-kubeconfig")
+    assert param(step, "API_SERVER") == param(admin, "API_SERVER"), "another address"
+    exported = graph.outputs["kubeconfig"]
+    assert isinstance(exported, Secret), "the exported kubeconfig is not a secret"
+    assert exported.value == COMMAND_STDOUT["-kubeconfig"](_Args(step.name)), (
+        "the stack exports another kubeconfig than the operator step's"
+    )
+    binding = graph.named(f"{cluster}-operators")
+    inputs = unwrap(binding.inputs)
+    assert inputs["roleRef"]["name"] == "cluster-admin", inputs
+    assert inputs["subjects"] == [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "gpu-cluster:operators"}
+    ], inputs
+    assert binding.provider_urn == graph.named(f"{cluster}-k8s").urn
+
+
+def test_operator_group_role_and_lifetime_come_from_config():
+    graph = run_program(
+        "dev",
+        config={"kubeconfig": {"group": "ml-admins", "clusterRole": "view", "validityHours": 8}},
+    )
+    step = graph.named("dev-gpu-operator-kubeconfig")
+    assert (param(step, "GROUP"), param(step, "VALIDITY_HOURS")) == ("ml-admins", "8")
+    binding = unwrap(graph.named("dev-gpu-operators").inputs)
+    assert binding["roleRef"]["name"] == "view" and binding["subjects"][0]["name"] == "ml-admins"
+
+
+def test_operator_group_must_not_be_an_admin_group_spelled_oddly():
+    with pytest.raises(ConfigError) as caught:
+        run_program("dev", config={"kubeconfig": {"group": "gpu\u0661:ops"}})
+    assert [p.key for p in caught.value.problems] == ["gpu-cluster:kubeconfig.group"]
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_no_plain_secret_anywhere(stack):
     graph = stack_graph(stack)
     cluster = f"{stack}-gpu"

@@ -295,6 +295,51 @@ def test_kubeconfig_points_at_the_operators_address_and_is_not_logged(cluster):
     assert ADMIN_KEY not in result.stderr, "the admin key reached the log"
 
 
+def test_operator_kubeconfig_is_its_own_bounded_identity(cluster):
+    server = f"https://{PUBLIC_IP}:6443"
+    params = {
+        "API_SERVER": server,
+        "CLIENT_NAME": "dev-gpu-operator",
+        "GROUP": "gpu-cluster:operators",
+        "VALIDITY_HOURS": "24",
+    }
+    result = cluster.run("user-kubeconfig.sh", params)
+    assert result.returncode == 0, result.stderr
+    (call,) = result.called("kubeadm", "kubeconfig", "user")
+    assert call[3:] == [
+        "--client-name",
+        "dev-gpu-operator",
+        "--org",
+        "gpu-cluster:operators",
+        "--validity-period",
+        "24h",
+    ], call
+    config = yaml.safe_load(result.stdout)
+    assert [c["cluster"]["server"] for c in config["clusters"]] == [server]
+    (user,) = config["users"]
+    assert user["name"] == "dev-gpu-operator", user
+    assert user["user"]["client-key-data"] != ADMIN_KEY, "admin.conf's identity exported"
+    assert ADMIN_KEY not in result.stdout, "admin.conf's key in the operator kubeconfig"
+    assert user["user"]["client-key-data"] not in result.stderr, "the key reached the log"
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("GROUP", "system:masters/x"), ("VALIDITY_HOURS", "0"), ("CLIENT_NAME", "-x")],
+)
+def test_operator_kubeconfig_refuses_bad_inputs(cluster, name, value):
+    params = {
+        "API_SERVER": f"https://{PUBLIC_IP}:6443",
+        "CLIENT_NAME": "dev-gpu-operator",
+        "GROUP": "gpu-cluster:operators",
+        "VALIDITY_HOURS": "24",
+        name: value,
+    }
+    result = cluster.run("user-kubeconfig.sh", params)
+    assert result.returncode != 0 and name in result.stderr, result.stderr
+    assert not result.called("kubeadm", "kubeconfig"), result.commands()
+
+
 def test_kubeconfig_on_a_host_without_admin_conf_fails_clearly(sandbox):
     result = sandbox.run("read-kubeconfig.sh", {"API_SERVER": f"https://{PUBLIC_IP}:6443"})
     assert result.returncode != 0
