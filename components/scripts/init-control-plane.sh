@@ -254,6 +254,7 @@ init_cluster() {
   log "kubeadm init ${CLUSTER_NAME} (Kubernetes ${version}, endpoint ${CONTROL_PLANE_ENDPOINT})"
   timeout -k 30 "${INIT_TIMEOUT_SECONDS:-600}" \
     kubeadm init --config "${KUBEADM_CONFIG}" --skip-token-print >&2
+  INITIALIZED_NOW=yes
 }
 
 verify_api() {
@@ -264,7 +265,13 @@ verify_api() {
   log "API server ready at ${CONTROL_PLANE_ENDPOINT}"
 }
 
+# Only after this run's kubeadm init: on a re-run the first run approved it (and a cluster made
+# before serverTLSBootstrap has no such request to wait for).
 approve_own_kubelet() {
+  if [[ "${INITIALIZED_NOW:-no}" != yes ]]; then
+    log "cluster initialized earlier; its kubelet's serving certificate was handled then"
+    return 0
+  fi
   approve_kubelet_serving_csr "${NODE_NAME}" "${CSR_WAIT_SECONDS:-120}"
 }
 

@@ -7,7 +7,8 @@
 #   READY_TIMEOUT_SECONDS  how long to wait (default 600)
 #   POLL_SECONDS           pause between checks (default 5)
 #   CSR_WAIT_SECONDS       how long to wait for the node's kubelet serving certificate request
-#                          (default 60; a Ready kubelet has filed it)
+#                          (default 10: a Ready kubelet has filed it already, when the cluster's
+#                          kubelet configuration has serverTLSBootstrap)
 set -Eeuo pipefail
 
 if ! declare -F init_script >/dev/null; then
@@ -59,7 +60,7 @@ wait_for_node_ready() {
 # The kubelet serves with a certificate of the cluster CA (serverTLSBootstrap), which the API
 # server verifies (--kubelet-certificate-authority): approve the node's request for it.
 approve_serving_certificate() {
-  approve_kubelet_serving_csr "${NODE_NAME}" "${CSR_WAIT_SECONDS:-60}"
+  approve_kubelet_serving_csr "${NODE_NAME}" "${CSR_WAIT_SECONDS:-10}"
 }
 
 main() {
