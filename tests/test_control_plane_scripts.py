@@ -765,6 +765,14 @@ def test_init_approves_only_its_own_kubelets_serving_certificate(sandbox):
     assert len(approvals) == 1 and approvals[0].endswith("csr-own"), approvals
     states = dict(line.split(" ", 1) for line in sandbox.state("kubectl/csrs").splitlines())
     assert states["csr-own"].endswith("Approved") and not states["csr-other"].endswith("Approved")
+    # A re-run of an initialized cluster neither waits for nor approves anything.
+    sandbox.state("kubectl/csrs", _csrs(f"csr-later system:node:{CP_NAME} {SERVING} "))
+    again = sandbox.run("init-control-plane.sh", {**INIT, "CSR_WAIT_SECONDS": "600"})
+    assert again.returncode == 0, again.stderr
+    assert not [c for c in again.commands() if "certificate approve" in c], again.commands()
+    assert not again.called(
+        "kubectl", "--kubeconfig=/etc/kubernetes/admin.conf", "--request-timeout=30s", "get", "csr"
+    )
 
 
 def test_node_ready_approves_the_nodes_serving_certificate(cluster):
