@@ -64,7 +64,8 @@ for pool in pools:
         node.finish_roll(control_plane, after=[validation.job] if validation else [])
 
 pulumi.export("endpoint", control_plane.endpoint)
-pulumi.export("kubeconfig", pulumi.Output.secret(control_plane.kubeconfig))
+# The operators' own identity (group, ClusterRole, bounded lifetime), not admin.conf.
+pulumi.export("kubeconfig", pulumi.Output.secret(control_plane.operator_kubeconfig))
 pulumi.export("kubernetesVersion", settings.kubernetes_version)
 pulumi.export(
     "nodePools", {pool.pool.name: [node.node_name for node in pool.nodes] for pool in pools}

@@ -19,7 +19,16 @@ from components.config_errors import SECRET_KEYS, Problem, aliases, problems_of,
 from components.settings import PROJECT, Settings
 
 OBJECT_KEYS = frozenset(
-    {"controlPlane", "network", "ssh", "nodePools", "devicePlugin", "validation", "tags"}
+    {
+        "controlPlane",
+        "network",
+        "ssh",
+        "nodePools",
+        "devicePlugin",
+        "validation",
+        "tags",
+        "kubeconfig",
+    }
 )
 
 

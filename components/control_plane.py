@@ -11,6 +11,11 @@ Both modes expose one interface, so node pools, the device plugin and validation
 mode is in use: `endpoint`, `kubeconfig` (secret), `provider`, `kubernetes_version`, `host`,
 `ready`, `kubelet_gate`, `kubelet_client_cidrs`, `join_credentials(...)` and
 `register_node(...)`.
+
+`kubeconfig` (admin) stays with the program's own provider. What the stack exports is
+`operator_kubeconfig` (secret): a certificate of its own from `kubeadm kubeconfig user`, in the
+configured group, bound to one ClusterRole by a ClusterRoleBinding (deleting it revokes the
+access) and valid for `kubeconfig.validityHours`.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import pulumi_command as command
 import pulumi_kubernetes as k8s
 
 from components import host_pins, machines, steps
+from components import kubernetes_manifests as manifests
 from components.network import Network, tcp_port_rule
 from components.remote import Host, run_step, ssh_host
 from components.settings import ExistingControlPlane, ManagedControlPlane, Settings
@@ -116,16 +122,25 @@ class ControlPlane(pulumi.ComponentResource):
             self._managed(config, network)
         else:
             self._existing(config, network)
+        # The provider is replaced (and every Kubernetes object with it) only when this changes:
+        # pulumi-kubernetes `provider/pkg/provider/provider.go` DiffConfig replaces on an
+        # updated clusterIdentifier and drops every other replacement while it stays the same,
+        # also when the kubeconfig is unknown in a preview (a re-run of the kubeconfig step).
+        # Adding it to a running stack replaces nothing ("we don't do this when adding or
+        # removing the identifier").
         self.provider = k8s.Provider(
             f"{name}-k8s",
             kubeconfig=self.kubeconfig,
+            cluster_identifier=self.cluster_identifier,
             enable_server_side_apply=True,
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(self.ready)),
         )
+        self.operator_kubeconfig = self._operator_access()
         self.register_outputs(
             {
                 "endpoint": self.endpoint,
                 "kubeconfig": self.kubeconfig,
+                "operatorKubeconfig": self.operator_kubeconfig,
                 "kubernetesVersion": self.kubernetes_version,
             }
         )
@@ -172,6 +187,8 @@ class ControlPlane(pulumi.ComponentResource):
         self.host = ssh_host(machine, reachable, settings, identity=instance.id)
         self.endpoint = pulumi.Output.concat(private_ip, f":{API_PORT}")
         self.kubelet_client_cidrs = private_ip.apply(lambda ip: [f"{ip}/32"])
+        # A new control-plane machine is a new cluster (kubeadm init makes a new CA).
+        self.cluster_identifier = pulumi.Output.concat(settings.cluster_name, "/", instance.id)
 
         wait_ready = self._step(steps.CP_WAIT_READY, after=[instance])
         self._step(
@@ -277,6 +294,9 @@ class ControlPlane(pulumi.ComponentResource):
             user=config.user,
         )
         self.endpoint = pulumi.Output.from_input(config.endpoint)
+        self.cluster_identifier = pulumi.Output.from_input(
+            f"{settings.cluster_name}/{config.endpoint}"
+        )
         source = kubelet_client_address(config)
         if source is not None:
             self.kubelet_client_cidrs = pulumi.Output.from_input([f"{source}/32"])
@@ -306,7 +326,37 @@ class ControlPlane(pulumi.ComponentResource):
     ) -> command.remote.Command:
         step = self._step(steps.CP_KUBECONFIG, {"API_SERVER": server}, after=after)
         self.kubeconfig = pulumi.Output.secret(step.stdout)
+        self._api_server = server
+        self._kubeconfig_step = step
         return step
+
+    def _operator_access(self) -> pulumi.Output[str]:
+        """The operators' kubeconfig: its own identity, group-bound, with a bounded lifetime."""
+        access = self._settings.kubeconfig
+        k8s.rbac.v1.ClusterRoleBinding(
+            f"{self._name}-operators",
+            metadata={"name": "gpu-cluster-operators", "labels": dict(manifests.MANAGED_BY)},
+            role_ref={
+                "api_group": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": access.cluster_role,
+            },
+            subjects=[
+                {"api_group": "rbac.authorization.k8s.io", "kind": "Group", "name": access.group}
+            ],
+            opts=pulumi.ResourceOptions(parent=self, provider=self.provider),
+        )
+        step = self._step(
+            steps.CP_OPERATOR_KUBECONFIG,
+            {
+                "API_SERVER": self._api_server,
+                "CLIENT_NAME": f"{self._settings.cluster_name}-operator",
+                "GROUP": access.group,
+                "VALIDITY_HOURS": str(access.validity_hours),
+            },
+            after=[self._kubeconfig_step],
+        )
+        return pulumi.Output.secret(step.stdout)
 
     def join_credentials(
         self,

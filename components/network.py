@@ -113,13 +113,14 @@ class Network(pulumi.ComponentResource):
 
         Members reach each other on every port but the kubelet's: that one is open only to the
         control plane (each pool's own group), so one node cannot drive another's kubelet. An
-        existing cluster's machines are not members; their pod network traffic comes from the
-        VPC, so with `controlPlane.mode: existing` the same rules apply to the VPC's range.
+        existing cluster's machines are not members: with `controlPlane.mode: existing` only
+        their CNI's ports (`controlPlane.podNetworkPorts`) are open, from their own security
+        group (`controlPlane.securityGroupId`; without one, from the VPC's range).
         """
         ssh_port = settings.ssh.port
         ingress = _member_rules("cluster members", self_=True)
         if isinstance(settings.control_plane, ExistingControlPlane):
-            ingress += _member_rules("the existing cluster's machines (VPC)", cidr=self.vpc_cidr)
+            ingress += _existing_cluster_rules(settings.control_plane, self.vpc_cidr)
         if settings.network.ssh_allowed_cidrs:
             ingress.append(
                 tcp_port_rule(
@@ -164,6 +165,32 @@ def tcp_port_rule(
         to_port=port,
         cidr_blocks=cidr_blocks,
     )
+
+
+def _existing_cluster_rules(
+    control_plane: ExistingControlPlane, vpc_cidr: pulumi.Output[str]
+) -> list[aws.ec2.SecurityGroupIngressArgs]:
+    """The existing cluster's pod network (its CNI's tunnel ports), from its security group
+    (or, when none is configured, from the VPC's range: those ports only)."""
+    source: dict = (
+        {"security_groups": [control_plane.security_group_id]}
+        if control_plane.security_group_id
+        else {"cidr_blocks": [vpc_cidr]}
+    )
+    rules = []
+    for span in control_plane.pod_network_ports:
+        protocol, ports = span.split("/")
+        low, _sep, high = ports.partition("-")
+        rules.append(
+            aws.ec2.SecurityGroupIngressArgs(
+                description=f"pod network ({span}) from the existing cluster's machines",
+                protocol=protocol,
+                from_port=int(low),
+                to_port=int(high or low),
+                **source,
+            )
+        )
+    return rules
 
 
 def _member_rules(

@@ -249,6 +249,14 @@ CP_KUBECONFIG = Step(
     secret_stdout=True,
     summary="admin kubeconfig, read back (secret)",
 )
+CP_OPERATOR_KUBECONFIG = Step(
+    "operator-kubeconfig",
+    "user-kubeconfig.sh",
+    Where.CONTROL_PLANE,
+    5 * MINUTE,
+    secret_stdout=True,
+    summary="the operators' kubeconfig: its own identity, bounded lifetime (secret)",
+)
 
 # ---------------------------------------------------------------- baked image builder
 # It runs the install steps of the node chain (install_steps in gpu_node.py), then these.
@@ -266,8 +274,13 @@ MANAGED_CONTROL_PLANE_STEPS: tuple[Step, ...] = (
     CP_INIT,
     CP_CNI,
     CP_KUBECONFIG,
+    CP_OPERATOR_KUBECONFIG,
 )
-EXISTING_CONTROL_PLANE_STEPS: tuple[Step, ...] = (CP_VERSION_SKEW, CP_KUBECONFIG)
+EXISTING_CONTROL_PLANE_STEPS: tuple[Step, ...] = (
+    CP_VERSION_SKEW,
+    CP_KUBECONFIG,
+    CP_OPERATOR_KUBECONFIG,
+)
 
 ALL_STEPS: tuple[Step, ...] = (
     *NODE_STEPS,

@@ -17,7 +17,7 @@ import pytest
 from components.config import ConfigError
 from components.control_plane import API_PORT, JOIN_TOKEN_TTL, parse_join_token
 from tools.harness.graph import Graph, Resource, Secret, plain_strings, secret_paths, unwrap
-from tools.harness.mocks import COMMAND_STDOUT, fake_ip
+from tools.harness.mocks import COMMAND_STDOUT, fake_id, fake_ip
 from tools.harness.stacks import run_program, stack_file
 
 INSTANCE = "aws:ec2/instance:Instance"
@@ -428,6 +428,74 @@ def test_provider_is_built_from_the_secret_kubeconfig(stack):
     assert step.urn in graph.direct_dependencies(provider), f"{provider.urn}: not after {step.urn}"
     for daemonset in graph.of_type(DAEMONSET):
         assert daemonset.provider_urn == provider.urn, f"{daemonset.urn}: another provider"
+
+
+def test_provider_identifies_the_cluster_by_its_machine_or_endpoint():
+    """clusterIdentifier decides when the provider (and every object it manages) is replaced:
+    the control-plane machine (managed) or the endpoint (existing), never the kubeconfig text."""
+    dev = stack_graph("dev")
+    (machine,) = [
+        r for r in dev.of_type("aws:ec2/instance:Instance") if r.name == "dev-gpu-control-plane"
+    ]
+    provider = dev.named("dev-gpu-k8s")
+    # The mocks give each instance the id fake_id("i-", name).
+    assert provider.inputs["clusterIdentifier"] == f"dev-gpu/{fake_id('i-', machine.name)}", (
+        f"{provider.urn}: clusterIdentifier {provider.inputs.get('clusterIdentifier')!r}"
+    )
+    assert dev.depends_on(provider, machine), f"{provider.urn}: does not wait for {machine.urn}"
+    prod = stack_graph("prod")
+    endpoint = stack_file("prod")["gpu-cluster:controlPlane"]["endpoint"]
+    provider = prod.named("prod-gpu-k8s")
+    assert provider.inputs["clusterIdentifier"] == f"prod-gpu/{endpoint}", provider.inputs
+    rerun = run_program("dev")
+    assert (
+        rerun.named("dev-gpu-k8s").inputs["clusterIdentifier"]
+        == dev.named("dev-gpu-k8s").inputs["clusterIdentifier"]
+    ), "clusterIdentifier differs between two runs of the same config"
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_exported_kubeconfig_is_the_operators_identity_not_admin(stack):
+    graph = stack_graph(stack)
+    cluster = f"{stack}-gpu"
+    step = graph.named(f"{cluster}-operator-kubeconfig")
+    assert step.additional_secret_outputs and "stdout" in step.additional_secret_outputs
+    assert param(step, "CLIENT_NAME") == f"{cluster}-operator"
+    assert param(step, "GROUP") == "gpu-cluster:operators"
+    assert param(step, "VALIDITY_HOURS") == "168"
+    assert script_of(step) == "user-kubeconfig.sh", script_of(step)
+    assert "kubeadm kubeconfig user" in stdin_of(step)
+    admin = graph.named(f"{cluster}-kubeconfig")
+    assert param(step, "API_SERVER") == param(admin, "API_SERVER"), "another address"
+    exported = graph.outputs["kubeconfig"]
+    assert isinstance(exported, Secret), "the exported kubeconfig is not a secret"
+    assert exported.value == COMMAND_STDOUT["-kubeconfig"](_Args(step.name)), (
+        "the stack exports another kubeconfig than the operator step's"
+    )
+    binding = graph.named(f"{cluster}-operators")
+    inputs = unwrap(binding.inputs)
+    assert inputs["roleRef"]["name"] == "cluster-admin", inputs
+    assert inputs["subjects"] == [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "gpu-cluster:operators"}
+    ], inputs
+    assert binding.provider_urn == graph.named(f"{cluster}-k8s").urn
+
+
+def test_operator_group_role_and_lifetime_come_from_config():
+    graph = run_program(
+        "dev",
+        config={"kubeconfig": {"group": "ml-admins", "clusterRole": "view", "validityHours": 8}},
+    )
+    step = graph.named("dev-gpu-operator-kubeconfig")
+    assert (param(step, "GROUP"), param(step, "VALIDITY_HOURS")) == ("ml-admins", "8")
+    binding = unwrap(graph.named("dev-gpu-operators").inputs)
+    assert binding["roleRef"]["name"] == "view" and binding["subjects"][0]["name"] == "ml-admins"
+
+
+def test_operator_group_must_not_be_an_admin_group_spelled_oddly():
+    with pytest.raises(ConfigError) as caught:
+        run_program("dev", config={"kubeconfig": {"group": "gpu\u0661:ops"}})
+    assert [p.key for p in caught.value.problems] == ["gpu-cluster:kubeconfig.group"]
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])

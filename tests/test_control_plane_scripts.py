@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import stat
 import subprocess
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from tests.sandbox import Sandbox, needs_sandbox
 
 pytestmark = needs_sandbox
 
-FAST = {"RETRY_BASE_SECONDS": "0.01", "POLL_SECONDS": "0.01"}
+FAST = {"RETRY_BASE_SECONDS": "0.01", "POLL_SECONDS": "0.01", "CSR_WAIT_SECONDS": "0"}
 CP_NAME = "dev-gpu-control-plane"
 PRIVATE_IP = "10.42.3.7"
 PUBLIC_IP = "198.51.100.20"
@@ -190,7 +191,7 @@ def test_failed_kubeadm_init_names_the_step(sandbox):
     sandbox.state("kubeadm.fail.init", 1)
     result = sandbox.run("init-control-plane.sh", INIT)
     assert result.returncode != 0
-    assert "[init] FAILED at step 1/2 (init cluster), in init_cluster" in result.stderr, (
+    assert "[init] FAILED at step 1/3 (init cluster), in init_cluster" in result.stderr, (
         result.stderr
     )
 
@@ -292,6 +293,51 @@ def test_kubeconfig_points_at_the_operators_address_and_is_not_logged(cluster):
     expected = ADMIN_KUBECONFIG.replace(f"https://{PRIVATE_IP}:6443", server)
     assert result.stdout == expected
     assert ADMIN_KEY not in result.stderr, "the admin key reached the log"
+
+
+def test_operator_kubeconfig_is_its_own_bounded_identity(cluster):
+    server = f"https://{PUBLIC_IP}:6443"
+    params = {
+        "API_SERVER": server,
+        "CLIENT_NAME": "dev-gpu-operator",
+        "GROUP": "gpu-cluster:operators",
+        "VALIDITY_HOURS": "24",
+    }
+    result = cluster.run("user-kubeconfig.sh", params)
+    assert result.returncode == 0, result.stderr
+    (call,) = result.called("kubeadm", "kubeconfig", "user")
+    assert call[3:] == [
+        "--client-name",
+        "dev-gpu-operator",
+        "--org",
+        "gpu-cluster:operators",
+        "--validity-period",
+        "24h",
+    ], call
+    config = yaml.safe_load(result.stdout)
+    assert [c["cluster"]["server"] for c in config["clusters"]] == [server]
+    (user,) = config["users"]
+    assert user["name"] == "dev-gpu-operator", user
+    assert user["user"]["client-key-data"] != ADMIN_KEY, "admin.conf's identity exported"
+    assert ADMIN_KEY not in result.stdout, "admin.conf's key in the operator kubeconfig"
+    assert user["user"]["client-key-data"] not in result.stderr, "the key reached the log"
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("GROUP", "system:masters/x"), ("VALIDITY_HOURS", "0"), ("CLIENT_NAME", "-x")],
+)
+def test_operator_kubeconfig_refuses_bad_inputs(cluster, name, value):
+    params = {
+        "API_SERVER": f"https://{PUBLIC_IP}:6443",
+        "CLIENT_NAME": "dev-gpu-operator",
+        "GROUP": "gpu-cluster:operators",
+        "VALIDITY_HOURS": "24",
+        name: value,
+    }
+    result = cluster.run("user-kubeconfig.sh", params)
+    assert result.returncode != 0 and name in result.stderr, result.stderr
+    assert not result.called("kubeadm", "kubeconfig"), result.commands()
 
 
 def test_kubeconfig_on_a_host_without_admin_conf_fails_clearly(sandbox):
@@ -516,7 +562,8 @@ def test_node_ready_waits_until_the_node_is_ready(cluster):
     cluster.state(f"{node}.next-after", 2)
     result = cluster.run("wait-node-ready.sh", {"NODE_NAME": NODE, **FAST})
     assert result.returncode == 0, result.stderr
-    assert len(result.called("kubectl")) == 3, result.commands()
+    gets = [c for c in result.called("kubectl") if c[3:5] == ["get", "node"]]
+    assert len(gets) == 3, result.commands()
     assert f"Node {NODE} Ready" in result.stderr
 
 
@@ -625,3 +672,172 @@ def test_missing_inputs_fail_at_once_naming_them(cluster, script, required):
     assert result.returncode != 0
     assert f"missing required input(s): {required}" in result.stderr, result.stderr
     assert result.calls == [], f"{script} acted before checking inputs: {result.commands()}"
+
+
+# ------------------------------------------------------------------ hardening (CIS basics)
+# The managed control plane as the CIS Kubernetes benchmark asks of a kubeadm cluster, read from
+# what init-control-plane.sh renders: the API server, controller-manager and scheduler flags, the
+# kubelet configuration, the audit policy, encryption and admission files those flags name
+# (parsed, with their permissions), and the approval of the kubelet serving certificates the API
+# server then verifies.
+
+CONFIG_DIR = "/etc/kubernetes/gpu-cluster"
+AUDIT_POLICY = f"{CONFIG_DIR}/audit-policy.yaml"
+ENCRYPTION = f"{CONFIG_DIR}/encryption-config.yaml"
+ADMISSION = f"{CONFIG_DIR}/admission-config.yaml"
+AUDIT_LOG = "/var/log/kubernetes/audit/audit.log"
+SERVING = "kubernetes.io/kubelet-serving"
+
+
+def _args(component: dict) -> dict[str, str]:
+    """kubeadm v1beta4 extraArgs (a list of name/value) as a mapping; a name given twice fails."""
+    pairs = [(a["name"], a["value"]) for a in component.get("extraArgs", [])]
+    names = [n for n, _v in pairs]
+    assert len(names) == len(set(names)), f"a flag given twice: {names}"
+    return dict(pairs)
+
+
+def _mode(sb, path: str) -> str:
+    return oct(stat.S_IMODE(sb.host_path(path).stat().st_mode))
+
+
+@pytest.fixture
+def initialized(sandbox):
+    result = sandbox.run("init-control-plane.sh", INIT)
+    assert result.returncode == 0, result.stderr
+    return sandbox, result
+
+
+def test_api_server_flags_name_the_hardening_files(initialized):
+    sb, _result = initialized
+    cluster_config = kubeadm_config(sb)["ClusterConfiguration"]
+    api = _args(cluster_config["apiServer"])
+    assert api["audit-policy-file"] == AUDIT_POLICY
+    assert api["audit-log-path"] == AUDIT_LOG
+    assert int(api["audit-log-maxage"]) >= 30 and int(api["audit-log-maxbackup"]) >= 10
+    assert int(api["audit-log-maxsize"]) >= 100
+    assert api["encryption-provider-config"] == ENCRYPTION
+    assert api["admission-control-config-file"] == ADMISSION
+    assert api["kubelet-certificate-authority"] == "/etc/kubernetes/pki/ca.crt"
+    assert api["profiling"] == "false"
+    volumes = {v["mountPath"]: v for v in cluster_config["apiServer"]["extraVolumes"]}
+    assert volumes[CONFIG_DIR]["hostPath"] == CONFIG_DIR and volumes[CONFIG_DIR]["readOnly"]
+    audit_dir = AUDIT_LOG.rsplit("/", 1)[0]
+    assert volumes[audit_dir]["hostPath"] == audit_dir and not volumes[audit_dir]["readOnly"]
+    for component in ("controllerManager", "scheduler"):
+        assert _args(cluster_config[component])["profiling"] == "false", component
+
+
+def test_kubelets_serve_with_certificates_of_the_cluster_ca(initialized):
+    sb, _result = initialized
+    kubelet = kubeadm_config(sb)["KubeletConfiguration"]
+    # Joining nodes take this KubeletConfiguration from the cluster (kubeadm's kubelet-config).
+    assert kubelet["serverTLSBootstrap"] is True, kubelet
+
+
+def test_audit_policy_logs_changes_and_never_secret_bodies(initialized):
+    sb, _result = initialized
+    policy = yaml.safe_load(sb.read(AUDIT_POLICY))
+    assert (policy["apiVersion"], policy["kind"]) == ("audit.k8s.io/v1", "Policy")
+    assert _mode(sb, AUDIT_POLICY) == "0o600"
+    rules = policy["rules"]
+    secrets_rule = next(
+        r for r in rules if any("secrets" in g.get("resources", []) for g in r.get("resources", []))
+    )
+    assert secrets_rule["level"] == "Metadata", secrets_rule
+    before = rules[: rules.index(secrets_rule)]
+    assert all(r["level"] == "None" for r in before), "a rule logs Secrets before theirs"
+    assert any(
+        r["level"] in ("Request", "RequestResponse") and "create" in r.get("verbs", [])
+        for r in rules
+    ), "changes are not logged with their request"
+    assert rules[-1] == {"level": "Metadata"}, "requests outside the rules are not logged"
+
+
+def test_secrets_are_encrypted_at_rest_with_a_key_made_once(initialized):
+    sb, result = initialized
+    config = yaml.safe_load(sb.read(ENCRYPTION))
+    assert config["kind"] == "EncryptionConfiguration"
+    (entry,) = config["resources"]
+    assert entry["resources"] == ["secrets"]
+    first, last = entry["providers"][0], entry["providers"][-1]
+    (key,) = first["secretbox"]["keys"]
+    assert len(base64.b64decode(key["secret"])) == 32, "secretbox needs a 32-byte key"
+    assert last == {"identity": {}}, "Secrets stored before encryption could not be read"
+    assert _mode(sb, ENCRYPTION) == "0o600"
+    assert key["secret"] not in result.output, "the key was printed"
+    # A second run (and a second cluster init after a reset) keeps the key.
+    sb.host_path("/etc/kubernetes/admin.conf").unlink()
+    again = sb.run("init-control-plane.sh", INIT)
+    assert again.returncode == 0, again.stderr
+    kept = yaml.safe_load(sb.read(ENCRYPTION))["resources"][0]["providers"][0]
+    assert kept["secretbox"]["keys"][0]["secret"] == key["secret"], "the key was replaced"
+
+
+def test_pod_security_baseline_is_enforced_cluster_wide(initialized):
+    sb, _result = initialized
+    admission = yaml.safe_load(sb.read(ADMISSION))
+    (plugin,) = admission["plugins"]
+    assert plugin["name"] == "PodSecurity"
+    config = plugin["configuration"]
+    assert config["kind"] == "PodSecurityConfiguration"
+    assert config["defaults"]["enforce"] == "baseline"
+    assert config["defaults"]["audit"] == config["defaults"]["warn"] == "restricted"
+    assert config["exemptions"]["namespaces"] == ["kube-system"]
+
+
+def test_the_device_plugin_namespace_is_privileged_and_validation_is_not():
+    from components import kubernetes_manifests as manifests
+
+    plugin = manifests.device_plugin_namespace()["labels"]
+    assert plugin["pod-security.kubernetes.io/enforce"] == "privileged", plugin
+    validation = manifests.validation_namespace()["labels"]
+    assert validation["pod-security.kubernetes.io/enforce"] in ("baseline", "restricted")
+
+
+def _csrs(*lines: str) -> str:
+    return "".join(f"{line}\n" for line in lines)
+
+
+def test_init_approves_only_its_own_kubelets_serving_certificate(sandbox):
+    sandbox.state(
+        "kubectl/csrs",
+        _csrs(
+            f"csr-own system:node:{CP_NAME} {SERVING} ",
+            f"csr-other system:node:{NODE} {SERVING} ",
+            f"csr-client system:node:{CP_NAME} kubernetes.io/kube-apiserver-client-kubelet ",
+        ),
+    )
+    result = sandbox.run("init-control-plane.sh", INIT)
+    assert result.returncode == 0, result.stderr
+    approvals = [c for c in result.commands() if " certificate approve " in f" {c} "]
+    assert len(approvals) == 1 and approvals[0].endswith("csr-own"), approvals
+    states = dict(line.split(" ", 1) for line in sandbox.state("kubectl/csrs").splitlines())
+    assert states["csr-own"].endswith("Approved") and not states["csr-other"].endswith("Approved")
+    # A re-run of an initialized cluster neither waits for nor approves anything.
+    sandbox.state("kubectl/csrs", _csrs(f"csr-later system:node:{CP_NAME} {SERVING} "))
+    again = sandbox.run("init-control-plane.sh", {**INIT, "CSR_WAIT_SECONDS": "600"})
+    assert again.returncode == 0, again.stderr
+    assert not [c for c in again.commands() if "certificate approve" in c], again.commands()
+    assert not again.called(
+        "kubectl", "--kubeconfig=/etc/kubernetes/admin.conf", "--request-timeout=30s", "get", "csr"
+    )
+
+
+def test_node_ready_approves_the_nodes_serving_certificate(cluster):
+    cluster.state(f"kubectl/nodes/{NODE}.json", node_json(NODE, "True"))
+    cluster.state("kubectl/csrs", _csrs(f"csr-gpu system:node:{NODE} {SERVING} "))
+    result = cluster.run("wait-node-ready.sh", {"NODE_NAME": NODE, **FAST})
+    assert result.returncode == 0, result.stderr
+    assert "approved kubelet serving certificate request csr-gpu" in result.stderr
+    again = cluster.run("wait-node-ready.sh", {"NODE_NAME": NODE, **FAST})
+    assert again.returncode == 0 and not [c for c in again.commands() if "approve" in c], (
+        "approved twice"
+    )
+
+
+def test_node_ready_without_a_request_says_how_to_approve_later(cluster):
+    cluster.state(f"kubectl/nodes/{NODE}.json", node_json(NODE, "True"))
+    result = cluster.run("wait-node-ready.sh", {"NODE_NAME": NODE, **FAST})
+    assert result.returncode == 0, result.stderr
+    assert "kubectl certificate approve" in result.stderr, result.stderr

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from components.network import KUBELET_PORT
-from tools.harness.stacks import STACKS, load_stack_settings, run_program
+from tools.harness.stacks import STACKS, load_stack_settings, run_program, stack_file
 
 SECURITY_GROUP = "aws:ec2/securityGroup:SecurityGroup"
 
@@ -76,10 +76,16 @@ def test_existing_vpc_creates_no_network_and_admits_the_existing_cluster():
     assert not graph.of_type("aws:ec2/subnet:Subnet"), "prod: created subnets"
     cluster = graph.named("network-cluster")
     assert cluster.plain_inputs()["vpcId"] == load_stack_settings("prod").network.vpc_id
-    from_vpc = [r for r in cluster.plain_inputs()["ingress"] if r.get("cidrBlocks")]
-    assert any(r["protocol"] == "udp" for r in from_vpc), (
-        f"{cluster.urn}: the existing cluster's pod network cannot reach the new nodes"
+    existing = load_stack_settings("prod").control_plane
+    ingress = cluster.plain_inputs()["ingress"]
+    from_cluster = [r for r in ingress if r.get("securityGroups")]
+    assert [
+        (r["protocol"], r["fromPort"], r["toPort"], r["securityGroups"]) for r in from_cluster
+    ] == [("udp", 8472, 8472, [existing.security_group_id])], (
+        f"{cluster.urn}: the existing cluster's pod network is not its CNI port from its group"
     )
+    vpc = [r for r in ingress if r.get("cidrBlocks") and r["fromPort"] != 22]
+    assert not vpc, f"{cluster.urn}: opens ports to the VPC's range: {vpc}"
     instances = graph.of_type("aws:ec2/instance:Instance")
     subnets = {i.plain_inputs()["subnetId"] for i in instances}
     assert subnets <= set(load_stack_settings("prod").network.subnet_ids), subnets
@@ -112,3 +118,22 @@ def test_every_rule_names_ports_aws_accepts(stack_graph):
     for protocol in ("tcp", "udp"):
         top = max(r["toPort"] for r in member if r["protocol"] == protocol)
         assert top == 65535, f"{stack}: {protocol} member rules stop at port {top}"
+
+
+def test_existing_mode_without_a_security_group_opens_only_the_cni_ports_to_the_vpc():
+    prod = stack_file("prod")["gpu-cluster:controlPlane"]
+    without = {k: v for k, v in prod.items() if k != "securityGroupId"}
+    graph = run_program("prod", config={"controlPlane": without})
+    ingress = graph.named("network-cluster").plain_inputs()["ingress"]
+    vpc = [(r["protocol"], r["fromPort"], r["toPort"]) for r in ingress if r.get("cidrBlocks")]
+    assert sorted(set(vpc)) == [("tcp", 22, 22), ("udp", 8472, 8472)], vpc  # SSH: bastion, ops
+
+
+def test_existing_mode_pod_network_ports_are_configurable():
+    prod = stack_file("prod")["gpu-cluster:controlPlane"]
+    graph = run_program(
+        "prod", config={"controlPlane": {**prod, "podNetworkPorts": ["udp/4789", "tcp/4240"]}}
+    )
+    ingress = graph.named("network-cluster").plain_inputs()["ingress"]
+    spans = sorted((r["protocol"], r["fromPort"]) for r in ingress if r.get("securityGroups"))
+    assert spans == [("tcp", 4240), ("udp", 4789)], spans

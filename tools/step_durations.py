@@ -71,6 +71,9 @@ COMMON: dict[str, Duration] = {
     ),
     "kubernetes:core/v1:Namespace": _d(1.0, "assumption: one API call"),
     "kubernetes:core/v1:ConfigMap": _d(1.0, "assumption: one API call"),
+    "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding": _d(
+        1.0, "assumption: one API call"
+    ),
     "kubernetes:apps/v1:DaemonSet": _d(
         3.0, "pulumi-k8s-await: 0 desired pods before any GPU node joins; assumption 3 s"
     ),

@@ -9,6 +9,9 @@
 #   TOKEN_ID               id (public part) of the bootstrap token minted for this node's join:
 #                          deleted once the node is Ready (the token never expires on its own, so
 #                          a join retried at any time after a failure still finds it valid)
+#   CSR_WAIT_SECONDS       how long to wait for the node's kubelet serving certificate request
+#                          (default 10: a Ready kubelet has filed it already, when the cluster's
+#                          kubelet configuration has serverTLSBootstrap)
 set -Eeuo pipefail
 
 if ! declare -F init_script >/dev/null; then
@@ -70,11 +73,18 @@ delete_join_token() {
   fi
 }
 
+# The kubelet serves with a certificate of the cluster CA (serverTLSBootstrap), which the API
+# server verifies (--kubelet-certificate-authority): approve the node's request for it.
+approve_serving_certificate() {
+  approve_kubelet_serving_csr "${NODE_NAME}" "${CSR_WAIT_SECONDS:-10}"
+}
+
 main() {
   init_script node-ready
   check_inputs
   run_steps \
     wait_for_node_ready \
+    approve_serving_certificate \
     delete_join_token
 }
 

@@ -187,6 +187,29 @@ def _pattern(regex: re.Pattern[str], error_type: str, expected: str):
 
 
 AmiId = Annotated[str, _pattern(_AMI_ID, "ami_id", "an AMI id like ami-0123456789abcdef0")]
+SecurityGroupId = Annotated[
+    str,
+    _pattern(
+        re.compile(r"^sg-[0-9a-f]{8}([0-9a-f]{9})?$"),
+        "security_group_id",
+        "a security group id like sg-0123456789abcdef0",
+    ),
+]
+PortSpan = Annotated[
+    str,
+    _pattern(
+        re.compile(r"^(tcp|udp)/[0-9]{1,5}(-[0-9]{1,5})?$"),
+        "port_span",
+        "protocol/port or protocol/low-high, like udp/8472",
+    ),
+]
+_RBAC_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9:._-]{0,61}[A-Za-z0-9])?$")
+RbacGroup = Annotated[
+    str, _pattern(_RBAC_NAME, "rbac_name", "a group name like gpu-cluster:operators (ASCII)")
+]
+RbacRole = Annotated[
+    str, _pattern(_RBAC_NAME, "rbac_name", "a ClusterRole name like cluster-admin or view")
+]
 VpcId = Annotated[str, _pattern(_VPC_ID, "vpc_id", "a VPC id like vpc-0123456789abcdef0")]
 SubnetId = Annotated[
     str, _pattern(_SUBNET_ID, "subnet_id", "a subnet id like subnet-0123456789abcdef0")

@@ -22,6 +22,7 @@ from components.settings.sections import (
     DevicePlugin,
     ManagedControlPlane,
     Network,
+    OperatorKubeconfig,
     Ssh,
     Validation,
 )
@@ -81,6 +82,11 @@ class Settings(Model):
     )
     validation: Validation = Field(
         default=Validation(), description="The per-node GPU validation Job"
+    )
+    kubeconfig: OperatorKubeconfig = Field(
+        default=OperatorKubeconfig(),
+        description="Identity of the exported kubeconfig output (its own certificate, group, "
+        "lifetime)",
     )
     tags: dict[TagKey, TagValue] = Field(
         default_factory=dict,

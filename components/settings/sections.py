@@ -20,6 +20,10 @@ from components.settings.fields import (
     InstanceTypeName,
     Model,
     PinnedImage,
+    PortSpan,
+    RbacGroup,
+    RbacRole,
+    SecurityGroupId,
     SshPublicKey,
     SubnetId,
     UnixUser,
@@ -214,6 +218,17 @@ class ExistingControlPlane(Model):
     user: str | None = Field(
         default=None, description="SSH user on the control-plane host (default: ssh.user)"
     )
+    security_group_id: SecurityGroupId | None = Field(
+        default=None,
+        description="Security group of the existing cluster's machines: the only source the GPU "
+        "nodes admit its pod network from (without it: the VPC's range, CNI ports only)",
+    )
+    pod_network_ports: list[PortSpan] = Field(
+        default=["udp/8472"],
+        min_length=1,
+        description="What the existing cluster's CNI sends between machines (default: flannel's "
+        "VXLAN, udp/8472; Calico VXLAN: udp/4789; Cilium: udp/8472 and tcp/4240)",
+    )
 
     @model_validator(mode="after")
     def _reachable(self) -> ExistingControlPlane:
@@ -242,6 +257,10 @@ class ExistingControlPlane(Model):
                     "the API server address as host:port, like 10.0.1.10:6443 (mode: existing)",
                 )
             )
+        for index, span in enumerate(self.pod_network_ports):
+            low, _sep, high = span.partition("/")[2].partition("-")
+            if not 0 < int(low) <= int(high or low) <= 65535:
+                found.append((f"podNetworkPorts[{index}]", span, "ports from 1 to 65535, low-high"))
         if found:
             raise problems(found)
         return self
@@ -291,6 +310,26 @@ class DevicePlugin(Model):
                 "mix here; set migStrategy: none to share whole GPUs)",
             )
         return self
+
+
+class OperatorKubeconfig(Model):
+    """Who the exported `kubeconfig` output is: a client certificate of its own (not the
+    cluster's admin.conf), in a group bound to one ClusterRole, valid for a bounded time."""
+
+    group: RbacGroup = Field(
+        default="gpu-cluster:operators",
+        description="Group (certificate organization) of the exported kubeconfig's identity",
+    )
+    cluster_role: RbacRole = Field(
+        default="cluster-admin",
+        description="ClusterRole bound to the group (deleting the binding revokes access)",
+    )
+    validity_hours: int = Field(
+        default=168,
+        ge=1,
+        le=8760,
+        description="Lifetime of the exported kubeconfig's certificate, hours",
+    )
 
 
 class Validation(Model):

@@ -113,6 +113,12 @@ kubectl_api() {
         state_has "${node_pods}" && state_get "${node_pods}"
         exit 0
       fi
+      if [[ "${args[1]:-}" =~ ^(csr|csrs|certificatesigningrequests)$ ]]; then
+        # state kubectl/csrs: one "<name> <username> <signerName> <condition>" line per request
+        # (condition empty while pending), as the scripts' jsonpath prints them.
+        state_has kubectl/csrs && cat "${STUB_STATE}/kubectl/csrs"
+        exit 0
+      fi
       if [[ "${args[1]:-}" =~ ^(daemonset|daemonsets|ds)$ ]]; then
         local ds="kubectl/daemonsets/${namespace}/${args[2]}.json" output=""
         for ((i = 0; i < ${#all[@]}; i++)); do
@@ -172,6 +178,21 @@ kubectl_api() {
       fi
       echo "error: timed out waiting for the condition on nodes/${node}" >&2
       exit 1
+      ;;
+    certificate)
+      local csrs="${STUB_STATE}/kubectl/csrs" line found=""
+      [[ "${args[1]:-}" == approve && -f "${csrs}" ]] || exit 1
+      while read -r line; do
+        if [[ "${line%% *}" == "${args[2]}" ]]; then
+          found=yes
+          line="${line% *} Approved"
+        fi
+        printf '%s\n' "${line}"
+      done <"${csrs}" >"${csrs}.new"
+      mv "${csrs}.new" "${csrs}"
+      [[ -n "${found}" ]] || { echo "Error from server (NotFound): certificatesigningrequests \"${args[2]}\" not found" >&2 && exit 1; }
+      echo "certificatesigningrequest.certificates.k8s.io/${args[2]} approved"
+      exit 0
       ;;
     drain)
       if should_fail kubectl.fail.drain; then

@@ -370,6 +370,34 @@ wait_for_api() {
   done
 }
 
+# approve_kubelet_serving_csr <node> <wait seconds>: approve that node's pending kubelet serving
+# certificate request (serverTLSBootstrap: true; signer kubernetes.io/kubelet-serving, filed by
+# system:node:<node> with the node's own credentials). kube-controller-manager approves only
+# client certificates; kubeadm's docs leave serving ones to the cluster operator. Waits up to
+# <wait seconds> for the request; without one it says how to approve it later (the API server
+# cannot reach that kubelet until then) and carries on.
+approve_kubelet_serving_csr() {
+  local node=$1 limit=$2 name user signer state approved=""
+  local deadline=$((SECONDS + limit))
+  while true; do
+    while read -r name user signer state; do
+      [[ "${signer}" == kubernetes.io/kubelet-serving && "${user}" == "system:node:${node}" ]] ||
+        continue
+      if [[ -z "${state}" ]]; then
+        admin_kubectl certificate approve "${name}" >/dev/null
+        log "approved kubelet serving certificate request ${name} of ${node}"
+      fi
+      approved="${name}"
+    done < <(admin_kubectl get csr -o \
+      'jsonpath={range .items[*]}{.metadata.name} {.spec.username} {.spec.signerName} {.status.conditions[0].type}{"\n"}{end}')
+    [[ -n "${approved}" ]] && return 0
+    ((SECONDS >= deadline)) && break
+    sleep "${POLL_SECONDS:-5}"
+  done
+  log "no kubelet serving certificate request of ${node} yet; approve it when it appears:" \
+    "kubectl get csr, then kubectl certificate approve <name>"
+}
+
 # require_node_name: NODE_NAME is set and a valid Node name (a lowercase DNS name).
 require_node_name() {
   require_vars NODE_NAME
