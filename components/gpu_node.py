@@ -222,9 +222,12 @@ class GpuNode(pulumi.ComponentResource):
         self.change = rolling.change_digest(rolling.disruptive_programs(disruptive))
         timing = rolling.roll_timing(validation_seconds=settings.validation.timeout_seconds)
         kube_tools: pulumi.Resource = self.instance
+        drained = False
         for install in install_steps(pool, settings):
-            if install.step is steps.DRIVER:
-                # Before the first disruptive step: the roll takes the node out (if joined).
+            if install.step.disruptive and not drained:
+                drained = True
+                # Before the first disruptive step (nouveau may reboot into a new kernel for a
+                # new driver): the roll takes the node out (if joined).
                 kube_tools = run_step(
                     steps.ROLL_DRAIN,
                     name,

@@ -80,6 +80,8 @@ NOUVEAU = Step(
     "disable-nouveau.sh",
     Where.NODE,
     20 * MINUTE,  # an initramfs rebuild, maybe a newer kernel with a signed module to install
+    # It may install a kernel and reboot the host: on a joined node only inside the roll.
+    disruptive=True,
     summary="nouveau off (blocklist; reboot only when it cannot be unloaded)",
 )
 ROLL_DRAIN = Step(
@@ -175,8 +177,8 @@ NODE_SIDE_STEPS: tuple[Step, ...] = (AUTHORIZED_KEYS, NODE_LABELS)
 
 NODE_STEPS: tuple[Step, ...] = (
     WAIT_READY,
-    NOUVEAU,
     ROLL_DRAIN,
+    NOUVEAU,
     DRIVER,
     RUNTIME,
     KUBE_UPGRADE,

@@ -149,11 +149,19 @@ def test_a_driver_change_updates_only_that_pools_driver_step(baseline):
         plan
     )
     changed = {c.name for c in plan.changes if c.action is not Action.UNCHANGED}
-    rolled = (steps.ROLL_DRAIN, steps.DRIVER, steps.GPU_CAPACITY, steps.ROLL_UNCORDON)
+    # nouveau re-runs too: it checks the archive has the new branch's signed module for the
+    # running kernel (and may move to a kernel that has one), inside the roll.
+    rolled = (
+        steps.ROLL_DRAIN,
+        steps.NOUVEAU,
+        steps.DRIVER,
+        steps.GPU_CAPACITY,
+        steps.ROLL_UNCORDON,
+    )
     expected = {row.resource_name(n) for n in h100 for row in rolled}
     assert changed == expected | {f"{n}-validation-job" for n in h100}, lifecycle.render(plan)
     for node in h100:
-        assert plan.nodes[node].disrupted == ["driver"], plan.nodes[node]
+        assert plan.nodes[node].disrupted == ["nouveau", "driver"], plan.nodes[node]
         for step in (steps.JOIN, steps.NODE_READY):
             assert plan.named(step.resource_name(node)).action is Action.UNCHANGED
 
@@ -218,9 +226,10 @@ def test_preview_against_a_second_stack_file_reports_per_resource_and_node(tmp_p
         "prod", str(deployed), config=pools_with("prod", h100={"driverVersion": "570"})
     )
     assert "re-run    prod-gpu-h100-0-driver" in report, report
-    # Per h100 node: drain, driver, capacity check, uncordon re-run; its validation Job replaced.
-    assert re.search(r"^    8 re-run, 2 replace, \d+ unchanged$", report, re.M), report
-    assert "prod-gpu-h100-0: re-runs driver" in report, report
+    # Per h100 node: drain, nouveau, driver, capacity check, uncordon re-run; its validation Job
+    # replaced.
+    assert re.search(r"^    10 re-run, 2 replace, \d+ unchanged$", report, re.M), report
+    assert "prod-gpu-h100-0: re-runs nouveau, driver" in report, report
     assert "prod-gpu-a10g-0: untouched" in report, report
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from components.host_scripts import render_script
 from tests.sandbox import Sandbox, sandbox_available
 from tools.harness.graph import unwrap
 from tools.harness.stacks import run_program
@@ -72,12 +73,11 @@ def host(tmp_path) -> Sandbox:
     return sb
 
 
-def test_reset_waits_for_a_kubeadm_reset_that_takes_seconds(dev_graph, host):
-    """Scale-down and destroy run the join step's delete; the program passes no
-    RESET_TIMEOUT_SECONDS, so the script's own bound is what production gets. A real
-    `kubeadm reset` stops every container and unmounts their volumes: seconds, not zero."""
-    program = delete_program(dev_graph, f"{NODE}-join")
-    assert "# reset-node.sh, rendered" in program
+def test_reset_waits_for_a_kubeadm_reset_that_takes_seconds(host):
+    """reset-node.sh run with no inputs (as an operator runs it on a host leaving the cluster):
+    its own RESET_TIMEOUT_SECONDS is what bounds it. A real `kubeadm reset` stops every
+    container and unmounts their volumes: seconds, not zero."""
+    program = render_script("reset-node.sh", {})
     host.state("dpkg/kubeadm", "1.35.1-1.1")
     host.state("systemd/kubelet.active", "yes")
     host.write("/etc/kubernetes/kubelet.conf", "apiVersion: v1\n")

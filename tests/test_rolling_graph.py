@@ -69,7 +69,10 @@ def test_a_nodes_roll_depends_only_on_its_own_chain_and_the_control_plane(stack)
                 != at(g, node, steps.DRIVER).plain_inputs()["connection"]["host"]
             ), f"{resource.urn}: runs on the node itself"
         drain = at(g, node, steps.ROLL_DRAIN)
-        assert at(g, node, steps.NOUVEAU).urn in g.direct_dependencies(drain), drain.urn
+        # Before the first step that may disrupt the node (nouveau may reboot it into a kernel
+        # for a new driver branch), after the host is ready.
+        assert at(g, node, steps.WAIT_READY).urn in g.direct_dependencies(drain), drain.urn
+        assert drain.urn in g.direct_dependencies(at(g, node, steps.NOUVEAU)), drain.urn
 
 
 @pytest.mark.parametrize("stack", STACKS)

@@ -97,7 +97,7 @@ def host_steps() -> list[tuple[str, str, str, dict[str, str]]]:
 def test_the_stacks_run_the_scripts_of_components_scripts():
     run = {script for _, _, script, _ in host_steps()}
     assert run <= {p.name for p in SCRIPTS.glob("*.sh")}, run
-    assert {"join-node.sh", "reset-node.sh", "init-control-plane.sh"} <= run, run
+    assert {"join-node.sh", "init-control-plane.sh"} <= run, run
 
 
 @pytest.mark.parametrize("script", sorted(p.name for p in SCRIPTS.glob("*.sh")))

@@ -28,8 +28,11 @@ def test_every_row_names_a_script_that_exists():
         assert step.timeout_seconds > 0, f"{step.suffix}: unbounded"
 
 
-def test_only_driver_runtime_and_kubelet_steps_disrupt_gpu_work():
+def test_only_nouveau_driver_runtime_and_kubelet_steps_disrupt_gpu_work():
+    """nouveau counts: for a new driver branch it may install a kernel with a signed module and
+    reboot the host, so on a joined node it must run inside the roll (after the drain)."""
     assert [s.suffix for s in steps.disruptive_steps()] == [
+        "nouveau",
         "driver",
         "runtime",
         "kube-upgrade",
