@@ -29,6 +29,7 @@ INIT = {
     "SERVICE_SUBNET": "10.96.0.0/12",
     "CERT_SANS": PRIVATE_IP,
     "API_WAIT_SECONDS": "1",
+    "CSR_WAIT_SECONDS": "0",  # the kubeadm stub's kubelet files no serving certificate request
     **FAST,
 }
 

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import pytest
 
+from components import host_pins
 from components.host_scripts import render_script
 from tests.sandbox import Sandbox, sandbox_available
+from tests.test_node_scripts import CONTAINERD
 from tools.harness.graph import unwrap
 from tools.harness.stacks import run_program
 
@@ -69,7 +71,7 @@ def host(tmp_path) -> Sandbox:
     sb = Sandbox(tmp_path)
     sb.write("/etc/os-release", UBUNTU_2404)
     sb.state("sleep.scale", CLOCK_SCALE)
-    sb.apt_available("containerd", "1.7.28-0ubuntu1~24.04.1")
+    sb.apt_available("containerd", CONTAINERD)  # the release pinned by components/host_pins.py
     return sb
 
 
@@ -115,7 +117,7 @@ def test_download_failing_for_longer_than_one_retry_is_waited_out(dev_graph, hos
     program = step_program(dev_graph, f"{NODE}-runtime")
     host.state("curl.fail", 4)
     for pkg in CTK_PACKAGES:
-        host.apt_available(pkg, "1.17.8-1")
+        host.apt_available(pkg, host_pins.NVIDIA_CTK_VERSION)
     result = host.run_text(program)
     assert result.returncode == 0, result.stderr
     assert len(result.called("curl")) == 5, result.commands()
