@@ -189,7 +189,7 @@ def plan(before: Graph, after: Graph) -> Plan:
     """What `pulumi up` with the `after` program does to a stack deployed with `before`."""
     replaced: set[str] = set()
     changes: list[Change] = []
-    for urn in _topological(after):
+    for urn in after.topological():
         new = after.by_urn[urn]
         old = before.by_urn.get(urn)
         if old is None:
@@ -227,27 +227,6 @@ def plan(before: Graph, after: Graph) -> Plan:
         if urn not in after.by_urn:
             changes.append(Change(urn, old.name, old.type, Action.DELETE))
     return Plan(changes, _node_impacts(before, after, changes))
-
-
-def _topological(graph: Graph) -> list[str]:
-    order: list[str] = []
-    done: set[str] = set()
-    for start in graph:
-        stack = [(start.urn, False)]
-        while stack:
-            urn, expanded = stack.pop()
-            if urn in done:
-                continue
-            if expanded:
-                done.add(urn)
-                order.append(urn)
-                continue
-            stack.append((urn, True))
-            deps = graph.direct_dependencies(graph.by_urn[urn])
-            for key_deps in graph.by_urn[urn].property_dependencies.values():
-                deps |= key_deps & graph.by_urn.keys()
-            stack.extend((d, False) for d in deps if d not in done)
-    return order
 
 
 def node_names(graph: Graph) -> list[str]:

@@ -167,32 +167,13 @@ def chain_of(graph: Graph, node_name: str) -> list[Resource]:
         if r.custom and (r.name == node_name or r.name.startswith(f"{node_name}-"))
     }
     best: dict[str, list[str]] = {}
-    order = _topological(graph, members)
+    order = graph.topological(members)
     for urn in order:
         deps = graph.direct_dependencies(members[urn]) & members.keys()
         longest = max((best[d] for d in deps), key=len, default=[])
         best[urn] = [*longest, urn]
     path = max(best.values(), key=len, default=[])
     return [members[u] for u in path]
-
-
-def _topological(graph: Graph, members: Mapping[str, Resource]) -> list[str]:
-    done: set[str] = set()
-    order: list[str] = []
-    for start in members:
-        stack = [(start, False)]
-        while stack:
-            urn, expanded = stack.pop()
-            if urn in done:
-                continue
-            if expanded:
-                done.add(urn)
-                order.append(urn)
-                continue
-            stack.append((urn, True))
-            deps = graph.direct_dependencies(members[urn]) & members.keys()
-            stack.extend((d, False) for d in deps if d not in done)
-    return order
 
 
 def step_label(resource: Resource, node_name: str) -> str:

@@ -163,6 +163,28 @@ class Graph:
                     stack.append(dep)
         return seen
 
+    def topological(self, urns: Iterable[str] | None = None) -> list[str]:
+        """`urns` (default: every resource) ordered so each comes after its dependencies among
+        them (direct_dependencies: explicit, property and provider edges). Iterative DFS."""
+        members = list(self.by_urn) if urns is None else list(urns)
+        scope = set(members)
+        done: set[str] = set()
+        order: list[str] = []
+        for start in members:
+            stack = [(start, False)]
+            while stack:
+                urn, expanded = stack.pop()
+                if urn in done:
+                    continue
+                if expanded:
+                    done.add(urn)
+                    order.append(urn)
+                    continue
+                stack.append((urn, True))
+                deps = self.direct_dependencies(self.by_urn[urn]) & scope
+                stack.extend((d, False) for d in deps if d not in done)
+        return order
+
     def longest_paths(self, resources: Iterable[Resource] | None = None) -> dict[str, list[str]]:
         """URN -> the URNs of the longest dependency chain ending there, for `resources` (default:
         all) and everything they depend on. Iterative post-order DFS with one shared memo, so
