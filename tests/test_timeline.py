@@ -3,6 +3,7 @@ answers, then on the real dev stack's graph, and the recommended parallelism."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import math
 import xml.etree.ElementTree as ET
@@ -11,7 +12,8 @@ import pytest
 
 from tools import parallelism, step_durations, timeline
 from tools.harness.graph import HOST_CHAIN, VALIDATION_CHAIN
-from tools.timeline import Task, simulate
+from tools.harness.stacks import STACKS, load_stack_settings
+from tools.timeline import Task, node_overrides, simulate
 
 
 def ends(schedule) -> dict[str, float]:
@@ -238,3 +240,18 @@ def test_workflows_give_the_engine_a_slot_per_node_before_it_runs(workflow, job,
     assert "PULUMI_PARALLEL=" in steps[sets[0]]["run"] and "GITHUB_ENV" in steps[sets[0]]["run"]
     runs = [i for i, name in enumerate(names) if name.startswith(marker)]
     assert runs and min(runs) > sets[0], f"{workflow}: {names}"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+@pytest.mark.parametrize("nodes", [256, 1000])
+def test_fleet_sizes_the_tools_model_are_valid_stacks(stack, nodes):
+    """The timeline and the benchmark model fleets far larger than a stack file: the settings
+    must accept them (a /24 pod range per node, tools.harness.stacks.fleet_config), or
+    `--nodes 1000` stops with a config error instead of a figure."""
+    from components.settings.sections import ManagedControlPlane
+
+    settings = load_stack_settings(stack, config=node_overrides(stack, nodes))
+    assert sum(pool.count for pool in settings.node_pools) == nodes
+    if isinstance(settings.control_plane, ManagedControlPlane):
+        pods = ipaddress.ip_network(settings.control_plane.pod_cidr)
+        assert pods.num_addresses >= (nodes + 1) * 256

@@ -40,7 +40,7 @@ import pulumi_command as command
 import pulumi_kubernetes as k8s
 
 from tools.harness.graph import Graph
-from tools.harness.stacks import ROOT, run_program, stack_file
+from tools.harness.stacks import ROOT, fleet_config, run_program, stack_file
 
 DEFAULT_COUNTS = (1, 8, 64, 256, 1000)
 MAX_OWN_RATIO = 1.2
@@ -92,8 +92,9 @@ class Row:
 def config_for(nodes: int) -> dict:
     """The dev stack's settings with one pool of `nodes` g5.xlarge instances."""
     template = stack_file(STACK)["gpu-cluster:nodePools"][0]
-    pool = {**template, "name": POOL_NAME, "instanceType": INSTANCE_TYPE, "count": nodes}
-    return {"nodePools": [pool]}
+    return fleet_config(
+        STACK, nodes, {**template, "name": POOL_NAME, "instanceType": INSTANCE_TYPE}
+    )
 
 
 def join_depths(graph: Graph, nodes: int) -> list[int]:

@@ -316,13 +316,11 @@ def node_overrides(stack: str, nodes: int | None, baked: bool = False) -> dict[s
         for key, value in stack_config.items()
         if isinstance(value, dict) and "secure" in value
     }
-    pools = list(stack_config["gpu-cluster:nodePools"])
     if nodes is not None:
-        pools = [{**pools[0], "count": nodes}]
-    if nodes is not None or baked:
-        overrides["nodePools"] = [
-            {**pool, **({"image": "baked"} if baked else {})} for pool in pools
-        ]
+        overrides.update(stacks.fleet_config(stack, nodes))
+    pools = overrides.get("nodePools") or list(stack_config["gpu-cluster:nodePools"])
+    if baked:
+        overrides["nodePools"] = [{**pool, "image": "baked"} for pool in pools]
     return overrides
 
 

@@ -6,6 +6,7 @@ recorder with the provider answers of `mocks`, and returns the `Graph` of what i
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import runpy
 import sys
@@ -88,6 +89,36 @@ def set_stack_config(
             values[full] = value
     flat, secret_keys = engine_config(values, TEST_SECRETS if secrets is None else secrets)
     set_all_config(flat, secret_keys)
+
+
+def fleet_config(stack: str, nodes: int, pool: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Overrides that make a stack's fleet one pool of `nodes` nodes (`pool`, default the stack's
+    first pool, with its `count` replaced), for the tools that model fleet sizes.
+
+    A stack file is sized for its own few nodes, and the settings refuse a fleet its network
+    cannot hold (`components.settings.rules`). On a managed control plane the pod block is
+    widened to hold a /NODE_POD_CIDR_PREFIX per node (the control plane's included), from the
+    same first address: what an operator scaling that stack would set. The other network rules
+    are left to refuse a fleet that does not fit, as they would in `pulumi up`.
+    """
+    from components.settings.constants import NODE_POD_CIDR_PREFIX
+
+    written = stack_file(stack)
+    template = dict(pool if pool is not None else written[f"{PROJECT}:nodePools"][0])
+    overrides: dict[str, Any] = {"nodePools": [{**template, "count": nodes}]}
+    control_plane = dict(written.get(f"{PROJECT}:controlPlane") or {})
+    if control_plane.get("mode", "managed") != "managed":
+        return overrides
+    from components.settings.sections import ManagedControlPlane
+
+    current = ipaddress.ip_network(
+        control_plane.get("podCidr") or ManagedControlPlane.model_fields["pod_cidr"].default
+    )
+    needed = NODE_POD_CIDR_PREFIX - nodes.bit_length()  # room for nodes + 1 ranges
+    if needed < current.prefixlen:
+        wider = ipaddress.ip_network(f"{current.network_address}/{needed}", strict=False)
+        overrides["controlPlane"] = {**control_plane, "podCidr": str(wider)}
+    return overrides
 
 
 def load_stack_settings(stack: str = "dev", **kwargs: Any):
