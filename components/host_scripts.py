@@ -64,6 +64,14 @@ def strip_comments(text: str) -> str:
     return "".join(f"{line}\n" for line in kept)
 
 
+@functools.cache
+def stripped_script(name: str) -> str:
+    """`strip_comments(script_text(name))`, once per process: every node renders the same few
+    scripts, and stripping them each time was the program's largest own cost
+    (`python -m tools.benchmark`)."""
+    return strip_comments(script_text(name))
+
+
 def _assignments(params: Mapping[str, str]) -> str:
     lines = []
     for name in sorted(params):
@@ -89,8 +97,8 @@ def render_script(name: str, params: Mapping[str, str]) -> str:
     """
     if name == COMMON_LIB:
         raise ValueError(f"{COMMON_LIB} is a library, not a node script")
-    body = strip_comments(script_text(name))
-    common = strip_comments(script_text(COMMON_LIB))
+    body = stripped_script(name)
+    common = stripped_script(COMMON_LIB)
     return "".join(
         [
             "#!/usr/bin/env bash\n",
