@@ -31,7 +31,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components import machines, steps
-from components.host_scripts import script_text
+from components.host_scripts import stripped_script
 from components.kubernetes_manifests import device_plugin_image
 from components.network import Network
 from components.remote import run_step, ssh_host
@@ -72,8 +72,10 @@ class ImageKey:
 
     @property
     def digest(self) -> str:
-        """The key and the install scripts' text, hashed: the image's identity."""
-        scripts = {name: script_text(name) for name in INSTALL_SCRIPTS}
+        """The key and the install scripts as hosts run them (without comments and blank
+        lines, `host_scripts.stripped_script`), hashed: the image's identity. Editing a comment
+        builds no new image, as it re-runs no step."""
+        scripts = {name: stripped_script(name) for name in INSTALL_SCRIPTS}
         payload = json.dumps({"key": asdict(self), "scripts": scripts}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()
 

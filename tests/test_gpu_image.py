@@ -121,6 +121,41 @@ def test_a_changed_input_is_a_new_image_name():
     assert gpu_image.image_name("c", key) != gpu_image.image_name("c", newer)
 
 
+@pytest.mark.parametrize(
+    ("edit", "new_image"),
+    [
+        (lambda text: text + "\n# a note for readers\n\n", False),
+        (lambda text: text.replace("\n", "\n  # indented note\n", 1), False),
+        (lambda text: text + "\ntrue\n", True),
+    ],
+    ids=["comment", "indented-comment", "command"],
+)
+def test_only_what_hosts_run_makes_a_new_image(monkeypatch, tmp_path, edit, new_image):
+    """An install script's comment is not part of the image (hosts never run it): editing one
+    must not build a new image on the next `up`; a changed command must."""
+    import shutil
+
+    from components import host_scripts
+
+    settings = load_stack_settings("dev", config={"nodePools": [dev_pool(image="baked")]})
+    key = gpu_image.image_key(settings.node_pools[0], settings, gpu_node.NVIDIA_CTK_VERSION)
+    before = key.digest
+    scripts = tmp_path / "scripts"
+    shutil.copytree(host_scripts.SCRIPTS_DIR, scripts)
+    driver = scripts / "install-driver.sh"
+    driver.write_text(edit(driver.read_text()))
+    caches = (host_scripts.script_text, host_scripts.stripped_script)
+    monkeypatch.setattr(host_scripts, "SCRIPTS_DIR", scripts)
+    for cache in caches:
+        cache.cache_clear()
+    try:
+        assert (key.digest != before) is new_image
+    finally:
+        monkeypatch.undo()
+        for cache in caches:
+            cache.cache_clear()
+
+
 def test_baked_with_an_ami_id_is_a_config_error():
     with pytest.raises(ConfigError, match=r"nodePools\[0\]\.image"):
         load_stack_settings(
