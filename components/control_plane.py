@@ -151,23 +151,25 @@ class ControlPlane(pulumi.ComponentResource):
         name, settings = self._name, self._settings
         machine = f"{name}-control-plane"
         api_group = self._api_security_group(config, network)
-        instance = self.machine = aws.ec2.Instance(
+        image = machines.machine_image(config.os_version, config.ami_id, parent=self)
+        key = machines.key_pair(machine, settings.ssh.public_key, settings.stack_tags, parent=self)
+        instance = self.machine = machines.machine(
             machine,
-            ami=machines.ubuntu_ami(config.os_version, config.ami_id, parent=self),
-            instance_type=config.instance_type,
-            subnet_id=network.subnet_ids[0],
-            vpc_security_group_ids=[network.cluster_security_group_id, api_group.id],
-            key_name=machines.key_pair(machine, settings, parent=self).key_name,
-            associate_public_ip_address=settings.network.assigns_public_ips,
-            metadata_options=machines.metadata_options(),
-            root_block_device=machines.root_volume(config.root_volume_gi_b),
-            tags={**settings.stack_tags, "Name": machine, "gpu-cluster:role": "control-plane"},
-            opts=pulumi.ResourceOptions(
-                parent=self,
-                ignore_changes=machines.day_two_ignored(ami_pinned=config.ami_id is not None),
+            machines.MachineArgs(
+                image=image,
+                instance_type=config.instance_type,
+                key_name=key.key_name,
+                placement=machines.Placement(
+                    subnet_id=network.subnet_ids[0],
+                    security_group_ids=[network.cluster_security_group_id, api_group.id],
+                    public_ip=settings.network.assigns_public_ips,
+                ),
+                root_volume_gib=config.root_volume_gib,
+                tags={**settings.stack_tags, "Name": machine, "gpu-cluster:role": "control-plane"},
                 # Its loss is a new cluster: every node would have to re-join.
                 protect=config.protect,
             ),
+            parent=self,
         )
         private_ip = instance.private_ip
         public_ip = instance.public_ip

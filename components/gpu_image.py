@@ -165,25 +165,26 @@ class GpuImage(pulumi.ComponentResource):
         super().__init__("gpu-cluster:index:GpuImage", name, None, opts)
         settings = args.settings
         tags = {**settings.stack_tags, **args.key.tags(), BUILT_BY_TAG: args.built_by}
-        key = machines.key_pair(name, settings, parent=self)
-        builder = aws.ec2.Instance(
+        key = machines.key_pair(name, settings.ssh.public_key, settings.stack_tags, parent=self)
+        builder = machines.machine(
             f"{name}-builder",
-            ami=machines.ubuntu_ami(args.key.ubuntu, None, parent=self),
-            instance_type=args.builder_instance_type,
-            subnet_id=args.subnet_id,
-            vpc_security_group_ids=args.security_group_ids,
-            key_name=key.key_name,
-            associate_public_ip_address=settings.network.assigns_public_ips,
-            metadata_options=machines.metadata_options(),
-            root_block_device=machines.root_volume(IMAGE_ROOT_GIB),
-            # Powering off terminates it: power-off-builder.sh ends the build that way.
-            instance_initiated_shutdown_behavior="terminate",
-            tags={**tags, "Name": f"{name}-builder"},
-            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["ami"]),
+            machines.MachineArgs(
+                image=machines.machine_image(args.key.ubuntu, None, parent=self),
+                instance_type=args.builder_instance_type,
+                key_name=key.key_name,
+                placement=machines.Placement(
+                    subnet_id=args.subnet_id,
+                    security_group_ids=args.security_group_ids,
+                    public_ip=settings.network.assigns_public_ips,
+                ),
+                root_volume_gib=IMAGE_ROOT_GIB,
+                tags={**tags, "Name": f"{name}-builder"},
+                # Powering off terminates it (power-off-builder.sh ends the build that way).
+                one_shot=True,
+            ),
+            parent=self,
         )
-        address = (
-            builder.public_ip if settings.network.connects_to_public_ips else builder.private_ip
-        )
+        address = machines.ssh_address(builder, public=settings.network.connects_to_public_ips)
         host = ssh_host(f"{name}-builder", address, settings, identity=builder.id)
         after: pulumi.Resource = builder
         for install in args.install_steps:

@@ -65,14 +65,15 @@ class GpuNodePool(pulumi.ComponentResource):
         if pool.image == "baked":
             if image_ami is None:
                 raise ValueError(f"pool {pool.name}: image: baked needs the GpuImage's AMI id")
-            ami = pulumi.Output.from_input(image_ami)
+            image = machines.MachineImage(
+                pulumi.Output.from_input(image_ami), pinned=pool.ami_id is not None
+            )
         else:
-            ami = machines.ubuntu_ami(pool.os_version, pool.ami_id, parent=self)
-        key = machines.key_pair(name, settings, parent=self)
+            image = machines.machine_image(pool.os_version, pool.ami_id, parent=self)
+        key = machines.key_pair(name, settings.ssh.public_key, settings.stack_tags, parent=self)
         security_group = self._security_group(name, settings, network, control_plane)
-        machine = _Machine(
-            ami=ami,
-            ami_pinned=pool.ami_id is not None,
+        machine = PoolMachines(
+            image=image,
             key_name=key.key_name,
             security_group_ids=[network.cluster_security_group_id, security_group.id],
         )
@@ -113,11 +114,10 @@ class GpuNodePool(pulumi.ComponentResource):
 
 
 @dataclass(frozen=True)
-class _Machine:
-    """What every instance of a pool shares."""
+class PoolMachines:
+    """What every instance of a pool shares: boot image, key pair, security groups."""
 
-    ami: pulumi.Output[str]
-    ami_pinned: bool
+    image: machines.MachineImage
     key_name: pulumi.Output[str]
     security_group_ids: list[pulumi.Input[str]]
 
@@ -148,7 +148,7 @@ class GpuNode(pulumi.ComponentResource):
         settings: Settings,
         network: Network,
         control_plane: ControlPlane,
-        machine: _Machine,
+        machine: PoolMachines,
         opts: pulumi.ResourceOptions | None = None,
     ):
         super().__init__("gpu-cluster:index:GpuNode", f"{node_name}-node", None, opts)
@@ -156,10 +156,8 @@ class GpuNode(pulumi.ComponentResource):
         self.pool = pool
         self.gpu_type = pool.gpu_type
         self.instance = self._instance(index, settings, network, machine)
-        address = (
-            self.instance.public_ip
-            if settings.network.connects_to_public_ips
-            else self.instance.private_ip
+        address = machines.ssh_address(
+            self.instance, public=settings.network.connects_to_public_ips
         )
         self.host = ssh_host(node_name, address, settings, identity=self.instance.id)
         self.join, self.node_ready = self._bootstrap(settings, control_plane)
@@ -172,37 +170,27 @@ class GpuNode(pulumi.ComponentResource):
         )
 
     def _instance(
-        self, index: int, settings: Settings, network: Network, machine: _Machine
+        self, index: int, settings: Settings, network: Network, machine: PoolMachines
     ) -> aws.ec2.Instance:
         pool, name = self.pool, self.node_name
-        tags = {**settings.stack_tags, POOL_LABEL: pool.name, "Name": name}
-        market = None
-        if pool.market == "spot":
-            market = aws.ec2.InstanceInstanceMarketOptionsArgs(
-                market_type="spot",
-                spot_options=aws.ec2.InstanceInstanceMarketOptionsSpotOptionsArgs(
-                    spot_instance_type="one-time",
-                    instance_interruption_behavior="terminate",
-                ),
-            )
-        root = machines.root_volume(pool.root_volume_gi_b)
-        root.tags = tags
-        return aws.ec2.Instance(
+        return machines.machine(
             name,
-            ami=machine.ami,
-            instance_type=pool.instance_type,
-            subnet_id=network.subnet_ids[index % len(network.subnet_ids)],
-            vpc_security_group_ids=machine.security_group_ids,
-            key_name=machine.key_name,
-            associate_public_ip_address=settings.network.assigns_public_ips,
-            metadata_options=machines.metadata_options(pool.metadata_hop_limit),
-            root_block_device=root,
-            instance_market_options=market,
-            tags=tags,
-            opts=pulumi.ResourceOptions(
-                parent=self,
-                ignore_changes=machines.day_two_ignored(ami_pinned=machine.ami_pinned),
+            machines.MachineArgs(
+                image=machine.image,
+                instance_type=pool.instance_type,
+                key_name=machine.key_name,
+                placement=machines.Placement(
+                    subnet_id=network.subnet_ids[index % len(network.subnet_ids)],
+                    security_group_ids=machine.security_group_ids,
+                    public_ip=settings.network.assigns_public_ips,
+                ),
+                root_volume_gib=pool.root_volume_gib,
+                tags={**settings.stack_tags, POOL_LABEL: pool.name, "Name": name},
+                tag_root_volume=True,
+                metadata_hop_limit=pool.metadata_hop_limit,
+                spot=pool.market == "spot",
             ),
+            parent=self,
         )
 
     def _bootstrap(

@@ -1,9 +1,11 @@
-"""EC2 building blocks shared by every machine the stack creates (the managed control plane and
-the GPU nodes): the Canonical Ubuntu AMI lookup, the SSH key pair, and the hardened instance
-options (IMDSv2 only, encrypted gp3 root volume).
+"""Every EC2 machine the stack creates (the managed control plane, the GPU nodes, the builder of a
+baked image) is built here, once: `machine(name, MachineArgs(...), parent=...)` (the shape of
+pulumi-eks `nodes/instances.ts`: one instance builder, one AMI lookup).
 
-Import these instead of repeating them: `ubuntu_ami(...)`, `key_pair(...)`, `metadata_options()`,
-`root_volume(...)`.
+What they share: the boot image (`MachineImage`: a Canonical Ubuntu AMI looked up, or a
+configured one), the SSH key pair (`key_pair`), the hardened instance options (IMDSv2 only, an
+encrypted gp3 root volume that goes with the instance), where it sits in the network
+(`Placement`), and which inputs a later `up` leaves alone (`day_two_ignored`).
 """
 
 from __future__ import annotations
@@ -11,6 +13,9 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
@@ -50,12 +55,28 @@ def ubuntu_ami(
     return image.id
 
 
-def key_pair(name: str, settings: Settings, *, parent: pulumi.Resource) -> aws.ec2.KeyPair:
+@dataclass(frozen=True)
+class MachineImage:
+    """The AMI a machine boots: `pinned` when configured (`amiId`, or a baked image), so a change
+    of it is a deliberate rebuild; a looked-up Canonical image is not followed after create."""
+
+    id: pulumi.Input[str]
+    pinned: bool
+
+
+def machine_image(os_version: str, ami_id: str | None, *, parent: pulumi.Resource) -> MachineImage:
+    """`ami_id` when configured, else the newest Canonical Ubuntu image of `os_version`."""
+    return MachineImage(ubuntu_ami(os_version, ami_id, parent=parent), pinned=ami_id is not None)
+
+
+def key_pair(
+    name: str, public_key: str, tags: Mapping[str, str], *, parent: pulumi.Resource
+) -> aws.ec2.KeyPair:
     """An EC2 key pair `f"{name}-key"` from `ssh.publicKey` (AWS names it uniquely), tagged."""
     return aws.ec2.KeyPair(
         f"{name}-key",
-        public_key=settings.ssh.public_key,
-        tags={**settings.stack_tags, "Name": f"{name}-key"},
+        public_key=public_key,
+        tags={**tags, "Name": f"{name}-key"},
         opts=pulumi.ResourceOptions(parent=parent),
     )
 
@@ -145,3 +166,84 @@ def root_volume(size_gib: int) -> aws.ec2.InstanceRootBlockDeviceArgs:
         encrypted=True,
         delete_on_termination=True,
     )
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a machine sits in the network: one subnet, its security groups, and whether it gets
+    a public address."""
+
+    subnet_id: pulumi.Input[str]
+    security_group_ids: Sequence[pulumi.Input[str]]
+    public_ip: bool
+
+    def launch_args(self) -> dict[str, Any]:
+        """The Instance inputs of this placement."""
+        return {
+            "subnet_id": self.subnet_id,
+            "vpc_security_group_ids": list(self.security_group_ids),
+            "associate_public_ip_address": self.public_ip,
+        }
+
+
+@dataclass(frozen=True)
+class MachineArgs:
+    """One EC2 machine of the stack. `tags` are the instance's (its `Name` included);
+    `tag_root_volume` gives them to the root volume too (the GPU nodes). A `one_shot` machine
+    (the image builder) terminates when it powers off and keeps only its AMI on a later `up`;
+    every other machine is a cluster member kept across `up`s (`day_two_ignored`)."""
+
+    image: MachineImage
+    instance_type: str
+    key_name: pulumi.Input[str]
+    placement: Placement
+    root_volume_gib: int
+    tags: Mapping[str, str]
+    tag_root_volume: bool = False
+    metadata_hop_limit: int = 1
+    spot: bool = False
+    one_shot: bool = False
+    protect: bool | None = None
+
+
+def machine(name: str, args: MachineArgs, *, parent: pulumi.Resource) -> aws.ec2.Instance:
+    """The EC2 instance `name` under `parent`, hardened (IMDSv2 only, encrypted root volume)."""
+    tags = dict(args.tags)
+    root = root_volume(args.root_volume_gib)
+    if args.tag_root_volume:
+        root.tags = tags
+    if args.one_shot:
+        # Powering off terminates it: power-off-builder.sh ends the build that way.
+        extra: dict[str, Any] = {"instance_initiated_shutdown_behavior": "terminate"}
+        ignored = [] if args.image.pinned else ["ami"]
+    else:
+        extra = {"instance_market_options": spot_market() if args.spot else None}
+        ignored = day_two_ignored(ami_pinned=args.image.pinned)
+    return aws.ec2.Instance(
+        name,
+        ami=args.image.id,
+        instance_type=args.instance_type,
+        key_name=args.key_name,
+        metadata_options=metadata_options(args.metadata_hop_limit),
+        root_block_device=root,
+        tags=tags,
+        **args.placement.launch_args(),
+        **extra,
+        opts=pulumi.ResourceOptions(parent=parent, ignore_changes=ignored, protect=args.protect),
+    )
+
+
+def spot_market() -> aws.ec2.InstanceInstanceMarketOptionsArgs:
+    """A one-time spot request, terminated when reclaimed."""
+    return aws.ec2.InstanceInstanceMarketOptionsArgs(
+        market_type="spot",
+        spot_options=aws.ec2.InstanceInstanceMarketOptionsSpotOptionsArgs(
+            spot_instance_type="one-time",
+            instance_interruption_behavior="terminate",
+        ),
+    )
+
+
+def ssh_address(instance: aws.ec2.Instance, *, public: bool) -> pulumi.Output[str]:
+    """The address the operator's machine dials: the public one unless a bastion relays."""
+    return instance.public_ip if public else instance.private_ip

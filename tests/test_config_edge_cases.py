@@ -84,7 +84,7 @@ def test_user_passes_numbers_as_strings():
         }
     )
     pool = settings.node_pools[0]
-    assert (pool.count, pool.root_volume_gi_b) == (2, 300), f"pool {pool.name}"
+    assert (pool.count, pool.root_volume_gib) == (2, 300), f"pool {pool.name}"
     assert settings.validation.timeout_seconds == 600
 
 

@@ -65,7 +65,7 @@ def test_defaults_live_in_code():
     assert settings.network.creates_vpc and settings.network.cidr == "10.42.0.0/16"
     assert settings.ssh.user == "ubuntu"
     pool = settings.node_pools[0]
-    assert (pool.driver_version, pool.root_volume_gi_b, pool.market) == ("580", 200, "on-demand")
+    assert (pool.driver_version, pool.root_volume_gib, pool.market) == ("580", 200, "on-demand")
     assert [t.key for t in pool.taints] == ["nvidia.com/gpu"]
     assert settings.device_plugin.version == DEFAULT_DEVICE_PLUGIN_VERSION
     assert settings.validation.enabled and settings.validation.timeout_seconds == 900

@@ -70,7 +70,7 @@ class NodePool(Model):
         default="580",
         description="NVIDIA driver branch (the branch number, not a full version)",
     )
-    root_volume_gi_b: int = Field(
+    root_volume_gib: int = Field(
         default=200,
         ge=50,
         le=16384,

@@ -174,7 +174,7 @@ class ManagedControlPlane(Model):
     service_cidr: Cidr = Field(
         default="10.96.0.0/12", description="Service network block (outside the VPC and podCidr)"
     )
-    root_volume_gi_b: int = Field(
+    root_volume_gib: int = Field(
         default=50,
         ge=20,
         le=16384,
