@@ -9,11 +9,11 @@ import gc
 import pulumi
 
 from components.config import load_settings
-from components.control_plane import ControlPlane
+from components.control_plane import ControlPlane, ControlPlaneArgs
 from components.device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
 from components.gpu_image import baked_images
-from components.gpu_node import NVIDIA_CTK_VERSION, GpuNodePool, install_steps
-from components.network import Network
+from components.gpu_node import NVIDIA_CTK_VERSION, GpuNodePool, GpuNodePoolArgs, install_steps
+from components.network import Network, NetworkArgs
 from components.validation import GpuValidation, validation_args
 
 # The SDK allocates several futures per property of every resource; with the default thresholds
@@ -23,8 +23,8 @@ gc.set_threshold(100_000, 50, 100)
 
 settings = load_settings()
 
-network = Network("network", settings)
-control_plane = ControlPlane(settings.cluster_name, settings=settings, network=network)
+network = Network("network", NetworkArgs.of(settings))
+control_plane = ControlPlane(settings.cluster_name, ControlPlaneArgs.of(settings, network))
 device_plugin = NvidiaDevicePlugin(
     "nvidia-device-plugin",
     NvidiaDevicePluginArgs(
@@ -39,11 +39,13 @@ images = baked_images(
 pools = [
     GpuNodePool(
         f"{settings.cluster_name}-{pool.name}",
-        pool=pool,
-        settings=settings,
-        network=network,
-        control_plane=control_plane,
-        image_ami=images.get(pool.name),
+        GpuNodePoolArgs.of(
+            settings,
+            pool,
+            network=network,
+            control_plane=control_plane,
+            image_ami=images.get(pool.name),
+        ),
     )
     for pool in settings.node_pools
 ]

@@ -21,8 +21,7 @@ access) and valid for `kubeconfig.validityHours`.
 from __future__ import annotations
 
 import ipaddress
-import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pulumi
@@ -32,47 +31,21 @@ import pulumi_kubernetes as k8s
 
 from components import host_pins, machines, steps
 from components import kubernetes_manifests as manifests
+from components.join_tokens import JOIN_TOKEN_TTL, JoinCredentials, parse_join_token
 from components.network import Network, tcp_port_rule
-from components.remote import Host, run_step, ssh_host
-from components.settings import ExistingControlPlane, ManagedControlPlane, Settings
+from components.remote import Host, Login, run_step, ssh_host
+from components.settings import (
+    ExistingControlPlane,
+    ManagedControlPlane,
+    OperatorKubeconfig,
+    Settings,
+)
 
 API_PORT = 6443
-# Each node gets its own bootstrap token, valid until the node has joined (its node-ready step
-# deletes it then): a join retried at any time after a failure finds it valid, with no manual
-# re-mint. kubeadm token create: "If set to '0', the token will never expire".
-JOIN_TOKEN_TTL = "0s"
 NODE_READY_TIMEOUT_SECONDS = 600
 DRAIN_TIMEOUT_SECONDS = 300
 # The CNI of the managed control plane: flannel, pinned to one release manifest.
 FLANNEL_VERSION = "v0.27.4"
-
-
-@dataclass(frozen=True)
-class JoinCredentials:
-    """What one `kubeadm join` needs: a fresh bootstrap token (secret), the CA public key hash
-    that pins the API server's identity, and the endpoint. `step` is the minting command."""
-
-    token: pulumi.Output[str]
-    token_id: pulumi.Output[str]
-    ca_cert_hash: pulumi.Output[str]
-    endpoint: pulumi.Output[str]
-    step: command.remote.Command
-
-
-def parse_join_token(stdout: str) -> dict[str, str]:
-    """The JSON line mint-join-token.sh prints: {"token": ..., "caCertHash": "sha256:..."}.
-
-    Errors never include the output: it holds the token."""
-    for line in reversed(stdout.splitlines()):
-        line = line.strip()
-        if line.startswith("{"):
-            data = json.loads(line)
-            if not isinstance(data.get("token"), str) or not str(
-                data.get("caCertHash", "")
-            ).startswith("sha256:"):
-                raise ValueError("mint-join-token.sh printed JSON without token and caCertHash")
-            return data
-    raise ValueError("mint-join-token.sh printed no JSON line with the token (output not shown)")
 
 
 def kubelet_client_address(config: ExistingControlPlane) -> str | None:
@@ -92,36 +65,95 @@ def kubelet_client_address(config: ExistingControlPlane) -> str | None:
     return None if chosen is None else str(chosen)
 
 
+@dataclass(frozen=True)
+class ControlPlaneArgs:
+    """What the control plane uses: its mode's section, the cluster's name, Kubernetes minor and
+    tags, the network it sits in, how steps log in, and the operators' kubeconfig identity."""
+
+    cluster_name: str
+    kubernetes_version: str
+    config: ManagedControlPlane | ExistingControlPlane
+    network: Network
+    login: Login
+    assigns_public_ips: bool  # the managed machine gets a public address (network.publicIps)
+    dials_public_ips: bool  # steps dial public addresses (no bastion relays)
+    operators: OperatorKubeconfig
+    tags: Mapping[str, str]
+
+    @classmethod
+    def of(cls, settings: Settings, network: Network) -> ControlPlaneArgs:
+        return cls(
+            cluster_name=settings.cluster_name,
+            kubernetes_version=settings.kubernetes_version,
+            config=settings.control_plane,
+            network=network,
+            login=Login.of(settings),
+            assigns_public_ips=settings.network.assigns_public_ips,
+            dials_public_ips=settings.network.connects_to_public_ips,
+            operators=settings.kubeconfig,
+            tags=settings.stack_tags,
+        )
+
+
+@dataclass(frozen=True)
+class ControlPlaneCore:
+    """What either mode builds: how to reach the API and the host, and the steps others wait on
+    (`ready`: the API serves and the admin kubeconfig is read; `kubelet_gate`: nodes may install
+    kubelets of the configured minor). `machine` is the managed control plane's instance."""
+
+    host: Host
+    endpoint: pulumi.Output[str]
+    cluster_identifier: pulumi.Output[str]
+    kubelet_client_cidrs: pulumi.Output[list[str]]
+    kubelet_gate: pulumi.Resource
+    kubeconfig_step: command.remote.Command
+    api_server: pulumi.Output[str]
+    ready: list[pulumi.Resource]
+    machine: aws.ec2.Instance | None = None
+
+
 class ControlPlane(pulumi.ComponentResource):
+    """The Kubernetes API the GPU nodes join (see the module docstring for the two modes).
+
+    Outputs: `endpoint` (host:port nodes join), `kubeconfig` (admin, secret; only for the
+    program's own `provider`), `operator_kubeconfig` (secret, the one the stack exports),
+    `provider` (Kubernetes, replaced only with the cluster), `kubernetes_version`, `host` (SSH to
+    the control-plane host), `ready`, `kubelet_gate`, `kubelet_client_cidrs` and `machine` (the
+    managed instance, else None). Per node: `join_credentials`, `register_node`,
+    `reconcile_labels`.
+    """
+
     endpoint: pulumi.Output[str]
     kubeconfig: pulumi.Output[str]
+    operator_kubeconfig: pulumi.Output[str]
     provider: k8s.Provider
     kubernetes_version: str
     host: Host
     ready: list[pulumi.Resource]
-    # After it, nodes may install kubelets of settings.kubernetes_version: the managed control
+    # After it, nodes may install kubelets of the configured minor: the managed control
     # plane's upgrade step, an existing one's version-skew check.
     kubelet_gate: pulumi.Resource
     kubelet_client_cidrs: pulumi.Output[list[str]]
-    machine: aws.ec2.Instance | None = None  # the managed control plane's instance
+    machine: aws.ec2.Instance | None  # the managed control plane's instance
 
     def __init__(
-        self,
-        name: str,
-        *,
-        settings: Settings,
-        network: Network,
-        opts: pulumi.ResourceOptions | None = None,
+        self, name: str, args: ControlPlaneArgs, opts: pulumi.ResourceOptions | None = None
     ):
         super().__init__("gpu-cluster:index:ControlPlane", name, None, opts)
         self._name = name
-        self._settings = settings
-        self.kubernetes_version = settings.kubernetes_version
-        config = settings.control_plane
-        if isinstance(config, ManagedControlPlane):
-            self._managed(config, network)
+        self._args = args
+        self.kubernetes_version = args.kubernetes_version
+        if isinstance(args.config, ManagedControlPlane):
+            core = self._managed(args.config)
         else:
-            self._existing(config, network)
+            core = self._existing(args.config)
+        self.host = core.host
+        self.endpoint = core.endpoint
+        self.kubelet_client_cidrs = core.kubelet_client_cidrs
+        self.kubelet_gate = core.kubelet_gate
+        self.ready = core.ready
+        self.machine = core.machine
+        self.kubeconfig = pulumi.Output.secret(core.kubeconfig_step.stdout)
         # The provider is replaced (and every Kubernetes object with it) only when this changes:
         # pulumi-kubernetes `provider/pkg/provider/provider.go` DiffConfig replaces on an
         # updated clusterIdentifier and drops every other replacement while it stays the same,
@@ -131,11 +163,11 @@ class ControlPlane(pulumi.ComponentResource):
         self.provider = k8s.Provider(
             f"{name}-k8s",
             kubeconfig=self.kubeconfig,
-            cluster_identifier=self.cluster_identifier,
+            cluster_identifier=core.cluster_identifier,
             enable_server_side_apply=True,
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(self.ready)),
         )
-        self.operator_kubeconfig = self._operator_access()
+        self.operator_kubeconfig = self._operator_access(core)
         self.register_outputs(
             {
                 "endpoint": self.endpoint,
@@ -147,13 +179,13 @@ class ControlPlane(pulumi.ComponentResource):
 
     # ------------------------------------------------------------ managed
 
-    def _managed(self, config: ManagedControlPlane, network: Network) -> None:
-        name, settings = self._name, self._settings
+    def _managed(self, config: ManagedControlPlane) -> ControlPlaneCore:
+        name, args, network = self._name, self._args, self._args.network
         machine = f"{name}-control-plane"
-        api_group = self._api_security_group(config, network)
+        api_group = self._api_security_group(config)
         image = machines.machine_image(config.os_version, config.ami_id, parent=self)
-        key = machines.key_pair(machine, settings.ssh.public_key, settings.stack_tags, parent=self)
-        instance = self.machine = machines.machine(
+        key = machines.key_pair(machine, args.login.ssh.public_key, args.tags, parent=self)
+        instance = machines.machine(
             machine,
             machines.MachineArgs(
                 image=image,
@@ -162,10 +194,10 @@ class ControlPlane(pulumi.ComponentResource):
                 placement=machines.Placement(
                     subnet_id=network.subnet_ids[0],
                     security_group_ids=[network.cluster_security_group_id, api_group.id],
-                    public_ip=settings.network.assigns_public_ips,
+                    public_ip=args.assigns_public_ips,
                 ),
                 root_volume_gib=config.root_volume_gib,
-                tags={**settings.stack_tags, "Name": machine, "gpu-cluster:role": "control-plane"},
+                tags={**args.tags, "Name": machine, "gpu-cluster:role": "control-plane"},
                 # Its loss is a new cluster: every node would have to re-join.
                 protect=config.protect,
             ),
@@ -173,65 +205,60 @@ class ControlPlane(pulumi.ComponentResource):
         )
         private_ip = instance.private_ip
         public_ip = instance.public_ip
-        if settings.network.assigns_public_ips:
+        if args.assigns_public_ips:
             # An Elastic IP keeps the address in the API server's certificate and in the
             # kubeconfig valid when the machine is stopped and started again.
             address = aws.ec2.Eip(
                 f"{machine}-ip",
                 domain="vpc",
                 instance=instance.id,
-                tags={**settings.stack_tags, "Name": machine},
+                tags={**args.tags, "Name": machine},
                 opts=pulumi.ResourceOptions(parent=self),
             )
             public_ip = address.public_ip
         # The operator's machine reaches the public address unless a bastion relays to private ones.
-        reachable = public_ip if settings.network.connects_to_public_ips else private_ip
-        self.host = ssh_host(machine, reachable, settings, identity=instance.id)
-        self.endpoint = pulumi.Output.concat(private_ip, f":{API_PORT}")
-        self.kubelet_client_cidrs = private_ip.apply(lambda ip: [f"{ip}/32"])
-        # A new control-plane machine is a new cluster (kubeadm init makes a new CA).
-        self.cluster_identifier = pulumi.Output.concat(settings.cluster_name, "/", instance.id)
+        reachable = public_ip if args.dials_public_ips else private_ip
+        host = ssh_host(machine, reachable, args.login, identity=instance.id)
+        endpoint = pulumi.Output.concat(private_ip, f":{API_PORT}")
+        minor = args.kubernetes_version
 
-        wait_ready = self._step(steps.CP_WAIT_READY, after=[instance])
-        self._step(
+        def step(row: steps.Step, params=None, *, after: Sequence[pulumi.Resource] = ()):
+            return self._step(host, row, params, after=after)
+
+        wait_ready = step(steps.CP_WAIT_READY, after=[instance])
+        step(
             steps.CP_AUTHORIZED_KEYS,
             {
-                "SSH_USER": settings.ssh.user,
-                "AUTHORIZED_KEYS": machines.authorized_keys(settings),
+                "SSH_USER": args.login.ssh.user,
+                "AUTHORIZED_KEYS": machines.authorized_keys(
+                    args.login.ssh.public_key, args.login.private_key
+                ),
             },
             after=[wait_ready],
         )
-        runtime = self._step(
+        runtime = step(
             steps.CP_RUNTIME,
-            host_pins.runtime_params(
-                config.os_version, settings.kubernetes_version, with_toolkit=False
-            ),
+            host_pins.runtime_params(config.os_version, minor, with_toolkit=False),
             after=[wait_ready],
         )
         # A new minor: kubeadm upgrade of the running cluster before its kubelet moves
         # (nothing on the first `up`); refuses a skipped minor before anything is installed.
-        upgrade = self._step(
-            steps.CP_UPGRADE, {"KUBERNETES_MINOR": settings.kubernetes_version}, after=[runtime]
-        )
-        self.kubelet_gate = upgrade
-        kube_tools = self._step(
+        upgrade = step(steps.CP_UPGRADE, {"KUBERNETES_MINOR": minor}, after=[runtime])
+        kube_tools = step(
             steps.CP_KUBE_TOOLS,
-            {
-                "KUBERNETES_MINOR": settings.kubernetes_version,
-                "SANDBOX_IMAGE": host_pins.PAUSE_IMAGES[settings.kubernetes_version],
-            },
+            {"KUBERNETES_MINOR": minor, "SANDBOX_IMAGE": host_pins.PAUSE_IMAGES[minor]},
             after=[upgrade],
         )
         cert_sans = pulumi.Output.all(public_ip, private_ip, instance.private_dns).apply(
             lambda values: ",".join(v for v in values if v)
         )
-        init = self._step(
+        init = step(
             steps.CP_INIT,
             {
-                "CLUSTER_NAME": settings.cluster_name,
+                "CLUSTER_NAME": args.cluster_name,
                 "NODE_NAME": machine,
-                "KUBERNETES_MINOR": settings.kubernetes_version,
-                "CONTROL_PLANE_ENDPOINT": self.endpoint,
+                "KUBERNETES_MINOR": minor,
+                "CONTROL_PLANE_ENDPOINT": endpoint,
                 "ADVERTISE_ADDRESS": private_ip,
                 "POD_SUBNET": config.pod_cidr,
                 "SERVICE_SUBNET": config.service_cidr,
@@ -239,7 +266,7 @@ class ControlPlane(pulumi.ComponentResource):
             },
             after=[kube_tools],
         )
-        cni = self._step(
+        cni = step(
             steps.CP_CNI,
             {
                 "FLANNEL_VERSION": FLANNEL_VERSION,
@@ -248,16 +275,24 @@ class ControlPlane(pulumi.ComponentResource):
             },
             after=[init],
         )
-        kubeconfig = self._read_kubeconfig(
-            pulumi.Output.concat("https://", reachable, f":{API_PORT}"), after=[cni]
+        api_server = pulumi.Output.concat("https://", reachable, f":{API_PORT}")
+        kubeconfig = step(steps.CP_KUBECONFIG, {"API_SERVER": api_server}, after=[cni])
+        return ControlPlaneCore(
+            host=host,
+            endpoint=endpoint,
+            # A new control-plane machine is a new cluster (kubeadm init makes a new CA).
+            cluster_identifier=pulumi.Output.concat(args.cluster_name, "/", instance.id),
+            kubelet_client_cidrs=private_ip.apply(lambda ip: [f"{ip}/32"]),
+            kubelet_gate=upgrade,
+            kubeconfig_step=kubeconfig,
+            api_server=api_server,
+            ready=[init, cni, kubeconfig],
+            machine=instance,
         )
-        self.ready = [init, cni, kubeconfig]
 
-    def _api_security_group(
-        self, config: ManagedControlPlane, network: Network
-    ) -> aws.ec2.SecurityGroup:
+    def _api_security_group(self, config: ManagedControlPlane) -> aws.ec2.SecurityGroup:
         """The API port from inside the VPC (nodes) and from `apiAllowedCidrs` (operators)."""
-        settings = self._settings
+        args, network = self._args, self._args.network
         ingress = [
             tcp_port_rule(
                 "Kubernetes API from the VPC (nodes joining, kubelets)",
@@ -275,66 +310,63 @@ class ControlPlane(pulumi.ComponentResource):
             )
         return aws.ec2.SecurityGroup(
             f"{self._name}-api",
-            description=f"{settings.cluster_name}: Kubernetes API on {API_PORT}",
+            description=f"{args.cluster_name}: Kubernetes API on {API_PORT}",
             vpc_id=network.vpc_id,
             ingress=ingress,
-            tags={**settings.stack_tags, "Name": f"{self._name}-api"},
+            tags={**args.tags, "Name": f"{self._name}-api"},
             opts=pulumi.ResourceOptions(parent=self),
         )
 
     # ------------------------------------------------------------ existing
 
-    def _existing(self, config: ExistingControlPlane, network: Network) -> None:
-        settings = self._settings
+    def _existing(self, config: ExistingControlPlane) -> ControlPlaneCore:
+        args = self._args
         assert config.host is not None and config.endpoint is not None  # settings checks both
         # No instance of ours: the host's address is its identity.
-        self.host = ssh_host(
+        host = ssh_host(
             f"{self._name}-control-plane",
             config.host,
-            settings,
+            args.login,
             identity=config.host,
             user=config.user,
         )
-        self.endpoint = pulumi.Output.from_input(config.endpoint)
-        self.cluster_identifier = pulumi.Output.from_input(
-            f"{settings.cluster_name}/{config.endpoint}"
-        )
         source = kubelet_client_address(config)
         if source is not None:
-            self.kubelet_client_cidrs = pulumi.Output.from_input([f"{source}/32"])
+            kubelet_client_cidrs = pulumi.Output.from_input([f"{source}/32"])
         else:
             # Only DNS names: the control plane lives somewhere in the VPC.
-            self.kubelet_client_cidrs = network.vpc_cidr.apply(lambda cidr: [cidr])
-        skew = self._step(steps.CP_VERSION_SKEW, {"KUBERNETES_MINOR": settings.kubernetes_version})
-        kubeconfig = self._read_kubeconfig(
-            pulumi.Output.from_input(f"https://{config.endpoint}"), after=[skew]
+            kubelet_client_cidrs = args.network.vpc_cidr.apply(lambda cidr: [cidr])
+        skew = self._step(
+            host, steps.CP_VERSION_SKEW, {"KUBERNETES_MINOR": args.kubernetes_version}
         )
-        self.kubelet_gate = skew
-        self.ready = [skew, kubeconfig]
+        api_server = pulumi.Output.from_input(f"https://{config.endpoint}")
+        kubeconfig = self._step(host, steps.CP_KUBECONFIG, {"API_SERVER": api_server}, after=[skew])
+        return ControlPlaneCore(
+            host=host,
+            endpoint=pulumi.Output.from_input(config.endpoint),
+            cluster_identifier=pulumi.Output.from_input(f"{args.cluster_name}/{config.endpoint}"),
+            kubelet_client_cidrs=kubelet_client_cidrs,
+            kubelet_gate=skew,
+            kubeconfig_step=kubeconfig,
+            api_server=api_server,
+            ready=[skew, kubeconfig],
+        )
 
     # ------------------------------------------------------------ shared
 
     def _step(
         self,
+        host: Host,
         step: steps.Step,
         params: dict[str, pulumi.Input[str]] | None = None,
         *,
         after: Sequence[pulumi.Resource] = (),
     ) -> command.remote.Command:
-        return run_step(step, self._name, host=self.host, params=params, after=after, parent=self)
+        return run_step(step, self._name, host=host, params=params, after=after, parent=self)
 
-    def _read_kubeconfig(
-        self, server: pulumi.Output[str], *, after: Sequence[pulumi.Resource]
-    ) -> command.remote.Command:
-        step = self._step(steps.CP_KUBECONFIG, {"API_SERVER": server}, after=after)
-        self.kubeconfig = pulumi.Output.secret(step.stdout)
-        self._api_server = server
-        self._kubeconfig_step = step
-        return step
-
-    def _operator_access(self) -> pulumi.Output[str]:
+    def _operator_access(self, core: ControlPlaneCore) -> pulumi.Output[str]:
         """The operators' kubeconfig: its own identity, group-bound, with a bounded lifetime."""
-        access = self._settings.kubeconfig
+        access = self._args.operators
         k8s.rbac.v1.ClusterRoleBinding(
             f"{self._name}-operators",
             metadata={"name": "gpu-cluster-operators", "labels": dict(manifests.MANAGED_BY)},
@@ -349,14 +381,15 @@ class ControlPlane(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, provider=self.provider),
         )
         step = self._step(
+            core.host,
             steps.CP_OPERATOR_KUBECONFIG,
             {
-                "API_SERVER": self._api_server,
-                "CLIENT_NAME": f"{self._settings.cluster_name}-operator",
+                "API_SERVER": core.api_server,
+                "CLIENT_NAME": f"{self._args.cluster_name}-operator",
                 "GROUP": access.group,
                 "VALIDITY_HOURS": str(access.validity_hours),
             },
-            after=[self._kubeconfig_step],
+            after=[core.kubeconfig_step],
         )
         return pulumi.Output.secret(step.stdout)
 

@@ -34,7 +34,7 @@ from components import machines, steps
 from components.host_scripts import stripped_script
 from components.kubernetes_manifests import device_plugin_image
 from components.network import Network
-from components.remote import run_step, ssh_host
+from components.remote import Login, run_step, ssh_host
 from components.settings import NodePool, Settings
 from components.steps import Step
 
@@ -185,7 +185,7 @@ class GpuImage(pulumi.ComponentResource):
             parent=self,
         )
         address = machines.ssh_address(builder, public=settings.network.connects_to_public_ips)
-        host = ssh_host(f"{name}-builder", address, settings, identity=builder.id)
+        host = ssh_host(f"{name}-builder", address, Login.of(settings), identity=builder.id)
         after: pulumi.Resource = builder
         for install in args.install_steps:
             after = run_step(
@@ -237,7 +237,7 @@ def baked_images(
     settings: Settings,
     network: Network,
     *,
-    install_steps: Callable[[NodePool, Settings], tuple[InstallStep, ...]],
+    install_steps: Callable[[NodePool, str], tuple[InstallStep, ...]],
     container_toolkit: str,
 ) -> dict[str, pulumi.Output[str]]:
     """Pool name -> the AMI id its nodes boot from, for every pool with `image: baked`: one
@@ -259,7 +259,7 @@ def baked_images(
                 image_name(settings.cluster_name, key),
                 GpuImageArgs(
                     key=key,
-                    install_steps=install_steps(first, settings),
+                    install_steps=install_steps(first, settings.kubernetes_version),
                     builder_instance_type=first.instance_type,
                     subnet_id=network.subnet_ids[0],
                     security_group_ids=[network.cluster_security_group_id],

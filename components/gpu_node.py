@@ -19,7 +19,7 @@ cluster); changing a pool's driver branch is an update that re-runs that pool's 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -32,7 +32,7 @@ from components.catalog import GpuInstanceType
 from components.gpu_image import InstallStep
 from components.labels import GPU_PRESENT_LABEL, POOL_LABEL
 from components.network import KUBELET_PORT, Network, tcp_port_rule
-from components.remote import Host, run_step, ssh_host
+from components.remote import Host, Login, run_step, ssh_host
 from components.settings import NodePool, Settings
 
 if TYPE_CHECKING:
@@ -42,84 +42,150 @@ if TYPE_CHECKING:
 NVIDIA_CTK_VERSION = host_pins.NVIDIA_CTK_VERSION
 
 
+@dataclass(frozen=True)
+class GpuNodePoolArgs:
+    """What a pool uses: its section, the cluster's name, Kubernetes minor and tags, the
+    validation bound (a roll's slot outlasts it), the network and control plane, how steps log
+    in, and the baked image's AMI id for `image: baked`."""
+
+    pool: NodePool
+    cluster_name: str
+    kubernetes_version: str
+    validation_timeout_seconds: int
+    network: Network
+    control_plane: ControlPlane
+    login: Login
+    assigns_public_ips: bool  # the instances get a public address (network.publicIps)
+    dials_public_ips: bool  # steps dial public addresses (no bastion relays)
+    tags: Mapping[str, str]
+    image_ami: pulumi.Input[str] | None = None
+
+    @classmethod
+    def of(
+        cls,
+        settings: Settings,
+        pool: NodePool,
+        *,
+        network: Network,
+        control_plane: ControlPlane,
+        image_ami: pulumi.Input[str] | None = None,
+    ) -> GpuNodePoolArgs:
+        return cls(
+            pool=pool,
+            cluster_name=settings.cluster_name,
+            kubernetes_version=settings.kubernetes_version,
+            validation_timeout_seconds=settings.validation.timeout_seconds,
+            network=network,
+            control_plane=control_plane,
+            login=Login.of(settings),
+            assigns_public_ips=settings.network.assigns_public_ips,
+            dials_public_ips=settings.network.connects_to_public_ips,
+            tags=settings.stack_tags,
+            image_ami=image_ami,
+        )
+
+
 class GpuNodePool(pulumi.ComponentResource):
     """`pool.count` GpuNodes of one instance type, spread over the network's subnets, sharing a
-    key pair and a security group (kubelet only from the control plane)."""
+    key pair and a security group (kubelet only from the control plane).
+
+    Outputs: `pool` (its section) and `nodes` (its GpuNodes, in index order).
+    """
 
     pool: NodePool
     nodes: list[GpuNode]
 
     def __init__(
-        self,
-        name: str,
-        *,
-        pool: NodePool,
-        settings: Settings,
-        network: Network,
-        control_plane: ControlPlane,
-        image_ami: pulumi.Input[str] | None = None,
-        opts: pulumi.ResourceOptions | None = None,
+        self, name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None
     ):
         super().__init__("gpu-cluster:index:GpuNodePool", name, None, opts)
+        pool, network = args.pool, args.network
         self.pool = pool
         if pool.image == "baked":
-            if image_ami is None:
+            if args.image_ami is None:
                 raise ValueError(f"pool {pool.name}: image: baked needs the GpuImage's AMI id")
             image = machines.MachineImage(
-                pulumi.Output.from_input(image_ami), pinned=pool.ami_id is not None
+                pulumi.Output.from_input(args.image_ami), pinned=pool.ami_id is not None
             )
         else:
             image = machines.machine_image(pool.os_version, pool.ami_id, parent=self)
-        key = machines.key_pair(name, settings.ssh.public_key, settings.stack_tags, parent=self)
-        security_group = self._security_group(name, settings, network, control_plane)
-        machine = PoolMachines(
-            image=image,
-            key_name=key.key_name,
-            security_group_ids=[network.cluster_security_group_id, security_group.id],
-        )
-        self.nodes = [
-            GpuNode(
-                f"{settings.cluster_name}-{pool.name}-{index}",
-                index=index,
-                pool=pool,
-                settings=settings,
-                network=network,
-                control_plane=control_plane,
-                machine=machine,
-                opts=pulumi.ResourceOptions(parent=self),
+        key = machines.key_pair(name, args.login.ssh.public_key, args.tags, parent=self)
+        security_groups = [network.cluster_security_group_id, self._security_group(name, args).id]
+        self.nodes = []
+        for index in range(pool.count):
+            node_name = f"{args.cluster_name}-{pool.name}-{index}"
+            machine = machines.MachineArgs(
+                image=image,
+                instance_type=pool.instance_type,
+                key_name=key.key_name,
+                placement=machines.Placement(
+                    subnet_id=network.subnet_ids[index % len(network.subnet_ids)],
+                    security_group_ids=security_groups,
+                    public_ip=args.assigns_public_ips,
+                ),
+                root_volume_gib=pool.root_volume_gib,
+                tags={**args.tags, POOL_LABEL: pool.name, "Name": node_name},
+                tag_root_volume=True,
+                metadata_hop_limit=pool.metadata_hop_limit,
+                spot=pool.market == "spot",
             )
-            for index in range(pool.count)
-        ]
+            node = GpuNode(
+                node_name,
+                GpuNodeArgs(
+                    pool=pool,
+                    machine=machine,
+                    kubernetes_version=args.kubernetes_version,
+                    validation_timeout_seconds=args.validation_timeout_seconds,
+                    control_plane=args.control_plane,
+                    login=args.login,
+                    dials_public_ips=args.dials_public_ips,
+                ),
+                pulumi.ResourceOptions(parent=self),
+            )
+            self.nodes.append(node)
         self.register_outputs({"nodeNames": [node.node_name for node in self.nodes]})
 
-    def _security_group(
-        self, name: str, settings: Settings, network: Network, control_plane: ControlPlane
-    ) -> aws.ec2.SecurityGroup:
+    def _security_group(self, name: str, args: GpuNodePoolArgs) -> aws.ec2.SecurityGroup:
         """Kubelet (:10250) from the control plane only. SSH (from network.sshAllowedCidrs or the
         bastion), node-to-node CNI traffic and egress come from the shared cluster group."""
         return aws.ec2.SecurityGroup(
             f"{name}-nodes",
             description=f"{name}: kubelet API from the control plane",
-            vpc_id=network.vpc_id,
+            vpc_id=args.network.vpc_id,
             ingress=[
                 tcp_port_rule(
                     "kubelet API from the control plane (logs, exec, metrics)",
                     KUBELET_PORT,
-                    control_plane.kubelet_client_cidrs,
+                    args.control_plane.kubelet_client_cidrs,
                 )
             ],
-            tags={**settings.stack_tags, "Name": f"{name}-nodes"},
+            tags={**args.tags, "Name": f"{name}-nodes"},
             opts=pulumi.ResourceOptions(parent=self),
         )
 
 
 @dataclass(frozen=True)
-class PoolMachines:
-    """What every instance of a pool shares: boot image, key pair, security groups."""
+class GpuNodeArgs:
+    """What one node uses: its pool's section, its machine, the Kubernetes minor, the
+    validation bound, the control plane it joins and how steps log in."""
 
-    image: machines.MachineImage
-    key_name: pulumi.Output[str]
-    security_group_ids: list[pulumi.Input[str]]
+    pool: NodePool
+    machine: machines.MachineArgs
+    kubernetes_version: str
+    validation_timeout_seconds: int
+    control_plane: ControlPlane
+    login: Login
+    dials_public_ips: bool  # steps dial the public address (no bastion relays)
+
+
+@dataclass(frozen=True)
+class NodeChain:
+    """What a node's bootstrap built: the join, the Node Ready step, and `change`, the digest of
+    the disruptive steps' programs (components/rolling.py)."""
+
+    join: command.remote.Command
+    node_ready: command.remote.Command
+    change: str
 
 
 class GpuNode(pulumi.ComponentResource):
@@ -127,6 +193,10 @@ class GpuNode(pulumi.ComponentResource):
 
     The component itself is registered as `<node>-node` so that `<node>` names exactly one
     resource, the instance (as the interface contract and the tests look it up).
+
+    Outputs: `node_name`, `pool`, `gpu_type` (the catalog entry of its instance type),
+    `instance`, `host` (SSH to it), `join`, `node_ready` (the control plane saw the Node Ready),
+    `change` (digest of its disruptive steps' programs), and after `finish_roll`, `uncordon`.
     """
 
     node_name: str
@@ -140,27 +210,17 @@ class GpuNode(pulumi.ComponentResource):
     uncordon: command.remote.Command
 
     def __init__(
-        self,
-        node_name: str,
-        *,
-        index: int,
-        pool: NodePool,
-        settings: Settings,
-        network: Network,
-        control_plane: ControlPlane,
-        machine: PoolMachines,
-        opts: pulumi.ResourceOptions | None = None,
+        self, node_name: str, args: GpuNodeArgs, opts: pulumi.ResourceOptions | None = None
     ):
         super().__init__("gpu-cluster:index:GpuNode", f"{node_name}-node", None, opts)
         self.node_name = node_name
-        self.pool = pool
-        self.gpu_type = pool.gpu_type
-        self.instance = self._instance(index, settings, network, machine)
-        address = machines.ssh_address(
-            self.instance, public=settings.network.connects_to_public_ips
-        )
-        self.host = ssh_host(node_name, address, settings, identity=self.instance.id)
-        self.join, self.node_ready = self._bootstrap(settings, control_plane)
+        self.pool = args.pool
+        self.gpu_type = args.pool.gpu_type
+        self.instance = machines.machine(node_name, args.machine, parent=self)
+        address = machines.ssh_address(self.instance, public=args.dials_public_ips)
+        self.host = ssh_host(node_name, address, args.login, identity=self.instance.id)
+        chain = self._bootstrap(args)
+        self.join, self.node_ready, self.change = chain.join, chain.node_ready, chain.change
         self.register_outputs(
             {
                 "nodeName": node_name,
@@ -169,49 +229,24 @@ class GpuNode(pulumi.ComponentResource):
             }
         )
 
-    def _instance(
-        self, index: int, settings: Settings, network: Network, machine: PoolMachines
-    ) -> aws.ec2.Instance:
-        pool, name = self.pool, self.node_name
-        return machines.machine(
-            name,
-            machines.MachineArgs(
-                image=machine.image,
-                instance_type=pool.instance_type,
-                key_name=machine.key_name,
-                placement=machines.Placement(
-                    subnet_id=network.subnet_ids[index % len(network.subnet_ids)],
-                    security_group_ids=machine.security_group_ids,
-                    public_ip=settings.network.assigns_public_ips,
-                ),
-                root_volume_gib=pool.root_volume_gib,
-                tags={**settings.stack_tags, POOL_LABEL: pool.name, "Name": name},
-                tag_root_volume=True,
-                metadata_hop_limit=pool.metadata_hop_limit,
-                spot=pool.market == "spot",
-            ),
-            parent=self,
-        )
-
-    def _bootstrap(
-        self, settings: Settings, control_plane: ControlPlane
-    ) -> tuple[command.remote.Command, command.remote.Command]:
-        name, pool = self.node_name, self.pool
+    def _bootstrap(self, args: GpuNodeArgs) -> NodeChain:
+        name, pool, control_plane = self.node_name, self.pool, args.control_plane
+        minor = args.kubernetes_version
 
         def step(row: steps.Step, after: pulumi.Resource, **params: str):
             return run_step(row, name, host=self.host, params=params, after=[after], parent=self)
 
         disruptive = {
             install.step.suffix: install.params
-            for install in install_steps(pool, settings)
+            for install in install_steps(pool, minor)
             if install.step.disruptive
         }
-        disruptive[steps.KUBE_UPGRADE.suffix] = {"KUBERNETES_MINOR": settings.kubernetes_version}
-        self.change = rolling.change_digest(rolling.disruptive_programs(disruptive))
-        timing = rolling.roll_timing(validation_seconds=settings.validation.timeout_seconds)
+        disruptive[steps.KUBE_UPGRADE.suffix] = {"KUBERNETES_MINOR": minor}
+        change = rolling.change_digest(rolling.disruptive_programs(disruptive))
+        timing = rolling.roll_timing(validation_seconds=args.validation_timeout_seconds)
         kube_tools: pulumi.Resource = self.instance
         drained = False
-        for install in install_steps(pool, settings):
+        for install in install_steps(pool, minor):
             if install.step.disruptive and not drained:
                 drained = True
                 # Before the first disruptive step (nouveau may reboot into a new kernel for a
@@ -220,7 +255,7 @@ class GpuNode(pulumi.ComponentResource):
                     steps.ROLL_DRAIN,
                     name,
                     host=control_plane.host,
-                    params=rolling.drain_params(name, pool, timing, self.change),
+                    params=rolling.drain_params(name, pool, timing, change),
                     identity={steps.Identity.HOST: self.instance.id},
                     after=[kube_tools],
                     parent=self,
@@ -244,15 +279,17 @@ class GpuNode(pulumi.ComponentResource):
                     name,
                     host=self.host,
                     params={
-                        "SSH_USER": settings.ssh.user,
-                        "AUTHORIZED_KEYS": machines.authorized_keys(settings),
+                        "SSH_USER": args.login.ssh.user,
+                        "AUTHORIZED_KEYS": machines.authorized_keys(
+                            args.login.ssh.public_key, args.login.private_key
+                        ),
                     },
                     after=[kube_tools],
                     parent=self,
                 )
         join_params = {
             "NODE_NAME": name,
-            "KUBERNETES_MINOR": settings.kubernetes_version,
+            "KUBERNETES_MINOR": minor,
             "NODE_LABELS": node_labels(pool),
             "NODE_TAINTS": node_taints(pool),
         }
@@ -295,7 +332,7 @@ class GpuNode(pulumi.ComponentResource):
             parent=self,
             after=[node_ready],
         )
-        return join, node_ready
+        return NodeChain(join=join, node_ready=node_ready, change=change)
 
     def finish_roll(
         self, control_plane: ControlPlane, *, after: Sequence[pulumi.Resource]
@@ -315,7 +352,7 @@ class GpuNode(pulumi.ComponentResource):
         return self.uncordon
 
 
-def install_steps(pool: NodePool, settings: Settings) -> tuple[InstallStep, ...]:
+def install_steps(pool: NodePool, kubernetes_version: str) -> tuple[InstallStep, ...]:
     """The steps that make a booted Ubuntu a GPU host, in order, with their parameters: every
     node of a stock pool runs them; a baked image runs them once (components/gpu_image.py) and
     its nodes run them again only to verify."""
@@ -341,15 +378,13 @@ def install_steps(pool: NodePool, settings: Settings) -> tuple[InstallStep, ...]
         ),
         InstallStep(
             steps.RUNTIME,
-            host_pins.runtime_params(
-                pool.os_version, settings.kubernetes_version, with_toolkit=True
-            ),
+            host_pins.runtime_params(pool.os_version, kubernetes_version, with_toolkit=True),
         ),
         InstallStep(
             steps.KUBE_TOOLS,
             {
-                "KUBERNETES_MINOR": settings.kubernetes_version,
-                "SANDBOX_IMAGE": host_pins.PAUSE_IMAGES[settings.kubernetes_version],
+                "KUBERNETES_MINOR": kubernetes_version,
+                "SANDBOX_IMAGE": host_pins.PAUSE_IMAGES[kubernetes_version],
             },
         ),
     )

@@ -19,8 +19,7 @@ from typing import Any
 
 import pulumi
 import pulumi_aws as aws
-
-from components.settings import Settings
+from pydantic import SecretStr
 
 CANONICAL_OWNER = "099720109477"
 # Ubuntu server images for amd64 by release; gp3 images first (24.04), gp2-era names as fallback.
@@ -93,12 +92,12 @@ def day_two_ignored(*, ami_pinned: bool) -> list[str]:
     return ["keyName"] if ami_pinned else ["ami", "keyName"]
 
 
-def authorized_keys(settings: Settings) -> str:
+def authorized_keys(public_key: str, private_key: SecretStr) -> str:
     """AUTHORIZED_KEYS for authorize-ssh-keys.sh: `ssh.publicKey`, then the public half of
     `sshPrivateKey` (the key every step logs in with) when it differs. Rotating is two `up`s:
     set the new publicKey (both keys are authorized), then the new sshPrivateKey (only it is)."""
-    keys = [settings.ssh.public_key.strip()]
-    login = public_key_of(settings.ssh_private_key.get_secret_value())
+    keys = [public_key.strip()]
+    login = public_key_of(private_key.get_secret_value())
     if login is not None and _key_body(login) != _key_body(keys[0]):
         keys.append(login)
     return "\n".join(keys)

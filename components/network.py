@@ -5,6 +5,8 @@ cluster members for the CNI)."""
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import pulumi
 import pulumi_aws as aws
@@ -15,31 +17,76 @@ from components.settings import (
     ExistingControlPlane,
     Settings,
 )
+from components.settings import Network as NetworkSection
 
 KUBELET_PORT = 10250
 
 
+@dataclass(frozen=True)
+class NetworkArgs:
+    """What the network uses: the `network` section, the SSH port, the existing control plane
+    (its CNI's ports are opened) and the tags of every resource."""
+
+    cluster_name: str
+    network: NetworkSection
+    ssh_port: int
+    existing_control_plane: ExistingControlPlane | None
+    tags: Mapping[str, str]
+
+    @classmethod
+    def of(cls, settings: Settings) -> NetworkArgs:
+        existing = settings.control_plane
+        return cls(
+            cluster_name=settings.cluster_name,
+            network=settings.network,
+            ssh_port=settings.ssh.port,
+            existing_control_plane=existing if isinstance(existing, ExistingControlPlane) else None,
+            tags=settings.stack_tags,
+        )
+
+
+@dataclass(frozen=True)
+class VpcData:
+    """The VPC the machines live in and its subnets (created, or given)."""
+
+    vpc_id: pulumi.Output[str]
+    vpc_cidr: pulumi.Output[str]
+    subnet_ids: list[pulumi.Output[str]]
+
+
 class Network(pulumi.ComponentResource):
+    """A small VPC of public subnets (`network.create`), or the given subnets of an existing VPC,
+    and the security group every cluster machine shares.
+
+    Outputs: `vpc_id`, `vpc_cidr`, `subnet_ids` (machines are spread over them in order) and
+    `cluster_security_group_id` (SSH from the allowed ranges, the pod network among members).
+    """
+
     vpc_id: pulumi.Output[str]
     vpc_cidr: pulumi.Output[str]
     subnet_ids: list[pulumi.Output[str]]
     cluster_security_group_id: pulumi.Output[str]
 
-    def __init__(self, name: str, settings: Settings, opts: pulumi.ResourceOptions | None = None):
+    def __init__(self, name: str, args: NetworkArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-cluster:index:Network", name, None, opts)
         self._name = name
-        self._tags = settings.stack_tags
-        network = settings.network
+        self._args = args
+        network = args.network
         if network.creates_vpc:
-            self._create_vpc(settings)
+            subnets = self._create_vpc()
         else:
-            self.vpc_id = pulumi.Output.from_input(network.vpc_id)
             vpc = aws.ec2.get_vpc_output(
                 id=network.vpc_id, opts=pulumi.InvokeOutputOptions(parent=self)
             )
-            self.vpc_cidr = vpc.cidr_block
-            self.subnet_ids = [pulumi.Output.from_input(s) for s in network.subnet_ids]
-        self.cluster_security_group_id = self._cluster_security_group(settings).id
+            subnets = VpcData(
+                vpc_id=pulumi.Output.from_input(network.vpc_id),
+                vpc_cidr=vpc.cidr_block,
+                subnet_ids=[pulumi.Output.from_input(s) for s in network.subnet_ids],
+            )
+        self.vpc_id = subnets.vpc_id
+        self.vpc_cidr = subnets.vpc_cidr
+        self.subnet_ids = subnets.subnet_ids
+        self.cluster_security_group_id = self._cluster_security_group(subnets).id
         self.register_outputs(
             {
                 "vpcId": self.vpc_id,
@@ -48,34 +95,34 @@ class Network(pulumi.ComponentResource):
             }
         )
 
-    def tags(self, name: str) -> dict[str, str]:
-        return {**self._tags, "Name": name}
+    def _tags(self, name: str) -> dict[str, str]:
+        return {**self._args.tags, "Name": name}
 
-    def child(self) -> pulumi.ResourceOptions:
+    def _child(self) -> pulumi.ResourceOptions:
         return pulumi.ResourceOptions(parent=self)
 
-    def _create_vpc(self, settings: Settings) -> None:
-        name, network = self._name, settings.network
+    def _create_vpc(self) -> VpcData:
+        name, network, cluster = self._name, self._args.network, self._args.cluster_name
         vpc = aws.ec2.Vpc(
             f"{name}-vpc",
             cidr_block=network.cidr,
             enable_dns_hostnames=True,
             enable_dns_support=True,
-            tags=self.tags(f"{settings.cluster_name}-vpc"),
-            opts=self.child(),
+            tags=self._tags(f"{cluster}-vpc"),
+            opts=self._child(),
         )
         gateway = aws.ec2.InternetGateway(
             f"{name}-igw",
             vpc_id=vpc.id,
-            tags=self.tags(f"{settings.cluster_name}-igw"),
-            opts=self.child(),
+            tags=self._tags(f"{cluster}-igw"),
+            opts=self._child(),
         )
         routes = aws.ec2.RouteTable(
             f"{name}-public",
             vpc_id=vpc.id,
             routes=[aws.ec2.RouteTableRouteArgs(cidr_block="0.0.0.0/0", gateway_id=gateway.id)],
-            tags=self.tags(f"{settings.cluster_name}-public"),
-            opts=self.child(),
+            tags=self._tags(f"{cluster}-public"),
+            opts=self._child(),
         )
         zones = network.availability_zones or None
         if zones is None:
@@ -86,7 +133,7 @@ class Network(pulumi.ComponentResource):
         else:
             zone_names = [pulumi.Output.from_input(z) for z in zones]
         blocks = list(ipaddress.ip_network(network.cidr).subnets(prefixlen_diff=SUBNET_PREFIX_DIFF))
-        self.subnet_ids = []
+        subnet_ids = []
         for index, zone in enumerate(zone_names):
             subnet = aws.ec2.Subnet(
                 f"{name}-public-{index}",
@@ -94,20 +141,19 @@ class Network(pulumi.ComponentResource):
                 cidr_block=str(blocks[index]),
                 availability_zone=zone,
                 map_public_ip_on_launch=network.assigns_public_ips,
-                tags=self.tags(f"{settings.cluster_name}-public-{index}"),
-                opts=self.child(),
+                tags=self._tags(f"{cluster}-public-{index}"),
+                opts=self._child(),
             )
             aws.ec2.RouteTableAssociation(
                 f"{name}-public-{index}",
                 subnet_id=subnet.id,
                 route_table_id=routes.id,
-                opts=self.child(),
+                opts=self._child(),
             )
-            self.subnet_ids.append(subnet.id)
-        self.vpc_id = vpc.id
-        self.vpc_cidr = vpc.cidr_block
+            subnet_ids.append(subnet.id)
+        return VpcData(vpc_id=vpc.id, vpc_cidr=vpc.cidr_block, subnet_ids=subnet_ids)
 
-    def _cluster_security_group(self, settings: Settings) -> aws.ec2.SecurityGroup:
+    def _cluster_security_group(self, subnets: VpcData) -> aws.ec2.SecurityGroup:
         """Shared by the control plane and every node: SSH from the operators' ranges (and from
         inside the VPC when a bastion relays), and the pod network among cluster members.
 
@@ -117,28 +163,30 @@ class Network(pulumi.ComponentResource):
         their CNI's ports (`controlPlane.podNetworkPorts`) are open, from their own security
         group (`controlPlane.securityGroupId`; without one, from the VPC's range).
         """
-        ssh_port = settings.ssh.port
+        args, network = self._args, self._args.network
         ingress = _member_rules("cluster members", self_=True)
-        if isinstance(settings.control_plane, ExistingControlPlane):
-            ingress += _existing_cluster_rules(settings.control_plane, self.vpc_cidr)
-        if settings.network.ssh_allowed_cidrs:
+        if args.existing_control_plane is not None:
+            ingress += _existing_cluster_rules(args.existing_control_plane, subnets.vpc_cidr)
+        if network.ssh_allowed_cidrs:
             ingress.append(
                 tcp_port_rule(
                     "SSH from the operators' ranges (network.sshAllowedCidrs)",
-                    ssh_port,
-                    list(settings.network.ssh_allowed_cidrs),
+                    args.ssh_port,
+                    list(network.ssh_allowed_cidrs),
                 )
             )
-        if settings.network.bastion is not None:
+        if network.bastion is not None:
             ingress.append(
                 tcp_port_rule(
-                    "SSH relayed by the bastion (network.bastion)", ssh_port, [self.vpc_cidr]
+                    "SSH relayed by the bastion (network.bastion)",
+                    args.ssh_port,
+                    [subnets.vpc_cidr],
                 )
             )
         return aws.ec2.SecurityGroup(
             f"{self._name}-cluster",
-            description=f"{settings.cluster_name}: cluster members and SSH",
-            vpc_id=self.vpc_id,
+            description=f"{args.cluster_name}: cluster members and SSH",
+            vpc_id=subnets.vpc_id,
             ingress=ingress,
             egress=[
                 aws.ec2.SecurityGroupEgressArgs(
@@ -149,8 +197,8 @@ class Network(pulumi.ComponentResource):
                     cidr_blocks=["0.0.0.0/0"],
                 )
             ],
-            tags=self.tags(f"{settings.cluster_name}-cluster"),
-            opts=self.child(),
+            tags=self._tags(f"{args.cluster_name}-cluster"),
+            opts=self._child(),
         )
 
 

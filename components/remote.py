@@ -34,9 +34,10 @@ from typing import Any
 
 import pulumi
 import pulumi_command as command
+from pydantic import SecretStr
 
 from components.host_scripts import render_script
-from components.settings import Settings
+from components.settings import Bastion, Settings, Ssh
 from components.steps import Identity, OnUpdate, Step
 
 # Fresh GPU instances can take minutes before sshd answers; a step without a delete hook keeps
@@ -76,17 +77,31 @@ class Host:
         )
 
 
+@dataclass(frozen=True)
+class Login:
+    """How every step logs in: the `ssh` section (user, port, publicKey), `sshPrivateKey`, and
+    the bastion that relays to private addresses, if any."""
+
+    ssh: Ssh
+    private_key: SecretStr = field(repr=False)
+    bastion: Bastion | None = None
+
+    @classmethod
+    def of(cls, settings: Settings) -> Login:
+        return cls(settings.ssh, settings.ssh_private_key, settings.network.bastion)
+
+
 def ssh_host(
     name: str,
     address: pulumi.Input[str],
-    settings: Settings,
+    login: Login,
     *,
     identity: pulumi.Input[str],
     user: str | None = None,
 ) -> Host:
-    ssh = settings.ssh
-    private_key = pulumi.Output.secret(settings.ssh_private_key.get_secret_value())
-    bastion = settings.network.bastion
+    ssh = login.ssh
+    private_key = pulumi.Output.secret(login.private_key.get_secret_value())
+    bastion = login.bastion
     proxy = None
     if bastion is not None:
         proxy = {
