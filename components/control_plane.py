@@ -43,7 +43,7 @@ from components.settings import (
 
 API_PORT = 6443
 NODE_READY_TIMEOUT_SECONDS = 600
-DRAIN_TIMEOUT_SECONDS = 300
+DELETE_DRAIN_TIMEOUT_SECONDS = 300  # drain-node.sh, when a node is deleted
 # The CNI of the managed control plane: flannel, pinned to one release manifest.
 FLANNEL_VERSION = "v0.27.4"
 
@@ -456,7 +456,7 @@ class ControlPlane(pulumi.ComponentResource):
             },
             delete_params={
                 "NODE_NAME": node_name,
-                "DRAIN_TIMEOUT_SECONDS": str(DRAIN_TIMEOUT_SECONDS),
+                "DRAIN_TIMEOUT_SECONDS": str(DELETE_DRAIN_TIMEOUT_SECONDS),
             },
             identity={steps.Identity.HOST: node_id, steps.Identity.ENDPOINT: self.endpoint},
             after=after,

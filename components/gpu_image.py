@@ -42,13 +42,9 @@ IMAGE_TAG = "gpu-cluster.io/image"
 BUILT_BY_TAG = "gpu-cluster.io/built-by"
 # The scripts whose work an image holds; a change to one of them is a new image.
 INSTALL_SCRIPTS = (
-    "wait-ready.sh",
-    "disable-nouveau.sh",
-    "install-driver.sh",
-    "install-runtime.sh",
-    "install-kube-tools.sh",
-    "pull-images.sh",
-    "prepare-image.sh",
+    *(step.script for step in steps.INSTALL_STEPS),
+    steps.IMAGE_PULL.script,
+    steps.IMAGE_PREPARE.script,
     "lib/common.sh",
 )
 IMAGE_ROOT_GIB = 50  # the image's root volume; nodes grow it to their pool's rootVolumeGiB

@@ -1,13 +1,10 @@
 """GPU node pools: EC2 GPU instances bootstrapped over SSH, step by step, into joined Nodes.
 
-Per node the chain is strict, one `remote.Command` per host script, each named after its step:
-
-    <node> (EC2 instance) -> <node>-wait-ready -> <node>-nouveau -> <node>-roll-drain (control
-      plane) -> <node>-driver -> <node>-runtime -> <node>-kube-upgrade -> <node>-kube-tools
-      -> <node>-join-token (control plane) -> <node>-join -> <node>-node-ready (control plane)
-      ... -> <node>-uncordon (control plane, after the node's validation)
-
-A disruptive change on a joined node rolls between roll-drain and uncordon (components/rolling.py).
+Per node the chain is strict: the EC2 instance `<node>`, then one `remote.Command` per row of
+the step table's node chain (`components/steps.py` NODE_STEPS, in that order), each named
+`<node>-<suffix>`, some of them run on the control plane; `<node>-uncordon` (control plane) comes
+last, after the node's validation. A disruptive change on a joined node rolls between roll-drain
+and uncordon (components/rolling.py).
 
 Nodes never wait on each other, so the time to a joined node does not grow with the pool size.
 The steps come from the step table (components/steps.py). Teardown: the control plane drains and
@@ -353,41 +350,35 @@ class GpuNode(pulumi.ComponentResource):
 
 
 def install_steps(pool: NodePool, kubernetes_version: str) -> tuple[InstallStep, ...]:
-    """The steps that make a booted Ubuntu a GPU host, in order, with their parameters: every
-    node of a stock pool runs them; a baked image runs them once (components/gpu_image.py) and
-    its nodes run them again only to verify."""
+    """steps.INSTALL_STEPS, in that order, with their parameters: every node of a stock pool
+    runs them; a baked image runs them once (components/gpu_image.py) and its nodes run them
+    again only to verify."""
     gpu = pool.gpu_type
-    return (
-        InstallStep(steps.WAIT_READY, {}),
+    params = {
+        steps.WAIT_READY: {},
         # Its own step because it may reboot the host (nouveau in use, or a kernel without a
         # signed module of this driver replaced by the newest one with it): the driver step
         # then redials.
-        InstallStep(
-            steps.NOUVEAU,
-            {"DRIVER_BRANCH": pool.driver_version, "KERNEL_MODULES": pool.kernel_module_type},
+        steps.NOUVEAU: {
+            "DRIVER_BRANCH": pool.driver_version,
+            "KERNEL_MODULES": pool.kernel_module_type,
+        },
+        steps.DRIVER: {
+            "DRIVER_BRANCH": pool.driver_version,
+            "GPU_COUNT": str(gpu.gpu_count),
+            "NEEDS_FABRIC_MANAGER": "true" if gpu.needs_fabric_manager else "false",
+            "KERNEL_MODULES": pool.kernel_module_type,
+            "NVLINK_SUBNET_MANAGER": "true" if gpu.needs_nvlink_subnet_manager else "false",
+        },
+        steps.RUNTIME: host_pins.runtime_params(
+            pool.os_version, kubernetes_version, with_toolkit=True
         ),
-        InstallStep(
-            steps.DRIVER,
-            {
-                "DRIVER_BRANCH": pool.driver_version,
-                "GPU_COUNT": str(gpu.gpu_count),
-                "NEEDS_FABRIC_MANAGER": "true" if gpu.needs_fabric_manager else "false",
-                "KERNEL_MODULES": pool.kernel_module_type,
-                "NVLINK_SUBNET_MANAGER": "true" if gpu.needs_nvlink_subnet_manager else "false",
-            },
-        ),
-        InstallStep(
-            steps.RUNTIME,
-            host_pins.runtime_params(pool.os_version, kubernetes_version, with_toolkit=True),
-        ),
-        InstallStep(
-            steps.KUBE_TOOLS,
-            {
-                "KUBERNETES_MINOR": kubernetes_version,
-                "SANDBOX_IMAGE": host_pins.PAUSE_IMAGES[kubernetes_version],
-            },
-        ),
-    )
+        steps.KUBE_TOOLS: {
+            "KUBERNETES_MINOR": kubernetes_version,
+            "SANDBOX_IMAGE": host_pins.PAUSE_IMAGES[kubernetes_version],
+        },
+    }
+    return tuple(InstallStep(step, params[step]) for step in steps.INSTALL_STEPS)
 
 
 def node_labels(pool: NodePool) -> str:

@@ -2,11 +2,10 @@
 only after the node was taken out, and at most `nodePools[].maxUnavailable` nodes of a pool are
 out at once, with no edge between nodes in the graph.
 
-Per node, in its own chain (components/steps.py):
-
-    <node>-roll-drain (control plane)  -> <node>-driver -> <node>-runtime -> <node>-kube-upgrade
-      -> <node>-kube-tools -> ... -> <node>-node-ready -> (<node>-gpu-capacity -> validation Job)
-      -> <node>-uncordon (control plane)
+Per node, in its own chain (components/steps.py NODE_STEPS): `<node>-roll-drain` (control
+plane) before the first disruptive step, the disruptive steps, the join, `<node>-node-ready`,
+the node's checks (`<node>-gpu-capacity`, the validation Job), then `<node>-uncordon` (control
+plane).
 
 `roll-drain` takes a pool slot (a Lease on the control plane, roll-drain.sh), cordons and drains;
 `uncordon` runs after the node's checks passed again, uncordons and gives the slot back. Both

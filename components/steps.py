@@ -175,6 +175,10 @@ NODE_LABELS = Step(
 )
 NODE_SIDE_STEPS: tuple[Step, ...] = (AUTHORIZED_KEYS, NODE_LABELS)
 
+# The steps that make a booted Ubuntu a GPU host, in chain order: every node of a stock pool runs
+# them; a baked image holds their work (components/gpu_image.py) and its nodes only verify.
+INSTALL_STEPS: tuple[Step, ...] = (WAIT_READY, NOUVEAU, DRIVER, RUNTIME, KUBE_TOOLS)
+
 NODE_STEPS: tuple[Step, ...] = (
     WAIT_READY,
     ROLL_DRAIN,
@@ -304,6 +308,12 @@ def node_chain() -> tuple[str, ...]:
 def validation_chain() -> tuple[str, ...]:
     """The suffixes of a node's validation, after its chain, when validation is enabled."""
     return (GPU_CAPACITY.suffix, VALIDATION_JOB_SUFFIX)
+
+
+def node_steps_in_first_up() -> tuple[Step, ...]:
+    """The node chain as a new node's first `up` does work in it (the README's chain): without
+    the steps that act on a joined node only (the roll's drain, the kubelet upgrade)."""
+    return tuple(step for step in NODE_STEPS if step not in (ROLL_DRAIN, KUBE_UPGRADE))
 
 
 def disruptive_steps() -> tuple[Step, ...]:

@@ -4,12 +4,14 @@ each with the row's script, bound and delete hook."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from components import steps
 from components.host_scripts import available_scripts
 from tools.harness.graph import script_params, unwrap
-from tools.harness.stacks import run_program
+from tools.harness.stacks import ROOT, run_program
 
 STACKS = ("dev", "staging", "prod")
 
@@ -64,3 +66,42 @@ def test_registered_steps_are_the_tables_rows(stack):
                 assert f"# {step.delete_script}," in delete, f"{resource.urn}: {delete[:200]}"
             assert resource.custom_timeouts.get("create"), f"{resource.urn}: no bound"
         assert script_params(graph.named(steps.DRIVER.resource_name(node)))["DRIVER_BRANCH"]
+
+
+README = (ROOT / "README.md").read_text()
+
+
+def _readme_chain_block() -> str:
+    start = README.index("```\nGPU EC2 instance")
+    return README[start : README.index("```", start + 3)]
+
+
+def test_readme_chain_is_the_tables_first_up_chain():
+    """The README's chain is written out for readers; the table is what runs: they agree, in
+    order (without the steps that act on a joined node only, which the README's day-two section
+    describes)."""
+    written = re.findall(r"<node>-([a-z-]+)", _readme_chain_block())
+    expected = [s.suffix for s in steps.node_steps_in_first_up()] + list(steps.validation_chain())
+    assert written == expected, f"README.md chain {written} != step table {expected}"
+
+
+def test_readme_architecture_lists_node_steps_in_table_order():
+    line = next(line for line in README.splitlines() if "GpuNode x count" in line)
+    label = line.split('node["', 1)[1].split('"]', 1)[0].replace("<br/>", " ")
+    written = re.findall(r"-> ([a-z-]+)", label)
+    chain = steps.node_chain()
+    assert written and all(name in chain for name in written), f"README.md: {written}"
+    assert [chain.index(name) for name in written] == sorted(
+        chain.index(name) for name in written
+    ), f"README.md architecture: {written} not in the table's order {chain}"
+
+
+def test_the_readme_check_sees_a_reordered_chain():
+    swapped = (
+        _readme_chain_block()
+        .replace("<node>-driver", "<node>-swap")
+        .replace("<node>-runtime", "<node>-driver")
+        .replace("<node>-swap", "<node>-runtime")
+    )
+    expected = [s.suffix for s in steps.node_steps_in_first_up()] + list(steps.validation_chain())
+    assert re.findall(r"<node>-([a-z-]+)", swapped) != expected

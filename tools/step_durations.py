@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from components import steps
+
 
 @dataclass(frozen=True)
 class Duration:
@@ -86,7 +88,10 @@ COMMON: dict[str, Duration] = {
     "cp:init": _d(60.0, "kubeadm: image pull (~200 MB) + static pods healthy; assumption 60 s"),
     "cp:cni": _d(30.0, "assumption: CNI manifest applied and its pods Ready, ~30 s"),
     "cp:kubeconfig": _d(2.0, "assumption: one SSH round trip"),
-    "cp:skew": _d(3.0, "assumption: one SSH round trip + kubectl version"),
+    "cp:version-skew": _d(3.0, "assumption: one SSH round trip + kubectl version"),
+    "cp:operator-kubeconfig": _d(
+        2.0, "assumption: one SSH round trip (kubeadm kubeconfig user signs locally)"
+    ),
     "cp:authorized-keys": _d(2.0, "assumption: one SSH round trip writing one file"),
     "authorized-keys": _d(2.0, "assumption: one SSH round trip writing one file"),
     "labels": _d(3.0, "assumption: SSH to the control plane + kubectl label/taint/annotate"),
@@ -148,14 +153,15 @@ BAKED: dict[str, Duration] = {
     ),
 }
 
-NODE_STEPS = ("wait-ready", "nouveau", "driver", "runtime", "kube-tools")
+# The install steps, whose time depends on the image (the step table's order).
+INSTALL_STEPS = tuple(step.suffix for step in steps.INSTALL_STEPS)
 # Node steps whose time depends on the image but that are not install steps.
 CACHED_IMAGE_STEPS = ("gpu-capacity", "validation-job")
 
 
 def node_step_durations(baked: bool) -> dict[str, Duration]:
     """GPU node install steps by image, plus the builder's (it always installs from stock)."""
-    builder = {f"image:{k}": STOCK[k] for k in NODE_STEPS}
+    builder = {f"image:{k}": STOCK[k] for k in INSTALL_STEPS}
     return {**(BAKED if baked else STOCK), **builder}
 
 

@@ -50,7 +50,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from components import gpu_image, gpu_node
+from components import gpu_image, gpu_node, steps
 from tools import step_durations
 from tools.harness import mocks, stacks
 from tools.harness.graph import Graph, Resource
@@ -62,29 +62,31 @@ TABLE_NODES = (1, 8, 64, 256, 1000)
 TABLE_PARALLEL = (8, 16)
 INFINITE = math.inf
 
-NODE_STEP_SUFFIXES = (
-    "uncordon",
-    "roll-drain",
-    "kube-upgrade",
-    "validation-job",
-    "gpu-capacity",
-    "node-ready",
-    "join-token",
-    "join",
-    "authorized-keys",
-    "labels",
-    *step_durations.NODE_STEPS,
+
+def _longest_first(suffixes: Iterable[str]) -> tuple[str, ...]:
+    """Matched by `name.endswith(f"-{suffix}")`: a suffix that ends another one comes after it
+    (`kubeconfig` after `operator-kubeconfig`)."""
+    return tuple(sorted(set(suffixes), key=lambda suffix: (-len(suffix), suffix)))
+
+
+# Resource-name suffixes of the host steps, from the step table (components/steps.py).
+NODE_STEP_SUFFIXES = _longest_first(
+    [
+        *(step.suffix for step in (*steps.NODE_STEPS, *steps.NODE_SIDE_STEPS)),
+        *steps.validation_chain(),
+        steps.ROLL_UNCORDON.suffix,
+    ]
 )
-CONTROL_PLANE_SUFFIXES = (
-    "authorized-keys",
-    "wait-ready",
-    "runtime",
-    "upgrade",
-    "kube-tools",
-    "init",
-    "cni",
-    "kubeconfig",
-    "skew",
+CONTROL_PLANE_SUFFIXES = _longest_first(
+    step.suffix
+    for step in (
+        *steps.MANAGED_CONTROL_PLANE_STEPS,
+        *steps.EXISTING_CONTROL_PLANE_STEPS,
+        steps.CP_AUTHORIZED_KEYS,
+    )
+)
+IMAGE_STEP_SUFFIXES = _longest_first(
+    step.suffix for step in (*steps.INSTALL_STEPS, *steps.IMAGE_STEPS)
 )
 
 
@@ -210,7 +212,7 @@ def kind_of(resource: Resource) -> str:
     if resource.type == "command:remote:Command":
         chain = _type_chain(resource)
         if "GpuImage" in chain:
-            for suffix in (*step_durations.NODE_STEPS, "pull-images", "prepare", "power-off"):
+            for suffix in IMAGE_STEP_SUFFIXES:
                 if resource.name.endswith(f"-{suffix}"):
                     return f"image:{suffix}"
         if "GpuNode" in chain or "GpuValidation" in chain:
