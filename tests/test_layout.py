@@ -4,9 +4,11 @@ reverse), and no module of the program grows past what a reader takes in at once
 from __future__ import annotations
 
 import ast
+import graphlib
 
 import pytest
 
+from tools import import_graph
 from tools.harness.stacks import ROOT
 
 TOOLS = sorted((ROOT / "tools").rglob("*.py"))
@@ -44,3 +46,45 @@ def test_component_modules_stay_short(path):
 def test_the_layout_check_sees_a_test_import():
     assert "tests.harness" in imported_modules("from tests.harness import run_program\n")
     assert "tests" in imported_modules("from tests import harness\n")
+
+
+def test_components_never_import_the_tools_and_nothing_imports_in_a_cycle():
+    found = import_graph.modules()
+    pairs = import_graph.edges(found)
+    assert ("__main__", "components.gpu_node") in pairs, "the graph misses the program's imports"
+    leaning = sorted(
+        (a, b) for a, b in pairs if a.startswith("components") and b.startswith("tools")
+    )
+    assert not leaning, f"components import tools: {leaning}"
+    order = graphlib.TopologicalSorter()
+    for (importer, imported), kind in pairs.items():
+        if kind == import_graph.EAGER:
+            order.add(importer, imported)
+    order.prepare()  # raises CycleError naming the cycle
+
+
+def test_import_graph_reads_imports_as_python_runs_them(tmp_path):
+    files = {
+        "components/__init__.py": "",
+        "components/a.py": "from typing import TYPE_CHECKING\n"
+        "from components import b\n"
+        "if TYPE_CHECKING:\n    from components.c import C\n",
+        "components/b.py": "def later():\n    from .c import C\n    return C\n",
+        "components/c.py": "import pulumi\nC = 1\n",
+        "tools/__init__.py": "",
+        "tools/t.py": "import components.a\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    found = import_graph.modules(tmp_path)
+    assert sorted(found) == ["components.a", "components.b", "components.c", "tools.t"]
+    assert import_graph.edges(found) == {
+        ("components.a", "components.b"): import_graph.EAGER,
+        ("components.a", "components.c"): import_graph.DEFERRED,
+        ("components.b", "components.c"): import_graph.DEFERRED,
+        ("tools.t", "components.a"): import_graph.EAGER,
+    }
+    dot = import_graph.to_dot(found, import_graph.edges(found))
+    assert '"components.a" -> "components.c" [style=dashed];' in dot
+    assert dot == import_graph.to_dot(found, import_graph.edges(found))
