@@ -110,32 +110,21 @@ class GpuNodePool(pulumi.ComponentResource):
         security_groups = [network.cluster_security_group_id, self._security_group(name, args).id]
         self.nodes = []
         for index in range(pool.count):
-            node_name = f"{args.cluster_name}-{pool.name}-{index}"
-            machine = machines.MachineArgs(
-                image=image,
-                instance_type=pool.instance_type,
-                key_name=key.key_name,
-                placement=machines.Placement(
-                    subnet_id=network.subnet_ids[index % len(network.subnet_ids)],
-                    security_group_ids=security_groups,
-                    public_ip=args.assigns_public_ips,
-                ),
-                root_volume_gib=pool.root_volume_gib,
-                tags={**args.tags, POOL_LABEL: pool.name, "Name": node_name},
-                tag_root_volume=True,
-                metadata_hop_limit=pool.metadata_hop_limit,
-                spot=pool.market == "spot",
-            )
             node = GpuNode(
-                node_name,
+                f"{args.cluster_name}-{pool.name}-{index}",
                 GpuNodeArgs(
                     pool=pool,
-                    machine=machine,
+                    image=image,
+                    key_name=key.key_name,
+                    subnet_id=network.subnet_ids[index % len(network.subnet_ids)],
+                    security_group_ids=security_groups,
+                    assigns_public_ips=args.assigns_public_ips,
+                    dials_public_ips=args.dials_public_ips,
+                    tags=args.tags,
                     kubernetes_version=args.kubernetes_version,
                     validation_timeout_seconds=args.validation_timeout_seconds,
                     control_plane=args.control_plane,
                     login=args.login,
-                    dials_public_ips=args.dials_public_ips,
                 ),
                 pulumi.ResourceOptions(parent=self),
             )
@@ -163,16 +152,22 @@ class GpuNodePool(pulumi.ComponentResource):
 
 @dataclass(frozen=True)
 class GpuNodeArgs:
-    """What one node uses: its pool's section, its machine, the Kubernetes minor, the
-    validation bound, the control plane it joins and how steps log in."""
+    """What one node uses: its pool's section, what its machine shares with the pool's (image,
+    key, security groups) and its own subnet, the Kubernetes minor, the validation bound, the
+    control plane it joins and how steps log in."""
 
     pool: NodePool
-    machine: machines.MachineArgs
+    image: machines.MachineImage
+    key_name: pulumi.Input[str]
+    subnet_id: pulumi.Input[str]
+    security_group_ids: Sequence[pulumi.Input[str]]
+    assigns_public_ips: bool  # the instance gets a public address (network.publicIps)
+    dials_public_ips: bool  # steps dial the public address (no bastion relays)
+    tags: Mapping[str, str]
     kubernetes_version: str
     validation_timeout_seconds: int
     control_plane: ControlPlane
     login: Login
-    dials_public_ips: bool  # steps dial the public address (no bastion relays)
 
 
 @dataclass(frozen=True)
@@ -213,7 +208,7 @@ class GpuNode(pulumi.ComponentResource):
         self.node_name = node_name
         self.pool = args.pool
         self.gpu_type = args.pool.gpu_type
-        self.instance = machines.machine(node_name, args.machine, parent=self)
+        self.instance = self._instance(args)
         address = machines.ssh_address(self.instance, public=args.dials_public_ips)
         self.host = ssh_host(node_name, address, args.login, identity=self.instance.id)
         chain = self._bootstrap(args)
@@ -224,6 +219,28 @@ class GpuNode(pulumi.ComponentResource):
                 "instanceId": self.instance.id,
                 "privateIp": self.instance.private_ip,
             }
+        )
+
+    def _instance(self, args: GpuNodeArgs) -> aws.ec2.Instance:
+        pool, name = self.pool, self.node_name
+        return machines.machine(
+            name,
+            machines.MachineArgs(
+                image=args.image,
+                instance_type=pool.instance_type,
+                key_name=args.key_name,
+                placement=machines.Placement(
+                    subnet_id=args.subnet_id,
+                    security_group_ids=args.security_group_ids,
+                    public_ip=args.assigns_public_ips,
+                ),
+                root_volume_gib=pool.root_volume_gib,
+                tags={**args.tags, POOL_LABEL: pool.name, "Name": name},
+                tag_root_volume=True,
+                metadata_hop_limit=pool.metadata_hop_limit,
+                spot=pool.market == "spot",
+            ),
+            parent=self,
         )
 
     def _bootstrap(self, args: GpuNodeArgs) -> NodeChain:

@@ -170,7 +170,8 @@ def root_volume(size_gib: int) -> aws.ec2.InstanceRootBlockDeviceArgs:
 @dataclass(frozen=True)
 class Placement:
     """Where a machine sits in the network: one subnet, its security groups, and whether it gets
-    a public address."""
+    a public address. `launch_args()` is all `machine` reads of it: a placement of another shape
+    (network interfaces of its own, a placement group) brings its own."""
 
     subnet_id: pulumi.Input[str]
     security_group_ids: Sequence[pulumi.Input[str]]
