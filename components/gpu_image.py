@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 
 import pulumi
@@ -140,28 +140,32 @@ class InstallStep:
 @dataclass(frozen=True)
 class GpuImageArgs:
     """What building one image needs: its key, the install steps exactly as the pool's nodes run
-    them, and where the builder runs (a GPU instance type of that pool: the driver step checks
-    the GPUs it sees)."""
+    them, where the builder runs (a GPU instance type of that pool: the driver step checks the
+    GPUs it sees), how steps log in, and the tags of what it creates."""
 
     key: ImageKey
     install_steps: tuple[InstallStep, ...]
     builder_instance_type: str
     subnet_id: pulumi.Input[str]
     security_group_ids: list[pulumi.Input[str]]
-    settings: Settings
+    login: Login
+    assigns_public_ips: bool  # the builder gets a public address (network.publicIps)
+    dials_public_ips: bool  # steps dial the public address (no bastion relays)
+    tags: Mapping[str, str]
     built_by: str
 
 
 class GpuImage(pulumi.ComponentResource):
-    """Builds one baked image (see the module docstring); `ami_id` is the image to boot."""
+    """Builds one baked image (see the module docstring).
+
+    Outputs: `ami_id`, the image to boot."""
 
     ami_id: pulumi.Output[str]
 
     def __init__(self, name: str, args: GpuImageArgs, opts: pulumi.ResourceOptions | None = None):
         super().__init__("gpu-cluster:index:GpuImage", name, None, opts)
-        settings = args.settings
-        tags = {**settings.stack_tags, **args.key.tags(), BUILT_BY_TAG: args.built_by}
-        key = machines.key_pair(name, settings.ssh.public_key, settings.stack_tags, parent=self)
+        tags = {**args.tags, **args.key.tags(), BUILT_BY_TAG: args.built_by}
+        key = machines.key_pair(name, args.login.ssh.public_key, args.tags, parent=self)
         builder = machines.machine(
             f"{name}-builder",
             machines.MachineArgs(
@@ -171,7 +175,7 @@ class GpuImage(pulumi.ComponentResource):
                 placement=machines.Placement(
                     subnet_id=args.subnet_id,
                     security_group_ids=args.security_group_ids,
-                    public_ip=settings.network.assigns_public_ips,
+                    public_ip=args.assigns_public_ips,
                 ),
                 root_volume_gib=IMAGE_ROOT_GIB,
                 tags={**tags, "Name": f"{name}-builder"},
@@ -180,8 +184,8 @@ class GpuImage(pulumi.ComponentResource):
             ),
             parent=self,
         )
-        address = machines.ssh_address(builder, public=settings.network.connects_to_public_ips)
-        host = ssh_host(f"{name}-builder", address, Login.of(settings), identity=builder.id)
+        address = machines.ssh_address(builder, public=args.dials_public_ips)
+        host = ssh_host(f"{name}-builder", address, args.login, identity=builder.id)
         after: pulumi.Resource = builder
         for install in args.install_steps:
             after = run_step(
@@ -259,7 +263,10 @@ def baked_images(
                     builder_instance_type=first.instance_type,
                     subnet_id=network.subnet_ids[0],
                     security_group_ids=[network.cluster_security_group_id],
-                    settings=settings,
+                    login=Login.of(settings),
+                    assigns_public_ips=settings.network.assigns_public_ips,
+                    dials_public_ips=settings.network.connects_to_public_ips,
+                    tags=settings.stack_tags,
                     built_by=built_by,
                 ),
             )
