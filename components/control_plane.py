@@ -30,7 +30,7 @@ import pulumi_aws as aws
 import pulumi_command as command
 import pulumi_kubernetes as k8s
 
-from components import host_pins, machines, steps
+from components import host_keys, host_pins, machines, steps
 from components import kubernetes_manifests as manifests
 from components.network import Network, tcp_port_rule
 from components.remote import Host, run_step, ssh_host
@@ -151,6 +151,7 @@ class ControlPlane(pulumi.ComponentResource):
         name, settings = self._name, self._settings
         machine = f"{name}-control-plane"
         api_group = self._api_security_group(config, network)
+        host_key = host_keys.generate(machine, parent=self)
         instance = self.machine = aws.ec2.Instance(
             machine,
             ami=machines.ubuntu_ami(config.os_version, config.ami_id, parent=self),
@@ -161,10 +162,12 @@ class ControlPlane(pulumi.ComponentResource):
             associate_public_ip_address=settings.network.assigns_public_ips,
             metadata_options=machines.metadata_options(),
             root_block_device=machines.root_volume(config.root_volume_gi_b),
+            user_data=host_key.user_data,
             tags={**settings.stack_tags, "Name": machine, "gpu-cluster:role": "control-plane"},
             opts=pulumi.ResourceOptions(
                 parent=self,
                 ignore_changes=machines.day_two_ignored(ami_pinned=config.ami_id is not None),
+                additional_secret_outputs=machines.SECRET_OUTPUTS,
                 # Its loss is a new cluster: every node would have to re-join.
                 protect=config.protect,
             ),
@@ -184,7 +187,13 @@ class ControlPlane(pulumi.ComponentResource):
             public_ip = address.public_ip
         # The operator's machine reaches the public address unless a bastion relays to private ones.
         reachable = public_ip if settings.network.connects_to_public_ips else private_ip
-        self.host = ssh_host(machine, reachable, settings, identity=instance.id)
+        self.host = ssh_host(
+            machine,
+            reachable,
+            settings,
+            identity=instance.id,
+            host_key=host_keys.pinned(instance, host_key),
+        )
         self.endpoint = pulumi.Output.concat(private_ip, f":{API_PORT}")
         self.kubelet_client_cidrs = private_ip.apply(lambda ip: [f"{ip}/32"])
         # A new control-plane machine is a new cluster (kubeadm init makes a new CA).
@@ -291,6 +300,7 @@ class ControlPlane(pulumi.ComponentResource):
             config.host,
             settings,
             identity=config.host,
+            host_key=config.host_key,
             user=config.user,
         )
         self.endpoint = pulumi.Output.from_input(config.endpoint)

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 import pulumi
 import pulumi_aws as aws
 
-from components import machines, steps
+from components import host_keys, machines, steps
 from components.host_scripts import script_text
 from components.kubernetes_manifests import device_plugin_image
 from components.network import Network
@@ -164,6 +164,7 @@ class GpuImage(pulumi.ComponentResource):
         settings = args.settings
         tags = {**settings.stack_tags, **args.key.tags(), BUILT_BY_TAG: args.built_by}
         key = machines.key_pair(name, settings, parent=self)
+        host_key = host_keys.generate(f"{name}-builder", parent=self)
         builder = aws.ec2.Instance(
             f"{name}-builder",
             ami=machines.ubuntu_ami(args.key.ubuntu, None, parent=self),
@@ -176,13 +177,24 @@ class GpuImage(pulumi.ComponentResource):
             root_block_device=machines.root_volume(IMAGE_ROOT_GIB),
             # Powering off terminates it: power-off-builder.sh ends the build that way.
             instance_initiated_shutdown_behavior="terminate",
+            user_data=host_key.user_data,
             tags={**tags, "Name": f"{name}-builder"},
-            opts=pulumi.ResourceOptions(parent=self, ignore_changes=["ami"]),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                ignore_changes=["ami", machines.USER_DATA],
+                additional_secret_outputs=machines.SECRET_OUTPUTS,
+            ),
         )
         address = (
             builder.public_ip if settings.network.connects_to_public_ips else builder.private_ip
         )
-        host = ssh_host(f"{name}-builder", address, settings, identity=builder.id)
+        host = ssh_host(
+            f"{name}-builder",
+            address,
+            settings,
+            identity=builder.id,
+            host_key=host_keys.pinned(builder, host_key),
+        )
         after: pulumi.Resource = builder
         for install in args.install_steps:
             after = run_step(

@@ -27,7 +27,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_command as command
 
-from components import host_pins, machines, rolling, steps
+from components import host_keys, host_pins, machines, rolling, steps
 from components.catalog import GpuInstanceType
 from components.gpu_image import InstallStep
 from components.labels import GPU_PRESENT_LABEL, POOL_LABEL
@@ -155,13 +155,20 @@ class GpuNode(pulumi.ComponentResource):
         self.node_name = node_name
         self.pool = pool
         self.gpu_type = pool.gpu_type
-        self.instance = self._instance(index, settings, network, machine)
+        host_key = host_keys.generate(node_name, parent=self)
+        self.instance = self._instance(index, settings, network, machine, host_key)
         address = (
             self.instance.public_ip
             if settings.network.connects_to_public_ips
             else self.instance.private_ip
         )
-        self.host = ssh_host(node_name, address, settings, identity=self.instance.id)
+        self.host = ssh_host(
+            node_name,
+            address,
+            settings,
+            identity=self.instance.id,
+            host_key=host_keys.pinned(self.instance, host_key),
+        )
         self.join, self.node_ready = self._bootstrap(settings, control_plane)
         self.register_outputs(
             {
@@ -172,7 +179,12 @@ class GpuNode(pulumi.ComponentResource):
         )
 
     def _instance(
-        self, index: int, settings: Settings, network: Network, machine: _Machine
+        self,
+        index: int,
+        settings: Settings,
+        network: Network,
+        machine: _Machine,
+        host_key: host_keys.HostKey,
     ) -> aws.ec2.Instance:
         pool, name = self.pool, self.node_name
         tags = {**settings.stack_tags, POOL_LABEL: pool.name, "Name": name}
@@ -198,10 +210,12 @@ class GpuNode(pulumi.ComponentResource):
             metadata_options=machines.metadata_options(pool.metadata_hop_limit),
             root_block_device=root,
             instance_market_options=market,
+            user_data=host_key.user_data,
             tags=tags,
             opts=pulumi.ResourceOptions(
                 parent=self,
                 ignore_changes=machines.day_two_ignored(ami_pinned=machine.ami_pinned),
+                additional_secret_outputs=machines.SECRET_OUTPUTS,
             ),
         )
 

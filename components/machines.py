@@ -60,16 +60,26 @@ def key_pair(name: str, settings: Settings, *, parent: pulumi.Resource) -> aws.e
     )
 
 
+# The instance input that carries the generated host key (components/host_keys.py).
+USER_DATA = "userData"
+# Instance outputs that hold a secret: the provider stores the SHA-1 of the user data, which
+# holds the private host key.
+SECRET_OUTPUTS = [USER_DATA]
+
+
 def day_two_ignored(*, ami_pinned: bool) -> list[str]:
-    """Instance inputs a later `pulumi up` must not act on, since a change of either replaces the
-    machine (terraform-provider-aws internal/service/ec2/ec2_instance.go: `ami` and `key_name`
-    are ForceNew):
+    """Instance inputs a later `pulumi up` must not act on, since a change replaces the machine
+    or stops it (terraform-provider-aws internal/service/ec2/ec2_instance.go: `ami` and
+    `key_name` are ForceNew; a `user_data` change runs `modifyInstanceAttributeWithStopStart`):
     - `ami`: a looked-up AMI moves with every Canonical release; a running machine does not
       follow it (a configured amiId still does: changing it is a deliberate rebuild).
     - `keyName`: the key pair is auto-named, and a new `ssh.publicKey` replaces it under a new
       name (ec2_key_pair.go: `public_key` is ForceNew). The key reaches running machines through
-      their `authorized-keys` step instead; new machines boot with the new pair."""
-    return ["keyName"] if ami_pinned else ["ami", "keyName"]
+      their `authorized-keys` step instead; new machines boot with the new pair.
+    - `userData`: the host key a machine booted with (components/host_keys.py) is read once, at
+      first boot; a machine created before it existed is not stopped to receive it."""
+    ignored = ["keyName", USER_DATA]
+    return ignored if ami_pinned else ["ami", *ignored]
 
 
 def authorized_keys(settings: Settings) -> str:

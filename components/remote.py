@@ -19,6 +19,12 @@ own rules, which this module is built around:
   (`timeout -k`), run by root (`sudo timeout ...`, so the kill reaches the root processes).
 - `addPreviousOutputInEnv` defaults to true and sends the previous stdout as an environment
   variable (`commandOutputs.go`, `run`): a token or kubeconfig would travel again; it is off.
+- `host_key` pins the server's key (`connection.go`, `SSHConfig`: `ssh.ParseAuthorizedKey` of
+  an authorized_keys line, then `ssh.FixedHostKey` and only that key's algorithm offered); a
+  connection without it accepts any key (`ssh.InsecureIgnoreHostKey()`). Machines of the stack
+  pass the key they booted with (components/host_keys.py); the bastion and an existing control
+  plane pass `network.bastion.hostKey` / `controlPlane.hostKey`. A wrong key fails every dial
+  ("ssh: host key mismatch") until the step's timeout.
 - `Delete` runs the `delete` of the *stored* state with the stored connection and fails when the
   dial fails (`commandController.go`, `Delete`; `connection.go`, `dialWithRetry` ends with an
   error after `dialErrorLimit` attempts, never with "host gone"). A step without a delete hook is
@@ -82,8 +88,11 @@ def ssh_host(
     settings: Settings,
     *,
     identity: pulumi.Input[str],
+    host_key: pulumi.Input[str | None] | None,
     user: str | None = None,
 ) -> Host:
+    """How to reach `name` at `address`; `host_key` (an authorized_keys line) is the key it
+    must present, None only where none is known (a warning says so)."""
     ssh = settings.ssh
     private_key = pulumi.Output.secret(settings.ssh_private_key.get_secret_value())
     bastion = settings.network.bastion
@@ -95,6 +104,8 @@ def ssh_host(
             "user": bastion.user or ssh.user,
             "private_key": private_key,
         }
+        if bastion.host_key is not None:
+            proxy["host_key"] = bastion.host_key
     connection = {
         "host": address,
         "port": ssh.port,
@@ -102,6 +113,8 @@ def ssh_host(
         "private_key": private_key,
         "per_dial_timeout": PER_DIAL_TIMEOUT,
     }
+    if host_key is not None:
+        connection["host_key"] = host_key
     return Host(name=name, identity=identity, _connection=connection, _proxy=proxy)
 
 
