@@ -192,7 +192,7 @@ class ControlPlane(pulumi.ComponentResource):
             reachable,
             settings,
             identity=instance.id,
-            host_key=host_keys.pinned(instance, host_key),
+            host_key=host_keys.pinned(instance, host_key, settings),
         )
         self.endpoint = pulumi.Output.concat(private_ip, f":{API_PORT}")
         self.kubelet_client_cidrs = private_ip.apply(lambda ip: [f"{ip}/32"])

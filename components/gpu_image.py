@@ -193,7 +193,7 @@ class GpuImage(pulumi.ComponentResource):
             address,
             settings,
             identity=builder.id,
-            host_key=host_keys.pinned(builder, host_key),
+            host_key=host_keys.pinned(builder, host_key, settings),
         )
         after: pulumi.Resource = builder
         for install in args.install_steps:

@@ -167,7 +167,7 @@ class GpuNode(pulumi.ComponentResource):
             address,
             settings,
             identity=self.instance.id,
-            host_key=host_keys.pinned(self.instance, host_key),
+            host_key=host_keys.pinned(self.instance, host_key, settings),
         )
         self.join, self.node_ready = self._bootstrap(settings, control_plane)
         self.register_outputs(

@@ -99,19 +99,31 @@ def booted_with_user_data(stored: str | None) -> bool:
     return (stored or "") not in _NO_USER_DATA
 
 
-def pinned(instance: aws.ec2.Instance, key: HostKey) -> pulumi.Output[str | None]:
+def pinned(
+    instance: aws.ec2.Instance, key: HostKey, settings: Settings
+) -> pulumi.Output[str | None]:
     """The host key a connection to `instance` passes: the generated one when the machine booted
-    with it; None (unpinned, with a warning) for a machine created before host keys were
-    generated, which never received it."""
+    with it. A machine created before host keys were generated never received it: its key from
+    `hostKeys.<machine>` (the operator read it from the machine's console output), else None
+    (unpinned, with a warning)."""
+    configured = settings.host_keys.get(key.name)
 
     def choose(values: list) -> str | None:
         stored, public_key = values
         if booted_with_user_data(stored):
+            if configured is not None:
+                pulumi.log.warn(
+                    f"gpu-cluster:hostKeys.{key.name} is not used: the machine booted with its "
+                    "generated host key, which its steps check; remove the entry.",
+                    resource=instance,
+                )
             return public_key
+        if configured is not None:
+            return configured
         pulumi.log.warn(
             f"{key.name} was created before the program generated SSH host keys: its steps "
-            "connect without checking its host key. Replace the machine to pin one "
-            "(README, SSH host keys).",
+            f"accept any host key. Set gpu-cluster:hostKeys.{key.name} from its first-boot console "
+            "output, or replace the machine (README, SSH host keys).",
             resource=instance,
         )
         return None

@@ -225,12 +225,14 @@ SshPublicKey = Annotated[
         "an OpenSSH public key line like 'ssh-ed25519 AAAA... ops@example'",
     ),
 ]
+# pulumi-command offers only the pinned key's own type as host key algorithm
+# (`connection.go`: `HostKeyAlgorithms = []string{publicKey.Type()}`): for an RSA key that is
+# "ssh-rsa" (SHA-1), which OpenSSH servers refuse since 8.8, so RSA host keys cannot be pinned.
 _HOST_KEY_TYPES = (
     "ssh-ed25519",
     "ecdsa-sha2-nistp256",
     "ecdsa-sha2-nistp384",
     "ecdsa-sha2-nistp521",
-    "ssh-rsa",
 )
 
 
@@ -239,8 +241,9 @@ def _host_key(value: str) -> str:
     (pulumi-command parses it with `ssh.ParseAuthorizedKey`): a key type, then the key blob in
     base64, whose own first field names the same type."""
     expected = (
-        "an SSH host public key line like 'ssh-ed25519 AAAA...', as in "
-        "/etc/ssh/ssh_host_ed25519_key.pub on that host"
+        "an ED25519 or ECDSA SSH host public key line like 'ssh-ed25519 AAAA...', as in "
+        "/etc/ssh/ssh_host_ed25519_key.pub on that host (RSA cannot be pinned: it would be "
+        "checked with ssh-rsa signatures, which current OpenSSH servers refuse)"
     )
     fields = value.strip().split()
     if not value.isascii() or len(fields) < 2 or fields[0] not in _HOST_KEY_TYPES:
