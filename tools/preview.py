@@ -160,11 +160,16 @@ def node_names(graph: Graph) -> list[str]:
 
 
 def chain_of(graph: Graph, node_name: str) -> list[Resource]:
-    """The longest dependency path through the node's own resources (`<node>`, `<node>-*`)."""
+    """The longest dependency path through the node's own resources (`<node>`, `<node>-*`)
+    from its instance on: what the instance is made from (its generated host key) comes before
+    the chain, as the pool's key pair and security group do."""
+    before = graph.ancestors(graph.named(node_name))
     members = {
         r.urn: r
         for r in graph
-        if r.custom and (r.name == node_name or r.name.startswith(f"{node_name}-"))
+        if r.custom
+        and (r.name == node_name or r.name.startswith(f"{node_name}-"))
+        and r.urn not in before
     }
     best: dict[str, list[str]] = {}
     order = graph.topological(members)
