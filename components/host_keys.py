@@ -104,16 +104,20 @@ def pinned(
 ) -> pulumi.Output[str | None]:
     """The host key a connection to `instance` passes: the generated one when the machine booted
     with it. A machine created before host keys were generated never received it: its key from
-    `hostKeys.<machine>` (the operator read it from the machine's console output), else None
-    (unpinned, with a warning)."""
-    configured = settings.host_keys.get(key.name)
+    `hostKeys.<instance id>` (read by the operator out of band), else None (unpinned, with a
+    warning). Keyed by instance id, not by name: Pulumi gives a replacement the ignored
+    `userData` of the machine it replaces (pulumi `pkg/resource/deploy/step_generator.go`: "Set
+    inputs back to their old values (if any) for any 'ignored' properties"), so a replaced old
+    machine boots without it again, with new keys of its own that an entry for the name would
+    not match."""
 
     def choose(values: list) -> str | None:
-        stored, public_key = values
+        stored, public_key, instance_id = values
+        configured = settings.host_keys.get(instance_id)
         if booted_with_user_data(stored):
             if configured is not None:
                 pulumi.log.warn(
-                    f"gpu-cluster:hostKeys.{key.name} is not used: the machine booted with its "
+                    f"gpu-cluster:hostKeys.{instance_id} is not used: {key.name} booted with its "
                     "generated host key, which its steps check; remove the entry.",
                     resource=instance,
                 )
@@ -121,16 +125,16 @@ def pinned(
         if configured is not None:
             return configured
         pulumi.log.warn(
-            f"{key.name} was created before the program generated SSH host keys: its steps "
-            f"accept any host key. Set gpu-cluster:hostKeys.{key.name} from its first-boot console "
-            "output, or replace the machine (README, SSH host keys).",
+            f"{key.name} ({instance_id}) was created before the program generated SSH host "
+            f"keys: its steps accept any host key. Set gpu-cluster:hostKeys.{instance_id} to its "
+            "key from its first-boot console output (README, SSH host keys).",
             resource=instance,
         )
         return None
 
     # The choice is public (a public key, or none): unsecret what the secret userData tainted.
     return pulumi.Output.unsecret(
-        pulumi.Output.all(instance.user_data, key.public_key).apply(choose)
+        pulumi.Output.all(instance.user_data, key.public_key, instance.id).apply(choose)
     )
 
 

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives import serialization
 from components import host_keys
 from tools.harness import mocks
 from tools.harness.graph import Graph, Resource, Secret, plain_strings, unwrap
-from tools.harness.mocks import fake_ip
+from tools.harness.mocks import fake_id, fake_ip
 from tools.harness.stacks import STACKS, load_stack_settings, run_program, stack_file
 
 INSTANCE = "aws:ec2/instance:Instance"
@@ -173,31 +173,55 @@ def _steps_dialling(graph: Graph, machine: str) -> list[Resource]:
     return found
 
 
-def test_a_machine_of_an_earlier_release_is_not_stopped_and_is_pinned_from_host_keys(caplog):
+def instance_id(machine: str) -> str:
+    return fake_id("i-", machine)  # the mocks' id of that instance
+
+
+def test_a_machine_of_an_earlier_release_is_pinned_from_host_keys_by_instance_id(caplog):
     node, control_plane = "dev-gpu-a10g-0", "dev-gpu-control-plane"
     mocks.INSTANCES_WITHOUT_USER_DATA.update({node, control_plane})
     try:
         with caplog.at_level(logging.WARNING):
-            graph = run_program("dev", config={"hostKeys": {node: OLD_MACHINE_KEY}})
+            graph = run_program("dev", config={"hostKeys": {instance_id(node): OLD_MACHINE_KEY}})
     finally:
         mocks.INSTANCES_WITHOUT_USER_DATA.clear()
     for step in _steps_dialling(graph, node):
-        assert connection(step)["hostKey"] == OLD_MACHINE_KEY, f"{step.urn}: hostKeys.{node}"
+        assert connection(step)["hostKey"] == OLD_MACHINE_KEY, f"{step.urn}: hostKeys of {node}"
     for step in _steps_dialling(graph, control_plane):
         assert not connection(step).get("hostKey"), f"{step.urn}: no key is known for it"
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert any(control_plane in w and "accept any host key" in w for w in warnings), warnings
-    assert not any(node in w and "accept any host key" in w for w in warnings), warnings
+    unpinned = [w for w in warnings if "accept any host key" in w]
+    assert any(control_plane in w and instance_id(control_plane) in w for w in unpinned), warnings
+    assert not any(node in w for w in unpinned), warnings
+
+
+def test_a_replaced_old_machine_is_not_pinned_to_the_key_of_the_one_it_replaced(caplog):
+    """Pulumi creates the replacement with the ignored userData of the old machine (none), so it
+    boots with keys of its own: the entry of the old instance id must not apply to it."""
+    node = "dev-gpu-a10g-0"
+    mocks.INSTANCES_WITHOUT_USER_DATA.add(node)
+    try:
+        with caplog.at_level(logging.WARNING):
+            graph = run_program(
+                "dev", config={"hostKeys": {"i-0123456789abcdef0": OLD_MACHINE_KEY}}
+            )
+    finally:
+        mocks.INSTANCES_WITHOUT_USER_DATA.clear()
+    for step in _steps_dialling(graph, node):
+        assert not connection(step).get("hostKey"), f"{step.urn}: pinned to another machine"
+    assert any(instance_id(node) in r.getMessage() for r in caplog.records)
 
 
 def test_a_host_keys_entry_for_a_machine_with_its_generated_key_is_ignored_and_said(caplog):
     node = "dev-gpu-a10g-0"
     with caplog.at_level(logging.WARNING):
-        graph = run_program("dev", config={"hostKeys": {node: OLD_MACHINE_KEY}})
+        graph = run_program("dev", config={"hostKeys": {instance_id(node): OLD_MACHINE_KEY}})
     expected = installed_public_key(graph.named(node))
     for step in _steps_dialling(graph, node):
         assert connection(step)["hostKey"].strip() == expected, step.urn
-    assert any(f"hostKeys.{node} is not used" in r.getMessage() for r in caplog.records)
+    assert any(
+        f"hostKeys.{instance_id(node)} is not used" in r.getMessage() for r in caplog.records
+    )
 
 
 def test_operator_hosts_are_pinned_from_config_and_warned_about_without(caplog):

@@ -259,6 +259,14 @@ def _host_key(value: str) -> str:
 
 
 SshHostKey = Annotated[str, AfterValidator(_host_key)]
+InstanceId = Annotated[
+    str,
+    _pattern(
+        re.compile(r"^i-[0-9a-f]{8}([0-9a-f]{9})?$"),
+        "instance_id",
+        "an EC2 instance id like i-0123456789abcdef0",
+    ),
+]
 InstanceTypeName = Annotated[
     str,
     _pattern(

@@ -17,6 +17,7 @@ from components.settings.constants import MAX_TAGS, PROGRAM_TAGS, SUPPORTED_KUBE
 from components.settings.fields import (
     DnsLabel,
     Found,
+    InstanceId,
     Model,
     SshHostKey,
     TagKey,
@@ -96,11 +97,11 @@ class Settings(Model):
         description="Identity of the exported kubeconfig output (its own certificate, group, "
         "lifetime)",
     )
-    host_keys: dict[str, SshHostKey] = Field(
+    host_keys: dict[InstanceId, SshHostKey] = Field(
         default_factory=dict,
         description="SSH host public keys of machines created before the program generated "
-        "them, by machine name (a node name or <clusterName>-control-plane), as the machine's "
-        "first-boot console output shows them: their steps then check them",
+        "them, by instance id, as the machine's first-boot console output shows them: their "
+        "steps then check them",
     )
     tags: dict[TagKey, TagValue] = Field(
         default_factory=dict,

@@ -40,28 +40,6 @@ def node_names_fit(settings: Settings) -> list[Found]:
     return found
 
 
-def host_keys_name_machines(settings: Settings) -> list[Found]:
-    """hostKeys pins machines of this stack: a typo would leave the machine it meant unpinned."""
-    machines = {
-        f"{settings.cluster_name}-{pool.name}-{index}"
-        for pool in settings.node_pools
-        for index in range(pool.count)
-    }
-    if isinstance(settings.control_plane, ManagedControlPlane):
-        machines.add(f"{settings.cluster_name}-control-plane")
-    return [
-        (
-            f"hostKeys.{name}",
-            name,
-            "the name of a machine of this stack (a node name like "
-            f"{settings.cluster_name}-<pool>-0, or {settings.cluster_name}-control-plane "
-            "with mode: managed)",
-        )
-        for name in sorted(settings.host_keys)
-        if name not in machines
-    ]
-
-
 def cluster_blocks_outside_created_vpc(settings: Settings) -> list[Found]:
     """The managed control plane's pod and service blocks do not overlap a created VPC."""
     cp, network = settings.control_plane, settings.network
@@ -205,7 +183,6 @@ def created_vpc_gives_public_ips(settings: Settings) -> list[Found]:
 
 CROSS_SECTION_RULES: tuple[Callable[[Settings], list[Found]], ...] = (
     node_names_fit,
-    host_keys_name_machines,
     cluster_blocks_outside_created_vpc,
     node_ranges_in_pod_cidr,
     room_in_created_subnets,
