@@ -111,8 +111,8 @@ def pinned(
     machine boots without it again, with new keys of its own that an entry for the name would
     not match."""
 
-    def choose(values: list) -> str | None:
-        stored, public_key, instance_id = values
+    def choose(values: list) -> pulumi.Input[str | None]:
+        stored, instance_id = values
         configured = settings.host_keys.get(instance_id)
         if booted_with_user_data(stored):
             if configured is not None:
@@ -121,7 +121,9 @@ def pinned(
                     "generated host key, which its steps check; remove the entry.",
                     resource=instance,
                 )
-            return public_key
+            # Only here do the steps depend on the key: on an older machine they stay as they
+            # were, so adding the keys to a running stack changes none of its steps.
+            return key.public_key
         if configured is not None:
             return configured
         pulumi.log.warn(
@@ -133,9 +135,7 @@ def pinned(
         return None
 
     # The choice is public (a public key, or none): unsecret what the secret userData tainted.
-    return pulumi.Output.unsecret(
-        pulumi.Output.all(instance.user_data, key.public_key, instance.id).apply(choose)
-    )
+    return pulumi.Output.unsecret(pulumi.Output.all(instance.user_data, instance.id).apply(choose))
 
 
 def warn_unchecked(settings: Settings) -> None:

@@ -71,15 +71,25 @@ class Host:
     _connection: dict[str, Any] = field(repr=False)
     _proxy: dict[str, Any] | None = field(default=None, repr=False)
 
-    def connection(self, dial_error_limit: int = DIAL_FOREVER) -> command.remote.ConnectionArgs:
+    def connection(
+        self, dial_error_limit: int = DIAL_FOREVER
+    ) -> pulumi.Input[command.remote.ConnectionArgs]:
         proxy = None
         if self._proxy is not None:
             proxy = command.remote.ProxyConnectionArgs(
                 **self._proxy, dial_error_limit=dial_error_limit
             )
-        return command.remote.ConnectionArgs(
-            **self._connection, dial_error_limit=dial_error_limit, proxy=proxy
-        )
+        settings = {**self._connection, "dial_error_limit": dial_error_limit, "proxy": proxy}
+        host_key = settings.pop("host_key", None)
+        if host_key is None or isinstance(host_key, str):
+            return command.remote.ConnectionArgs(**settings, host_key=host_key)
+
+        # Known only once the machine is (a machine older than its generated key has none): a
+        # connection without a key leaves `hostKey` out, as before, rather than sending null.
+        def with_key(key: str | None) -> command.remote.ConnectionArgs:
+            return command.remote.ConnectionArgs(**settings, **({"host_key": key} if key else {}))
+
+        return pulumi.Output.from_input(host_key).apply(with_key)
 
 
 def ssh_host(

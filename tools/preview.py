@@ -421,7 +421,12 @@ def what_will_change(stack: str, against: str, config: Mapping[str, Any] | None 
     """The report of `--against`: what `pulumi up` of this version does to a stack deployed
     from `against`, per resource and per GPU node (tools/lifecycle.py)."""
     before = record_deployed(stack, against)
-    after = record(stack, config)
+    # `userData` is ignored after create: a deployed machine keeps what it booted with.
+    deployed_without = {
+        r.name for r in before.of_type("aws:ec2/instance:Instance") if "userData" not in r.inputs
+    }
+    with mocks.booted_without_user_data(deployed_without):
+        after = record(stack, config)
     plan = lifecycle.plan(before, after)
     header = (
         f"What `pulumi up` of {PROJECT}/{stack} does to the stack deployed from "

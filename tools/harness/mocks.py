@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pulumi.runtime
 from cryptography.hazmat.primitives import serialization
@@ -126,6 +127,18 @@ def _openssh_private_key(seed: bytes, public_blob: bytes) -> str:
 # Instances created by a release before the program generated host keys: they booted without
 # user data, and `userData` is ignored after create, so their state keeps none (tests add names).
 INSTANCES_WITHOUT_USER_DATA: set[str] = set()
+
+
+@contextlib.contextmanager
+def booted_without_user_data(names: set[str]) -> Iterator[None]:
+    """Within: the instances `names` answer as machines that booted without user data."""
+    saved = set(INSTANCES_WITHOUT_USER_DATA)
+    INSTANCES_WITHOUT_USER_DATA.update(names)
+    try:
+        yield
+    finally:
+        INSTANCES_WITHOUT_USER_DATA.clear()
+        INSTANCES_WITHOUT_USER_DATA.update(saved)
 
 
 def stored_user_data(name: str, inputs: dict) -> str:
