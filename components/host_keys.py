@@ -18,8 +18,9 @@ a `user_data` change runs `modifyInstanceAttributeWithStopStart`), so `userData`
 create (components/machines.py `day_two_ignored`). Their stored `userData` tells them apart:
 the provider stores the SHA-1 of what the machine booted with (`ec2_instance.go`, `StateFunc`:
 `userDataHashSum`), and nothing (or the SHA-1 of nothing) for a machine booted without. Such a
-machine keeps the host key it made itself; its connections are not pinned, and every preview
-and up says so (README, "SSH host keys").
+machine keeps the host key it made itself: its steps pin `hostKeys.<instance id>` when the
+operator set it, else they are not pinned and every preview and up says so (README, "SSH host
+keys"). No private host key ever travels over SSH.
 """
 
 from __future__ import annotations

@@ -249,3 +249,20 @@ def test_operator_hosts_are_pinned_from_config_and_warned_about_without(caplog):
         assert conn["proxy"]["hostKey"] == BASTION_KEY, step.urn
         if conn["host"] == control_plane["host"]:
             assert conn["hostKey"] == OLD_MACHINE_KEY, step.urn
+
+
+def test_the_image_builder_boots_with_its_own_key_and_is_pinned():
+    pool = {**stack_file("dev")["gpu-cluster:nodePools"][0], "image": "baked"}
+    graph = run_program("dev", config={"nodePools": [pool]})
+    machines = machines_by_address(graph)
+    builders = [r for r in graph.of_type(INSTANCE) if r.name.endswith("-builder")]
+    assert builders, "a baked pool builds its image on a builder machine"
+    for builder in builders:
+        assert "userData" in builder.ignore_changes, builder.urn
+        expected = installed_public_key(builder)
+        steps = [
+            c for c in graph.of_type(COMMAND) if machines.get(connection(c)["host"]) is builder
+        ]
+        assert len(steps) >= 3, f"{builder.name}: install, prepare and power-off steps"
+        for step in steps:
+            assert connection(step).get("hostKey", "").strip() == expected, step.urn
