@@ -13,6 +13,7 @@ from components.control_plane import ControlPlane, ControlPlaneArgs
 from components.device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
 from components.gpu_image import baked_images
 from components.gpu_node import NVIDIA_CTK_VERSION, GpuNodePool, GpuNodePoolArgs, install_steps
+from components.host_keys import warn_unchecked
 from components.network import Network, NetworkArgs
 from components.validation import GpuValidation, validation_args
 
@@ -22,6 +23,8 @@ from components.validation import GpuValidation, validation_args
 gc.set_threshold(100_000, 50, 100)
 
 settings = load_settings()
+# Hosts the operator names without their SSH host key: said on every preview and up.
+warn_unchecked(settings)
 
 network = Network("network", NetworkArgs.of(settings))
 control_plane = ControlPlane(settings.cluster_name, ControlPlaneArgs.of(settings, network))

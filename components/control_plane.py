@@ -29,7 +29,7 @@ import pulumi_aws as aws
 import pulumi_command as command
 import pulumi_kubernetes as k8s
 
-from components import host_pins, machines, steps
+from components import host_keys, host_pins, machines, steps
 from components import kubernetes_manifests as manifests
 from components.join_tokens import JOIN_TOKEN_TTL, JoinCredentials, parse_join_token
 from components.network import Network, tcp_port_rule
@@ -185,6 +185,7 @@ class ControlPlane(pulumi.ComponentResource):
         api_group = self._api_security_group(config)
         image = machines.machine_image(config.os_version, config.ami_id, parent=self)
         key = machines.key_pair(machine, args.login.ssh.public_key, args.tags, parent=self)
+        host_key = host_keys.generate(machine, parent=self)
         instance = machines.machine(
             machine,
             machines.MachineArgs(
@@ -197,6 +198,7 @@ class ControlPlane(pulumi.ComponentResource):
                     public_ip=args.assigns_public_ips,
                 ),
                 root_volume_gib=config.root_volume_gib,
+                user_data=host_key.user_data,
                 tags={**args.tags, "Name": machine, "gpu-cluster:role": "control-plane"},
                 # Its loss is a new cluster: every node would have to re-join.
                 protect=config.protect,
@@ -218,7 +220,13 @@ class ControlPlane(pulumi.ComponentResource):
             public_ip = address.public_ip
         # The operator's machine reaches the public address unless a bastion relays to private ones.
         reachable = public_ip if args.dials_public_ips else private_ip
-        host = ssh_host(machine, reachable, args.login, identity=instance.id)
+        host = ssh_host(
+            machine,
+            reachable,
+            args.login,
+            identity=instance.id,
+            host_key=host_keys.pinned(instance, host_key, args.login.host_keys),
+        )
         endpoint = pulumi.Output.concat(private_ip, f":{API_PORT}")
         minor = args.kubernetes_version
 
@@ -328,6 +336,7 @@ class ControlPlane(pulumi.ComponentResource):
             config.host,
             args.login,
             identity=config.host,
+            host_key=config.host_key,
             user=config.user,
         )
         source = kubelet_client_address(config)

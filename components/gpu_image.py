@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 import pulumi
 import pulumi_aws as aws
 
-from components import machines, steps
+from components import host_keys, machines, steps
 from components.host_scripts import stripped_script
 from components.kubernetes_manifests import device_plugin_image
 from components.network import Network
@@ -166,6 +166,7 @@ class GpuImage(pulumi.ComponentResource):
         super().__init__("gpu-cluster:index:GpuImage", name, None, opts)
         tags = {**args.tags, **args.key.tags(), BUILT_BY_TAG: args.built_by}
         key = machines.key_pair(name, args.login.ssh.public_key, args.tags, parent=self)
+        host_key = host_keys.generate(f"{name}-builder", parent=self)
         builder = machines.machine(
             f"{name}-builder",
             machines.MachineArgs(
@@ -178,6 +179,7 @@ class GpuImage(pulumi.ComponentResource):
                     public_ip=args.assigns_public_ips,
                 ),
                 root_volume_gib=IMAGE_ROOT_GIB,
+                user_data=host_key.user_data,
                 tags={**tags, "Name": f"{name}-builder"},
                 # Powering off terminates it (power-off-builder.sh ends the build that way).
                 one_shot=True,
@@ -185,7 +187,13 @@ class GpuImage(pulumi.ComponentResource):
             parent=self,
         )
         address = machines.ssh_address(builder, public=args.dials_public_ips)
-        host = ssh_host(f"{name}-builder", address, args.login, identity=builder.id)
+        host = ssh_host(
+            f"{name}-builder",
+            address,
+            args.login,
+            identity=builder.id,
+            host_key=host_keys.pinned(builder, host_key, args.login.host_keys),
+        )
         after: pulumi.Resource = builder
         for install in args.install_steps:
             after = run_step(

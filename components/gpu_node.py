@@ -24,7 +24,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_command as command
 
-from components import host_pins, machines, rolling, steps
+from components import host_keys, host_pins, machines, rolling, steps
 from components.catalog import GpuInstanceType
 from components.gpu_image import InstallStep
 from components.labels import GPU_PRESENT_LABEL, POOL_LABEL
@@ -208,9 +208,16 @@ class GpuNode(pulumi.ComponentResource):
         self.node_name = node_name
         self.pool = args.pool
         self.gpu_type = args.pool.gpu_type
-        self.instance = self._instance(args)
+        host_key = host_keys.generate(node_name, parent=self)
+        self.instance = self._instance(args, host_key)
         address = machines.ssh_address(self.instance, public=args.dials_public_ips)
-        self.host = ssh_host(node_name, address, args.login, identity=self.instance.id)
+        self.host = ssh_host(
+            node_name,
+            address,
+            args.login,
+            identity=self.instance.id,
+            host_key=host_keys.pinned(self.instance, host_key, args.login.host_keys),
+        )
         chain = self._bootstrap(args)
         self.join, self.node_ready, self.change = chain.join, chain.node_ready, chain.change
         self.register_outputs(
@@ -221,7 +228,7 @@ class GpuNode(pulumi.ComponentResource):
             }
         )
 
-    def _instance(self, args: GpuNodeArgs) -> aws.ec2.Instance:
+    def _instance(self, args: GpuNodeArgs, host_key: host_keys.HostKey) -> aws.ec2.Instance:
         pool, name = self.pool, self.node_name
         return machines.machine(
             name,
@@ -239,6 +246,7 @@ class GpuNode(pulumi.ComponentResource):
                 tag_root_volume=True,
                 metadata_hop_limit=pool.metadata_hop_limit,
                 spot=pool.market == "spot",
+                user_data=host_key.user_data,
             ),
             parent=self,
         )

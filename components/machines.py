@@ -80,16 +80,26 @@ def key_pair(
     )
 
 
+# The instance input that carries the generated host key (components/host_keys.py).
+USER_DATA = "userData"
+# Instance outputs that hold a secret: the provider stores the SHA-1 of the user data, which
+# holds the private host key.
+SECRET_OUTPUTS = [USER_DATA]
+
+
 def day_two_ignored(*, ami_pinned: bool) -> list[str]:
-    """Instance inputs a later `pulumi up` must not act on, since a change of either replaces the
-    machine (terraform-provider-aws internal/service/ec2/ec2_instance.go: `ami` and `key_name`
-    are ForceNew):
+    """Instance inputs a later `pulumi up` must not act on, since a change replaces the machine
+    or stops it (terraform-provider-aws internal/service/ec2/ec2_instance.go: `ami` and
+    `key_name` are ForceNew; a `user_data` change runs `modifyInstanceAttributeWithStopStart`):
     - `ami`: a looked-up AMI moves with every Canonical release; a running machine does not
       follow it (a configured amiId still does: changing it is a deliberate rebuild).
     - `keyName`: the key pair is auto-named, and a new `ssh.publicKey` replaces it under a new
       name (ec2_key_pair.go: `public_key` is ForceNew). The key reaches running machines through
-      their `authorized-keys` step instead; new machines boot with the new pair."""
-    return ["keyName"] if ami_pinned else ["ami", "keyName"]
+      their `authorized-keys` step instead; new machines boot with the new pair.
+    - `userData`: the host key a machine booted with (components/host_keys.py) is read once, at
+      first boot; a machine created before it existed is not stopped to receive it."""
+    ignored = ["keyName", USER_DATA]
+    return ignored if ami_pinned else ["ami", *ignored]
 
 
 def authorized_keys(public_key: str, private_key: SecretStr) -> str:
@@ -199,6 +209,9 @@ class MachineArgs:
     placement: Placement
     root_volume_gib: int
     tags: Mapping[str, str]
+    # Secret: the cloud-config that installs the machine's generated SSH host key
+    # (components/host_keys.py). Read at first boot only; ignored by a later `up`.
+    user_data: pulumi.Input[str] | None = None
     tag_root_volume: bool = False
     metadata_hop_limit: int = 1
     spot: bool = False
@@ -215,7 +228,7 @@ def machine(name: str, args: MachineArgs, *, parent: pulumi.Resource) -> aws.ec2
     if args.one_shot:
         # Powering off terminates it: power-off-builder.sh ends the build that way.
         extra: dict[str, Any] = {"instance_initiated_shutdown_behavior": "terminate"}
-        ignored = [] if args.image.pinned else ["ami"]
+        ignored = [USER_DATA] if args.image.pinned else ["ami", USER_DATA]
     else:
         extra = {"instance_market_options": spot_market() if args.spot else None}
         ignored = day_two_ignored(ami_pinned=args.image.pinned)
@@ -226,10 +239,16 @@ def machine(name: str, args: MachineArgs, *, parent: pulumi.Resource) -> aws.ec2
         key_name=args.key_name,
         metadata_options=metadata_options(args.metadata_hop_limit),
         root_block_device=root,
+        user_data=args.user_data,
         tags=tags,
         **args.placement.launch_args(),
         **extra,
-        opts=pulumi.ResourceOptions(parent=parent, ignore_changes=ignored, protect=args.protect),
+        opts=pulumi.ResourceOptions(
+            parent=parent,
+            ignore_changes=ignored,
+            additional_secret_outputs=SECRET_OUTPUTS,
+            protect=args.protect,
+        ),
     )
 
 

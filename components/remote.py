@@ -19,6 +19,12 @@ own rules, which this module is built around:
   (`timeout -k`), run by root (`sudo timeout ...`, so the kill reaches the root processes).
 - `addPreviousOutputInEnv` defaults to true and sends the previous stdout as an environment
   variable (`commandOutputs.go`, `run`): a token or kubeconfig would travel again; it is off.
+- `host_key` pins the server's key (`connection.go`, `SSHConfig`: `ssh.ParseAuthorizedKey` of
+  an authorized_keys line, then `ssh.FixedHostKey` and only that key's algorithm offered); a
+  connection without it accepts any key (`ssh.InsecureIgnoreHostKey()`). Machines of the stack
+  pass the key they booted with (components/host_keys.py); the bastion and an existing control
+  plane pass `network.bastion.hostKey` / `controlPlane.hostKey`. A wrong key fails every dial
+  ("ssh: host key mismatch") until the step's timeout.
 - `Delete` runs the `delete` of the *stored* state with the stored connection and fails when the
   dial fails (`commandController.go`, `Delete`; `connection.go`, `dialWithRetry` ends with an
   error after `dialErrorLimit` attempts, never with "host gone"). A step without a delete hook is
@@ -66,29 +72,43 @@ class Host:
     _connection: dict[str, Any] = field(repr=False)
     _proxy: dict[str, Any] | None = field(default=None, repr=False)
 
-    def connection(self, dial_error_limit: int = DIAL_FOREVER) -> command.remote.ConnectionArgs:
+    def connection(
+        self, dial_error_limit: int = DIAL_FOREVER
+    ) -> pulumi.Input[command.remote.ConnectionArgs]:
         proxy = None
         if self._proxy is not None:
             proxy = command.remote.ProxyConnectionArgs(
                 **self._proxy, dial_error_limit=dial_error_limit
             )
-        return command.remote.ConnectionArgs(
-            **self._connection, dial_error_limit=dial_error_limit, proxy=proxy
-        )
+        settings = {**self._connection, "dial_error_limit": dial_error_limit, "proxy": proxy}
+        host_key = settings.pop("host_key", None)
+        if host_key is None or isinstance(host_key, str):
+            return command.remote.ConnectionArgs(**settings, host_key=host_key)
+
+        # Known only once the machine is (a machine older than its generated key has none): a
+        # connection without a key leaves `hostKey` out, as before, rather than sending null.
+        def with_key(key: str | None) -> command.remote.ConnectionArgs:
+            return command.remote.ConnectionArgs(**settings, **({"host_key": key} if key else {}))
+
+        return pulumi.Output.from_input(host_key).apply(with_key)
 
 
 @dataclass(frozen=True)
 class Login:
-    """How every step logs in: the `ssh` section (user, port, publicKey), `sshPrivateKey`, and
-    the bastion that relays to private addresses, if any."""
+    """How every step logs in: the `ssh` section (user, port, publicKey), `sshPrivateKey`, the
+    bastion that relays to private addresses, if any, and the host keys the operator pinned for
+    machines older than their generated key (`hostKeys`, by instance id)."""
 
     ssh: Ssh
     private_key: SecretStr = field(repr=False)
     bastion: Bastion | None = None
+    host_keys: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def of(cls, settings: Settings) -> Login:
-        return cls(settings.ssh, settings.ssh_private_key, settings.network.bastion)
+        return cls(
+            settings.ssh, settings.ssh_private_key, settings.network.bastion, settings.host_keys
+        )
 
 
 def ssh_host(
@@ -97,8 +117,11 @@ def ssh_host(
     login: Login,
     *,
     identity: pulumi.Input[str],
+    host_key: pulumi.Input[str | None] | None,
     user: str | None = None,
 ) -> Host:
+    """How to reach `name` at `address`; `host_key` (an authorized_keys line) is the key it
+    must present, None only where none is known (a warning says so)."""
     ssh = login.ssh
     private_key = pulumi.Output.secret(login.private_key.get_secret_value())
     bastion = login.bastion
@@ -110,6 +133,8 @@ def ssh_host(
             "user": bastion.user or ssh.user,
             "private_key": private_key,
         }
+        if bastion.host_key is not None:
+            proxy["host_key"] = bastion.host_key
     connection = {
         "host": address,
         "port": ssh.port,
@@ -117,6 +142,8 @@ def ssh_host(
         "private_key": private_key,
         "per_dial_timeout": PER_DIAL_TIMEOUT,
     }
+    if host_key is not None:
+        connection["host_key"] = host_key
     return Host(name=name, identity=identity, _connection=connection, _proxy=proxy)
 
 

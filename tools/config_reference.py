@@ -51,6 +51,7 @@ _VALIDATOR_RULES = {
     "_cidr": "CIDR block like 203.0.113.0/24",
     "_dns_label": "lowercase DNS label, at most 40 characters",
     "_host": "IP address or DNS name",
+    "_host_key": "SSH host public key line, ssh-ed25519 or ecdsa-sha2-nistp*",
     "_endpoint": "host:port",
     "_image": "image pinned to a version tag or digest",
     "_label_key": "Kubernetes label key",

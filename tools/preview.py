@@ -160,11 +160,16 @@ def node_names(graph: Graph) -> list[str]:
 
 
 def chain_of(graph: Graph, node_name: str) -> list[Resource]:
-    """The longest dependency path through the node's own resources (`<node>`, `<node>-*`)."""
+    """The longest dependency path through the node's own resources (`<node>`, `<node>-*`)
+    from its instance on: what the instance is made from (its generated host key) comes before
+    the chain, as the pool's key pair and security group do."""
+    before = graph.ancestors(graph.named(node_name))
     members = {
         r.urn: r
         for r in graph
-        if r.custom and (r.name == node_name or r.name.startswith(f"{node_name}-"))
+        if r.custom
+        and (r.name == node_name or r.name.startswith(f"{node_name}-"))
+        and r.urn not in before
     }
     best: dict[str, list[str]] = {}
     order = graph.topological(members)
@@ -416,7 +421,12 @@ def what_will_change(stack: str, against: str, config: Mapping[str, Any] | None 
     """The report of `--against`: what `pulumi up` of this version does to a stack deployed
     from `against`, per resource and per GPU node (tools/lifecycle.py)."""
     before = record_deployed(stack, against)
-    after = record(stack, config)
+    # `userData` is ignored after create: a deployed machine keeps what it booted with.
+    deployed_without = {
+        r.name for r in before.of_type("aws:ec2/instance:Instance") if "userData" not in r.inputs
+    }
+    with mocks.booted_without_user_data(deployed_without):
+        after = record(stack, config)
     plan = lifecycle.plan(before, after)
     header = (
         f"What `pulumi up` of {PROJECT}/{stack} does to the stack deployed from "

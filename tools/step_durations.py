@@ -68,6 +68,9 @@ COMMON: dict[str, Duration] = {
     "aws:ec2/securityGroup:SecurityGroup": _d(3.0, "assumption: create + authorize rules"),
     "aws:ec2/keyPair:KeyPair": _d(1.0, "assumption: ImportKeyPair, one API call"),
     "aws:ec2/eip:Eip": _d(2.0, "assumption: AllocateAddress + associate"),
+    "tls:index/privateKey:PrivateKey": _d(
+        0.1, "terraform-provider-tls common_key.go: ed25519.GenerateKey, local, no API call"
+    ),
     "aws:ec2/instance:Instance": _d(
         23.0, "brevdev: API 4.9 s + pending->running 17.8 s; tf-aws-instance: waits 'running'"
     ),

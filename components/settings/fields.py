@@ -4,6 +4,8 @@ from, and `problem(s)`, which a rule raises so each problem names the exact key 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import ipaddress
 import re
 from typing import Annotated, Any
@@ -221,6 +223,48 @@ SshPublicKey = Annotated[
         _SSH_PUBLIC_KEY,
         "ssh_public_key",
         "an OpenSSH public key line like 'ssh-ed25519 AAAA... ops@example'",
+    ),
+]
+# pulumi-command offers only the pinned key's own type as host key algorithm
+# (`connection.go`: `HostKeyAlgorithms = []string{publicKey.Type()}`): for an RSA key that is
+# "ssh-rsa" (SHA-1), which OpenSSH servers refuse since 8.8, so RSA host keys cannot be pinned.
+_HOST_KEY_TYPES = (
+    "ssh-ed25519",
+    "ecdsa-sha2-nistp256",
+    "ecdsa-sha2-nistp384",
+    "ecdsa-sha2-nistp521",
+)
+
+
+def _host_key(value: str) -> str:
+    """An authorized_keys line without options, as `ssh-keyscan` prints it less the host name
+    (pulumi-command parses it with `ssh.ParseAuthorizedKey`): a key type, then the key blob in
+    base64, whose own first field names the same type."""
+    expected = (
+        "an ED25519 or ECDSA SSH host public key line like 'ssh-ed25519 AAAA...', as in "
+        "/etc/ssh/ssh_host_ed25519_key.pub on that host (RSA cannot be pinned: it would be "
+        "checked with ssh-rsa signatures, which current OpenSSH servers refuse)"
+    )
+    fields = value.strip().split()
+    if not value.isascii() or len(fields) < 2 or fields[0] not in _HOST_KEY_TYPES:
+        raise PydanticCustomError("ssh_host_key", expected)
+    try:
+        blob = base64.b64decode(fields[1], validate=True)
+    except (binascii.Error, ValueError):
+        raise PydanticCustomError("ssh_host_key", expected) from None
+    length = int.from_bytes(blob[:4], "big") if len(blob) >= 4 else -1
+    if blob[4 : 4 + length] != fields[0].encode():
+        raise PydanticCustomError("ssh_host_key", expected)
+    return " ".join(fields[:2])
+
+
+SshHostKey = Annotated[str, AfterValidator(_host_key)]
+InstanceId = Annotated[
+    str,
+    _pattern(
+        re.compile(r"^i-[0-9a-f]{8}([0-9a-f]{9})?$"),
+        "instance_id",
+        "an EC2 instance id like i-0123456789abcdef0",
     ),
 ]
 InstanceTypeName = Annotated[

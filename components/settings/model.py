@@ -14,7 +14,16 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from components.settings.constants import MAX_TAGS, PROGRAM_TAGS, SUPPORTED_KUBERNETES_MINORS
-from components.settings.fields import DnsLabel, Found, Model, TagKey, TagValue, problems
+from components.settings.fields import (
+    DnsLabel,
+    Found,
+    InstanceId,
+    Model,
+    SshHostKey,
+    TagKey,
+    TagValue,
+    problems,
+)
 from components.settings.node_pool import NodePool
 from components.settings.rules import CROSS_SECTION_RULES
 from components.settings.sections import (
@@ -87,6 +96,12 @@ class Settings(Model):
         default=OperatorKubeconfig(),
         description="Identity of the exported kubeconfig output (its own certificate, group, "
         "lifetime)",
+    )
+    host_keys: dict[InstanceId, SshHostKey] = Field(
+        default_factory=dict,
+        description="SSH host public keys of machines created before the program generated "
+        "them, by instance id, as the machine's first-boot console output shows them: their "
+        "steps then check them",
     )
     tags: dict[TagKey, TagValue] = Field(
         default_factory=dict,

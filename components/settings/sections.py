@@ -24,6 +24,7 @@ from components.settings.fields import (
     RbacGroup,
     RbacRole,
     SecurityGroupId,
+    SshHostKey,
     SshPublicKey,
     SubnetId,
     UnixUser,
@@ -45,6 +46,11 @@ class Bastion(Model):
         default=None, description="SSH user on the bastion (default: ssh.user)"
     )
     port: int = Field(default=22, ge=1, le=65535, description="SSH port of the bastion")
+    host_key: SshHostKey | None = Field(
+        default=None,
+        description="The bastion's SSH host public key ('ssh-ed25519 AAAA...'): every hop "
+        "through it checks it (unset: not checked, and every preview warns)",
+    )
 
     @model_validator(mode="after")
     def _user_name(self) -> Bastion:
@@ -217,6 +223,11 @@ class ExistingControlPlane(Model):
     )
     user: str | None = Field(
         default=None, description="SSH user on the control-plane host (default: ssh.user)"
+    )
+    host_key: SshHostKey | None = Field(
+        default=None,
+        description="The control-plane host's SSH host public key ('ssh-ed25519 AAAA...'): "
+        "every step on it checks it (unset: not checked, and every preview warns)",
     )
     security_group_id: SecurityGroupId | None = Field(
         default=None,

@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pulumi.runtime
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519
 from pulumi.runtime import MockCallArgs, MockResourceArgs
 
 
@@ -51,6 +54,105 @@ COMMAND_STDOUT: dict[str, Callable[[MockResourceArgs], str]] = {
 }
 
 
+def ed25519_key(seed_name: str) -> dict[str, str]:
+    """What pulumi-tls `PrivateKey(algorithm="ED25519")` stores, for a real key derived from
+    `seed_name` (the same on every run, as the program's inputs must be): terraform-provider-tls
+    `internal/provider/common_key.go` sets `public_key_openssh` to `ssh.MarshalAuthorizedKey`
+    (type and base64 blob, a newline, no comment), the fingerprint with `ssh.FingerprintSHA256`;
+    `resource_private_key.go` the private key as OpenSSH PEM and PKCS#8 PEM."""
+    seed = hashlib.sha256(f"host key {seed_name}".encode()).digest()
+    private = ed25519.Ed25519PrivateKey.from_private_bytes(seed)
+    public = private.public_key()
+    openssh_public = public.public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+    ).decode()
+    blob = base64.b64decode(blob_of(openssh_public))
+    fingerprint = base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
+    return {
+        "algorithm": "ED25519",
+        "privateKeyOpenssh": _openssh_private_key(seed, base64.b64decode(blob_of(openssh_public))),
+        "privateKeyPem": private.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        ).decode(),
+        "publicKeyOpenssh": openssh_public + "\n",
+        "publicKeyPem": public.public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        ).decode(),
+        "publicKeyFingerprintSha256": f"SHA256:{fingerprint}",
+    }
+
+
+def blob_of(public_line: str) -> str:
+    return public_line.split()[1]
+
+
+def _ssh_string(data: bytes) -> bytes:
+    return len(data).to_bytes(4, "big") + data
+
+
+def _openssh_private_key(seed: bytes, public_blob: bytes) -> str:
+    """An unencrypted OpenSSH private key file of an ED25519 key (openssh PROTOCOL.key), as
+    x/crypto/ssh `MarshalPrivateKey` writes it and `pem.EncodeToMemory` wraps it (64 columns).
+    Its check integers are random there; here they come from the seed, so two runs match."""
+    raw_public = public_blob[-32:]
+    check = hashlib.sha256(b"check" + seed).digest()[:4] * 2
+    private = (
+        check
+        + _ssh_string(b"ssh-ed25519")
+        + _ssh_string(raw_public)
+        + _ssh_string(seed + raw_public)
+        + _ssh_string(b"")
+    )
+    private += bytes(range(1, 1 + (-len(private)) % 8))
+    blob = (
+        b"openssh-key-v1\0"
+        + _ssh_string(b"none")
+        + _ssh_string(b"none")
+        + _ssh_string(b"")
+        + (1).to_bytes(4, "big")
+        + _ssh_string(public_blob)
+        + _ssh_string(private)
+    )
+    text = base64.b64encode(blob).decode()
+    lines = [text[i : i + 64] for i in range(0, len(text), 64)]
+    return (
+        "-----BEGIN OPENSSH PRIVATE KEY-----\n"
+        + "\n".join(lines)
+        + "\n-----END OPENSSH PRIVATE KEY-----\n"
+    )
+
+
+# Instances created by a release before the program generated host keys: they booted without
+# user data, and `userData` is ignored after create, so their state keeps none (tests add names).
+INSTANCES_WITHOUT_USER_DATA: set[str] = set()
+
+
+@contextlib.contextmanager
+def booted_without_user_data(names: set[str]) -> Iterator[None]:
+    """Within: the instances `names` answer as machines that booted without user data."""
+    saved = set(INSTANCES_WITHOUT_USER_DATA)
+    INSTANCES_WITHOUT_USER_DATA.update(names)
+    try:
+        yield
+    finally:
+        INSTANCES_WITHOUT_USER_DATA.clear()
+        INSTANCES_WITHOUT_USER_DATA.update(saved)
+
+
+def stored_user_data(name: str, inputs: dict) -> str:
+    """What the provider keeps as an instance's `userData`: the SHA-1 of what it booted with
+    (terraform-provider-aws `internal/service/ec2/ec2_instance.go`, `StateFunc`:
+    `userDataHashSum`), nothing for a machine booted without."""
+    user_data = inputs.get("userData")
+    if isinstance(user_data, dict):  # a secret, as the mock monitor hands it over
+        user_data = user_data.get("value")
+    if name in INSTANCES_WITHOUT_USER_DATA or not user_data:
+        return ""
+    return hashlib.sha1(user_data.encode()).hexdigest()
+
+
 # Images this account already holds (id, tags), for the `getAmiIds` look-up of baked images:
 # empty by default (a first build); tests and tools add one to stand for a build made earlier.
 EXISTING_IMAGES: list[tuple[str, dict[str, str]]] = []
@@ -88,8 +190,12 @@ class Mocks(pulumi.runtime.Mocks):
                 privateIp=fake_ip("10.42", name),
                 privateDns=f"ip-{fake_ip('10-42', name).replace('.', '-')}.ec2.internal",
                 arn=f"arn:aws:ec2:us-west-2:123456789012:instance/{fake_id('i-', name)}",
+                userData=stored_user_data(name, state),
             )
             return fake_id("i-", name), state
+        if typ == "tls:index/privateKey:PrivateKey":
+            state.update(ed25519_key(name))
+            return fake_id("key-", name, 40), state
         if typ == "aws:ec2/eip:Eip":
             state.update(publicIp=fake_ip("203.0", name), allocationId=fake_id("eipalloc-", name))
             return fake_id("eipalloc-", name), state

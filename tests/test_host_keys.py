@@ -1,0 +1,268 @@
+"""SSH host keys on the registered graph: each machine boots with a key the program generated
+(cloud-init user data, secret), and every host step's connection pins the key of the machine it
+dials; the bastion and an existing control plane are pinned from config, machines created before
+host keys existed from `hostKeys`.
+
+What is pinned is checked against what the machine boots with: the user data is parsed as
+cloud-init parses it (YAML), and its private key is read with `cryptography`, so the public key a
+connection passes is the one the installed private key really has.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import yaml
+from cryptography.hazmat.primitives import serialization
+
+from components import host_keys
+from tools.harness import mocks
+from tools.harness.graph import Graph, Resource, Secret, plain_strings, unwrap
+from tools.harness.mocks import fake_id, fake_ip
+from tools.harness.stacks import STACKS, load_stack_settings, run_program, stack_file
+
+INSTANCE = "aws:ec2/instance:Instance"
+EIP = "aws:ec2/eip:Eip"
+PRIVATE_KEY = "tls:index/privateKey:PrivateKey"
+COMMAND = "command:remote:Command"
+# Real keys (ssh-keygen -t ed25519 / ecdsa), used as operator-supplied host keys.
+BASTION_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHgQhqhz7570cVflJzFU7G+rWj7+er6oB85ewHM+R5QD"
+OLD_MACHINE_KEY = mocks.ed25519_key("a machine of an earlier release")["publicKeyOpenssh"].strip()
+
+
+@pytest.fixture(scope="module", params=STACKS)
+def stack_graph(request) -> tuple[str, Graph]:
+    return request.param, run_program(request.param)
+
+
+def boot_config(instance: Resource) -> dict:
+    """The instance's user data as cloud-init reads it: a `#cloud-config` YAML document."""
+    assert isinstance(instance.inputs.get("userData"), Secret), (
+        f"{instance.urn}: userData holds the private host key and must be a secret input"
+    )
+    text = unwrap(instance.inputs["userData"])
+    assert text.startswith("#cloud-config\n"), f"{instance.urn}: not a cloud-config"
+    return yaml.safe_load(text)
+
+
+def installed_public_key(instance: Resource) -> str:
+    """The public half of the private host key the instance boots with, derived from it."""
+    keys = boot_config(instance)["ssh_keys"]
+    private = serialization.load_ssh_private_key(keys["ed25519_private"].encode(), None)
+    derived = private.public_key().public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+    )
+    assert derived.decode() == keys["ed25519_public"], f"{instance.urn}: key halves differ"
+    return derived.decode()
+
+
+def machines_by_address(graph: Graph) -> dict[str, Resource]:
+    """Every address a step may dial (public, private, Elastic IP) -> the instance behind it."""
+    instances = {r.name: r for r in graph.of_type(INSTANCE)}
+    found = {}
+    for name, instance in instances.items():
+        found[fake_ip("198.51", name)] = instance
+        found[fake_ip("10.42", name)] = instance
+    for eip in graph.of_type(EIP):
+        found[fake_ip("203.0", eip.name)] = instances[eip.name.removesuffix("-ip")]
+    return found
+
+
+def connection(command: Resource) -> dict:
+    return unwrap(command.inputs["connection"])
+
+
+def test_every_connection_pins_the_key_its_machine_boots_with(stack_graph):
+    stack, graph = stack_graph
+    settings = load_stack_settings(stack)
+    machines = machines_by_address(graph)
+    commands = graph.of_type(COMMAND)
+    assert commands, stack
+    for command in commands:
+        conn = connection(command)
+        if conn["host"] in machines:
+            expected = installed_public_key(machines[conn["host"]])
+            assert conn.get("hostKey", "").strip() == expected, (
+                f"{command.urn}: dials {machines[conn['host']].name} without pinning its key"
+            )
+        else:  # the existing control plane: the operator's host
+            assert conn["host"] == settings.control_plane.host, f"{command.urn}: unknown host"
+            assert conn.get("hostKey") == settings.control_plane.host_key, command.urn
+        bastion = settings.network.bastion
+        if bastion is not None:
+            assert conn["proxy"]["host"] == bastion.host, command.urn
+            assert conn["proxy"].get("hostKey") == bastion.host_key, command.urn
+
+
+def test_each_machine_boots_with_its_own_key_and_only_it(stack_graph):
+    stack, graph = stack_graph
+    instances = graph.of_type(INSTANCE)
+    seen: dict[str, str] = {}
+    for instance in instances:
+        config = boot_config(instance)
+        # cloud-init cc_ssh: ssh_deletekeys removes the image's keys; with ssh_keys given it
+        # writes those and generates none.
+        assert config["ssh_deletekeys"] is True, instance.urn
+        assert config["ssh_genkeytypes"] == [], instance.urn
+        assert set(config["ssh_keys"]) == {"ed25519_private", "ed25519_public"}, instance.urn
+        public_key = installed_public_key(instance)
+        assert public_key not in seen, (
+            f"{instance.name} shares its host key with {seen.get(public_key)}"
+        )
+        seen[public_key] = instance.name
+        # A user-data change stops and starts the machine: ignored after create, and the
+        # provider's stored copy (a hash of the secret) is a secret output.
+        assert "userData" in instance.ignore_changes, instance.urn
+        assert "userData" in instance.additional_secret_outputs, instance.urn
+    keys = {r.name for r in graph.of_type(PRIVATE_KEY)}
+    assert keys == {f"{i.name}-host-key" for i in instances}, stack
+
+
+def test_private_host_keys_are_never_plain(stack_graph):
+    stack, graph = stack_graph
+    bodies = []
+    for instance in graph.of_type(INSTANCE):
+        private = boot_config(instance)["ssh_keys"]["ed25519_private"]
+        bodies += [line for line in private.splitlines()[1:-1] if len(line) > 20]
+    assert bodies, stack
+    for key in graph.of_type(PRIVATE_KEY):
+        assert {"privateKeyOpenssh", "privateKeyPem"} <= set(key.additional_secret_outputs), (
+            f"{key.urn}: the private halves must be secret outputs"
+        )
+    for resource in graph:
+        for text in [*plain_strings(resource.inputs), *plain_strings(resource.outputs)]:
+            assert not any(body in text for body in bodies), f"{resource.urn}: private host key"
+    for text in plain_strings(graph.outputs):
+        assert not any(body in text for body in bodies), f"{stack}: private host key in outputs"
+
+
+def test_cloud_config_round_trips_any_key():
+    generated = mocks.ed25519_key("round trip")
+    text = host_keys.cloud_config(generated["privateKeyOpenssh"], generated["publicKeyOpenssh"])
+    parsed = yaml.safe_load(text)
+    assert parsed["ssh_keys"]["ed25519_private"] == generated["privateKeyOpenssh"]
+    assert parsed["ssh_keys"]["ed25519_public"] == generated["publicKeyOpenssh"].strip()
+    assert (
+        host_keys.cloud_config(generated["privateKeyOpenssh"], generated["publicKeyOpenssh"])
+        == text
+    ), "rendering must be deterministic"
+
+
+@pytest.mark.parametrize(
+    ("stored", "booted"),
+    [
+        (None, False),
+        ("", False),
+        ("da39a3ee5e6b4b0d3255bfef95601890afd80709", False),  # SHA-1 of nothing
+        ("2fd4e1c67a2d28fced849ee1bb76e7391b93eb12", True),
+    ],
+)
+def test_stored_user_data_tells_machines_apart(stored, booted):
+    assert host_keys.booted_with_user_data(stored) is booted
+
+
+def _steps_dialling(graph: Graph, machine: str) -> list[Resource]:
+    instance = graph.named(machine)
+    addresses = {fake_ip("198.51", machine), fake_ip("10.42", machine)}
+    for eip in graph.of_type(EIP):
+        if eip.name == f"{machine}-ip":
+            addresses.add(fake_ip("203.0", eip.name))
+    found = [c for c in graph.of_type(COMMAND) if connection(c)["host"] in addresses]
+    assert found, f"no step dials {instance.name}"
+    return found
+
+
+def instance_id(machine: str) -> str:
+    return fake_id("i-", machine)  # the mocks' id of that instance
+
+
+def test_a_machine_of_an_earlier_release_is_pinned_from_host_keys_by_instance_id(caplog):
+    node, control_plane = "dev-gpu-a10g-0", "dev-gpu-control-plane"
+    mocks.INSTANCES_WITHOUT_USER_DATA.update({node, control_plane})
+    try:
+        with caplog.at_level(logging.WARNING):
+            graph = run_program("dev", config={"hostKeys": {instance_id(node): OLD_MACHINE_KEY}})
+    finally:
+        mocks.INSTANCES_WITHOUT_USER_DATA.clear()
+    for step in _steps_dialling(graph, node):
+        assert connection(step)["hostKey"] == OLD_MACHINE_KEY, f"{step.urn}: hostKeys of {node}"
+    keys = {r.urn for r in graph.of_type(PRIVATE_KEY)}
+    for step in _steps_dialling(graph, control_plane):
+        # Exactly the connection of the release before: no hostKey, not even null, and no
+        # dependency on the new key, so adding the keys to a running stack changes no step.
+        assert "hostKey" not in connection(step), f"{step.urn}: no key is known for it"
+        assert not step.dependencies & keys, f"{step.urn} waits on a key it does not use"
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    unpinned = [w for w in warnings if "accept any host key" in w]
+    assert any(control_plane in w and instance_id(control_plane) in w for w in unpinned), warnings
+    assert not any(node in w for w in unpinned), warnings
+
+
+def test_a_replaced_old_machine_is_not_pinned_to_the_key_of_the_one_it_replaced(caplog):
+    """Pulumi creates the replacement with the ignored userData of the old machine (none), so it
+    boots with keys of its own: the entry of the old instance id must not apply to it."""
+    node = "dev-gpu-a10g-0"
+    mocks.INSTANCES_WITHOUT_USER_DATA.add(node)
+    try:
+        with caplog.at_level(logging.WARNING):
+            graph = run_program(
+                "dev", config={"hostKeys": {"i-0123456789abcdef0": OLD_MACHINE_KEY}}
+            )
+    finally:
+        mocks.INSTANCES_WITHOUT_USER_DATA.clear()
+    for step in _steps_dialling(graph, node):
+        assert not connection(step).get("hostKey"), f"{step.urn}: pinned to another machine"
+    assert any(instance_id(node) in r.getMessage() for r in caplog.records)
+
+
+def test_a_host_keys_entry_for_a_machine_with_its_generated_key_is_ignored_and_said(caplog):
+    node = "dev-gpu-a10g-0"
+    with caplog.at_level(logging.WARNING):
+        graph = run_program("dev", config={"hostKeys": {instance_id(node): OLD_MACHINE_KEY}})
+    expected = installed_public_key(graph.named(node))
+    for step in _steps_dialling(graph, node):
+        assert connection(step)["hostKey"].strip() == expected, step.urn
+    assert any(
+        f"hostKeys.{instance_id(node)} is not used" in r.getMessage() for r in caplog.records
+    )
+
+
+def test_operator_hosts_are_pinned_from_config_and_warned_about_without(caplog):
+    network = {**stack_file("prod")["gpu-cluster:network"]}
+    with caplog.at_level(logging.WARNING):
+        unpinned = run_program("prod")
+    warnings = " ".join(r.getMessage() for r in caplog.records)
+    assert "gpu-cluster:network.bastion.hostKey is not set" in warnings
+    assert "gpu-cluster:controlPlane.hostKey is not set" in warnings
+    for step in unpinned.of_type(COMMAND):
+        assert "hostKey" not in connection(step)["proxy"], step.urn
+
+    control_plane = {**stack_file("prod")["gpu-cluster:controlPlane"], "hostKey": OLD_MACHINE_KEY}
+    network["bastion"] = {**network["bastion"], "hostKey": BASTION_KEY}
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        pinned = run_program("prod", config={"network": network, "controlPlane": control_plane})
+    assert not any("is not set" in r.getMessage() for r in caplog.records)
+    for step in pinned.of_type(COMMAND):
+        conn = connection(step)
+        assert conn["proxy"]["hostKey"] == BASTION_KEY, step.urn
+        if conn["host"] == control_plane["host"]:
+            assert conn["hostKey"] == OLD_MACHINE_KEY, step.urn
+
+
+def test_the_image_builder_boots_with_its_own_key_and_is_pinned():
+    pool = {**stack_file("dev")["gpu-cluster:nodePools"][0], "image": "baked"}
+    graph = run_program("dev", config={"nodePools": [pool]})
+    machines = machines_by_address(graph)
+    builders = [r for r in graph.of_type(INSTANCE) if r.name.endswith("-builder")]
+    assert builders, "a baked pool builds its image on a builder machine"
+    for builder in builders:
+        assert "userData" in builder.ignore_changes, builder.urn
+        expected = installed_public_key(builder)
+        steps = [
+            c for c in graph.of_type(COMMAND) if machines.get(connection(c)["host"]) is builder
+        ]
+        assert len(steps) >= 3, f"{builder.name}: install, prepare and power-off steps"
+        for step in steps:
+            assert connection(step).get("hostKey", "").strip() == expected, step.urn
