@@ -135,6 +135,10 @@ kubectl_api() {
       ;;
     create | replace)
       [[ -f "${file}" ]] || { echo "error: the path \"${file}\" does not exist" >&2 && exit 1; }
+      if state_has kubectl/leases-forbidden; then
+        echo "Error from server (Forbidden): error when creating \"${file}\": leases.coordination.k8s.io is forbidden: User \"kubernetes-admin\" cannot ${args[0]} resource \"leases\" in API group \"coordination.k8s.io\" in the namespace \"${namespace}\"" >&2
+        exit 1
+      fi
       python3 "$(dirname "$0")/_kubectl_objects.py" "${STUB_STATE}" lease "${args[0]}" "${file}"
       exit $?
       ;;
