@@ -280,6 +280,24 @@ def test_user_label_the_kubelet_may_set(label):
     assert settings.node_pools[0].labels == {label: "x"}, label
 
 
+def test_label_names_and_values_of_the_kubernetes_limit_are_accepted():
+    """Kubernetes allows 63 characters in a label key's name part and in a value
+    (apimachinery validation.IsQualifiedName, IsValidLabelValue); 64 is refused at once."""
+    name, value = "a" * 63, "v" * 63
+    settings = load_stack_settings(
+        config={"nodePools": [{**POOL, "labels": {f"example.com/{name}": value}}]}
+    )
+    assert settings.node_pools[0].labels == {f"example.com/{name}": value}
+    assert "at most 63" in _problem(
+        f"nodePools[0].labels.example.com/{name}a",
+        config={"nodePools": [{**POOL, "labels": {f"example.com/{name}a": "x"}}]},
+    )
+    assert "at most 63" in _problem(
+        "nodePools[0].labels.team",
+        config={"nodePools": [{**POOL, "labels": {"team": value + "v"}}]},
+    )
+
+
 def test_user_sets_a_taint_with_an_empty_value():
     taint = {"key": "dedicated", "value": "", "effect": "NoSchedule"}
     graph = run_program("dev", config={"nodePools": [{**POOL, "taints": [taint]}]})

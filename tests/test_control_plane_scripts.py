@@ -841,3 +841,63 @@ def test_node_ready_without_a_request_says_how_to_approve_later(cluster):
     result = cluster.run("wait-node-ready.sh", {"NODE_NAME": NODE, **FAST})
     assert result.returncode == 0, result.stderr
     assert "kubectl certificate approve" in result.stderr, result.stderr
+
+
+# ------------------------------------------------------------------ failures met in the field
+
+
+def test_operator_kubeconfig_refuses_a_server_that_is_not_an_https_url(cluster):
+    params = {
+        "API_SERVER": f"{PUBLIC_IP}:6443",  # the scheme left out: kubectl would try plain http
+        "CLIENT_NAME": "dev-gpu-operator",
+        "GROUP": "gpu-cluster:operators",
+        "VALIDITY_HOURS": "24",
+    }
+    result = cluster.run("user-kubeconfig.sh", params)
+    assert result.returncode == 1, result.stderr
+    assert (
+        f"FAILED: API_SERVER must be https://host:port, got '{PUBLIC_IP}:6443'" in result.stderr
+    ), result.stderr
+    assert not result.called("kubeadm"), result.commands()
+
+
+def test_node_ready_refuses_a_token_id_that_is_a_whole_token_without_showing_it(cluster):
+    """The whole bootstrap token (id.secret) passed where its id belongs: nothing is deleted,
+    and the secret never reaches the log."""
+    cluster.state(f"kubectl/nodes/{NODE}.json", node_json(NODE, "True"))
+    result = cluster.run("wait-node-ready.sh", {"NODE_NAME": NODE, "TOKEN_ID": TOKEN, **FAST})
+    assert result.returncode == 1, result.stderr
+    assert (
+        "FAILED: TOKEN_ID must be a bootstrap token's id, 6 of [a-z0-9] (the part before the "
+        "dot), got 23 characters" in result.stderr
+    ), result.stderr
+    assert TOKEN.split(".")[1] not in result.output, "the token's secret reached the log"
+    assert not result.called("kubeadm", "token", "delete"), result.commands()
+
+
+def test_labels_of_a_node_that_left_the_cluster_fail_naming_it(cluster):
+    """label-node.sh runs after the node-ready step; a Node deleted in between (an operator's
+    `kubectl delete node`, a kubelet that registered under another name) is not labelled."""
+    result = cluster.run(
+        "label-node.sh", {"NODE_NAME": NODE, "NODE_LABELS": "team=ml", "NODE_TAINTS": ""}
+    )
+    assert result.returncode == 1, result.stderr
+    assert (
+        f"FAILED: Node {NODE} expected (the node-ready step waits for it), not found: it left "
+        "the cluster since" in result.stderr
+    ), result.stderr
+    assert not [c for c in result.called("kubectl") if "label" in c or "annotate" in c]
+
+
+def test_join_token_with_an_unreadable_ca_fails_naming_the_file(cluster):
+    """A CA file that is not a certificate (truncated by a full disk, overwritten by hand): no
+    hash of nothing is printed for nodes to pin."""
+    cluster.write("/etc/kubernetes/pki/ca.crt", "-----BEGIN CERTIFICATE-----\ntruncated\n")
+    result = cluster.run("mint-join-token.sh", {"NODE_NAME": NODE})
+    assert result.returncode == 1, result.stderr
+    assert (
+        "[join-token] FAILED: could not read the public key of /etc/kubernetes/pki/ca.crt "
+        "(openssl's error is above)" in result.stderr
+    ), result.stderr
+    assert not result.called("kubeadm", "token", "create"), result.commands()
+    assert "caCertHash" not in result.stdout

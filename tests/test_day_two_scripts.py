@@ -59,3 +59,16 @@ def test_a_line_that_is_no_key_is_refused_before_touching_the_file(host):
     assert result.returncode != 0
     assert "is not an OpenSSH public key" in result.stderr, result.stderr
     assert host.host_path(KEYS).read_text() == f"{OLD}\n"
+
+
+@needs_sandbox
+def test_a_user_the_host_does_not_have_is_refused_before_writing_keys(host):
+    """ssh.user names a user the image does not have (ubuntu on an image whose user is
+    ec2-user): no authorized_keys is written, and the message names the user and the key to
+    set (getent's exit 2 for an unknown user used to stop the step with only its command line)."""
+    result = host.run("authorize-ssh-keys.sh", {"SSH_USER": "ec2-user", "AUTHORIZED_KEYS": NEW})
+    assert result.returncode == 1, result.stderr
+    assert (
+        "FAILED: user ec2-user expected with a home directory, getent finds ''" in result.stderr
+    ), result.stderr
+    assert host.host_path(KEYS).read_text() == f"{OLD}\n"

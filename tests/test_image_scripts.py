@@ -76,3 +76,23 @@ def test_power_off_schedules_a_poweroff_the_session_survives(sandbox):
     [call] = result.called("systemd-run")
     assert "--on-active=5" in call and call[-2:] == ["systemctl", "poweroff"], call
     assert not result.called("systemctl", "poweroff")
+
+
+def test_pull_images_fails_when_a_pulled_image_is_not_kept(sandbox):
+    """ctr reported the pull done, but the image is not in containerd afterwards (its content
+    collected, a prune meanwhile): the image would be baked without it."""
+    sandbox.state("ctr.pull-not-kept", "yes")
+    result = sandbox.run("pull-images.sh", {"IMAGES": PLUGIN})
+    assert result.called("ctr", "--namespace", "k8s.io", "images", "pull", PLUGIN)
+    assert result.returncode == 1, result.output
+    assert (
+        f"FAILED: image {PLUGIN} expected in containerd (namespace k8s.io) after its pull, not "
+        "found" in result.stderr
+    ), result.stderr
+
+
+def test_power_off_refuses_a_delay_that_is_not_whole_seconds(sandbox):
+    result = sandbox.run("power-off-builder.sh", {"POWER_OFF_DELAY_SECONDS": "5s"})
+    assert result.returncode == 1, result.output
+    assert "FAILED: POWER_OFF_DELAY_SECONDS must be a whole number, got '5s'" in result.stderr
+    assert not result.called("systemd-run"), result.commands()

@@ -873,24 +873,19 @@ def test_runtime_toolkit_refuses_gpus_requested_by_environment_variable(sandbox)
 
 @needs_sandbox
 def test_runtime_with_a_toolkit_config_that_accepts_the_variable_fails(sandbox):
-    """A toolkit whose config cannot be changed (here: `nvidia-ctk config` leaves the default)
-    must fail the step, not leave every GPU to every pod."""
-    assert sandbox.run("install-runtime.sh", RUNTIME).returncode == 0
-    sandbox.write(
-        "/usr/local/bin/nvidia-ctk",
-        f'#!/bin/sh\n[ "$1" = config ] && exit 0\nexec {STUBS_DIR}/nvidia-ctk "$@"\n',
-        mode=0o755,
-    )
-    sandbox.write(TOOLKIT_CONFIG, "accept-nvidia-visible-devices-envvar-when-unprivileged = true\n")
-    program = render_script("install-runtime.sh", RUNTIME).replace(
-        "set +x", f'PATH="/usr/local/bin:{STUBS_DIR}:$PATH"; set +x', 1
-    )
-    result = sandbox.run_text(program)
-    assert result.returncode == 1
+    """A toolkit whose `nvidia-ctk config` does not write the file (it prints the changed config,
+    as without --in-place) leaves the default: the step must fail, not leave every GPU to every
+    pod that sets NVIDIA_VISIBLE_DEVICES=all."""
+    sandbox.state("nvidia-ctk.config-to-stdout", "yes")
+    result = sandbox.run("install-runtime.sh", RUNTIME)
+    assert result.called("nvidia-ctk", "config"), result.commands()
+    assert result.returncode == 1, result.stderr
     assert (
-        f"accept-nvidia-visible-devices-envvar-when-unprivileged = false expected in "
-        f"{TOOLKIT_CONFIG}, found 'true'" in result.stderr
-    )
+        "[runtime] FAILED: nvidia-ctk config did not set "
+        f"accept-nvidia-visible-devices-envvar-when-unprivileged = false in {TOOLKIT_CONFIG} "
+        "(found 'true'): without it containers see GPUs they did not request" in result.stderr
+    ), result.stderr
+    assert "nvidia is the default runtime" not in result.stderr
 
 
 @needs_sandbox
@@ -1278,3 +1273,81 @@ def test_reset_after_join_resets_and_cleans_cni_config(kube_host):
     again = kube_host.run("reset-node.sh")
     assert again.returncode == 0, again.stderr
     assert again.called("kubeadm", "reset") == []
+
+
+# ---- failures met in the field --------------------------------------------------------------
+
+
+@needs_sandbox
+def test_nouveau_step_on_a_kernel_flavour_with_no_module_anywhere_fails_naming_the_way_out(
+    sandbox,
+):
+    """The AMI boots an aws kernel the archive has no signed module for, and no other aws kernel
+    has one either (only another flavour): nothing to move to, so the step fails before
+    installing or rebooting anything."""
+    sandbox.state("modules", "")
+    sandbox.state("uname.r", "6.8.0-1015-aws")
+    for path in (sandbox.state_dir / "apt.available").glob("linux-modules-nvidia-*-aws"):
+        path.unlink()
+    offer_module(sandbox, "580-server", "6.8.0-1040-generic")
+    result = sandbox.run("disable-nouveau.sh", NOUVEAU_KERNEL)
+    assert result.returncode == 1, result.stderr
+    assert (
+        "[nouveau] FAILED: the archive has no linux-modules-nvidia-580-server-6.8.0-1015-aws and "
+        "no linux-modules-nvidia-580-server-* for any other aws kernel; use another "
+        "driverVersion or amiId" in result.stderr
+    ), result.stderr
+    assert installs(result) == [] and sandbox.state("systemd-run.scheduled") is None
+
+
+@needs_sandbox
+def test_driver_branch_without_packages_for_this_release_fails_before_installing(sandbox):
+    """driverVersion names a branch this Ubuntu release has no -server packages for."""
+    result = sandbox.run("install-driver.sh", {**DRIVER, "DRIVER_BRANCH": "560"})
+    assert result.returncode == 1, result.stderr
+    assert (
+        "FAILED: nvidia-headless-no-dkms-560-server is not in this host's package archive: "
+        "driver branch 560 (proprietary kernel modules) has no Ubuntu packages for this release"
+        in result.stderr
+    ), result.stderr
+    assert installs(result) == []
+
+
+@needs_sandbox
+def test_driver_whose_module_is_built_for_another_branch_fails_before_installing(sandbox):
+    """The running kernel's 580 module package depends on another branch's kernel common (an
+    archive in the middle of a branch move): installing it would load a module userspace does
+    not match."""
+    offer_module(sandbox, "580-server", RUNNING_KERNEL, built_for="575.64.05", branch="575")
+    result = sandbox.run("install-driver.sh", DRIVER)
+    assert result.returncode == 1, result.stderr
+    assert (
+        f"[driver] FAILED: linux-modules-nvidia-580-server-{RUNNING_KERNEL} is not built for a "
+        "580 driver (Depends: " in result.stderr
+    ), result.stderr
+    assert "nvidia-kernel-common-575-server (>= 575.64.05)" in result.stderr
+    assert installs(result) == []
+
+
+@needs_sandbox
+def test_nvswitch_gen4_without_nvlsm_in_the_archive_fails_before_installing(sandbox):
+    (sandbox.state_dir / "apt.available" / "nvlsm").unlink()
+    params = {**DRIVER, "NEEDS_FABRIC_MANAGER": "true", "NVLINK_SUBNET_MANAGER": "true"}
+    result = sandbox.run("install-driver.sh", params)
+    assert result.returncode == 1, result.stderr
+    assert "[driver] FAILED: nvlsm is not in this host's package archive" in result.stderr
+    assert installs(result) == []
+
+
+@needs_sandbox
+def test_a_gpu_left_without_persistence_mode_fails_the_driver_step(sandbox):
+    """nvidia-persistenced runs but could not open one GPU: that GPU re-initialises on every
+    CUDA context (slow first kernels, lost state between pods)."""
+    sandbox.state("nvidia-smi.persistence-stuck", 1)
+    result = sandbox.run("install-driver.sh", DRIVER)
+    assert result.returncode == 1, result.stderr
+    assert (
+        "[driver] FAILED: persistence mode Enabled on 4 GPU(s) expected, nvidia-smi reports "
+        "1 Disabled,3 Enabled" in result.stderr
+    ), result.stderr
+    assert "persistence mode on" not in result.stderr

@@ -185,6 +185,14 @@ def test_world_ingress_on_other_ports_and_separate_rules():
     messages = check("no-world-ingress-to-admin-ports", everything)
     assert_names_resource_and_fix(messages, everything)
     assert "22" in messages[0] and "6443" in messages[0] and "10250" in messages[0], messages
+    # TCP with the EC2 API's "all" marker for both ports (-1 to -1, as rules read back from
+    # an account can carry it) opens every port, not none.
+    tcp_all = security_group(
+        {"protocol": "tcp", "fromPort": -1, "toPort": -1, "cidrBlocks": ["0.0.0.0/0"]}
+    )
+    messages = check("no-world-ingress-to-admin-ports", tcp_all)
+    assert_names_resource_and_fix(messages, tcp_all)
+    assert "22" in messages[0] and "6443" in messages[0] and "10250" in messages[0], messages
     rule = resource(
         v.SECURITY_GROUP_RULE,
         "ssh-anywhere",

@@ -120,6 +120,9 @@ def test_download_failing_for_longer_than_one_retry_is_waited_out(dev_graph, hos
         host.apt_available(pkg, host_pins.NVIDIA_CTK_VERSION)
     result = host.run_text(program)
     assert result.returncode == 0, result.stderr
+    # WITH_NVIDIA_TOOLKIT is left to its default on GPU nodes: the toolkit is what this step
+    # installs there (its key is the download above).
+    assert host.installed("nvidia-container-toolkit") == host_pins.NVIDIA_CTK_VERSION
     assert len(result.called("curl")) == 5, result.commands()
     sleeps = requested_sleeps(host)
     assert len(sleeps) == 4, sleeps

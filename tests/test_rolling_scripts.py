@@ -371,3 +371,88 @@ def test_uncordon_leaves_a_node_an_operator_cordoned(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "not cordoned by a roll" in result.stderr
     assert cordoned(sb, NODE_A)
+
+
+# ---------------------------------------------------------------- failures met in the field
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("SLOT_SECONDS", "1h", "SLOT_SECONDS must be a whole number, got '1h'"),
+        ("DRAIN_TIMEOUT_SECONDS", "-5", "DRAIN_TIMEOUT_SECONDS must be a whole number, got '-5'"),
+        ("POOL_NAME", "A10G_pool", "POOL_NAME must be a lowercase DNS label, got 'A10G_pool'"),
+    ],
+)
+def test_drain_refuses_malformed_inputs_before_touching_the_cluster(tmp_path, name, value, message):
+    """A slot name or a bound the API server or `kubectl drain --timeout` would reject halfway
+    (after the cordon) is refused before any call."""
+    sb = control_plane(tmp_path)
+    join(sb, NODE_A)
+    result = sb.run("roll-drain.sh", {**drain_params(NODE_A), name: value})
+    assert result.returncode == 1, result.stderr
+    assert f"FAILED: {message}" in result.stderr, result.stderr
+    assert result.calls == [], result.commands()
+
+
+def test_a_slot_the_api_refuses_to_write_fails_the_drain_naming_the_lease(tmp_path):
+    """The Lease write is refused for another reason than a lost race (RBAC, an admission
+    webhook): the node must not be cordoned without a slot, and the error is shown."""
+    sb = control_plane(tmp_path)
+    join(sb, NODE_A)
+    sb.state("kubectl/leases-forbidden", "yes")
+    result = sb.run("roll-drain.sh", drain_params(NODE_A))
+    assert result.returncode == 1, result.stderr
+    assert (
+        "FAILED: the API server refused to create the slot Lease "
+        f"kube-system/{SLOT_0} (not a lost race): Error from server (Forbidden)" in result.stderr
+    ), result.stderr
+    assert not cordoned(sb, NODE_A)
+    assert not result.called("kubectl", "drain"), result.commands()
+
+
+def test_uncordon_on_a_host_that_is_not_the_control_plane_fails_before_acting(tmp_path):
+    sb = Sandbox(tmp_path)  # no admin.conf: a node's host, not the control plane
+    result = sb.run("roll-uncordon.sh", uncordon_params(NODE_A))
+    assert result.returncode == 1, result.stderr
+    assert (
+        "FAILED: cannot read /etc/kubernetes/admin.conf: this step runs on a kubeadm "
+        "control-plane node" in result.stderr
+    ), result.stderr
+    assert result.calls == [], result.commands()
+
+
+def test_uncordon_of_a_node_that_left_the_cluster_fails_and_keeps_the_slot(tmp_path):
+    """The Node object was deleted after the drain (instance replaced, `kubectl delete node`):
+    nothing can be put back; the slot stays held until it expires, for an operator to see."""
+    sb = control_plane(tmp_path)
+    join(sb, NODE_A)
+    assert sb.run("roll-drain.sh", drain_params(NODE_A)).returncode == 0
+    (sb.state_dir / "kubectl" / "nodes" / f"{NODE_A}.json").unlink()
+    result = sb.run("roll-uncordon.sh", uncordon_params(NODE_A))
+    assert result.returncode == 1, result.stderr
+    assert (
+        f"FAILED: Node {NODE_A} is not registered; it must have joined before it is put back"
+        in result.stderr
+    ), result.stderr
+    assert lease(sb)["spec"]["holderIdentity"] == NODE_A
+
+
+def test_a_node_that_does_not_come_back_ready_stays_cordoned_and_keeps_its_slot(tmp_path):
+    """After the driver change the kubelet never reports Ready (a module that does not load):
+    the node is not put back into scheduling and the pool's slot stays taken, so the roll
+    stops at this node instead of taking down the next one."""
+    sb = control_plane(tmp_path)
+    join(sb, NODE_A)
+    assert sb.run("roll-drain.sh", drain_params(NODE_A)).returncode == 0
+    node = json.loads(sb.state(f"kubectl/nodes/{NODE_A}.json"))
+    node["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    sb.state(f"kubectl/nodes/{NODE_A}.json", json.dumps(node))
+    result = sb.run("roll-uncordon.sh", uncordon_params(NODE_A))
+    assert result.returncode == 1, result.stderr
+    assert (
+        f"FAILED: Node {NODE_A} not Ready after 30s; it stays cordoned. Look at "
+        "'journalctl -u kubelet' on the node" in result.stderr
+    ), result.stderr
+    assert cordoned(sb, NODE_A)
+    assert lease(sb)["spec"]["holderIdentity"] == NODE_A

@@ -182,3 +182,77 @@ def test_a_node_refuses_a_skipped_minor(tmp_path):
         result.stderr
     )
     assert not result.called("apt-get"), result.commands()
+
+
+# ---------------------------------------------------------------- failures met in the field
+
+
+def test_an_answer_without_a_version_stops_before_upgrading(tmp_path):
+    """admin.conf's server answers /version with something else (a proxy's page): the running
+    minor is unknown, so nothing is installed and the message says where to look."""
+    sb = control_plane(tmp_path)
+    sb.state("kubectl/version-body", "<html><body>Proxy Authentication Required</body></html>")
+    result = sb.run("upgrade-control-plane.sh", {"KUBERNETES_MINOR": "1.36", **FAST})
+    assert result.returncode == 1, result.stderr
+    assert (
+        "[upgrade-control-plane] FAILED: no gitVersion in the API server's /version answer: the "
+        "server /etc/kubernetes/admin.conf names is not this cluster's API server" in result.stderr
+    ), result.stderr
+    assert not result.called("apt-get") and not result.called("kubeadm"), result.commands()
+
+
+def test_an_api_that_never_comes_back_after_apply_fails_the_upgrade(tmp_path):
+    """kubeadm upgrade apply reported success, then the new kube-apiserver crash-loops: the
+    control plane must not be reported upgraded (nodes would follow onto a dead API)."""
+    sb = control_plane(tmp_path)
+    sb.state("kubeadm.apply-api-never-ready", "yes")
+    params = {"KUBERNETES_MINOR": "1.36", "API_WAIT_SECONDS": "1", **FAST}
+    result = sb.run("upgrade-control-plane.sh", params)
+    assert result.called("kubeadm", "upgrade", "apply"), result.commands()
+    assert result.returncode == 1, result.stderr
+    assert (
+        "[upgrade-control-plane] FAILED: API server not ready 1s after kubeadm upgrade apply; "
+        "look at 'journalctl -u kubelet' and 'crictl ps -a' on this host" in result.stderr
+    ), result.stderr
+    assert "control plane upgraded" not in result.stderr
+
+
+def test_an_api_still_on_the_old_minor_after_apply_fails_the_upgrade(tmp_path):
+    sb = control_plane(tmp_path)
+    sb.state("kubeadm.apply-keeps-version", "yes")
+    result = sb.run("upgrade-control-plane.sh", {"KUBERNETES_MINOR": "1.36", **FAST})
+    assert result.returncode == 1, result.stderr
+    assert (
+        "[upgrade-control-plane] FAILED: API server reports 1.35 after the upgrade, 1.36 "
+        "expected: the kubelet did not restart the kube-apiserver static pod" in result.stderr
+    ), result.stderr
+    assert "control plane upgraded" not in result.stderr
+
+
+def test_a_kubeadm_binary_of_another_minor_stops_the_upgrade_before_kubeadm_runs(tmp_path):
+    """The 1.36 package installed, but the kubeadm on PATH is another one (a binary left in
+    /usr/local/bin by a manual install): its plan would upgrade to the wrong version."""
+    sb = control_plane(tmp_path)
+    sb.state("kubeadm.version", "v1.35.1")
+    result = sb.run("upgrade-control-plane.sh", {"KUBERNETES_MINOR": "1.36", **FAST})
+    assert result.returncode == 1, result.stderr
+    assert sb.installed("kubeadm") == "1.36.0-1.1"
+    assert (
+        "[upgrade-control-plane] FAILED: kubeadm v1.36.x expected after the install, found "
+        "v1.35.1" in result.stderr
+    ), result.stderr
+    assert not result.called("kubeadm", "upgrade"), result.commands()
+
+
+def test_a_joined_node_without_a_kubelet_package_is_not_upgraded(tmp_path):
+    """kubelet.conf says the node joined, but dpkg knows no kubelet (removed, or a binary
+    install): the running minor is unknown, so the step refuses and says what to do."""
+    sb = node(tmp_path)
+    (sb.state_dir / "dpkg" / "kubelet").unlink()
+    result = sb.run("upgrade-node.sh", {"KUBERNETES_MINOR": "1.36", **FAST})
+    assert result.returncode == 1, result.stderr
+    assert (
+        "[upgrade-node] FAILED: joined (/etc/kubernetes/kubelet.conf) but no kubelet package "
+        "installed: kubelet was removed or installed without apt" in result.stderr
+    ), result.stderr
+    assert not result.called("apt-get") and not result.called("kubeadm"), result.commands()

@@ -24,9 +24,13 @@ check_inputs() {
     [[ -z "${line}" || "${line}" =~ ${KEY_RE} ]] ||
       fatal "AUTHORIZED_KEYS: a line is not an OpenSSH public key: '${line:0:40}...'"
   done <<<"${AUTHORIZED_KEYS}"
-  HOME_DIR="$(getent passwd "${SSH_USER}" | cut -d: -f6)"
+  local entry
+  # getent exits 2 for a user it does not know: that is the case the check below names.
+  entry="$(getent passwd "${SSH_USER}")" || entry=""
+  HOME_DIR="$(cut -d: -f6 <<<"${entry}")"
   [[ -n "${HOME_DIR}" && -d "${HOME_DIR}" ]] ||
-    fatal "user ${SSH_USER} expected with a home directory, getent finds '${HOME_DIR}'"
+    fatal "user ${SSH_USER} expected with a home directory, getent finds '${HOME_DIR}';" \
+      "ssh.user must name a user this host has (the image's login user, e.g. ubuntu)"
 }
 
 write_authorized_keys() {

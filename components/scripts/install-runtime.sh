@@ -195,8 +195,9 @@ verify_runtime() {
   for setting in "${TOOLKIT_SETTINGS[@]}"; do
     key="${setting%%=*}"
     [[ "$(toml_value "${TOOLKIT_CONFIG}" "" "${key}")" == "${setting#*=}" ]] ||
-      fatal "${key} = ${setting#*=} expected in ${TOOLKIT_CONFIG}, found" \
-        "'$(toml_value "${TOOLKIT_CONFIG}" "" "${key}")'"
+      fatal "nvidia-ctk config did not set ${key} = ${setting#*=} in ${TOOLKIT_CONFIG}" \
+        "(found '$(toml_value "${TOOLKIT_CONFIG}" "" "${key}")'): without it containers see GPUs" \
+        "they did not request; look at 'nvidia-ctk --version' and that file on this host"
   done
   log "containerd active, nvidia is the default runtime, GPUs only on request"
 }

@@ -21,7 +21,9 @@ TAINTS_ANNOTATION=gpu-cluster.io/managed-taints
 check_inputs() {
   require_node_name
   [[ -n "$(admin_kubectl get node "${NODE_NAME}" --ignore-not-found -o name)" ]] ||
-    fatal "Node ${NODE_NAME} expected (the node-ready step waits for it), not found"
+    fatal "Node ${NODE_NAME} expected (the node-ready step waits for it), not found: it left" \
+      "the cluster since (deleted, or its kubelet registered another name); look at" \
+      "'kubectl get nodes', then pulumi up again"
 }
 
 # annotation <key>: the value of one annotation of the Node ("" when absent).

@@ -36,10 +36,13 @@ check_inputs() {
 # The hash kubeadm join pins: sha256 of the CA's DER SubjectPublicKeyInfo.
 compute_ca_hash() {
   local hex
+  # A pipeline under pipefail: an unreadable certificate fails it (sha256sum always prints 64
+  # hex digits of whatever reaches it).
   hex="$(openssl x509 -in "${CA_CERT}" -noout -pubkey |
     openssl pkey -pubin -outform der |
-    sha256sum | awk '{ print $1 }')"
-  [[ "${hex}" =~ ^[a-f0-9]{64}$ ]] || fatal "could not hash the public key of ${CA_CERT}"
+    sha256sum | awk '{ print $1 }')" ||
+    fatal "could not read the public key of ${CA_CERT} (openssl's error is above): nodes pin" \
+      "the cluster CA's key to join; restore the CA kubeadm made there"
   CA_HASH="sha256:${hex}"
   log "CA public key ${CA_HASH}"
 }

@@ -39,7 +39,9 @@ verify_images() {
   local ref present
   present="$(ctr --namespace k8s.io images ls --quiet)"
   for ref in ${IMAGES}; do
-    grep -qxF "${ref}" <<<"${present}" || fatal "image ${ref} expected in containerd, not found"
+    grep -qxF "${ref}" <<<"${present}" ||
+      fatal "image ${ref} expected in containerd (namespace k8s.io) after its pull, not found;" \
+        "look at 'ctr --namespace k8s.io images ls' on the builder, then pulumi up again"
   done
   log "every image present"
 }

@@ -38,7 +38,10 @@ upgrade_needed() {
     return 1
   fi
   RUNNING_MINOR="$(api_server_minor "${ADMIN_CONF}")"
-  [[ -n "${RUNNING_MINOR}" ]] || fatal "no gitVersion in the API server's /version answer"
+  [[ -n "${RUNNING_MINOR}" ]] ||
+    fatal "no gitVersion in the API server's /version answer: the server ${ADMIN_CONF} names" \
+      "is not this cluster's API server; look at 'kubectl --kubeconfig=${ADMIN_CONF} get --raw" \
+      "/version' on this host"
   check_one_minor_step "${RUNNING_MINOR}" "the control plane"
   if [[ "${RUNNING_MINOR}" == "${KUBERNETES_MINOR}" ]]; then
     log "control plane already runs ${KUBERNETES_MINOR}, nothing to upgrade"
@@ -75,7 +78,9 @@ verify_upgrade() {
       "look at 'journalctl -u kubelet' and 'crictl ps -a' on this host"
   running="$(api_server_minor "${ADMIN_CONF}")"
   [[ "${running}" == "${KUBERNETES_MINOR}" ]] ||
-    fatal "API server reports ${running} after the upgrade, ${KUBERNETES_MINOR} expected"
+    fatal "API server reports ${running} after the upgrade, ${KUBERNETES_MINOR} expected: the" \
+      "kubelet did not restart the kube-apiserver static pod; look at 'crictl ps -a' and" \
+      "'journalctl -u kubelet' on this host, then pulumi up again"
   log "control plane upgraded to ${TARGET_VERSION}"
 }
 

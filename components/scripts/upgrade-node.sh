@@ -34,7 +34,10 @@ upgrade_needed() {
     return 1
   fi
   kubelet="$(minor_of "$(installed_version kubelet)")"
-  [[ -n "${kubelet}" ]] || fatal "joined (${KUBELET_CONF}) but no kubelet package installed"
+  [[ -n "${kubelet}" ]] ||
+    fatal "joined (${KUBELET_CONF}) but no kubelet package installed: kubelet was removed or" \
+      "installed without apt; install the kubelet package of the running minor on this node" \
+      "(apt-get install kubelet), then pulumi up again"
   check_one_minor_step "${kubelet}" "this node's kubelet"
   if [[ "${kubelet}" == "${KUBERNETES_MINOR}" ]]; then
     log "kubelet already ${kubelet}, nothing to upgrade"

@@ -65,7 +65,10 @@ delete_join_token() {
     log "no join token to delete"
     return 0
   fi
-  [[ "${TOKEN_ID}" =~ ^[a-z0-9]{6}$ ]] || fatal "TOKEN_ID must be 6 of [a-z0-9], got '${TOKEN_ID}'"
+  # Not echoed: a whole token (id.secret) passed by mistake would put its secret in the log.
+  [[ "${TOKEN_ID}" =~ ^[a-z0-9]{6}$ ]] ||
+    fatal "TOKEN_ID must be a bootstrap token's id, 6 of [a-z0-9] (the part before the dot)," \
+      "got ${#TOKEN_ID} characters (not shown: they may hold the token's secret)"
   if kubeadm token delete "${TOKEN_ID}" >&2; then
     log "bootstrap token ${TOKEN_ID} of ${NODE_NAME} deleted: the node has joined"
   else

@@ -48,8 +48,20 @@ _get_object() {
   exit 0
 }
 
+# _takes <state key> <--timeout seconds>: the watch lasts the key's seconds (0 when unset): false,
+# after the timeout, when the timeout is shorter.
+_takes() {
+  local needs
+  needs="$(state_get "$1" 0)"
+  if [[ -n "$2" ]] && awk -v n="${needs}" -v t="$2" 'BEGIN { exit !(t < n) }'; then
+    sleep "$2"
+    return 1
+  fi
+  sleep "${needs}"
+}
+
 kubectl_api() {
-  local args=() kubeconfig="" namespace=default raw="" file="" condition="" arg i
+  local args=() kubeconfig="" namespace=default raw="" file="" condition="" timeout="" arg i
   local all=("$@")
   for ((i = 0; i < ${#all[@]}; i++)); do
     arg="${all[i]}"
@@ -61,6 +73,7 @@ kubectl_api() {
       --raw) i=$((i + 1)) && raw="${all[i]}" ;;
       -f) i=$((i + 1)) && file="${all[i]}" ;;
       --for=*) condition="${arg#--for=}" ;;
+      --timeout=*) timeout="${arg#--timeout=}" && timeout="${timeout%s}" ;;
       -o | --request-timeout | --timeout) i=$((i + 1)) ;;
       -*) ;;
       *) args+=("${arg}") ;;
@@ -83,7 +96,8 @@ kubectl_api() {
         "") ;;
         /readyz | /livez)
           # An API server up but not ready (etcd unhealthy) answers 500 with the failed checks.
-          if state_has kubectl/never-ready || should_fail kubectl/not-ready-count; then
+          if state_has kubectl/never-ready || should_fail kubectl/not-ready-count ||
+            { state_has kubectl/ready-at && ! past "$(state_get kubectl/ready-at)"; }; then
             echo 'Error from server (InternalServerError): an error on the server ("[+]ping ok [-]etcd failed: reason withheld readyz check failed") has prevented the request from succeeding' >&2
             exit 1
           fi
@@ -116,6 +130,9 @@ kubectl_api() {
       if [[ "${args[1]:-}" =~ ^(csr|csrs|certificatesigningrequests)$ ]]; then
         # state kubectl/csrs: one "<name> <username> <signerName> <condition>" line per request
         # (condition empty while pending), as the scripts' jsonpath prints them.
+        if state_has kubectl/csrs-at && ! past "$(state_get kubectl/csrs-at)"; then
+          exit 0
+        fi
         state_has kubectl/csrs && cat "${STUB_STATE}/kubectl/csrs"
         exit 0
       fi
@@ -135,6 +152,10 @@ kubectl_api() {
       ;;
     create | replace)
       [[ -f "${file}" ]] || { echo "error: the path \"${file}\" does not exist" >&2 && exit 1; }
+      if state_has kubectl/leases-forbidden; then
+        echo "Error from server (Forbidden): error when creating \"${file}\": leases.coordination.k8s.io is forbidden: User \"kubernetes-admin\" cannot ${args[0]} resource \"leases\" in API group \"coordination.k8s.io\" in the namespace \"${namespace}\"" >&2
+        exit 1
+      fi
       python3 "$(dirname "$0")/_kubectl_objects.py" "${STUB_STATE}" lease "${args[0]}" "${file}"
       exit $?
       ;;
@@ -159,7 +180,7 @@ kubectl_api() {
       exit 0
       ;;
     rollout)
-      if should_fail kubectl.fail.rollout; then
+      if ! _takes kubectl/rollout-seconds "${timeout}" || should_fail kubectl.fail.rollout; then
         echo "error: timed out waiting for the condition" >&2
         exit 1
       fi
@@ -168,6 +189,10 @@ kubectl_api() {
       ;;
     wait)
       local node="${args[1]#node/}" status=""
+      _takes kubectl/wait-seconds "${timeout}" || {
+        echo "error: timed out waiting for the condition on nodes/${node}" >&2
+        exit 1
+      }
       if state_has "kubectl/nodes/${node}.json"; then
         status="$(python3 "$(dirname "$0")/_kubectl_jsonpath.py" \
           '{.status.conditions[?(@.type=="Ready")].status}' <"${STUB_STATE}/kubectl/nodes/${node}.json")"

@@ -45,6 +45,19 @@ should_fail() {
   return 1
 }
 
+# past <epoch>: true once the wall clock is at or after <epoch> (a state value a test or a
+# stub set: "ready at", an API server that starts answering some seconds from now).
+past() {
+  awk -v at="$1" -v now="$(date +%s.%N)" 'BEGIN { exit !(now >= at) }'
+}
+
+# seconds_from_now <production seconds>: the epoch that many production seconds ahead, on the
+# sandbox's clock (state sleep.scale: a test's scaled clock; real seconds without one).
+seconds_from_now() {
+  awk -v s="$1" -v f="$(state_get sleep.scale 1)" -v now="$(date +%s.%N)" \
+    'BEGIN { printf "%.3f", now + s * f }'
+}
+
 # installed_version <pkg>: version recorded by the apt-get stub, empty if absent.
 installed_version() {
   state_get "dpkg/$1"

@@ -20,7 +20,8 @@ from tools.mutation.coverage_map import line_tests, selection_for
 from tools.mutation.mutants import Mutant, sample
 from tools.mutation.testmap import NOT_BEHAVIOUR, Selection, matching_tests
 
-PYTHON_SOURCES = ("components/*.py", "policies/gpu_cluster_policies/*.py")
+# components/**: the settings package (components/settings/) holds most of the validation.
+PYTHON_SOURCES = ("components/**/*.py", "policies/gpu_cluster_policies/*.py")
 BASH_SOURCES = ("components/scripts/*.sh", "components/scripts/lib/*.sh")
 SKIPPED = ("__init__.py",)
 

@@ -46,7 +46,10 @@ def _names(source: str) -> list[str]:
 
 
 def _reaches(source: str, text: str) -> bool:
-    runs_program = "tools.harness.stacks" in text or "tools.harness import" in text
+    # tests.harness: where the harness lived before tools.harness (a --root on an older tree).
+    runs_program = any(
+        name in text for name in ("tools.harness.stacks", "tools.harness import", "tests.harness")
+    )
     uses_sandbox = "tests.sandbox" in text
     if source.startswith("components/") and source.endswith(".py") and runs_program:
         return True

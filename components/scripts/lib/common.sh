@@ -550,7 +550,8 @@ write_slot() {
     log "slot $3 of pool $2: another run wrote it first"
     return 1
   fi
-  fatal "could not ${verb} Lease ${SLOT_NAMESPACE}/$(slot_lease_name "$2" "$3"): $(head -c 300 "${err}")"
+  fatal "the API server refused to ${verb} the slot Lease" \
+    "${SLOT_NAMESPACE}/$(slot_lease_name "$2" "$3") (not a lost race): $(head -c 300 "${err}")"
 }
 
 # slot_take_if_free <pool> <index> <holder> <duration>: true when this call took the slot: it
