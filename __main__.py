@@ -8,6 +8,7 @@ import gc
 
 import pulumi
 
+from components.addons import GpuNodeAddons, GpuNodeAddonsArgs
 from components.config import load_settings
 from components.control_plane import ControlPlane
 from components.device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
@@ -30,6 +31,16 @@ device_plugin = NvidiaDevicePlugin(
     NvidiaDevicePluginArgs(
         settings=settings.device_plugin,
         provider=control_plane.provider,
+        pool_taints=tuple(taint for pool in settings.node_pools for taint in pool.taints),
+    ),
+)
+GpuNodeAddons(
+    "gpu-node-addons",
+    GpuNodeAddonsArgs(
+        namespace=device_plugin.namespace.metadata.name,
+        provider=control_plane.provider,
+        efa=any(pool.uses_efa for pool in settings.node_pools),
+        dcgm_exporter=settings.dcgm_exporter,
         pool_taints=tuple(taint for pool in settings.node_pools for taint in pool.taints),
     ),
 )

@@ -28,6 +28,7 @@ OBJECT_KEYS = frozenset(
         "validation",
         "tags",
         "kubeconfig",
+        "dcgmExporter",
     }
 )
 

@@ -27,10 +27,10 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_command as command
 
-from components import host_pins, machines, rolling, steps
+from components import fabric, host_pins, machines, rolling, steps
 from components.catalog import GpuInstanceType
 from components.gpu_image import InstallStep
-from components.labels import GPU_PRESENT_LABEL, POOL_LABEL
+from components.labels import EFA_LABEL, GPU_PRESENT_LABEL, POOL_LABEL
 from components.network import KUBELET_PORT, Network, tcp_port_rule
 from components.remote import Host, run_step, ssh_host
 from components.settings import NodePool, Settings
@@ -70,11 +70,17 @@ class GpuNodePool(pulumi.ComponentResource):
             ami = machines.ubuntu_ami(pool.os_version, pool.ami_id, parent=self)
         key = machines.key_pair(name, settings, parent=self)
         security_group = self._security_group(name, settings, network, control_plane)
+        security_group_ids = [network.cluster_security_group_id, security_group.id]
+        efa = None
+        if pool.uses_efa:
+            efa = fabric.pool_fabric(name, pool, settings, network, parent=self)
+            security_group_ids.append(efa.security_group.id)
         machine = _Machine(
             ami=ami,
             ami_pinned=pool.ami_id is not None,
             key_name=key.key_name,
-            security_group_ids=[network.cluster_security_group_id, security_group.id],
+            security_group_ids=security_group_ids,
+            efa=efa,
         )
         self.nodes = [
             GpuNode(
@@ -120,6 +126,7 @@ class _Machine:
     ami_pinned: bool
     key_name: pulumi.Output[str]
     security_group_ids: list[pulumi.Input[str]]
+    efa: fabric.EfaFabric | None = None  # the pool uses EFA
 
 
 class GpuNode(pulumi.ComponentResource):
@@ -133,6 +140,7 @@ class GpuNode(pulumi.ComponentResource):
     gpu_type: GpuInstanceType
     pool: NodePool
     instance: aws.ec2.Instance
+    efa_interfaces: list[aws.ec2.NetworkInterface]
     host: Host
     join: command.remote.Command
     node_ready: command.remote.Command
@@ -155,12 +163,18 @@ class GpuNode(pulumi.ComponentResource):
         self.node_name = node_name
         self.pool = pool
         self.gpu_type = pool.gpu_type
+        self.efa_interfaces = []
+        if machine.efa is not None:
+            self.efa_interfaces = fabric.node_interfaces(
+                node_name, pool, settings, machine.efa, machine.security_group_ids, parent=self
+            )
         self.instance = self._instance(index, settings, network, machine)
-        address = (
-            self.instance.public_ip
-            if settings.network.connects_to_public_ips
-            else self.instance.private_ip
-        )
+        public_ip = self.instance.public_ip
+        if self.efa_interfaces and settings.network.assigns_public_ips:
+            public_ip = fabric.public_address(
+                node_name, pool, settings, self.efa_interfaces[0], self.instance, parent=self
+            )
+        address = public_ip if settings.network.connects_to_public_ips else self.instance.private_ip
         self.host = ssh_host(node_name, address, settings, identity=self.instance.id)
         self.join, self.node_ready = self._bootstrap(settings, control_plane)
         self.register_outputs(
@@ -187,21 +201,32 @@ class GpuNode(pulumi.ComponentResource):
             )
         root = machines.root_volume(pool.root_volume_gi_b)
         root.tags = tags
+        # Only what a pool configures is passed: an input a running machine never had would
+        # change it (and replace it, for network interfaces and the placement group).
+        if machine.efa is None:
+            placement: dict = {
+                "subnet_id": network.subnet_ids[index % len(network.subnet_ids)],
+                "vpc_security_group_ids": machine.security_group_ids,
+                "associate_public_ip_address": settings.network.assigns_public_ips,
+            }
+        else:
+            placement = fabric.efa_launch_args(machine.efa, self.efa_interfaces, pool.gpu_type)
+        launch = {"instance_market_options": market, **placement, **fabric.reservation_args(pool)}
         return aws.ec2.Instance(
             name,
             ami=machine.ami,
             instance_type=pool.instance_type,
-            subnet_id=network.subnet_ids[index % len(network.subnet_ids)],
-            vpc_security_group_ids=machine.security_group_ids,
             key_name=machine.key_name,
-            associate_public_ip_address=settings.network.assigns_public_ips,
             metadata_options=machines.metadata_options(pool.metadata_hop_limit),
             root_block_device=root,
-            instance_market_options=market,
             tags=tags,
+            **launch,
             opts=pulumi.ResourceOptions(
                 parent=self,
-                ignore_changes=machines.day_two_ignored(ami_pinned=machine.ami_pinned),
+                ignore_changes=[
+                    *machines.day_two_ignored(ami_pinned=machine.ami_pinned),
+                    *fabric.LAUNCH_ONLY_INPUTS,
+                ],
             ),
         )
 
@@ -368,8 +393,11 @@ def install_steps(pool: NodePool, settings: Settings) -> tuple[InstallStep, ...]
 
 
 def node_labels(pool: NodePool) -> str:
-    """NODE_LABELS for join-node.sh: the pool's labels plus the GPU and pool labels, sorted."""
+    """NODE_LABELS for join-node.sh: the pool's labels plus the GPU and pool labels (and the EFA
+    label on pools that use EFA), sorted."""
     labels = {**pool.labels, GPU_PRESENT_LABEL: "true", POOL_LABEL: pool.name}
+    if pool.uses_efa:
+        labels[EFA_LABEL] = "true"
     return ",".join(f"{key}={labels[key]}" for key in sorted(labels))
 
 

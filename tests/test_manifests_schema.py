@@ -26,7 +26,7 @@ from components.settings import SUPPORTED_KUBERNETES_MINORS, DevicePlugin, Taint
 from tools.harness.graph import Graph, Resource
 from tools.harness.stacks import STACKS, run_program, stack_file
 
-EXPECTED_KINDS = {"Namespace", "ConfigMap", "DaemonSet", "Job", "ClusterRoleBinding"}
+EXPECTED_KINDS = {"Namespace", "ConfigMap", "DaemonSet", "Job", "ClusterRoleBinding", "Service"}
 
 
 def available_minors() -> list[str]:
@@ -110,7 +110,7 @@ def test_validation_disabled_still_validates_what_is_left():
     g = run_program("staging", config={"validation": {"enabled": False}})
     objects = kubernetes_objects(g)
     kinds = {manifest(r)["kind"] for r in objects}
-    assert kinds == {"Namespace", "ConfigMap", "DaemonSet", "ClusterRoleBinding"}, (
+    assert kinds == {"Namespace", "ConfigMap", "DaemonSet", "ClusterRoleBinding", "Service"}, (
         f"staging without validation: Kubernetes objects {[r.urn for r in objects]}"
     )
     for resource in objects:

@@ -51,6 +51,7 @@ from components.settings.node_pool import NodePool, Taint
 from components.settings.sections import (
     Bastion,
     ControlPlane,
+    DcgmExporter,
     DevicePlugin,
     ExistingControlPlane,
     ManagedControlPlane,
@@ -80,6 +81,7 @@ __all__ = [
     "Bastion",
     "Cidr",
     "ControlPlane",
+    "DcgmExporter",
     "DevicePlugin",
     "DnsLabel",
     "ExistingControlPlane",

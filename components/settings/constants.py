@@ -3,7 +3,7 @@ model and the components that follow the same rules."""
 
 from __future__ import annotations
 
-from components.labels import GPU_PRESENT_LABEL, POOL_LABEL
+from components.labels import EFA_LABEL, GPU_PRESENT_LABEL, POOL_LABEL
 
 PROJECT = "gpu-cluster"
 
@@ -22,11 +22,14 @@ NODE_POD_CIDR_PREFIX = 24
 SUPPORTED_UBUNTU = ("24.04", "22.04")
 DEFAULT_DEVICE_PLUGIN_VERSION = "v0.20.0"
 DEFAULT_VALIDATION_IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0"
+# NVIDIA DCGM exporter: the image NVIDIA/dcgm-exporter release 4.5.3-4.8.2 ships in its manifest
+# (dcgm-exporter.yaml; tag <DCGM version>-<exporter version>-<base>).
+DEFAULT_DCGM_EXPORTER_IMAGE = "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless"
 # A Node's name is its kubernetes.io/hostname label value (and our Job's gpu-cluster.io/node
 # label value): Kubernetes caps label values at 63 characters, so longer names never register.
 MAX_NODE_NAME_LENGTH = 63
 # Labels the program sets on every GPU node itself (the device plugin selects on them).
-PROGRAM_NODE_LABELS = (GPU_PRESENT_LABEL, POOL_LABEL)
+PROGRAM_NODE_LABELS = (GPU_PRESENT_LABEL, POOL_LABEL, EFA_LABEL)
 # Label namespaces a kubelet may set on its own Node (kubelet --node-labels / NodeRestriction):
 # other kubernetes.io and k8s.io labels make the kubelet refuse to start.
 KUBELET_LABEL_NAMESPACES = ("kubelet.kubernetes.io", "node.kubernetes.io")

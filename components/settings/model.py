@@ -19,6 +19,7 @@ from components.settings.node_pool import NodePool
 from components.settings.rules import CROSS_SECTION_RULES
 from components.settings.sections import (
     ControlPlane,
+    DcgmExporter,
     DevicePlugin,
     ManagedControlPlane,
     Network,
@@ -87,6 +88,10 @@ class Settings(Model):
         default=OperatorKubeconfig(),
         description="Identity of the exported kubeconfig output (its own certificate, group, "
         "lifetime)",
+    )
+    dcgm_exporter: DcgmExporter = Field(
+        default=DcgmExporter(),
+        description="NVIDIA DCGM exporter DaemonSet, Service and (optionally) ServiceMonitor",
     )
     tags: dict[TagKey, TagValue] = Field(
         default_factory=dict,
