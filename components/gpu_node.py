@@ -244,7 +244,11 @@ class GpuNode(pulumi.ComponentResource):
             if install.step.disruptive
         }
         disruptive[steps.KUBE_UPGRADE.suffix] = {"KUBERNETES_MINOR": settings.kubernetes_version}
-        self.change = rolling.change_digest(rolling.disruptive_programs(disruptive))
+        programs = rolling.disruptive_programs(disruptive)
+        if pool.uses_efa:
+            # Only EFA pools carry it: the digest of every other node stays what it was.
+            programs[steps.EFA.script] = host_pins.efa_params(pool.gpu_type.efa_interfaces)
+        self.change = rolling.change_digest(programs)
         timing = rolling.roll_timing(validation_seconds=settings.validation.timeout_seconds)
         kube_tools: pulumi.Resource = self.instance
         drained = False
@@ -287,6 +291,10 @@ class GpuNode(pulumi.ComponentResource):
                     after=[kube_tools],
                     parent=self,
                 )
+        if pool.uses_efa:
+            kube_tools = step(
+                steps.EFA, kube_tools, **host_pins.efa_params(pool.gpu_type.efa_interfaces)
+            )
         join_params = {
             "NODE_NAME": name,
             "KUBERNETES_MINOR": settings.kubernetes_version,

@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from components.catalog import CATALOG
-from tools.harness.graph import Graph, Resource
+from components.host_pins import EFA_INSTALLER_VERSION
+from tools.harness.graph import Graph, Resource, script_params
 from tools.harness.stacks import STACKS, run_program, stack_file
 
 INSTANCE = "aws:ec2/instance:Instance"
@@ -243,3 +244,34 @@ def test_bad_efa_and_reservation_config_names_the_key(pool, key, says):
         load_stack_settings("staging", config={"nodePools": pools})
     message = str(raised.value)
     assert f"gpu-cluster:{key}" in message and says in message, message
+
+
+def test_efa_nodes_install_the_efa_software_after_kube_tools_and_before_the_join():
+    g = graph(
+        "staging", with_pools(P5_POOL, {"name": "l4", "instanceType": "g6.xlarge", "count": 1})
+    )
+    for node in ("staging-gpu-h100-0", "staging-gpu-h100-1"):
+        efa = g.named(f"{node}-efa")
+        params = script_params(efa)
+        assert params["EFA_INTERFACES"] == "32", efa.urn
+        assert params["EFA_INSTALLER_VERSION"] == EFA_INSTALLER_VERSION, efa.urn
+        assert g.named(f"{node}-kube-tools").urn in g.direct_dependencies(efa), efa.urn
+        token = g.named(f"{node}-join-token")
+        assert efa.urn in g.direct_dependencies(token), token.urn
+    assert not g.find(lambda r: r.name == "staging-gpu-l4-0-efa")
+
+
+def test_a_new_efa_release_rolls_efa_nodes_only():
+    """The EFA step is disruptive: its pin is part of the roll's change digest on EFA nodes
+    (a new release drains them first), and absent from every other node's digest."""
+    mixed = with_pools(P5_POOL, {"name": "l4", "instanceType": "g6.xlarge", "count": 1})
+    without = with_pools(
+        {**P5_POOL, "efa": False}, {"name": "l4", "instanceType": "g6.xlarge", "count": 1}
+    )
+
+    def change(g: Graph, node: str) -> str:
+        return script_params(g.named(f"{node}-roll-drain"))["CHANGE"]
+
+    with_efa, no_efa = graph("staging", mixed), graph("staging", without)
+    assert change(with_efa, "staging-gpu-h100-0") != change(no_efa, "staging-gpu-h100-0")
+    assert change(with_efa, "staging-gpu-l4-0") == change(no_efa, "staging-gpu-l4-0")

@@ -73,6 +73,7 @@ NODE_STEP_SUFFIXES = (
     "join",
     "authorized-keys",
     "labels",
+    "efa",
     *step_durations.NODE_STEPS,
 )
 CONTROL_PLANE_SUFFIXES = (
