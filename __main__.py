@@ -14,6 +14,7 @@ from components.control_plane import ControlPlane
 from components.device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
 from components.gpu_image import baked_images
 from components.gpu_node import NVIDIA_CTK_VERSION, GpuNodePool, install_steps
+from components.nccl_validation import NcclValidation, needs_nccl_check
 from components.network import Network
 from components.validation import GpuValidation, validation_args
 
@@ -67,12 +68,24 @@ validations = {
     for node in pool.nodes
     if settings.validation.enabled
 }
+nccl_checks = {
+    node.node_name: NcclValidation(
+        f"{node.node_name}-nccl",
+        node=node,
+        settings=settings,
+        validation=validations[node.node_name],
+        control_plane=control_plane,
+    )
+    for pool in pools
+    for node in pool.nodes
+    if node.node_name in validations and settings.validation.nccl and needs_nccl_check(node)
+}
 
 # Each node's roll ends after its own checks: uncordon, slot back (components/rolling.py).
 for pool in pools:
     for node in pool.nodes:
-        validation = validations.get(node.node_name)
-        node.finish_roll(control_plane, after=[validation.job] if validation else [])
+        checks = [validations.get(node.node_name), nccl_checks.get(node.node_name)]
+        node.finish_roll(control_plane, after=[check.job for check in checks if check])
 
 pulumi.export("endpoint", control_plane.endpoint)
 # The operators' own identity (group, ClusterRole, bounded lifetime), not admin.conf.

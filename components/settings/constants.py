@@ -22,6 +22,12 @@ NODE_POD_CIDR_PREFIX = 24
 SUPPORTED_UBUNTU = ("24.04", "22.04")
 DEFAULT_DEVICE_PLUGIN_VERSION = "v0.20.0"
 DEFAULT_VALIDATION_IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0"
+# AWS's image with nccl-tests, NCCL, aws-ofi-nccl and the EFA installer's libfabric at the versions
+# its tag names (public.ecr.aws/hpc-cloud/nccl-tests, from aws-samples awsome-distributed-training);
+# efa1.43.2 matches the EFA installer the EFA step puts on the hosts.
+DEFAULT_NCCL_IMAGE = (
+    "public.ecr.aws/hpc-cloud/nccl-tests:cuda12.8.1-efa1.43.2-ofiv1.16.3-ncclv2.27.7-1-testsv2.16.9"
+)
 # NVIDIA DCGM exporter: the image NVIDIA/dcgm-exporter release 4.5.3-4.8.2 ships in its manifest
 # (dcgm-exporter.yaml; tag <DCGM version>-<exporter version>-<base>).
 DEFAULT_DCGM_EXPORTER_IMAGE = "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless"

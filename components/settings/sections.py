@@ -13,6 +13,7 @@ from pydantic_core import PydanticCustomError
 from components.settings.constants import (
     DEFAULT_DCGM_EXPORTER_IMAGE,
     DEFAULT_DEVICE_PLUGIN_VERSION,
+    DEFAULT_NCCL_IMAGE,
     DEFAULT_VALIDATION_IMAGE,
 )
 from components.settings.fields import (
@@ -347,6 +348,16 @@ class Validation(Model):
     )
     timeout_seconds: int = Field(
         default=900, ge=60, le=7200, description="How long the validation Job may run"
+    )
+    nccl: bool = Field(
+        default=True,
+        description="Also run NCCL all_reduce_perf across the GPUs of every node with two or "
+        "more, against the instance type's bus-bandwidth floor (components/catalog.py)",
+    )
+    nccl_image: PinnedImage = Field(
+        default=DEFAULT_NCCL_IMAGE,
+        description="Pinned image with nccl-tests (/opt/nccl-tests/build/all_reduce_perf) for "
+        "the NCCL check",
     )
 
 
