@@ -12,6 +12,7 @@ from components.addons import GpuNodeAddons, GpuNodeAddonsArgs
 from components.config import load_settings
 from components.control_plane import ControlPlane
 from components.device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
+from components.feature_discovery import GpuFeatureDiscovery, GpuFeatureDiscoveryArgs
 from components.gpu_image import baked_images
 from components.gpu_node import NVIDIA_CTK_VERSION, GpuNodePool, install_steps
 from components.nccl_validation import NcclValidation, needs_nccl_check
@@ -45,6 +46,16 @@ GpuNodeAddons(
         pool_taints=tuple(taint for pool in settings.node_pools for taint in pool.taints),
     ),
 )
+if settings.feature_discovery.enabled:
+    GpuFeatureDiscovery(
+        "gpu-feature-discovery",
+        GpuFeatureDiscoveryArgs(
+            device_plugin=settings.device_plugin,
+            namespace=device_plugin.namespace.metadata.name,
+            provider=control_plane.provider,
+            pool_taints=tuple(taint for pool in settings.node_pools for taint in pool.taints),
+        ),
+    )
 images = baked_images(
     settings, network, install_steps=install_steps, container_toolkit=NVIDIA_CTK_VERSION
 )

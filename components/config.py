@@ -29,6 +29,7 @@ OBJECT_KEYS = frozenset(
         "tags",
         "kubeconfig",
         "dcgmExporter",
+        "featureDiscovery",
     }
 )
 

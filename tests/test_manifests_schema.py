@@ -110,9 +110,20 @@ def test_validation_disabled_still_validates_what_is_left():
     g = run_program("staging", config={"validation": {"enabled": False}})
     objects = kubernetes_objects(g)
     kinds = {manifest(r)["kind"] for r in objects}
-    assert kinds == {"Namespace", "ConfigMap", "DaemonSet", "ClusterRoleBinding", "Service"}, (
-        f"staging without validation: Kubernetes objects {[r.urn for r in objects]}"
-    )
+    assert kinds == {
+        "Namespace",
+        "ConfigMap",
+        "DaemonSet",
+        "ClusterRoleBinding",
+        "Service",
+        # GPU Feature Discovery and the NFD master
+        "CustomResourceDefinition",
+        "ServiceAccount",
+        "ClusterRole",
+        "Role",
+        "RoleBinding",
+        "Deployment",
+    }, f"staging without validation: Kubernetes objects {[r.urn for r in objects]}"
     for resource in objects:
         validate(manifest(resource), stack_minor("staging"), f"staging: {resource.urn}")
 

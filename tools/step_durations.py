@@ -74,6 +74,16 @@ COMMON: dict[str, Duration] = {
     "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding": _d(
         1.0, "assumption: one API call"
     ),
+    "kubernetes:core/v1:ServiceAccount": _d(1.0, "assumption: one API call"),
+    "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole": _d(1.0, "assumption: one API call"),
+    "kubernetes:rbac.authorization.k8s.io/v1:Role": _d(1.0, "assumption: one API call"),
+    "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding": _d(1.0, "assumption: one API call"),
+    "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition": _d(
+        2.0, "pulumi-k8s-await: the CRD's Established condition; assumption 2 s"
+    ),
+    "kubernetes:apps/v1:Deployment": _d(
+        20.0, "pulumi-k8s-await: one replica Ready (NFD master image pulled, /healthz); ~20 s"
+    ),
     "kubernetes:core/v1:Service": _d(
         1.0, "assumption: one API call (ClusterIP, no endpoints wait)"
     ),

@@ -21,6 +21,7 @@ from components.settings.sections import (
     ControlPlane,
     DcgmExporter,
     DevicePlugin,
+    FeatureDiscovery,
     ManagedControlPlane,
     Network,
     OperatorKubeconfig,
@@ -92,6 +93,10 @@ class Settings(Model):
     dcgm_exporter: DcgmExporter = Field(
         default=DcgmExporter(),
         description="NVIDIA DCGM exporter DaemonSet, Service and (optionally) ServiceMonitor",
+    )
+    feature_discovery: FeatureDiscovery = Field(
+        default=FeatureDiscovery(),
+        description="GPU Feature Discovery and the NFD master that applies its node labels",
     )
     tags: dict[TagKey, TagValue] = Field(
         default_factory=dict,

@@ -374,3 +374,12 @@ class DcgmExporter(Model):
         description="Also create a Prometheus operator ServiceMonitor for the exporter's "
         "Service (needs the operator's monitoring.coreos.com/v1 CRDs in the cluster)",
     )
+
+
+class FeatureDiscovery(Model):
+    enabled: bool = Field(
+        default=True,
+        description="Deploy GPU Feature Discovery (at devicePlugin.version) and the NFD master "
+        "that labels GPU nodes (nvidia.com/gpu.product, nvidia.com/gpu.memory, ...); false on a "
+        "cluster that already runs node-feature-discovery",
+    )
