@@ -216,8 +216,10 @@ def test_manifests_are_yaml_kubernetes_objects(previews, stack):
             f"{resource.urn}: apiVersion {manifest.get('apiVersion')!r}"
         )
         assert "metadata" in manifest, f"{resource.urn}: manifest without metadata"
-        body = {"spec", "data", "roleRef"}  # a ClusterRoleBinding's body is roleRef/subjects
-        assert body & manifest.keys() or kind == "Namespace", (
+        # A (Cluster)RoleBinding's body is roleRef/subjects, a (Cluster)Role's its rules; a
+        # Namespace or ServiceAccount may be metadata alone.
+        body = {"spec", "data", "roleRef", "rules"}
+        assert body & manifest.keys() or kind in ("Namespace", "ServiceAccount"), (
             f"{resource.urn}: manifest without spec or data: {sorted(manifest)}"
         )
 
