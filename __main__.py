@@ -8,12 +8,15 @@ import gc
 
 import pulumi
 
+from components.addons import GpuNodeAddons, GpuNodeAddonsArgs
 from components.config import load_settings
 from components.control_plane import ControlPlane, ControlPlaneArgs
 from components.device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
+from components.feature_discovery import GpuFeatureDiscovery, GpuFeatureDiscoveryArgs
 from components.gpu_image import baked_images
 from components.gpu_node import NVIDIA_CTK_VERSION, GpuNodePool, GpuNodePoolArgs, install_steps
 from components.host_keys import warn_unchecked
+from components.nccl_validation import NcclValidation, needs_nccl_check
 from components.network import Network, NetworkArgs
 from components.validation import GpuValidation, validation_args
 
@@ -36,6 +39,26 @@ device_plugin = NvidiaDevicePlugin(
         pool_taints=tuple(taint for pool in settings.node_pools for taint in pool.taints),
     ),
 )
+GpuNodeAddons(
+    "gpu-node-addons",
+    GpuNodeAddonsArgs(
+        namespace=device_plugin.namespace.metadata.name,
+        provider=control_plane.provider,
+        efa=any(pool.uses_efa for pool in settings.node_pools),
+        dcgm_exporter=settings.dcgm_exporter,
+        pool_taints=tuple(taint for pool in settings.node_pools for taint in pool.taints),
+    ),
+)
+if settings.feature_discovery.enabled:
+    GpuFeatureDiscovery(
+        "gpu-feature-discovery",
+        GpuFeatureDiscoveryArgs(
+            device_plugin=settings.device_plugin,
+            namespace=device_plugin.namespace.metadata.name,
+            provider=control_plane.provider,
+            pool_taints=tuple(taint for pool in settings.node_pools for taint in pool.taints),
+        ),
+    )
 images = baked_images(
     settings, network, install_steps=install_steps, container_toolkit=NVIDIA_CTK_VERSION
 )
@@ -61,12 +84,24 @@ validations = {
     for node in pool.nodes
     if settings.validation.enabled
 }
+nccl_checks = {
+    node.node_name: NcclValidation(
+        f"{node.node_name}-nccl",
+        node=node,
+        settings=settings,
+        validation=validations[node.node_name],
+        control_plane=control_plane,
+    )
+    for pool in pools
+    for node in pool.nodes
+    if node.node_name in validations and settings.validation.nccl and needs_nccl_check(node)
+}
 
 # Each node's roll ends after its own checks: uncordon, slot back (components/rolling.py).
 for pool in pools:
     for node in pool.nodes:
-        validation = validations.get(node.node_name)
-        node.finish_roll(control_plane, after=[validation.job] if validation else [])
+        checks = [validations.get(node.node_name), nccl_checks.get(node.node_name)]
+        node.finish_roll(control_plane, after=[check.job for check in checks if check])
 
 pulumi.export("endpoint", control_plane.endpoint)
 # The operators' own identity (group, ClusterRole, bounded lifetime), not admin.conf.

@@ -55,6 +55,17 @@ class GpuModel:
 
 
 @dataclass(frozen=True)
+class EfaInterface:
+    """One EFA network interface of an instance, as EC2 RunInstances takes it."""
+
+    network_card_index: int
+    device_index: int
+    # `efa`: EFA with ENA (an IP address, SSH and kubelet traffic can use it); `efa-only`: the
+    # EFA device alone, no IP address (EC2 NetworkInterfaceCreationType: efa | efa-only).
+    interface_type: str
+
+
+@dataclass(frozen=True)
 class GpuInstanceType:
     name: str
     gpu: GpuModel
@@ -74,6 +85,33 @@ class GpuInstanceType:
         ib_umad (gpu-driver-container `ubuntu24.04/precompiled/nvidia-driver`: on an NVLink5+
         system it installs nvlsm and libnvsdm and starts fabric manager with an NVLSM config)."""
         return self.needs_fabric_manager and self.gpu.arch is BLACKWELL
+
+    @property
+    def efa_by_default(self) -> bool:
+        """Pools of this type use EFA unless they say `efa: false` (the multi-node training
+        families, whose point is the fabric)."""
+        return self.efa_interfaces > 0 and self.family in EFA_DEFAULT_FAMILIES
+
+    @property
+    def efa_layout(self) -> tuple[EfaInterface, ...]:
+        """The instance's EFA interfaces, one per network card, as AWS recommends
+        (docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html, "Maximize network
+        bandwidth on Amazon EC2 instances with multiple network cards"): the primary interface
+        (network card 0, device index 0) is an `efa` (EFA with ENA) interface, an EFA-only
+        interface can never be the primary one; every further interface takes the next network
+        card at device index 1. On P5-class types the further ones are `efa-only` (the P5 "use
+        case 1" of the same page: all the EFA bandwidth with one private IP per instance, which
+        also avoids the Linux routing trouble of 32 ENA interfaces in one subnet); on the
+        others they stay `efa`, which every EFA type supports."""
+        further = "efa-only" if self.family in EFA_ONLY_FAMILIES else "efa"
+        return tuple(
+            EfaInterface(card, 0 if card == 0 else 1, "efa" if card == 0 else further)
+            for card in range(self.efa_interfaces)
+        )
+
+    @property
+    def nccl_floor(self) -> NcclFloor:
+        return NcclFloor.for_type(self)
 
 
 T4 = GpuModel("NVIDIA T4", TURING, 16, min_driver_branch=418)
@@ -162,6 +200,68 @@ CATALOG: dict[str, GpuInstanceType] = {
         *_types("p6-b200", B200, {"48xlarge": (8, 8)}, fabric_manager=True),
     ]
 }
+
+
+# Families whose pools use EFA by default: the instance types AWS builds for multi-node training
+# (P4d/P4de 400 Gbps over 4 EFA; P5/P5e 3200 Gbps over 32; P5en 3200 Gbps over 16;
+# P6-B200 3200 Gbps over 8). Other EFA-capable types (g5/g6/g6e large sizes, p3dn) opt in.
+EFA_DEFAULT_FAMILIES = ("p4d", "p4de", "p5", "p5e", "p5en", "p6-b200")
+# Families whose secondary EFA interfaces are `efa-only` (see GpuInstanceType.efa_layout).
+EFA_ONLY_FAMILIES = ("p5", "p5e", "p5en", "p6-b200")
+
+
+@dataclass(frozen=True)
+class NcclFloor:
+    """Lowest NCCL `all_reduce_perf` bus bandwidth (GB/s, the "busbw" column of nccl-tests, at
+    the largest message size) that passes validation.
+
+    `node`: one node, all its GPUs; 0 where there is nothing to measure (one GPU: busbw is
+    0 by definition, 2(n-1)/n of algbw). `efa`: two nodes of the type over EFA.
+
+    The floors are deliberately conservative: about half of what the hardware's published
+    link rate allows, so they catch a broken path (NVLink off, peer-to-peer disabled, NCCL on
+    TCP sockets instead of EFA, interfaces missing) and never flag a healthy but busy node:
+    - NVLink types: half the published per-GPU NVLink bandwidth in one direction (NVIDIA data
+      sheets: V100 300 GB/s, A100 600 GB/s, H100/H200 900 GB/s, B200 1.8 TB/s, both directions).
+    - PCIe-only multi-GPU types (g4dn, g5, g6, g6e): 3 GB/s, a fifth of one PCIe Gen3 x16 link
+      (~16 GB/s); it fails only when GPU traffic falls back to something much slower.
+    - Two nodes over EFA: 40% of the instance's published network bandwidth (AWS instance type
+      pages: p4d/p4de 400 Gbps; p5/p5e/p5en/p6-b200 3200 Gbps): 20 GB/s and 160 GB/s. EFA types
+      that opt in get 40% of one 100 Gbps interface, 5 GB/s: NCCL over TCP sockets on ENA stays
+      well below that on a busy host, and the check also requires that NCCL picked the AWS
+      libfabric network plugin with the efa provider.
+    """
+
+    node: float
+    efa: float
+
+    @staticmethod
+    def for_type(gpu_type: GpuInstanceType) -> NcclFloor:
+        if gpu_type.gpu_count < 2:
+            node = 0.0
+        elif gpu_type.family in NVLINK_FAMILIES:
+            node = _NVLINK_FLOOR[gpu_type.gpu.architecture]
+        else:
+            node = _PCIE_FLOOR
+        efa = _EFA_FLOOR.get(gpu_type.family, _EFA_OPT_IN_FLOOR) if gpu_type.efa_interfaces else 0.0
+        return NcclFloor(node=node, efa=efa)
+
+
+# The catalog's GPUs joined by NVLink (all P types); the G types talk over PCIe.
+NVLINK_FAMILIES = ("p3", "p3dn", "p4d", "p4de", "p5", "p5e", "p5en", "p6-b200")
+# Half of one direction of the per-GPU NVLink bandwidth (NVIDIA data sheets), GB/s.
+_NVLINK_FLOOR = {"volta": 75.0, "ampere": 150.0, "hopper": 225.0, "blackwell": 450.0}
+_PCIE_FLOOR = 3.0
+# 40% of the published network bandwidth, GB/s.
+_EFA_FLOOR = {
+    "p4d": 20.0,
+    "p4de": 20.0,
+    "p5": 160.0,
+    "p5e": 160.0,
+    "p5en": 160.0,
+    "p6-b200": 160.0,
+}
+_EFA_OPT_IN_FLOOR = 5.0
 
 
 def lookup(instance_type: str) -> GpuInstanceType:

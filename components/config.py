@@ -29,6 +29,8 @@ OBJECT_KEYS = frozenset(
         "tags",
         "kubeconfig",
         "hostKeys",
+        "dcgmExporter",
+        "featureDiscovery",
     }
 )
 

@@ -24,10 +24,10 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_command as command
 
-from components import host_keys, host_pins, machines, rolling, steps
+from components import fabric, host_keys, host_pins, machines, rolling, steps
 from components.catalog import GpuInstanceType
 from components.gpu_image import InstallStep
-from components.labels import GPU_PRESENT_LABEL, POOL_LABEL
+from components.labels import EFA_LABEL, GPU_PRESENT_LABEL, POOL_LABEL
 from components.network import KUBELET_PORT, Network, tcp_port_rule
 from components.remote import Host, Login, run_step, ssh_host
 from components.settings import NodePool, Settings
@@ -108,6 +108,10 @@ class GpuNodePool(pulumi.ComponentResource):
             image = machines.machine_image(pool.os_version, pool.ami_id, parent=self)
         key = machines.key_pair(name, args.login.ssh.public_key, args.tags, parent=self)
         security_groups = [network.cluster_security_group_id, self._security_group(name, args).id]
+        efa = None
+        if pool.uses_efa:
+            efa = fabric.pool_fabric(name, pool, args.tags, network, parent=self)
+            security_groups.append(efa.security_group.id)
         self.nodes = []
         for index in range(pool.count):
             node = GpuNode(
@@ -125,6 +129,7 @@ class GpuNodePool(pulumi.ComponentResource):
                     validation_timeout_seconds=args.validation_timeout_seconds,
                     control_plane=args.control_plane,
                     login=args.login,
+                    efa=efa,
                 ),
                 pulumi.ResourceOptions(parent=self),
             )
@@ -168,6 +173,7 @@ class GpuNodeArgs:
     validation_timeout_seconds: int
     control_plane: ControlPlane
     login: Login
+    efa: fabric.EfaFabric | None = None  # the pool uses EFA: its placement group and group
 
 
 @dataclass(frozen=True)
@@ -195,6 +201,7 @@ class GpuNode(pulumi.ComponentResource):
     gpu_type: GpuInstanceType
     pool: NodePool
     instance: aws.ec2.Instance
+    efa_interfaces: list[aws.ec2.NetworkInterface]
     host: Host
     join: command.remote.Command
     node_ready: command.remote.Command
@@ -209,8 +216,23 @@ class GpuNode(pulumi.ComponentResource):
         self.pool = args.pool
         self.gpu_type = args.pool.gpu_type
         host_key = host_keys.generate(node_name, parent=self)
+        self.efa_interfaces: list[aws.ec2.NetworkInterface] = []
+        if args.efa is not None:
+            self.efa_interfaces = fabric.node_interfaces(
+                node_name,
+                args.pool,
+                args.tags,
+                args.efa,
+                args.security_group_ids,
+                parent=self,
+            )
         self.instance = self._instance(args, host_key)
-        address = machines.ssh_address(self.instance, public=args.dials_public_ips)
+        public_ip = self.instance.public_ip
+        if self.efa_interfaces and args.assigns_public_ips:
+            public_ip = fabric.public_address(
+                node_name, args.pool, args.tags, self.efa_interfaces[0], self.instance, parent=self
+            )
+        address = public_ip if args.dials_public_ips else self.instance.private_ip
         self.host = ssh_host(
             node_name,
             address,
@@ -230,23 +252,30 @@ class GpuNode(pulumi.ComponentResource):
 
     def _instance(self, args: GpuNodeArgs, host_key: host_keys.HostKey) -> aws.ec2.Instance:
         pool, name = self.pool, self.node_name
+        # Only what a pool configures is passed: an input a running machine never had would
+        # change it (and replace it, for network interfaces and the placement group).
+        placement: machines.Placing = machines.Placement(
+            subnet_id=args.subnet_id,
+            security_group_ids=args.security_group_ids,
+            public_ip=args.assigns_public_ips,
+        )
+        if args.efa is not None:
+            placement = fabric.EfaPlacement(args.efa, self.efa_interfaces, pool.gpu_type)
         return machines.machine(
             name,
             machines.MachineArgs(
                 image=args.image,
                 instance_type=pool.instance_type,
                 key_name=args.key_name,
-                placement=machines.Placement(
-                    subnet_id=args.subnet_id,
-                    security_group_ids=args.security_group_ids,
-                    public_ip=args.assigns_public_ips,
-                ),
+                placement=placement,
                 root_volume_gib=pool.root_volume_gib,
                 tags={**args.tags, POOL_LABEL: pool.name, "Name": name},
                 tag_root_volume=True,
                 metadata_hop_limit=pool.metadata_hop_limit,
                 spot=pool.market == "spot",
                 user_data=host_key.user_data,
+                launch_only=fabric.reservation_args(pool),
+                launch_only_inputs=fabric.LAUNCH_ONLY_INPUTS,
             ),
             parent=self,
         )
@@ -264,7 +293,11 @@ class GpuNode(pulumi.ComponentResource):
             if install.step.disruptive
         }
         disruptive[steps.KUBE_UPGRADE.suffix] = {"KUBERNETES_MINOR": minor}
-        change = rolling.change_digest(rolling.disruptive_programs(disruptive))
+        programs = rolling.disruptive_programs(disruptive)
+        if pool.uses_efa:
+            # Only EFA pools carry it: the digest of every other node stays what it was.
+            programs[steps.EFA.script] = host_pins.efa_params(pool.gpu_type.efa_interfaces)
+        change = rolling.change_digest(programs)
         timing = rolling.roll_timing(validation_seconds=args.validation_timeout_seconds)
         kube_tools: pulumi.Resource = self.instance
         drained = False
@@ -309,6 +342,10 @@ class GpuNode(pulumi.ComponentResource):
                     after=[kube_tools],
                     parent=self,
                 )
+        if pool.uses_efa:
+            kube_tools = step(
+                steps.EFA, kube_tools, **host_pins.efa_params(pool.gpu_type.efa_interfaces)
+            )
         join_params = {
             "NODE_NAME": name,
             "KUBERNETES_MINOR": minor,
@@ -407,8 +444,11 @@ def install_steps(pool: NodePool, kubernetes_version: str) -> tuple[InstallStep,
 
 
 def node_labels(pool: NodePool) -> str:
-    """NODE_LABELS for join-node.sh: the pool's labels plus the GPU and pool labels, sorted."""
+    """NODE_LABELS for join-node.sh: the pool's labels plus the GPU and pool labels (and the EFA
+    label on pools that use EFA), sorted."""
     labels = {**pool.labels, GPU_PRESENT_LABEL: "true", POOL_LABEL: pool.name}
+    if pool.uses_efa:
+        labels[EFA_LABEL] = "true"
     return ",".join(f"{key}={labels[key]}" for key in sorted(labels))
 
 

@@ -13,6 +13,12 @@ from __future__ import annotations
 # only `containerd config dump` shows merged with config.toml.
 NVIDIA_CTK_VERSION = "1.20.0-1"
 
+# AWS EFA installer release, installed by install-efa.sh on the nodes of EFA pools: the EFA
+# driver, rdma-core, libfabric with the efa provider and the NCCL network plugin (libnccl-ofi).
+# AWS EC2 user guide, "Elastic Fabric Adapter release notes" (efa-changelog): 1.43.2 (15 August
+# 2025) upgrades libnccl-ofi to 1.16.3 on top of 1.43.1's libfabric 2.1.0amzn5.0.
+EFA_INSTALLER_VERSION = "1.43.2"
+
 # containerd from Ubuntu's archive, per release. packages.ubuntu.com: noble-updates and
 # jammy-updates carry containerd (source containerd-app) 2.2.1, 2.2.1-0ubuntu1~24.04.3 and
 # 2.2.1-0ubuntu1~22.04.2; the release pockets still carry 1.7.12-0ubuntu4 (noble) and
@@ -34,6 +40,11 @@ PAUSE_IMAGES = {
     "1.36": "registry.k8s.io/pause:3.10.1",
     "1.37": "registry.k8s.io/pause:3.10.1",
 }
+
+
+def efa_params(efa_interfaces: int) -> dict[str, str]:
+    """Parameters of install-efa.sh for a node with `efa_interfaces` EFA interfaces."""
+    return {"EFA_INSTALLER_VERSION": EFA_INSTALLER_VERSION, "EFA_INTERFACES": str(efa_interfaces)}
 
 
 def runtime_params(os_version: str, kubernetes_minor: str, *, with_toolkit: bool) -> dict[str, str]:

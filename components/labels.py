@@ -5,3 +5,6 @@
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 POOL_LABEL = "gpu-cluster.io/pool"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+# Set at join on the nodes of pools that use EFA; the EFA device plugin selects on it.
+EFA_LABEL = "gpu-cluster.io/efa"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"

@@ -14,8 +14,8 @@ import base64
 import binascii
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import pulumi
 import pulumi_aws as aws
@@ -196,6 +196,13 @@ class Placement:
         }
 
 
+class Placing(Protocol):
+    """What `machine` reads of a placement: the Instance inputs that put it in the network
+    (`Placement`; an EFA node's interfaces and placement group, components/fabric.py)."""
+
+    def launch_args(self) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class MachineArgs:
     """One EC2 machine of the stack. `tags` are the instance's (its `Name` included);
@@ -206,7 +213,7 @@ class MachineArgs:
     image: MachineImage
     instance_type: str
     key_name: pulumi.Input[str]
-    placement: Placement
+    placement: Placing
     root_volume_gib: int
     tags: Mapping[str, str]
     # Secret: the cloud-config that installs the machine's generated SSH host key
@@ -217,6 +224,10 @@ class MachineArgs:
     spot: bool = False
     one_shot: bool = False
     protect: bool | None = None
+    # Inputs that apply at launch only (a capacity reservation and its market,
+    # components/fabric.py), and the names a later `up` must then leave alone.
+    launch_only: Mapping[str, Any] = field(default_factory=dict)
+    launch_only_inputs: Sequence[str] = ()
 
 
 def machine(name: str, args: MachineArgs, *, parent: pulumi.Resource) -> aws.ec2.Instance:
@@ -230,8 +241,11 @@ def machine(name: str, args: MachineArgs, *, parent: pulumi.Resource) -> aws.ec2
         extra: dict[str, Any] = {"instance_initiated_shutdown_behavior": "terminate"}
         ignored = [USER_DATA] if args.image.pinned else ["ami", USER_DATA]
     else:
-        extra = {"instance_market_options": spot_market() if args.spot else None}
-        ignored = day_two_ignored(ami_pinned=args.image.pinned)
+        extra = {
+            "instance_market_options": spot_market() if args.spot else None,
+            **args.launch_only,
+        }
+        ignored = [*day_two_ignored(ami_pinned=args.image.pinned), *args.launch_only_inputs]
     return aws.ec2.Instance(
         name,
         ami=args.image.id,

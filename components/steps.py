@@ -147,6 +147,18 @@ JOIN = Step(
     # a deleted machine needs no reset.
     summary="kubeadm join from a JoinConfiguration (resets a host joined to another cluster)",
 )
+# On nodes of EFA pools only, after kube-tools and before the join token (also with a baked
+# image: its builder has no EFA interface to prove); inside the roll like the steps before it.
+EFA = Step(
+    "efa",
+    "install-efa.sh",
+    Where.NODE,
+    30 * MINUTE,  # installer download, its packages and a DKMS build of the efa driver
+    # A new installer release replaces libfabric and the efa driver under running NCCL jobs.
+    disruptive=True,
+    summary="EFA software (AWS's installer, pinned; aws-ofi-nccl); fi_info -p efa lists every "
+    "interface",
+)
 NODE_READY = Step(
     "node-ready",
     "wait-node-ready.sh",
@@ -291,6 +303,7 @@ EXISTING_CONTROL_PLANE_STEPS: tuple[Step, ...] = (
 ALL_STEPS: tuple[Step, ...] = (
     *NODE_STEPS,
     *NODE_SIDE_STEPS,
+    EFA,
     GPU_CAPACITY,
     ROLL_UNCORDON,
     *MANAGED_CONTROL_PLANE_STEPS,
@@ -323,7 +336,7 @@ def disruptive_steps() -> tuple[Step, ...]:
 
 def node_step(suffix: str) -> Step:
     """The node step with this suffix (KeyError naming the known ones)."""
-    for step in (*NODE_STEPS, *NODE_SIDE_STEPS, GPU_CAPACITY, ROLL_UNCORDON):
+    for step in (*NODE_STEPS, *NODE_SIDE_STEPS, EFA, GPU_CAPACITY, ROLL_UNCORDON):
         if step.suffix == suffix:
             return step
     raise KeyError(f"no node step {suffix!r}; known: {', '.join(node_chain())}, gpu-capacity")

@@ -60,7 +60,7 @@ def test_every_row_has_a_description_and_type():
     [
         ("nodePools[].count", "default", "**required**"),
         ("nodePools[].count", "accepted", "0 to 1000"),
-        ("nodePools[].market", "accepted", "`on-demand`, `spot`"),
+        ("nodePools[].market", "accepted", "`on-demand`, `spot`, `capacity-block`"),
         ("nodePools[].market", "default", "`on-demand`"),
         ("devicePlugin.migStrategy", "accepted", "`none`, `single`, `mixed`"),
         ("sshPrivateKey", "type", "secret string"),

@@ -26,7 +26,7 @@ from components.settings import SUPPORTED_KUBERNETES_MINORS, DevicePlugin, Taint
 from tools.harness.graph import Graph, Resource
 from tools.harness.stacks import STACKS, run_program, stack_file
 
-EXPECTED_KINDS = {"Namespace", "ConfigMap", "DaemonSet", "Job", "ClusterRoleBinding"}
+EXPECTED_KINDS = {"Namespace", "ConfigMap", "DaemonSet", "Job", "ClusterRoleBinding", "Service"}
 
 
 def available_minors() -> list[str]:
@@ -99,7 +99,7 @@ def test_every_registered_kubernetes_object_validates_strictly(stack):
 @pytest.mark.parametrize("stack", STACKS)
 def test_one_validation_job_per_gpu_node_is_validated(stack):
     g = graph(stack)
-    jobs = g.of_type("kubernetes:batch/v1:Job")
+    jobs = [j for j in g.of_type("kubernetes:batch/v1:Job") if j.name.endswith("-validation-job")]
     nodes = sum(pool["count"] for pool in stack_file(stack)["gpu-cluster:nodePools"])
     assert len(jobs) == nodes, (
         f"stack {stack}: {len(jobs)} validation Jobs ({[j.urn for j in jobs]}) for {nodes} nodes"
@@ -110,9 +110,20 @@ def test_validation_disabled_still_validates_what_is_left():
     g = run_program("staging", config={"validation": {"enabled": False}})
     objects = kubernetes_objects(g)
     kinds = {manifest(r)["kind"] for r in objects}
-    assert kinds == {"Namespace", "ConfigMap", "DaemonSet", "ClusterRoleBinding"}, (
-        f"staging without validation: Kubernetes objects {[r.urn for r in objects]}"
-    )
+    assert kinds == {
+        "Namespace",
+        "ConfigMap",
+        "DaemonSet",
+        "ClusterRoleBinding",
+        "Service",
+        # GPU Feature Discovery and the NFD master
+        "CustomResourceDefinition",
+        "ServiceAccount",
+        "ClusterRole",
+        "Role",
+        "RoleBinding",
+        "Deployment",
+    }, f"staging without validation: Kubernetes objects {[r.urn for r in objects]}"
     for resource in objects:
         validate(manifest(resource), stack_minor("staging"), f"staging: {resource.urn}")
 

@@ -250,7 +250,7 @@ def _node_impacts(before: Graph, after: Graph, changes: list[Change]) -> dict[st
             impact.drained = ready is not None and ready.action in gone
             impact.reset = machine_gone or (join is not None and join.action in gone)
             impact.rejoined = node in node_names(after) and impact.reset
-            for step in steps.disruptive_steps():
+            for step in (*steps.disruptive_steps(), steps.EFA):
                 change = by_name.get(step.resource_name(node))
                 if change is not None and change.action in (Action.RERUN, Action.REPLACE):
                     impact.disrupted.append(step.suffix)

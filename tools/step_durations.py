@@ -79,6 +79,25 @@ COMMON: dict[str, Duration] = {
     "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding": _d(
         1.0, "assumption: one API call"
     ),
+    "kubernetes:core/v1:ServiceAccount": _d(1.0, "assumption: one API call"),
+    "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole": _d(1.0, "assumption: one API call"),
+    "kubernetes:rbac.authorization.k8s.io/v1:Role": _d(1.0, "assumption: one API call"),
+    "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding": _d(1.0, "assumption: one API call"),
+    "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition": _d(
+        2.0, "pulumi-k8s-await: the CRD's Established condition; assumption 2 s"
+    ),
+    "kubernetes:apps/v1:Deployment": _d(
+        20.0, "pulumi-k8s-await: one replica Ready (NFD master image pulled, /healthz); ~20 s"
+    ),
+    "kubernetes:core/v1:Service": _d(
+        1.0, "assumption: one API call (ClusterIP, no endpoints wait)"
+    ),
+    "aws:ec2/placementGroup:PlacementGroup": _d(
+        2.0, "assumption: CreatePlacementGroup then wait 'available' (seconds)"
+    ),
+    "aws:ec2/networkInterface:NetworkInterface": _d(
+        2.0, "assumption: CreateNetworkInterface, one API call"
+    ),
     "kubernetes:apps/v1:DaemonSet": _d(
         3.0, "pulumi-k8s-await: 0 desired pods before any GPU node joins; assumption 3 s"
     ),
@@ -141,6 +160,11 @@ STOCK: dict[str, Duration] = {
     "validation-job": _d(
         30.0, "assumption: CUDA sample image (~100 MB) pulled + a vector add, ~30 s"
     ),
+    "efa": _d(
+        180.0,
+        "assumption: EFA installer download (~100 MB) + its packages + DKMS build of the efa "
+        "driver, ~3 min",
+    ),
 }
 BAKED: dict[str, Duration] = {
     "wait-ready": STOCK["wait-ready"],
@@ -154,6 +178,8 @@ BAKED: dict[str, Duration] = {
     "validation-job": _d(
         10.0, "assumption: the CUDA sample image is in the image; schedule + vector add, ~10 s"
     ),
+    # The EFA software is not in a baked image (its builder has no EFA interface to prove).
+    "efa": STOCK["efa"],
 }
 
 # The install steps, whose time depends on the image (the step table's order).

@@ -75,6 +75,7 @@ NODE_STEP_SUFFIXES = _longest_first(
         *(step.suffix for step in (*steps.NODE_STEPS, *steps.NODE_SIDE_STEPS)),
         *steps.validation_chain(),
         steps.ROLL_UNCORDON.suffix,
+        steps.EFA.suffix,
     ]
 )
 CONTROL_PLANE_SUFFIXES = _longest_first(

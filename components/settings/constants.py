@@ -3,7 +3,7 @@ model and the components that follow the same rules."""
 
 from __future__ import annotations
 
-from components.labels import GPU_PRESENT_LABEL, POOL_LABEL
+from components.labels import EFA_LABEL, GPU_PRESENT_LABEL, POOL_LABEL
 
 PROJECT = "gpu-cluster"
 
@@ -22,11 +22,20 @@ NODE_POD_CIDR_PREFIX = 24
 SUPPORTED_UBUNTU = ("24.04", "22.04")
 DEFAULT_DEVICE_PLUGIN_VERSION = "v0.20.0"
 DEFAULT_VALIDATION_IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0"
+# AWS's image with nccl-tests, NCCL, aws-ofi-nccl and the EFA installer's libfabric at the versions
+# its tag names (public.ecr.aws/hpc-cloud/nccl-tests, from aws-samples awsome-distributed-training);
+# efa1.43.2 matches the EFA installer the EFA step puts on the hosts.
+DEFAULT_NCCL_IMAGE = (
+    "public.ecr.aws/hpc-cloud/nccl-tests:cuda12.8.1-efa1.43.2-ofiv1.16.3-ncclv2.27.7-1-testsv2.16.9"
+)
+# NVIDIA DCGM exporter: the image NVIDIA/dcgm-exporter release 4.5.3-4.8.2 ships in its manifest
+# (dcgm-exporter.yaml; tag <DCGM version>-<exporter version>-<base>).
+DEFAULT_DCGM_EXPORTER_IMAGE = "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless"
 # A Node's name is its kubernetes.io/hostname label value (and our Job's gpu-cluster.io/node
 # label value): Kubernetes caps label values at 63 characters, so longer names never register.
 MAX_NODE_NAME_LENGTH = 63
 # Labels the program sets on every GPU node itself (the device plugin selects on them).
-PROGRAM_NODE_LABELS = (GPU_PRESENT_LABEL, POOL_LABEL)
+PROGRAM_NODE_LABELS = (GPU_PRESENT_LABEL, POOL_LABEL, EFA_LABEL)
 # Label namespaces a kubelet may set on its own Node (kubelet --node-labels / NodeRestriction):
 # other kubernetes.io and k8s.io labels make the kubelet refuse to start.
 KUBELET_LABEL_NAMESPACES = ("kubelet.kubernetes.io", "node.kubernetes.io")

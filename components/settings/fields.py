@@ -33,6 +33,7 @@ _HOSTNAME = re.compile(
     r"^(?=.{1,253}$)[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*$"
 )
 _UNIX_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+_CAPACITY_RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{17}$")
 _AMI_ID = re.compile(r"^ami-[0-9a-f]{8}([0-9a-f]{9})?$")
 _VPC_ID = re.compile(r"^vpc-[0-9a-f]{8}([0-9a-f]{9})?$")
 _SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8}([0-9a-f]{9})?$")
@@ -211,6 +212,14 @@ RbacGroup = Annotated[
 ]
 RbacRole = Annotated[
     str, _pattern(_RBAC_NAME, "rbac_name", "a ClusterRole name like cluster-admin or view")
+]
+CapacityReservationId = Annotated[
+    str,
+    _pattern(
+        _CAPACITY_RESERVATION_ID,
+        "capacity_reservation_id",
+        "a capacity reservation id like cr-0123456789abcdef0",
+    ),
 ]
 VpcId = Annotated[str, _pattern(_VPC_ID, "vpc_id", "a VPC id like vpc-0123456789abcdef0")]
 SubnetId = Annotated[

@@ -28,7 +28,9 @@ from components.settings.node_pool import NodePool
 from components.settings.rules import CROSS_SECTION_RULES
 from components.settings.sections import (
     ControlPlane,
+    DcgmExporter,
     DevicePlugin,
+    FeatureDiscovery,
     ManagedControlPlane,
     Network,
     OperatorKubeconfig,
@@ -102,6 +104,14 @@ class Settings(Model):
         description="SSH host public keys of machines created before the program generated "
         "them, by instance id, as the machine's first-boot console output shows them: their "
         "steps then check them",
+    )
+    dcgm_exporter: DcgmExporter = Field(
+        default=DcgmExporter(),
+        description="NVIDIA DCGM exporter DaemonSet, Service and (optionally) ServiceMonitor",
+    )
+    feature_discovery: FeatureDiscovery = Field(
+        default=FeatureDiscovery(),
+        description="GPU Feature Discovery and the NFD master that applies its node labels",
     )
     tags: dict[TagKey, TagValue] = Field(
         default_factory=dict,

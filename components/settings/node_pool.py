@@ -16,6 +16,7 @@ from components.settings.constants import (
 )
 from components.settings.fields import (
     AmiId,
+    CapacityReservationId,
     DnsLabel,
     Found,
     LabelKey,
@@ -89,8 +90,21 @@ class NodePool(Model):
         default_factory=lambda: [Taint(key="nvidia.com/gpu", value="true", effect="NoSchedule")],
         description="Kubernetes taints of the pool's nodes",
     )
-    market: Literal["on-demand", "spot"] = Field(
-        default="on-demand", description="EC2 purchase option"
+    market: Literal["on-demand", "spot", "capacity-block"] = Field(
+        default="on-demand",
+        description="EC2 purchase option (capacity-block: launch into the EC2 Capacity Block "
+        "named by capacityReservationId)",
+    )
+    efa: bool | None = Field(
+        default=None,
+        description="Give each node its Elastic Fabric Adapter interfaces, a cluster placement "
+        "group and the EFA software (default: on for p4d, p4de, p5, p5e, p5en and p6-b200; "
+        "other types with EFA opt in). Set at launch: changing it replaces the pool's machines",
+    )
+    capacity_reservation_id: CapacityReservationId | None = Field(
+        default=None,
+        description="Launch the pool's machines into this On-Demand Capacity Reservation or "
+        "(with market: capacity-block) Capacity Block",
     )
     os_version: Literal["24.04", "22.04"] = Field(
         default="24.04", description="Ubuntu release of the nodes (Canonical AMI)"
@@ -160,7 +174,7 @@ class NodePool(Model):
                         ("labels", key),
                         value,
                         "a label the program does not set itself: it sets "
-                        f"{', '.join(PROGRAM_NODE_LABELS)} on every GPU node (the device plugin "
+                        f"{', '.join(PROGRAM_NODE_LABELS)} on GPU nodes (the device plugins "
                         "selects on them); remove this one",
                     )
                 )
@@ -203,6 +217,26 @@ class NodePool(Model):
                 f"{only} for the {gpu.name} of {self.instance_type}: {arch.name} GPUs are driven "
                 f"by the {only} kernel modules only; set {only} or leave it unset",
             )
+        if self.efa and not self.gpu_type.efa_interfaces:
+            raise problem(
+                "efa",
+                self.efa,
+                f"false or unset: {self.instance_type} has no EFA interface (types with EFA: "
+                f"{', '.join(_efa_families())})",
+            )
+        if self.market == "capacity-block" and self.capacity_reservation_id is None:
+            raise problem(
+                "capacityReservationId",
+                None,
+                "the id of the Capacity Block (cr-...) with market: capacity-block",
+            )
+        if self.market == "spot" and self.capacity_reservation_id is not None:
+            raise problem(
+                "capacityReservationId",
+                self.capacity_reservation_id,
+                "unset with market: spot (a reservation holds on-demand or capacity-block "
+                "capacity)",
+            )
         taint_keys = [(t.key, t.effect) for t in self.taints]
         if len(set(taint_keys)) != len(taint_keys):
             raise problem(
@@ -229,3 +263,14 @@ class NodePool(Model):
     def kernel_module_type(self) -> catalog.KernelModules:
         """The configured kernel module type, else the default of the GPU's architecture."""
         return self.kernel_modules or self.gpu_type.gpu.arch.default_kernel_modules
+
+    @property
+    def uses_efa(self) -> bool:
+        """The pool's nodes get EFA interfaces, a placement group and the EFA software."""
+        if self.efa is None:
+            return self.gpu_type.efa_by_default
+        return self.efa and self.gpu_type.efa_interfaces > 0
+
+
+def _efa_families() -> list[str]:
+    return sorted({t.family for t in catalog.CATALOG.values() if t.efa_interfaces})

@@ -10,7 +10,12 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from components.settings.constants import DEFAULT_DEVICE_PLUGIN_VERSION, DEFAULT_VALIDATION_IMAGE
+from components.settings.constants import (
+    DEFAULT_DCGM_EXPORTER_IMAGE,
+    DEFAULT_DEVICE_PLUGIN_VERSION,
+    DEFAULT_NCCL_IMAGE,
+    DEFAULT_VALIDATION_IMAGE,
+)
 from components.settings.fields import (
     AmiId,
     Cidr,
@@ -354,4 +359,38 @@ class Validation(Model):
     )
     timeout_seconds: int = Field(
         default=900, ge=60, le=7200, description="How long the validation Job may run"
+    )
+    nccl: bool = Field(
+        default=True,
+        description="Also run NCCL all_reduce_perf across the GPUs of every node with two or "
+        "more, against the instance type's bus-bandwidth floor (components/catalog.py)",
+    )
+    nccl_image: PinnedImage = Field(
+        default=DEFAULT_NCCL_IMAGE,
+        description="Pinned image with nccl-tests (/opt/nccl-tests/build/all_reduce_perf) for "
+        "the NCCL check",
+    )
+
+
+class DcgmExporter(Model):
+    enabled: bool = Field(
+        default=True, description="Deploy the NVIDIA DCGM exporter (GPU metrics) on GPU nodes"
+    )
+    image: PinnedImage = Field(
+        default=DEFAULT_DCGM_EXPORTER_IMAGE,
+        description="Pinned image of the DCGM exporter (nvcr.io/nvidia/k8s/dcgm-exporter)",
+    )
+    service_monitor: bool = Field(
+        default=False,
+        description="Also create a Prometheus operator ServiceMonitor for the exporter's "
+        "Service (needs the operator's monitoring.coreos.com/v1 CRDs in the cluster)",
+    )
+
+
+class FeatureDiscovery(Model):
+    enabled: bool = Field(
+        default=True,
+        description="Deploy GPU Feature Discovery (at devicePlugin.version) and the NFD master "
+        "that labels GPU nodes (nvidia.com/gpu.product, nvidia.com/gpu.memory, ...); false on a "
+        "cluster that already runs node-feature-discovery",
     )

@@ -1,0 +1,173 @@
+"""The Kubernetes objects of the GPU node add-ons, as plain data: the AWS EFA device plugin and
+the NVIDIA DCGM exporter (with its Service and, optionally, a Prometheus operator ServiceMonitor).
+
+Pure functions, no Pulumi, like components/kubernetes_manifests.py: the components pass these
+dicts to typed pulumi-kubernetes resources, and tests validate the same data against the
+Kubernetes JSON schemas.
+
+- EFA device plugin: follows the aws/eks-charts chart `stable/aws-efa-k8s-device-plugin`
+  (templates/daemonset.yaml, values.yaml): hostNetwork, privileged, `system-node-critical`, the
+  kubelet's device-plugins directory and /dev/infiniband from the host, no service account token.
+  It advertises `vpc.amazonaws.com/efa`. The chart selects nodes by an instance-type list; here
+  the node selector is the EFA label the program sets at join on EFA pools only (an EFA-capable
+  type in a pool with `efa: false` has no EFA interface, so nothing to advertise).
+  The image is the public mirror of the plugin (public.ecr.aws/eks): the chart's default lives in
+  EKS's own registry (602401143452.dkr.ecr.*), which a node outside EKS cannot pull from without
+  ECR credentials.
+- DCGM exporter: follows NVIDIA/dcgm-exporter `dcgm-exporter.yaml` and `service-monitor.yaml`
+  (release 4.5.3-4.8.2): port 9400 named `metrics`, DCGM_EXPORTER_KUBERNETES (per-pod GPU
+  attribution through the kubelet's pod-resources socket, mounted read-only), no service
+  account token. One change: it runs privileged. It must watch every GPU of the node without
+  taking any from the scheduler, and a node whose container toolkit hands unprivileged pods only
+  their allocated GPUs (the isolation the design asks for) gives an unprivileged exporter none.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from components.kubernetes_manifests import MANAGED_BY, tolerations
+from components.labels import EFA_LABEL, GPU_PRESENT_LABEL
+from components.settings import DcgmExporter, Taint
+
+DEVICE_PLUGINS_HOST_PATH = "/var/lib/kubelet/device-plugins"
+
+EFA_PLUGIN_NAME = "aws-efa-k8s-device-plugin"
+EFA_PLUGIN_IMAGE = "public.ecr.aws/eks/aws-efa-k8s-device-plugin:v0.5.7"
+INFINIBAND_HOST_PATH = "/dev/infiniband"
+
+DCGM_EXPORTER_NAME = "dcgm-exporter"
+DCGM_EXPORTER_PORT = 9400
+POD_RESOURCES_HOST_PATH = "/var/lib/kubelet/pod-resources"
+SERVICE_MONITOR_API_VERSION = "monitoring.coreos.com/v1"
+
+
+def _labels(name: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": name}
+
+
+# ---------------------------------------------------------------- EFA device plugin
+
+
+def efa_plugin_labels() -> dict[str, str]:
+    return _labels(EFA_PLUGIN_NAME)
+
+
+def efa_plugin_daemon_set_spec(*, pool_taints: Iterable[Taint] | None = None) -> dict[str, Any]:
+    """One plugin pod on each node labelled EFA_LABEL=true, tolerating the pools' taints."""
+    selector = efa_plugin_labels()
+    return {
+        "selector": {"matchLabels": selector},
+        "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
+        "template": {
+            "metadata": {"labels": {**selector, **MANAGED_BY}},
+            "spec": {
+                "automountServiceAccountToken": False,
+                "priorityClassName": "system-node-critical",
+                "nodeSelector": {EFA_LABEL: "true"},
+                "tolerations": tolerations(pool_taints),
+                "hostNetwork": True,
+                "containers": [
+                    {
+                        "name": EFA_PLUGIN_NAME,
+                        "image": EFA_PLUGIN_IMAGE,
+                        "securityContext": {"privileged": True, "runAsUser": 0},
+                        "resources": {"requests": {"cpu": "10m", "memory": "20Mi"}},
+                        "volumeMounts": [
+                            {"name": "device-plugin", "mountPath": DEVICE_PLUGINS_HOST_PATH},
+                            {"name": "infiniband", "mountPath": INFINIBAND_HOST_PATH},
+                        ],
+                    }
+                ],
+                "volumes": [
+                    {
+                        "name": "device-plugin",
+                        "hostPath": {"path": DEVICE_PLUGINS_HOST_PATH, "type": "Directory"},
+                    },
+                    {"name": "infiniband", "hostPath": {"path": INFINIBAND_HOST_PATH}},
+                ],
+            },
+        },
+    }
+
+
+# ---------------------------------------------------------------- DCGM exporter
+
+
+def dcgm_exporter_labels() -> dict[str, str]:
+    return _labels(DCGM_EXPORTER_NAME)
+
+
+def dcgm_exporter_daemon_set_spec(
+    settings: DcgmExporter, *, pool_taints: Iterable[Taint] | None = None
+) -> dict[str, Any]:
+    """One exporter pod on each GPU node (GPU_PRESENT_LABEL=true), tolerating the pools' taints."""
+    selector = dcgm_exporter_labels()
+    return {
+        "selector": {"matchLabels": selector},
+        "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
+        "template": {
+            "metadata": {"labels": {**selector, **MANAGED_BY}},
+            "spec": {
+                "automountServiceAccountToken": False,
+                "nodeSelector": {GPU_PRESENT_LABEL: "true"},
+                "tolerations": tolerations(pool_taints),
+                "containers": [
+                    {
+                        "name": DCGM_EXPORTER_NAME,
+                        "image": settings.image,
+                        "env": [
+                            {"name": "DCGM_EXPORTER_LISTEN", "value": f":{DCGM_EXPORTER_PORT}"},
+                            {"name": "DCGM_EXPORTER_KUBERNETES", "value": "true"},
+                            {
+                                "name": "NODE_NAME",
+                                "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}},
+                            },
+                        ],
+                        "ports": [{"name": "metrics", "containerPort": DCGM_EXPORTER_PORT}],
+                        "securityContext": {"privileged": True, "runAsUser": 0},
+                        "resources": {
+                            "limits": {"cpu": "200m", "memory": "256Mi"},
+                            "requests": {"cpu": "100m", "memory": "128Mi"},
+                        },
+                        "volumeMounts": [
+                            {
+                                "name": "pod-gpu-resources",
+                                "mountPath": POD_RESOURCES_HOST_PATH,
+                                "readOnly": True,
+                            }
+                        ],
+                    }
+                ],
+                "volumes": [
+                    {
+                        "name": "pod-gpu-resources",
+                        "hostPath": {"path": POD_RESOURCES_HOST_PATH, "type": "Directory"},
+                    }
+                ],
+            },
+        },
+    }
+
+
+def dcgm_exporter_service_spec() -> dict[str, Any]:
+    return {
+        "selector": dcgm_exporter_labels(),
+        "ports": [
+            {
+                "name": "metrics",
+                "port": DCGM_EXPORTER_PORT,
+                "targetPort": "metrics",
+                "protocol": "TCP",
+            }
+        ],
+    }
+
+
+def dcgm_exporter_service_monitor_spec() -> dict[str, Any]:
+    """A Prometheus operator ServiceMonitor (monitoring.coreos.com/v1) scraping the Service."""
+    return {
+        "selector": {"matchLabels": dcgm_exporter_labels()},
+        "endpoints": [{"port": "metrics", "path": "/metrics"}],
+    }

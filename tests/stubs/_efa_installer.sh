@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Stands in for aws-efa-installer/efa_installer.sh inside the installer archive the curl stub
+# serves (tests/test_efa_script.py builds the archive). Like the real one it installs under
+# /opt/amazon: the record of what it installed, fi_info (this directory's _fi_info) and the
+# NCCL network plugin; the efa module becomes loadable (state efa.installable).
+#   state efa-installer.fail   fail this many times (a failed dependency install)
+#   state efa-installer.skip-ofi-nccl   install without the NCCL plugin (`--skip-plugin`-like)
+# The archive sets EFA_STUB_VERSION in the copy it ships.
+# shellcheck source-path=SCRIPTDIR source=_stub_lib.sh
+source "$(dirname "$(command -v _fi_info)")/_stub_lib.sh"
+stub_record efa_installer.sh "$@"
+: "${EFA_STUB_VERSION:?the archive sets the version it installs}"
+
+if should_fail efa-installer.fail; then
+  echo "Error: failed to install the EFA packages (apt-get exited 100)" >&2
+  exit 1
+fi
+mkdir -p /opt/amazon/efa/bin /opt/amazon/ofi-nccl/lib/x86_64-linux-gnu
+cp "$(command -v _fi_info)" /opt/amazon/efa/bin/fi_info
+if ! state_has efa-installer.skip-ofi-nccl; then
+  : >/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu/libnccl-net-ofi.so
+fi
+printf '# EFA installer version: %s\n# Debug packages installed: no\n' "${EFA_STUB_VERSION}" \
+  >/opt/amazon/efa_installed_packages
+state_set efa.installable 1
+echo "===================================================="
+echo "EFA installation complete."

@@ -1,0 +1,144 @@
+"""The GPU node add-ons on the registered graph: the AWS EFA device plugin (EFA nodes only) and
+the NVIDIA DCGM exporter (Service, optional ServiceMonitor), pinned, strictly valid for every
+supported Kubernetes minor, and depending on the Kubernetes provider only (never on a node)."""
+
+from __future__ import annotations
+
+from functools import cache
+
+import pytest
+import yaml
+
+from components import addon_manifests as manifests
+from components.labels import EFA_LABEL, EFA_RESOURCE, GPU_PRESENT_LABEL
+from components.settings import SUPPORTED_KUBERNETES_MINORS, DcgmExporter, Taint
+from tests.test_manifests_schema import manifest, stack_minor, validate
+from tools.harness.graph import Graph, Resource, script_params
+from tools.harness.stacks import STACKS, run_program
+
+DAEMON_SET = "kubernetes:apps/v1:DaemonSet"
+EFA_PLUGIN = "gpu-node-addons-efa-device-plugin"
+DCGM = "gpu-node-addons-dcgm-exporter"
+SERVICE_MONITOR = "gpu-node-addons-dcgm-exporter-service-monitor"
+P5_POOL = {"name": "h100", "instanceType": "p5.48xlarge", "count": 2, "driverVersion": "580"}
+L4_POOL = {"name": "l4", "instanceType": "g6.xlarge", "count": 1}
+
+
+@cache
+def graph(stack: str, overrides: str = "") -> Graph:
+    return run_program(stack, config=yaml.safe_load(overrides) if overrides else None)
+
+
+def efa_graph(**extra) -> Graph:
+    return graph("staging", yaml.safe_dump({"nodePools": [P5_POOL, L4_POOL], **extra}))
+
+
+def pinned(image: str) -> bool:
+    tag = image.rpartition(":")[2]
+    return "@sha256:" in image or ("/" not in tag and tag not in ("", "latest"))
+
+
+def only_on_the_provider(g: Graph, resource: Resource) -> None:
+    """Everything the resource waits for is Kubernetes state or the provider's own inputs
+    (the control plane), never a GPU node's resource."""
+    for urn in g.ancestors(resource):
+        assert "GpuNode" not in urn and "GpuValidation" not in urn, (
+            f"{resource.urn} waits for {urn}"
+        )
+    assert resource.provider_urn and "pulumi:providers:kubernetes" in resource.provider_urn, (
+        f"{resource.urn}: provider {resource.provider}"
+    )
+
+
+def test_efa_plugin_runs_on_efa_nodes_only_pinned_and_independent_of_nodes():
+    g = efa_graph()
+    plugin = g.named(EFA_PLUGIN)
+    spec = plugin.plain_inputs()["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {EFA_LABEL: "true"}, plugin.urn
+    assert pinned(spec["containers"][0]["image"]), plugin.urn
+    only_on_the_provider(g, plugin)
+    # The selector's label is set at join on the EFA pool's nodes and on no other node.
+    labels = {
+        r.name: script_params(r)["NODE_LABELS"]
+        for r in g.find(lambda r: r.name.endswith("-join") and r.type.startswith("command"))
+    }
+    assert all(f"{EFA_LABEL}=true" in v for k, v in labels.items() if "-h100-" in k), labels
+    assert not any(EFA_LABEL in v for k, v in labels.items() if "-l4-" in k), labels
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_no_efa_plugin_without_an_efa_pool(stack):
+    assert not graph(stack).find(lambda r: r.name == EFA_PLUGIN), stack
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_dcgm_exporter_on_gpu_nodes_with_a_service_pinned_and_independent_of_nodes(stack):
+    g = graph(stack)
+    exporter = g.named(DCGM)
+    spec = exporter.plain_inputs()["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {GPU_PRESENT_LABEL: "true"}, exporter.urn
+    assert pinned(spec["containers"][0]["image"]), exporter.urn
+    only_on_the_provider(g, exporter)
+    service = g.named(f"{DCGM}-service").plain_inputs()
+    assert service["spec"]["selector"] == exporter.plain_inputs()["spec"]["selector"]["matchLabels"]
+    assert not g.find(lambda r: r.name == SERVICE_MONITOR), stack
+
+
+def test_dcgm_exporter_can_be_turned_off():
+    g = graph("staging", yaml.safe_dump({"dcgmExporter": {"enabled": False}}))
+    assert not g.find(lambda r: r.name.startswith(DCGM))
+
+
+def test_service_monitor_when_switched_on_selects_the_service():
+    g = efa_graph(dcgmExporter={"serviceMonitor": True})
+    monitor = g.named(SERVICE_MONITOR).plain_inputs()
+    service = g.named(f"{DCGM}-service").plain_inputs()
+    assert (
+        monitor["apiVersion"] == "monitoring.coreos.com/v1" and monitor["kind"] == "ServiceMonitor"
+    )
+    assert monitor["spec"]["selector"]["matchLabels"] == service["metadata"]["labels"] | {} or (
+        set(monitor["spec"]["selector"]["matchLabels"].items())
+        <= set(service["metadata"]["labels"].items())
+    )
+    ports = {p["name"] for p in service["spec"]["ports"]}
+    assert {e["port"] for e in monitor["spec"]["endpoints"]} <= ports
+    # The operator's ServiceMonitor fields (monitoring.coreos.com/v1): selector, endpoints.
+    assert set(monitor["spec"]) == {"selector", "endpoints"}
+
+
+def test_every_addon_object_of_an_efa_cluster_validates_strictly():
+    g = efa_graph()
+    for resource in g.find(lambda r: r.type.startswith("kubernetes:") and "Addons" in r.urn):
+        validate(manifest(resource), stack_minor("staging"), resource.urn)
+
+
+@pytest.mark.parametrize("minor", SUPPORTED_KUBERNETES_MINORS)
+def test_addon_builders_validate_for_every_supported_minor(minor):
+    taints = [Taint(key="nvidia.com/gpu", value="true", effect="NoSchedule")]
+    objects = {
+        "efa plugin": (
+            "apps/v1",
+            "DaemonSet",
+            manifests.efa_plugin_daemon_set_spec(pool_taints=taints),
+        ),
+        "dcgm exporter": (
+            "apps/v1",
+            "DaemonSet",
+            manifests.dcgm_exporter_daemon_set_spec(DcgmExporter(), pool_taints=taints),
+        ),
+        "dcgm service": ("v1", "Service", manifests.dcgm_exporter_service_spec()),
+    }
+    for what, (api, kind, spec) in objects.items():
+        obj = {
+            "apiVersion": api,
+            "kind": kind,
+            "metadata": {"name": "x", "namespace": "n"},
+            "spec": spec,
+        }
+        validate(obj, minor, f"{what} for Kubernetes {minor}")
+
+
+def test_efa_resource_name_is_the_one_the_plugin_advertises():
+    # aws-efa-k8s-device-plugin registers vpc.amazonaws.com/efa (EKS user guide, "Manage EFA
+    # devices": integer count of vpc.amazonaws.com/efa extended resources).
+    assert EFA_RESOURCE == "vpc.amazonaws.com/efa"

@@ -1,0 +1,177 @@
+"""GPU Feature Discovery and the NFD master on the registered graph: GFD at the device plugin's
+release with its config, NFD pinned and unprivileged, Pod Security levels, strict validity for
+every supported minor, and nothing waiting on a GPU node.
+
+What GFD needs comes from NVIDIA's k8s-device-plugin v0.20.0 (`cmd/gpu-feature-discovery/
+main.go`: USE_NODE_FEATURE_API; `internal/lm/output.go`: one NodeFeature per node, in the
+namespace of the pod, labelled with the node's name; `deployments/helm/.../templates/role.yml`);
+what NFD needs from node-feature-discovery v0.19.0 (`deployment/base/rbac/
+master-clusterrole.yaml`; nfd-master `-extra-label-ns`)."""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from pathlib import Path
+
+import pytest
+import yaml
+
+from components import feature_discovery_manifests as fd
+from components import kubernetes_manifests as km
+from components.settings import SUPPORTED_KUBERNETES_MINORS, DevicePlugin, Taint
+from tests.test_addons import only_on_the_provider, pinned
+from tests.test_manifests_schema import manifest, stack_minor, validate
+from tools.harness.graph import Graph
+from tools.harness.stacks import STACKS, run_program
+
+ROOT = Path(__file__).resolve().parent.parent
+GFD = "gpu-feature-discovery-daemonset"
+MASTER = "gpu-feature-discovery-nfd-master"
+COMPONENT = "gpu-cluster:index:GpuFeatureDiscovery"
+
+
+@cache
+def graph(stack: str, overrides: str = "") -> Graph:
+    return run_program(stack, config=yaml.safe_load(overrides) if overrides else None)
+
+
+def env(container: dict) -> dict[str, object]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_gfd_runs_the_device_plugins_release_and_config_on_gpu_nodes(stack):
+    g = graph(stack)
+    gfd = g.named(GFD)
+    plugin = g.named("nvidia-device-plugin-daemonset").plain_inputs()["spec"]["template"]["spec"]
+    spec = gfd.plain_inputs()["spec"]["template"]["spec"]
+    container = spec["containers"][0]
+    assert container["image"] == plugin["containers"][0]["image"], gfd.urn
+    assert container["command"] == ["gpu-feature-discovery"], gfd.urn
+    assert spec["nodeSelector"] == plugin["nodeSelector"], gfd.urn
+    assert spec["tolerations"] == plugin["tolerations"], gfd.urn
+    variables = env(container)
+    assert variables["USE_NODE_FEATURE_API"] == "true", gfd.urn
+    for name, path in (
+        ("NODE_NAME", "spec.nodeName"),
+        ("NAMESPACE", "metadata.namespace"),
+        ("POD_NAME", "metadata.name"),
+    ):
+        assert variables[name] == {"fieldRef": {"fieldPath": path}}, (gfd.urn, name)
+    # The plugin's own config file: the labels describe what the plugin advertises.
+    assert variables["CONFIG_FILE"] == f"{km.CONFIG_MOUNT_PATH}/{km.CONFIG_KEY}"
+    assert {"name": "config", "configMap": {"name": km.DEVICE_PLUGIN_CONFIG_MAP}} in spec["volumes"]
+    assert gfd.plain_inputs()["metadata"]["namespace"] == km.DEVICE_PLUGIN_NAMESPACE
+    only_on_the_provider(g, gfd)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_nfd_master_is_pinned_unprivileged_and_admits_the_gfd_label_namespace(stack):
+    g = graph(stack)
+    master = g.named(MASTER)
+    spec = master.plain_inputs()["spec"]["template"]["spec"]
+    container = spec["containers"][0]
+    assert pinned(container["image"]) and container["image"].endswith(fd.NFD_VERSION)
+    assert "-extra-label-ns=nvidia.com" in container["args"], master.urn
+    security = container["securityContext"]
+    assert security["allowPrivilegeEscalation"] is False and security["capabilities"] == {
+        "drop": ["ALL"]
+    }
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    # It has a node before any GPU node joins: the control plane.
+    assert fd.CONTROL_PLANE_TOLERATION in spec["tolerations"], master.urn
+    only_on_the_provider(g, master)
+
+
+def test_pod_security_levels_privileged_only_where_host_access_is_needed():
+    g = graph("dev")
+    levels = {
+        r.plain_inputs()["metadata"]["name"]: r.plain_inputs()["metadata"]["labels"][
+            "pod-security.kubernetes.io/enforce"
+        ]
+        for r in g.of_type("kubernetes:core/v1:Namespace")
+    }
+    assert levels[fd.NFD_NAMESPACE] == "restricted", levels
+    # GFD needs /sys from the host: it shares the device plugin's privileged namespace.
+    assert levels[km.DEVICE_PLUGIN_NAMESPACE] == "privileged", levels
+
+
+def test_gfd_may_write_exactly_what_nfd_master_reads():
+    g = graph("dev")
+    gfd_role = g.named("gpu-feature-discovery-role").plain_inputs()["rules"]
+    master_role = g.named("gpu-feature-discovery-nfd-master-role").plain_inputs()["rules"]
+    writes = {
+        r for rule in gfd_role if fd.NFD_GROUP in rule["apiGroups"] for r in rule["resources"]
+    }
+    reads = {
+        r
+        for rule in master_role
+        if fd.NFD_GROUP in rule["apiGroups"] and "watch" in rule["verbs"]
+        for r in rule["resources"]
+    }
+    assert writes == {"nodefeatures"} and writes <= reads, (writes, reads)
+    crds = {
+        r.plain_inputs()["metadata"]["name"]
+        for r in g.of_type("kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition")
+    }
+    assert crds == {f"{plural}.{fd.NFD_GROUP}" for _, plural, _, _ in fd.NFD_KINDS}, crds
+
+
+def test_feature_discovery_can_be_turned_off():
+    g = graph("staging", yaml.safe_dump({"featureDiscovery": {"enabled": False}}))
+    assert not g.find(lambda r: COMPONENT in r.urn)
+
+
+def test_the_labels_the_readme_promises_pass_nfd_masters_filter():
+    """Every nvidia.com label the README names for GFD lies in a namespace nfd-master admits
+    (without -extra-label-ns it drops them, and the node never shows them)."""
+    readme = (ROOT / "README.md").read_text()
+    promised = set(re.findall(r"`(nvidia\.com/gpu\.[a-z.-]+)`", readme)) - {
+        "nvidia.com/gpu.present"
+    }
+    assert {"nvidia.com/gpu.product", "nvidia.com/gpu.memory"} <= promised, promised
+    admitted = fd.nfd_master_args()[0].removeprefix("-extra-label-ns=").split(",")
+    for label in promised:
+        assert label.split("/", 1)[0] in admitted, label
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_feature_discovery_object_validates_for_the_stacks_minor(stack):
+    g = graph(stack)
+    objects = g.find(lambda r: COMPONENT in r.urn and r.type.startswith("kubernetes:"))
+    assert len(objects) >= 11, [r.urn for r in objects]
+    for resource in objects:
+        validate(manifest(resource), stack_minor(stack), f"{stack}: {resource.urn}")
+
+
+@pytest.mark.parametrize("minor", SUPPORTED_KUBERNETES_MINORS)
+def test_feature_discovery_builders_validate_for_every_supported_minor(minor):
+    taints = [Taint(key="nvidia.com/gpu", value="true", effect="NoSchedule")]
+    meta = {"name": "x", "namespace": "n"}
+    objects = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": fd.nfd_namespace()},
+        {
+            "apiVersion": "apps/v1",
+            "kind": "DaemonSet",
+            "metadata": meta,
+            "spec": fd.gfd_daemon_set_spec(DevicePlugin(), pool_taints=taints),
+        },
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": meta,
+            "spec": fd.nfd_master_deployment_spec(pool_taints=taints),
+        },
+        *(
+            {
+                "apiVersion": "apiextensions.k8s.io/v1",
+                "kind": "CustomResourceDefinition",
+                "metadata": {"name": f"{plural}.{fd.NFD_GROUP}"},
+                "spec": fd.nfd_crd_spec(kind, plural, scope, status),
+            }
+            for kind, plural, scope, status in fd.NFD_KINDS
+        ),
+    ]
+    for obj in objects:
+        validate(obj, minor, f"{obj['kind']} for Kubernetes {minor}")
