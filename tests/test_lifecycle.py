@@ -40,11 +40,14 @@ def edited_script(name: str, edit) -> Iterator[None]:
         text = original(script)
         return edit(text) if script == name else text
 
+    # stripped_script keeps each script's stripped text for the process: drop it around the edit.
     host_scripts.script_text = patched  # type: ignore[assignment]
+    host_scripts.stripped_script.cache_clear()
     try:
         yield
     finally:
         host_scripts.script_text = original  # type: ignore[assignment]
+        host_scripts.stripped_script.cache_clear()
 
 
 @contextlib.contextmanager
