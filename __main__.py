@@ -16,7 +16,7 @@ from components.feature_discovery import GpuFeatureDiscovery, GpuFeatureDiscover
 from components.gpu_image import baked_images
 from components.gpu_node import NVIDIA_CTK_VERSION, GpuNodePool, GpuNodePoolArgs, install_steps
 from components.host_keys import warn_unchecked
-from components.nccl_validation import NcclValidation, needs_nccl_check
+from components.nccl_validation import NcclValidation, NcclValidationArgs, needs_nccl_check
 from components.network import Network, NetworkArgs
 from components.validation import GpuValidation, validation_args
 
@@ -87,10 +87,7 @@ validations = {
 nccl_checks = {
     node.node_name: NcclValidation(
         f"{node.node_name}-nccl",
-        node=node,
-        settings=settings,
-        validation=validations[node.node_name],
-        control_plane=control_plane,
+        NcclValidationArgs.of(node, settings, validations[node.node_name], control_plane),
     )
     for pool in pools
     for node in pool.nodes

@@ -208,9 +208,9 @@ class GpuNode(pulumi.ComponentResource):
     change: str  # digest of the disruptive steps' programs (components/rolling.py)
     uncordon: command.remote.Command
 
-    def __init__(
-        self, node_name: str, args: GpuNodeArgs, opts: pulumi.ResourceOptions | None = None
-    ):
+    def __init__(self, name: str, args: GpuNodeArgs, opts: pulumi.ResourceOptions | None = None):
+        # `name` is the node's (its Kubernetes Node, its steps); the component is `<name>-node`.
+        node_name = name
         super().__init__("gpu-cluster:index:GpuNode", f"{node_name}-node", None, opts)
         self.node_name = node_name
         self.pool = args.pool

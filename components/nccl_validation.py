@@ -17,6 +17,7 @@ check off; `validation.enabled: false` turns off every check.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pulumi
@@ -122,41 +123,72 @@ def nccl_job_spec(
     return spec
 
 
-class NcclValidation(pulumi.ComponentResource):
-    job: k8s.batch.v1.Job
+@dataclass(frozen=True)
+class NcclValidationArgs:
+    """What one node's NCCL check uses: the node (name, type, taints), the CUDA validation it
+    follows (its Job, and its capacity check whose id re-runs this one), the Kubernetes
+    provider, the pinned nccl-tests image, the validation bound and the GPU shares per GPU."""
 
-    def __init__(
-        self,
-        name: str,
-        *,
+    node_name: str
+    gpu_type: GpuInstanceType
+    taints: tuple[Taint, ...]
+    validation: GpuValidation
+    provider: k8s.Provider
+    image: str
+    timeout_seconds: int
+    shares_per_gpu: int
+
+    @classmethod
+    def of(
+        cls,
         node: GpuNode,
         settings: Settings,
         validation: GpuValidation,
         control_plane: ControlPlane,
-        opts: pulumi.ResourceOptions | None = None,
+    ) -> NcclValidationArgs:
+        return cls(
+            node_name=node.node_name,
+            gpu_type=node.gpu_type,
+            taints=tuple(node.pool.taints),
+            validation=validation,
+            provider=control_plane.provider,
+            image=settings.validation.nccl_image,
+            timeout_seconds=settings.validation.timeout_seconds,
+            shares_per_gpu=settings.device_plugin.time_slicing.replicas,
+        )
+
+
+class NcclValidation(pulumi.ComponentResource):
+    """Outputs: `job`, the node's NCCL all-reduce Job (its success is the check)."""
+
+    job: k8s.batch.v1.Job
+
+    def __init__(
+        self, name: str, args: NcclValidationArgs, opts: pulumi.ResourceOptions | None = None
     ):
         super().__init__("gpu-cluster:index:NcclValidation", name, None, opts)
-        timeout = settings.validation.timeout_seconds
-        job_timeout = f"{timeout + JOB_AWAIT_MARGIN_SECONDS}s"
-        metadata = manifests.validation_job_metadata(node.node_name)
+        job_timeout = f"{args.timeout_seconds + JOB_AWAIT_MARGIN_SECONDS}s"
+        metadata = manifests.validation_job_metadata(args.node_name)
         self.job = k8s.batch.v1.Job(
             f"{name}-job",
-            metadata={**metadata, "name": nccl_job_name(node.node_name)},
+            metadata={**metadata, "name": nccl_job_name(args.node_name)},
             spec=nccl_job_spec(
-                node_name=node.node_name,
-                gpu_type=node.gpu_type,
-                image=settings.validation.nccl_image,
-                timeout_seconds=timeout,
-                taints=list(node.pool.taints),
-                shares_per_gpu=settings.device_plugin.time_slicing.replicas,
+                node_name=args.node_name,
+                gpu_type=args.gpu_type,
+                image=args.image,
+                timeout_seconds=args.timeout_seconds,
+                taints=list(args.taints),
+                shares_per_gpu=args.shares_per_gpu,
                 # Re-run when the node's CUDA validation ran again (new machine, new driver).
-                template_annotations={manifests.CAPACITY_CHECK_ANNOTATION: validation.capacity.id},
+                template_annotations={
+                    manifests.CAPACITY_CHECK_ANNOTATION: args.validation.capacity.id
+                },
             ),
             opts=pulumi.ResourceOptions(
                 parent=self,
-                provider=control_plane.provider,
+                provider=args.provider,
                 # One Job at a time on the node's GPUs: after the CUDA check released them.
-                depends_on=[validation.job],
+                depends_on=[args.validation.job],
                 replace_on_changes=["spec"],
                 delete_before_replace=True,
                 custom_timeouts=pulumi.CustomTimeouts(

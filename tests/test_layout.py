@@ -88,3 +88,36 @@ def test_import_graph_reads_imports_as_python_runs_them(tmp_path):
     dot = import_graph.to_dot(found, import_graph.edges(found))
     assert '"components.a" -> "components.c" [style=dashed];' in dot
     assert dot == import_graph.to_dot(found, import_graph.edges(found))
+
+
+def _components() -> list[type]:
+    import importlib
+    import inspect
+
+    import pulumi
+
+    found = {}
+    for path in COMPONENTS:
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        for _, cls in inspect.getmembers(importlib.import_module(module), inspect.isclass):
+            if issubclass(cls, pulumi.ComponentResource) and cls.__module__ == module:
+                found[cls.__qualname__] = cls
+    return [found[name] for name in sorted(found)]
+
+
+@pytest.mark.parametrize("component", _components(), ids=lambda c: c.__name__)
+def test_every_component_takes_name_args_opts(component):
+    """Like Pulumi's own component libraries: `(name, args, opts=None)`, the args one frozen
+    class holding only what the component uses (never the whole Settings)."""
+    import dataclasses
+    import importlib
+    import inspect
+
+    parameters = list(inspect.signature(component.__init__).parameters.values())[1:]
+    assert [p.name for p in parameters] == ["name", "args", "opts"], component
+    assert parameters[2].default is None
+    module = importlib.import_module(component.__module__)
+    args_type = getattr(module, str(parameters[1].annotation))
+    assert dataclasses.is_dataclass(args_type) and args_type.__dataclass_params__.frozen
+    held = {str(field.type) for field in dataclasses.fields(args_type)}
+    assert "Settings" not in held, f"{args_type.__name__} holds the whole Settings"
