@@ -6,8 +6,13 @@
 #   IMAGE_DIGEST   what the image contains (recorded in /etc/gpu-cluster/image) (required)
 #
 # Every clone must boot as a new machine: cloud-init runs again (its state and logs cleared), a
-# fresh /etc/machine-id (systemd makes one when the file is empty), fresh SSH host keys (cloud-init
-# makes them), no temporary files of the build. Services stay enabled, so a clone starts containerd
+# fresh /etc/machine-id (systemd makes one when the file is empty), no temporary files of the
+# build. The SSH host keys stay: the power-off step still dials this builder after the snapshot,
+# and sshd loads its host keys for every new connection, so without them that dial fails and the
+# builder keeps running. A clone never serves them: cloud-init's ssh module runs before sshd
+# starts (cloud-init.service: Before=sshd.service), deletes every /etc/ssh/ssh_host_*key*
+# (`ssh_deletekeys`, set in every machine's user data) and installs the clone's own generated key
+# (components/host_keys.py). Services stay enabled, so a clone starts containerd
 # at boot; the kubelet only starts once kubeadm join has configured it. Nothing writes to disk
 # after the final sync: the snapshot is taken without a reboot.
 set -Eeuo pipefail
@@ -41,8 +46,8 @@ quiesce_services() {
 forget_machine_identity() {
   cloud-init clean --logs
   : >/etc/machine-id
-  rm -f /var/lib/dbus/machine-id /etc/ssh/ssh_host_*
-  log "cloud-init state, machine-id and SSH host keys cleared: each clone makes its own"
+  rm -f /var/lib/dbus/machine-id
+  log "cloud-init state and machine-id cleared: each clone makes its own (and gets its own SSH host key)"
 }
 
 flush_to_disk() {
