@@ -42,9 +42,18 @@ PAUSE_IMAGES = {
 }
 
 
+# The EFA installer's own bound: under the `efa` step's 30-minute host-side bound
+# (components/steps.py EFA), so a hung installer is reported as the installer, not as the step.
+EFA_INSTALLER_TIMEOUT_SECONDS = 25 * 60
+
+
 def efa_params(efa_interfaces: int) -> dict[str, str]:
     """Parameters of install-efa.sh for a node with `efa_interfaces` EFA interfaces."""
-    return {"EFA_INSTALLER_VERSION": EFA_INSTALLER_VERSION, "EFA_INTERFACES": str(efa_interfaces)}
+    return {
+        "EFA_INSTALLER_VERSION": EFA_INSTALLER_VERSION,
+        "EFA_INTERFACES": str(efa_interfaces),
+        "EFA_INSTALLER_TIMEOUT_SECONDS": str(EFA_INSTALLER_TIMEOUT_SECONDS),
+    }
 
 
 def runtime_params(os_version: str, kubernetes_minor: str, *, with_toolkit: bool) -> dict[str, str]:

@@ -141,3 +141,12 @@ def test_bad_inputs_fail_before_touching_anything(sandbox, params, says):
     result = sandbox.run("install-efa.sh", params)
     assert result.returncode != 0 and says in result.stderr, result.stderr
     assert result.calls == []
+
+
+def test_the_installer_is_bounded_inside_its_step():
+    """The installer's own bound (and its kill grace) ends before the step's host-side bound, so
+    a hung installer fails naming the installer instead of being killed with the whole step."""
+    from components import host_pins, steps
+
+    passed = int(host_pins.efa_params(1)["EFA_INSTALLER_TIMEOUT_SECONDS"])
+    assert passed + 30 < steps.EFA.timeout_seconds

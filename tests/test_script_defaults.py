@@ -50,6 +50,7 @@ INTERNAL = {
 PASSED = {
     ("drain-node.sh", "DRAIN_TIMEOUT_SECONDS"),
     ("install-driver.sh", "NVLINK_SUBNET_MANAGER"),
+    ("install-efa.sh", "EFA_INSTALLER_TIMEOUT_SECONDS"),
     ("label-node.sh", "NODE_LABELS"),
     ("label-node.sh", "NODE_TAINTS"),
     ("mint-join-token.sh", "TOKEN_TTL"),

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tools.harness.graph import unwrap
-from tools.harness.stacks import STACKS, run_program
+from tools.harness.stacks import STACKS, run_program, stack_file
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "components" / "scripts"
 INPUT_LINE = re.compile(r"^#   ([A-Z][A-Z0-9_]*)\s+(.*)$")
@@ -80,17 +80,36 @@ def rendered_params(program: str) -> tuple[str, dict[str, str]]:
     return script, params
 
 
+def _every_feature() -> dict:
+    """prod with what no stack file turns on: EFA on its p5 pool, its t4 pool from a baked
+    image (the image builder's steps), so every script the program can send is checked."""
+    pools = []
+    for pool in stack_file("prod")["gpu-cluster:nodePools"]:
+        if pool["instanceType"].startswith("p5"):
+            pool = {**pool, "efa": True}
+        elif pool["name"] == "t4":
+            pool = {**pool, "image": "baked"}
+        pools.append(pool)
+    return {"nodePools": pools}
+
+
+# The stack files, and one variant that uses what they leave off (EFA, baked images).
+PROGRAMS = [(stack, stack, None) for stack in STACKS] + [
+    ("prod+efa+baked", "prod", _every_feature())
+]
+
+
 @cache
 def host_steps() -> list[tuple[str, str, str, dict[str, str]]]:
     """(stack, step name, script, params) of every program the stacks send to hosts."""
     steps = []
-    for stack in STACKS:
-        for step in run_program(stack).of_type("command:remote:Command"):
-            steps.append((stack, step.name, *rendered_params(unwrap(step.inputs["stdin"]))))
+    for label, stack, config in PROGRAMS:
+        for step in run_program(stack, config=config).of_type("command:remote:Command"):
+            steps.append((label, step.name, *rendered_params(unwrap(step.inputs["stdin"]))))
             delete = unwrap(step.inputs.get("delete"))
             if delete:
                 body = delete.split("\n", 1)[1]
-                steps.append((stack, f"{step.name} (delete)", *rendered_params(body)))
+                steps.append((label, f"{step.name} (delete)", *rendered_params(body)))
     return steps
 
 

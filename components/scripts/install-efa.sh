@@ -10,7 +10,7 @@
 #                          it carries) (required)
 #   EFA_INTERFACES         how many EFA devices the instance must show (the catalog's count)
 #                          (required)
-#   EFA_INSTALLER_TIMEOUT_SECONDS  bound on the installer run (default 1800)
+#   EFA_INSTALLER_TIMEOUT_SECONDS  bound on the installer run (default 1500, under the step's 30 minutes)
 #   (plus the tunables listed in lib/common.sh)
 set -Eeuo pipefail
 
@@ -67,7 +67,7 @@ install_efa_software() {
   log "running the EFA installer ${EFA_INSTALLER_VERSION}"
   (
     cd "${dir}/aws-efa-installer"
-    timeout -k 30 "${EFA_INSTALLER_TIMEOUT_SECONDS:-1800}" ./efa_installer.sh -y >&2
+    timeout -k 30 "${EFA_INSTALLER_TIMEOUT_SECONDS:-1500}" ./efa_installer.sh -y >&2
   ) || fatal "the EFA installer ${EFA_INSTALLER_VERSION} failed (its output is above)"
   have="$(installed_efa_version)"
   [[ "${have}" == "${EFA_INSTALLER_VERSION}" ]] ||
