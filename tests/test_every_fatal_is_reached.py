@@ -95,6 +95,10 @@ def test_the_scripts_have_fatals_to_check():
     assert len(messages) > 50, messages
     assert ("reset-node.sh", "x") not in messages
     assert any("containerd expected active" in m for _, m in messages)
+    # label-node.sh's own: a Node gone, and an API server that does not answer about it.
+    label_node = [m for s, m in messages if s == "label-node.sh"]
+    assert any("could not read Node ${NODE_NAME} from the API server" in m for m in label_node)
+    assert any("Node ${NODE_NAME} expected (the node-ready step" in m for m in label_node)
 
 
 @pytest.mark.parametrize(

@@ -19,8 +19,14 @@ LABELS_ANNOTATION=gpu-cluster.io/managed-labels
 TAINTS_ANNOTATION=gpu-cluster.io/managed-taints
 
 check_inputs() {
+  local found err
   require_node_name
-  [[ -n "$(admin_kubectl get node "${NODE_NAME}" --ignore-not-found -o name)" ]] ||
+  err="$(temp_path get-node.err)"
+  # An API server that does not answer is not a Node that left: say which it is.
+  if ! found="$(admin_kubectl get node "${NODE_NAME}" --ignore-not-found -o name 2>"${err}")"; then
+    fatal "could not read Node ${NODE_NAME} from the API server: $(head -c 300 "${err}")"
+  fi
+  [[ -n "${found}" ]] ||
     fatal "Node ${NODE_NAME} expected (the node-ready step waits for it), not found: it left" \
       "the cluster since (deleted, or its kubelet registered another name); look at" \
       "'kubectl get nodes', then pulumi up again"
@@ -43,7 +49,7 @@ reconcile_labels() {
   previous="$(annotation "${LABELS_ANNOTATION}")"
   while IFS= read -r key; do
     [[ -n "${key}" ]] || continue
-    if ! split "${NODE_LABELS:-}" | grep -q "^${key}="; then
+    if ! split "${NODE_LABELS:-}" | cut -d= -f1 | grep -qxF -- "${key}"; then
       args+=("${key}-")
       removed+="${key} "
     fi
@@ -57,13 +63,48 @@ reconcile_labels() {
   log "labels: ${NODE_LABELS:-none}; previously set, now removed: ${removed:-none}"
 }
 
+# key_effect <taint>: "key:Effect" of key=value:Effect or key:Effect (what kubectl matches a
+# taint by: one taint per key and effect, its value replaced with --overwrite).
+key_effect() {
+  printf '%s:%s\n' "${1%%[=:]*}" "${1##*:}"
+}
+
+# node_taints: "key:Effect" of each taint the Node has now, one a line.
+node_taints() {
+  local out keys=() effects=() i
+  out="$(admin_kubectl get node "${NODE_NAME}" \
+    -o 'jsonpath={.spec.taints[*].key}{"\n"}{.spec.taints[*].effect}')"
+  {
+    read -r -a keys || true
+    read -r -a effects || true
+  } <<<"${out}"
+  for ((i = 0; i < ${#keys[@]}; i++)); do
+    printf '%s:%s\n' "${keys[i]}" "${effects[i]:-}"
+  done
+}
+
+# A taint this program set before and no longer wants is removed as key:Effect- (kubectl removes
+# by key and effect). One whose key and effect are still wanted with another value is not
+# removed: --overwrite replaces it, and kubectl refuses to set and remove one key and effect in
+# the same command. One the Node no longer has (taken off by hand) is left out: kubectl fails
+# the whole command on removing a taint that is not there (`taint "k:Effect" not found`).
 reconcile_taints() {
-  local previous item args=()
+  local previous item have wanted="" removed="" args=()
   previous="$(annotation "${TAINTS_ANNOTATION}")"
+  have="$(node_taints)"
   while IFS= read -r item; do
     [[ -n "${item}" ]] || continue
-    if ! split "${NODE_TAINTS:-}" | grep -qxF -- "${item}"; then
+    wanted+="$(key_effect "${item}")"$'\n'
+  done < <(split "${NODE_TAINTS:-}")
+  while IFS= read -r item; do
+    [[ -n "${item}" ]] || continue
+    item="$(key_effect "${item}")"
+    grep -qxF -- "${item}" <<<"${wanted}" && continue
+    if grep -qxF -- "${item}" <<<"${have}"; then
       args+=("${item}-")
+      removed+="${item} "
+    else
+      log "taint ${item} set before is not on the Node any more, nothing to remove"
     fi
   done < <(split "${previous}")
   while IFS= read -r item; do
@@ -72,7 +113,7 @@ reconcile_taints() {
   if ((${#args[@]} > 0)); then
     admin_kubectl taint node "${NODE_NAME}" --overwrite "${args[@]}" >&2
   fi
-  log "taints: ${NODE_TAINTS:-none}"
+  log "taints: ${NODE_TAINTS:-none}; previously set, now removed: ${removed:-none}"
 }
 
 remember() {
@@ -82,6 +123,7 @@ remember() {
 
 main() {
   init_script labels
+  make_temp_dir
   check_inputs
   run_steps \
     reconcile_labels \

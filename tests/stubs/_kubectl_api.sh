@@ -159,8 +159,16 @@ kubectl_api() {
       python3 "$(dirname "$0")/_kubectl_objects.py" "${STUB_STATE}" lease "${args[0]}" "${file}"
       exit $?
       ;;
-    annotate)
-      python3 "$(dirname "$0")/_kubectl_objects.py" "${STUB_STATE}" node annotate "${args[2]}" "${args[3]}"
+    label | taint | annotate)
+      # `kubectl <verb> node <name> [--overwrite] <change>...` (_kubectl_objects.py).
+      if should_fail "kubectl.fail.${args[0]}"; then
+        echo "Error from server (InternalServerError): etcdserver: request timed out" >&2
+        exit 1
+      fi
+      local overwrite=no
+      [[ " ${all[*]} " == *" --overwrite "* || " ${all[*]} " == *" --overwrite=true "* ]] && overwrite=yes
+      python3 "$(dirname "$0")/_kubectl_objects.py" "${STUB_STATE}" node "${args[0]}" "${args[2]}" \
+        "${overwrite}" "${args[@]:3}"
       exit $?
       ;;
     cordon | uncordon)
