@@ -35,6 +35,7 @@ from components.join_tokens import JOIN_TOKEN_TTL, JoinCredentials, parse_join_t
 from components.network import Network, tcp_port_rule
 from components.remote import Host, Login, run_step, ssh_host
 from components.settings import (
+    SUPPORTED_KUBERNETES_MINORS,
     ExistingControlPlane,
     ManagedControlPlane,
     OperatorKubeconfig,
@@ -346,7 +347,13 @@ class ControlPlane(pulumi.ComponentResource):
             # Only DNS names: the control plane lives somewhere in the VPC.
             kubelet_client_cidrs = args.network.vpc_cidr.apply(lambda cidr: [cidr])
         skew = self._step(
-            host, steps.CP_VERSION_SKEW, {"KUBERNETES_MINOR": args.kubernetes_version}
+            host,
+            steps.CP_VERSION_SKEW,
+            {
+                "KUBERNETES_MINOR": args.kubernetes_version,
+                # Its advice names only a minor gpu-cluster:kubernetesVersion accepts.
+                "SUPPORTED_MINORS": ",".join(SUPPORTED_KUBERNETES_MINORS),
+            },
         )
         api_server = pulumi.Output.from_input(f"https://{config.endpoint}")
         kubeconfig = self._step(host, steps.CP_KUBECONFIG, {"API_SERVER": api_server}, after=[skew])

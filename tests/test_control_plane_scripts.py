@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import re
 import stat
 import subprocess
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from components.settings import SUPPORTED_KUBERNETES_MINORS
 from tests.sandbox import Sandbox, needs_sandbox
 
 pytestmark = needs_sandbox
@@ -509,7 +511,7 @@ def test_kubelet_newer_than_the_api_server_fails_clearly(cluster):
     assert result.returncode != 0
     assert (
         "[version-skew] FAILED: kubelet 1.35 would be newer than the API server 1.34; "
-        "set gpu-cluster:kubernetesVersion to 1.34 or older"
+        "set gpu-cluster:kubernetesVersion to 1.34\n"
     ) in result.stderr, result.stderr
     assert [c[:4] for c in result.called("kubectl")] == [
         ["kubectl", f"--kubeconfig={ADMIN_CONF}", "--request-timeout=30s", "get"]
@@ -523,7 +525,7 @@ def test_kubelet_too_far_behind_fails_clearly(cluster):
     assert "kubelet 1.33 would be more than 3 minors older than the API server 1.37" in (
         result.stderr
     )
-    assert "set gpu-cluster:kubernetesVersion to 1.34 or newer" in result.stderr
+    assert "; set gpu-cluster:kubernetesVersion to 1.37\n" in result.stderr, result.stderr
 
 
 def test_kubeadm_older_than_the_cluster_fails_although_kubelet_may_lag(cluster):
@@ -537,6 +539,60 @@ def test_kubeadm_older_than_the_cluster_fails_although_kubelet_may_lag(cluster):
         "minor" in result.stderr
     )
     assert "set gpu-cluster:kubernetesVersion to 1.35" in result.stderr
+
+
+SUPPORTED = ",".join(SUPPORTED_KUBERNETES_MINORS)
+ADVICE = re.compile(r"set gpu-cluster:kubernetesVersion to (1\.[0-9]+)\n")
+
+
+@pytest.mark.parametrize(
+    ("server", "kubelet"),
+    [("v1.34.3", "1.35"), ("v1.37.0", "1.33"), ("v1.35.2", "1.34"), ("v1.36.1", "1.33")],
+)
+def test_skew_advice_names_a_version_the_program_and_the_next_check_accept(
+    cluster, server, kubelet
+):
+    """Whatever the refusal (kubelet newer, kubelet more than 3 minors behind, kubeadm of
+    another minor), the version it advises is one gpu-cluster:kubernetesVersion takes and the
+    check then passes with (advising "1.34 or newer" under a 1.37 API server sent the operator
+    to 1.34, which the kubeadm check refuses next)."""
+    cluster.state("kubectl/api", server)
+    params = {"KUBERNETES_MINOR": kubelet, "SUPPORTED_MINORS": SUPPORTED}
+    refused = cluster.run("check-version-skew.sh", params)
+    assert refused.returncode == 1, refused.stderr
+    advised = ADVICE.search(refused.stderr)
+    assert advised, refused.stderr
+    # The window gpu-cluster:kubernetesVersion is validated against (Settings._supported_minor).
+    assert advised.group(1) in SUPPORTED_KUBERNETES_MINORS
+    accepted = cluster.run(
+        "check-version-skew.sh", {**params, "KUBERNETES_MINOR": advised.group(1)}
+    )
+    assert accepted.returncode == 0, accepted.stderr
+    assert "version skew ok" in accepted.stderr
+
+
+@pytest.mark.parametrize(
+    ("server", "advice"),
+    [
+        (
+            "v1.31.4",
+            "upgrade the cluster with kubeadm, one minor at a time, to 1.33, then set "
+            "gpu-cluster:kubernetesVersion to 1.33",
+        ),
+        ("v1.38.0", "kubeadm does not downgrade: a cluster on 1.38 needs a release of this"),
+    ],
+)
+def test_skew_advice_for_a_cluster_outside_the_supported_window(cluster, server, advice):
+    """The API server's own minor is not one gpu-cluster:kubernetesVersion accepts: the advice
+    says how the cluster reaches one, never to set a version the program refuses."""
+    cluster.state("kubectl/api", server)
+    params = {"KUBERNETES_MINOR": "1.35", "SUPPORTED_MINORS": SUPPORTED}
+    result = cluster.run("check-version-skew.sh", params)
+    assert result.returncode == 1, result.stderr
+    assert f"this program installs {SUPPORTED.replace(',', ', ')} only" in result.stderr
+    assert advice in result.stderr, result.stderr
+    named = ADVICE.findall(result.stderr)
+    assert all(minor in SUPPORTED_KUBERNETES_MINORS for minor in named), named
 
 
 def test_skew_on_a_host_that_is_not_a_control_plane(sandbox):
