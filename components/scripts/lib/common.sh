@@ -12,6 +12,10 @@
 #   APT_RETRIES                attempts for apt-get update/install (default 3)
 #   CLOUD_INIT_TIMEOUT_SECONDS bound on `cloud-init status --wait` (default 900)
 #   DOWNLOAD_RETRIES           attempts for a download (default 5)
+#   POLL_SECONDS               pause between two looks at the API server (readyz, a
+#                              kubelet's certificate request) while waiting (default 5)
+#   SLOT_POLL_SECONDS          pause between two tries for a rolling slot of a pool while all
+#                              are held (default 10)
 
 # ---- progress and failure ---------------------------------------------------
 
