@@ -20,7 +20,6 @@ access) and valid for `kubeconfig.validityHours`.
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -47,23 +46,6 @@ NODE_READY_TIMEOUT_SECONDS = 600
 DELETE_DRAIN_TIMEOUT_SECONDS = 300  # drain-node.sh, when a node is deleted
 # The CNI of the managed control plane: flannel, pinned to one release manifest.
 FLANNEL_VERSION = "v0.27.4"
-
-
-def kubelet_client_address(config: ExistingControlPlane) -> str | None:
-    """The address an existing control plane reaches node kubelets from: the API endpoint's
-    private IP (what nodes join, so the VPC-side address), else the SSH host's private IP, else
-    any IP given; None when both are DNS names."""
-    assert config.host is not None and config.endpoint is not None  # settings checks both
-    candidates = [config.endpoint.rpartition(":")[0].strip("[]"), config.host]
-    addresses = []
-    for candidate in candidates:
-        try:
-            addresses.append(ipaddress.ip_address(candidate))
-        except ValueError:
-            continue
-    private = [a for a in addresses if a.is_private]
-    chosen = (private or addresses or [None])[0]
-    return None if chosen is None else str(chosen)
 
 
 @dataclass(frozen=True)
@@ -340,7 +322,7 @@ class ControlPlane(pulumi.ComponentResource):
             host_key=config.host_key,
             user=config.user,
         )
-        source = kubelet_client_address(config)
+        source = config.kubelet_client_address
         if source is not None:
             kubelet_client_cidrs = pulumi.Output.from_input([f"{source}/32"])
         else:

@@ -281,6 +281,22 @@ class ExistingControlPlane(Model):
             raise problems(found)
         return self
 
+    @property
+    def kubelet_client_address(self) -> str | None:
+        """The address this control plane reaches node kubelets from: the API endpoint's
+        private IP (what nodes join, so the VPC-side address), else the SSH host's private IP,
+        else any IP given; None when both are DNS names."""
+        assert self.host is not None and self.endpoint is not None  # _reachable checks both
+        addresses = []
+        for candidate in (self.endpoint.rpartition(":")[0].strip("[]"), self.host):
+            try:
+                addresses.append(ipaddress.ip_address(candidate))
+            except ValueError:
+                continue
+        private = [a for a in addresses if a.is_private]
+        chosen = (private or addresses or [None])[0]
+        return None if chosen is None else str(chosen)
+
 
 ControlPlane = Annotated[ManagedControlPlane | ExistingControlPlane, Field(discriminator="mode")]
 
