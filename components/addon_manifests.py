@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from components.kubernetes_manifests import MANAGED_BY, tolerations
+from components.kubernetes_manifests import daemon_set_spec, tolerations
 from components.labels import EFA_LABEL, GPU_PRESENT_LABEL
 from components.settings import DcgmExporter, Taint
 
@@ -57,39 +57,35 @@ def efa_plugin_labels() -> dict[str, str]:
 def efa_plugin_daemon_set_spec(*, pool_taints: Iterable[Taint] | None = None) -> dict[str, Any]:
     """One plugin pod on each node labelled EFA_LABEL=true, tolerating the pools' taints."""
     selector = efa_plugin_labels()
-    return {
-        "selector": {"matchLabels": selector},
-        "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
-        "template": {
-            "metadata": {"labels": {**selector, **MANAGED_BY}},
-            "spec": {
-                "automountServiceAccountToken": False,
-                "priorityClassName": "system-node-critical",
-                "nodeSelector": {EFA_LABEL: "true"},
-                "tolerations": tolerations(pool_taints),
-                "hostNetwork": True,
-                "containers": [
-                    {
-                        "name": EFA_PLUGIN_NAME,
-                        "image": EFA_PLUGIN_IMAGE,
-                        "securityContext": {"privileged": True, "runAsUser": 0},
-                        "resources": {"requests": {"cpu": "10m", "memory": "20Mi"}},
-                        "volumeMounts": [
-                            {"name": "device-plugin", "mountPath": DEVICE_PLUGINS_HOST_PATH},
-                            {"name": "infiniband", "mountPath": INFINIBAND_HOST_PATH},
-                        ],
-                    }
-                ],
-                "volumes": [
-                    {
-                        "name": "device-plugin",
-                        "hostPath": {"path": DEVICE_PLUGINS_HOST_PATH, "type": "Directory"},
-                    },
-                    {"name": "infiniband", "hostPath": {"path": INFINIBAND_HOST_PATH}},
-                ],
-            },
+    return daemon_set_spec(
+        selector,
+        {
+            "automountServiceAccountToken": False,
+            "priorityClassName": "system-node-critical",
+            "nodeSelector": {EFA_LABEL: "true"},
+            "tolerations": tolerations(pool_taints),
+            "hostNetwork": True,
+            "containers": [
+                {
+                    "name": EFA_PLUGIN_NAME,
+                    "image": EFA_PLUGIN_IMAGE,
+                    "securityContext": {"privileged": True, "runAsUser": 0},
+                    "resources": {"requests": {"cpu": "10m", "memory": "20Mi"}},
+                    "volumeMounts": [
+                        {"name": "device-plugin", "mountPath": DEVICE_PLUGINS_HOST_PATH},
+                        {"name": "infiniband", "mountPath": INFINIBAND_HOST_PATH},
+                    ],
+                }
+            ],
+            "volumes": [
+                {
+                    "name": "device-plugin",
+                    "hostPath": {"path": DEVICE_PLUGINS_HOST_PATH, "type": "Directory"},
+                },
+                {"name": "infiniband", "hostPath": {"path": INFINIBAND_HOST_PATH}},
+            ],
         },
-    }
+    )
 
 
 # ---------------------------------------------------------------- DCGM exporter
@@ -104,51 +100,47 @@ def dcgm_exporter_daemon_set_spec(
 ) -> dict[str, Any]:
     """One exporter pod on each GPU node (GPU_PRESENT_LABEL=true), tolerating the pools' taints."""
     selector = dcgm_exporter_labels()
-    return {
-        "selector": {"matchLabels": selector},
-        "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
-        "template": {
-            "metadata": {"labels": {**selector, **MANAGED_BY}},
-            "spec": {
-                "automountServiceAccountToken": False,
-                "nodeSelector": {GPU_PRESENT_LABEL: "true"},
-                "tolerations": tolerations(pool_taints),
-                "containers": [
-                    {
-                        "name": DCGM_EXPORTER_NAME,
-                        "image": settings.image,
-                        "env": [
-                            {"name": "DCGM_EXPORTER_LISTEN", "value": f":{DCGM_EXPORTER_PORT}"},
-                            {"name": "DCGM_EXPORTER_KUBERNETES", "value": "true"},
-                            {
-                                "name": "NODE_NAME",
-                                "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}},
-                            },
-                        ],
-                        "ports": [{"name": "metrics", "containerPort": DCGM_EXPORTER_PORT}],
-                        "securityContext": {"privileged": True, "runAsUser": 0},
-                        "resources": {
-                            "limits": {"cpu": "200m", "memory": "256Mi"},
-                            "requests": {"cpu": "100m", "memory": "128Mi"},
+    return daemon_set_spec(
+        selector,
+        {
+            "automountServiceAccountToken": False,
+            "nodeSelector": {GPU_PRESENT_LABEL: "true"},
+            "tolerations": tolerations(pool_taints),
+            "containers": [
+                {
+                    "name": DCGM_EXPORTER_NAME,
+                    "image": settings.image,
+                    "env": [
+                        {"name": "DCGM_EXPORTER_LISTEN", "value": f":{DCGM_EXPORTER_PORT}"},
+                        {"name": "DCGM_EXPORTER_KUBERNETES", "value": "true"},
+                        {
+                            "name": "NODE_NAME",
+                            "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}},
                         },
-                        "volumeMounts": [
-                            {
-                                "name": "pod-gpu-resources",
-                                "mountPath": POD_RESOURCES_HOST_PATH,
-                                "readOnly": True,
-                            }
-                        ],
-                    }
-                ],
-                "volumes": [
-                    {
-                        "name": "pod-gpu-resources",
-                        "hostPath": {"path": POD_RESOURCES_HOST_PATH, "type": "Directory"},
-                    }
-                ],
-            },
+                    ],
+                    "ports": [{"name": "metrics", "containerPort": DCGM_EXPORTER_PORT}],
+                    "securityContext": {"privileged": True, "runAsUser": 0},
+                    "resources": {
+                        "limits": {"cpu": "200m", "memory": "256Mi"},
+                        "requests": {"cpu": "100m", "memory": "128Mi"},
+                    },
+                    "volumeMounts": [
+                        {
+                            "name": "pod-gpu-resources",
+                            "mountPath": POD_RESOURCES_HOST_PATH,
+                            "readOnly": True,
+                        }
+                    ],
+                }
+            ],
+            "volumes": [
+                {
+                    "name": "pod-gpu-resources",
+                    "hostPath": {"path": POD_RESOURCES_HOST_PATH, "type": "Directory"},
+                }
+            ],
         },
-    }
+    )
 
 
 def dcgm_exporter_service_spec() -> dict[str, Any]:

@@ -40,6 +40,7 @@ from components.kubernetes_manifests import (
     DEVICE_PLUGIN_CONFIG_MAP,
     DEVICE_PLUGIN_SECURITY_CONTEXT,
     MANAGED_BY,
+    daemon_set_spec,
     device_plugin_config,
     device_plugin_image,
     namespace,
@@ -109,49 +110,43 @@ def gfd_daemon_set_spec(
     def field(path: str) -> dict[str, Any]:
         return {"valueFrom": {"fieldRef": {"fieldPath": path}}}
 
-    return {
-        "selector": {"matchLabels": selector},
-        "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
-        "template": {
-            "metadata": {
-                "labels": {**selector, **MANAGED_BY},
-                "annotations": {CONFIG_HASH_ANNOTATION: config_hash},
-            },
-            "spec": {
-                "serviceAccountName": GFD_NAME,
-                "priorityClassName": "system-node-critical",
-                "nodeSelector": {GPU_PRESENT_LABEL: "true"},
-                "tolerations": tolerations(pool_taints),
-                "containers": [
-                    {
-                        "name": f"{GFD_NAME}-ctr",
-                        "image": device_plugin_image(settings),
-                        "command": [GFD_BINARY],
-                        "env": [
-                            {"name": "NODE_NAME", **field("spec.nodeName")},
-                            {"name": "NAMESPACE", **field("metadata.namespace")},
-                            {"name": "POD_NAME", **field("metadata.name")},
-                            {"name": "USE_NODE_FEATURE_API", "value": "true"},
-                            {"name": "CONFIG_FILE", "value": f"{CONFIG_MOUNT_PATH}/{CONFIG_KEY}"},
-                            # Labels change only when the GPUs do: no timestamp label rewritten
-                            # every minute.
-                            {"name": "GFD_NO_TIMESTAMP", "value": "true"},
-                        ],
-                        "securityContext": DEVICE_PLUGIN_SECURITY_CONTEXT,
-                        "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
-                        "volumeMounts": [
-                            {"name": "host-sys", "mountPath": "/sys", "readOnly": True},
-                            {"name": "config", "mountPath": CONFIG_MOUNT_PATH, "readOnly": True},
-                        ],
-                    }
-                ],
-                "volumes": [
-                    {"name": "host-sys", "hostPath": {"path": "/sys", "type": "Directory"}},
-                    {"name": "config", "configMap": {"name": DEVICE_PLUGIN_CONFIG_MAP}},
-                ],
-            },
+    return daemon_set_spec(
+        selector,
+        {
+            "serviceAccountName": GFD_NAME,
+            "priorityClassName": "system-node-critical",
+            "nodeSelector": {GPU_PRESENT_LABEL: "true"},
+            "tolerations": tolerations(pool_taints),
+            "containers": [
+                {
+                    "name": f"{GFD_NAME}-ctr",
+                    "image": device_plugin_image(settings),
+                    "command": [GFD_BINARY],
+                    "env": [
+                        {"name": "NODE_NAME", **field("spec.nodeName")},
+                        {"name": "NAMESPACE", **field("metadata.namespace")},
+                        {"name": "POD_NAME", **field("metadata.name")},
+                        {"name": "USE_NODE_FEATURE_API", "value": "true"},
+                        {"name": "CONFIG_FILE", "value": f"{CONFIG_MOUNT_PATH}/{CONFIG_KEY}"},
+                        # Labels change only when the GPUs do: no timestamp label rewritten
+                        # every minute.
+                        {"name": "GFD_NO_TIMESTAMP", "value": "true"},
+                    ],
+                    "securityContext": DEVICE_PLUGIN_SECURITY_CONTEXT,
+                    "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}},
+                    "volumeMounts": [
+                        {"name": "host-sys", "mountPath": "/sys", "readOnly": True},
+                        {"name": "config", "mountPath": CONFIG_MOUNT_PATH, "readOnly": True},
+                    ],
+                }
+            ],
+            "volumes": [
+                {"name": "host-sys", "hostPath": {"path": "/sys", "type": "Directory"}},
+                {"name": "config", "configMap": {"name": DEVICE_PLUGIN_CONFIG_MAP}},
+            ],
         },
-    }
+        annotations={CONFIG_HASH_ANNOTATION: config_hash},
+    )
 
 
 # ---------------------------------------------------------------- NFD master

@@ -192,6 +192,24 @@ def device_plugin_labels() -> dict[str, str]:
     return {"app.kubernetes.io/name": DEVICE_PLUGIN_NAME}
 
 
+def daemon_set_spec(
+    selector: dict[str, str],
+    pod_spec: dict[str, Any],
+    *,
+    annotations: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """The spec of one of our DaemonSets: pods labelled `selector` (and MANAGED_BY), with
+    `annotations` on the pod template (a config hash restarts them), replaced one node at a time."""
+    metadata: dict[str, Any] = {"labels": {**selector, **MANAGED_BY}}
+    if annotations:
+        metadata["annotations"] = annotations
+    return {
+        "selector": {"matchLabels": selector},
+        "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
+        "template": {"metadata": metadata, "spec": pod_spec},
+    }
+
+
 def device_plugin_daemon_set_spec(
     settings: DevicePlugin, *, pool_taints: Iterable[Taint] | None = None
 ) -> dict[str, Any]:
@@ -199,44 +217,38 @@ def device_plugin_daemon_set_spec(
     the GPU taint and each of `pool_taints` (every taint, when they are not given)."""
     config_hash = hashlib.sha256(device_plugin_config(settings).encode()).hexdigest()
     selector = device_plugin_labels()
-    return {
-        "selector": {"matchLabels": selector},
-        "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1}},
-        "template": {
-            "metadata": {
-                "labels": {**selector, **MANAGED_BY},
-                "annotations": {CONFIG_HASH_ANNOTATION: config_hash},
-            },
-            "spec": {
-                "priorityClassName": "system-node-critical",
-                "nodeSelector": {GPU_PRESENT_LABEL: "true"},
-                "tolerations": tolerations(pool_taints),
-                "containers": [
-                    {
-                        "name": DEVICE_PLUGIN_CONTAINER,
-                        "image": device_plugin_image(settings),
-                        "args": [f"--config-file={CONFIG_MOUNT_PATH}/{CONFIG_KEY}"],
-                        "env": [{"name": "FAIL_ON_INIT_ERROR", "value": "false"}],
-                        "securityContext": DEVICE_PLUGIN_SECURITY_CONTEXT,
-                        "volumeMounts": [
-                            {
-                                "name": "kubelet-device-plugins-dir",
-                                "mountPath": DEVICE_PLUGINS_HOST_PATH,
-                            },
-                            {"name": "config", "mountPath": CONFIG_MOUNT_PATH, "readOnly": True},
-                        ],
-                    }
-                ],
-                "volumes": [
-                    {
-                        "name": "kubelet-device-plugins-dir",
-                        "hostPath": {"path": DEVICE_PLUGINS_HOST_PATH, "type": "Directory"},
-                    },
-                    {"name": "config", "configMap": {"name": DEVICE_PLUGIN_CONFIG_MAP}},
-                ],
-            },
+    return daemon_set_spec(
+        selector,
+        {
+            "priorityClassName": "system-node-critical",
+            "nodeSelector": {GPU_PRESENT_LABEL: "true"},
+            "tolerations": tolerations(pool_taints),
+            "containers": [
+                {
+                    "name": DEVICE_PLUGIN_CONTAINER,
+                    "image": device_plugin_image(settings),
+                    "args": [f"--config-file={CONFIG_MOUNT_PATH}/{CONFIG_KEY}"],
+                    "env": [{"name": "FAIL_ON_INIT_ERROR", "value": "false"}],
+                    "securityContext": DEVICE_PLUGIN_SECURITY_CONTEXT,
+                    "volumeMounts": [
+                        {
+                            "name": "kubelet-device-plugins-dir",
+                            "mountPath": DEVICE_PLUGINS_HOST_PATH,
+                        },
+                        {"name": "config", "mountPath": CONFIG_MOUNT_PATH, "readOnly": True},
+                    ],
+                }
+            ],
+            "volumes": [
+                {
+                    "name": "kubelet-device-plugins-dir",
+                    "hostPath": {"path": DEVICE_PLUGINS_HOST_PATH, "type": "Directory"},
+                },
+                {"name": "config", "configMap": {"name": DEVICE_PLUGIN_CONFIG_MAP}},
+            ],
         },
-    }
+        annotations={CONFIG_HASH_ANNOTATION: config_hash},
+    )
 
 
 # ---------------------------------------------------------------- validation Job
