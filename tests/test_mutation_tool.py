@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 
 from tools.mutation import bash, python
+from tools.mutation.coverage_map import LineMap
 from tools.mutation.mutants import sample
 from tools.mutation.run import choose, execute
 from tools.mutation.testmap import matching_tests
@@ -151,3 +152,42 @@ def test_a_tiny_project_gets_a_kill_rate_and_its_survivors(tmp_path):
     for survivor in report.survivors():
         assert survivor.key in text and survivor.diff.splitlines()[0] in text
     assert (tmp_path / "components" / "limits.py").read_text().startswith("def in_range(value):\n")
+
+
+def test_the_coverage_run_is_kept_and_reused(tmp_path):
+    """The line map costs a suite run under coverage: `coverage_data` keeps it (with each test's
+    seconds) for the next run over the same tests, which then skips that run."""
+    project = tmp_path / "project"
+    (project / "components").mkdir(parents=True)
+    (project / "tests").mkdir()
+    (project / "components" / "__init__.py").write_text("")
+    (project / "tests" / "__init__.py").write_text("")
+    (project / "components" / "limits.py").write_text(
+        "def in_range(value):\n    return 0 < value <= 10\n"
+    )
+    (project / "tests" / "test_limits.py").write_text(
+        "from components.limits import in_range\n\n\n"
+        "def test_bounds():\n    assert in_range(1) and not in_range(0)\n"
+    )
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    mutants = choose(project, ["components/limits.py"], 2, seed=1)
+    kept = tmp_path / "coverage" / "data"
+    first = execute(project, mutants, timeout=120, coverage_data=kept)
+    assert kept.exists()
+    durations = kept.with_name("data.durations.json").read_text()
+    assert "tests/test_limits.py::test_bounds" in durations
+    kept.with_name("data.durations.json").write_text('{"tests/test_limits.py::test_bounds": 7.5}')
+    second = execute(project, mutants, timeout=120, coverage_data=kept)
+    assert [o.status for o in second.outcomes] == [o.status for o in first.outcomes]
+    assert any(o.caught_by.startswith("FAILED tests/test_limits.py") for o in second.outcomes)
+
+
+def test_the_tests_of_a_line_run_fastest_first():
+    lines = {"components/a.py": {3: ["tests/t.py::slow", "tests/t.py::unknown", "tests/t.py::fast"]}}
+    seconds = {"tests/t.py::slow": 9.0, "tests/t.py::fast": 0.2}
+    assert LineMap(lines, seconds).tests_of("components/a.py", 3) == [
+        "tests/t.py::fast",
+        "tests/t.py::slow",
+        "tests/t.py::unknown",
+    ]
+    assert LineMap(lines, seconds).tests_of("components/a.py", 4) == []

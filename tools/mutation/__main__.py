@@ -48,7 +48,9 @@ def main(argv: list[str] | None = None) -> int:
         "(the survivors of another run, against a tree with more tests)",
     )
     parser.add_argument(
-        "--coverage-data", type=Path, help="reuse this coverage data file of the same tests"
+        "--coverage-data",
+        type=Path,
+        help="coverage data file of the same tests: reused when it exists, else written there",
     )
     parser.add_argument("--list", action="store_true", help="print the sample and its tests only")
     parser.add_argument("--json", type=Path, help="also write every outcome to this file")

@@ -2,14 +2,23 @@
 context per test function (coverage.py `dynamic_context = test_function`).
 
 A Python mutant then runs only the tests that execute its line (the tests that can see it),
-instead of every test of the program. Lines that run at import time only (constants, class
-bodies) have no test context: their mutants fall back to the file-level map (testmap.py).
+instead of every test of the program, fastest first (durations from the same run's JUnit report),
+so that a killed mutant usually stops at its first few tests. Lines that run at import time only
+(constants, class bodies) have no test context: their mutants fall back to the file-level map
+(testmap.py).
+
+The run takes as long as the suite under coverage (minutes); `keep` saves its data file and
+durations so the next run over the same tests (`reuse`) skips it.
 """
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from coverage import CoverageData
@@ -33,31 +42,75 @@ def _node_id(context: str, root: Path) -> str | None:
     return None
 
 
+@dataclass
+class LineMap:
+    """{source file: {line: [pytest node ids that execute it]}}, and seconds per node id."""
+
+    lines: dict[str, dict[int, list[str]]] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def tests_of(self, source: str, line: int) -> list[str]:
+        """The node ids that execute `line` of `source`, fastest first (unknown ones last)."""
+        tests = self.lines.get(source, {}).get(line, [])
+        return sorted(tests, key=lambda n: (self.seconds.get(n, float("inf")), n))
+
+
+def _durations_path(data_file: Path) -> Path:
+    return data_file.with_name(data_file.name + ".durations.json")
+
+
 def line_tests(
-    root: Path, test_files: list[str], timeout: float, reuse: Path | None = None
-) -> dict[str, dict[int, list[str]]]:
-    """{source file: {line: [pytest node ids that execute it]}} for the given test files, run
-    once under coverage in root (a private copy: the data file lands there), or read from the
-    data file of an earlier run (`reuse`) of the same tests."""
+    root: Path,
+    test_files: list[str],
+    timeout: float,
+    reuse: Path | None = None,
+    keep: Path | None = None,
+) -> LineMap:
+    """The line map of the given test files, run once under coverage in root (a private copy:
+    the data file lands there), or read from an earlier run's data file (`reuse`) of the same
+    tests. `keep`: also copy this run's data file (and its durations) there."""
     if not test_files:
-        return {}
+        return LineMap()
     if reuse is not None:
         return _read(reuse, root)
     rc = root / ".mutation-coveragerc"
     rc.write_text(RC)
     data_file = root / ".mutation-coverage"
+    report = root / ".mutation-junit.xml"
     command = [
         sys.executable, "-m", "coverage", "run", f"--rcfile={rc}", f"--data-file={data_file}",
-        "-m", "pytest", "-q", "-p", "no:cacheprovider",
+        "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
         *[f"--deselect={d}" for d in DESELECT], *test_files,
     ]  # fmt: skip
     subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=timeout, check=False)
     if not data_file.exists():
-        return {}
+        return LineMap()
+    durations = _durations_path(data_file)
+    durations.write_text(json.dumps(_seconds_by_function(report, root), sort_keys=True))
+    if keep is not None:
+        keep.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(data_file, keep)
+        shutil.copyfile(durations, _durations_path(keep))
     return _read(data_file, root)
 
 
-def _read(data_file: Path, root: Path) -> dict[str, dict[int, list[str]]]:
+def _seconds_by_function(report: Path, root: Path) -> dict[str, float]:
+    """Seconds per test function (parametrized cases summed), keyed like the coverage
+    contexts' node ids, from pytest's JUnit XML."""
+    if not report.exists():
+        return {}
+    seconds: dict[str, float] = {}
+    for case in ET.parse(report).getroot().iter("testcase"):
+        name = case.get("name", "").split("[", 1)[0]
+        node = _node_id(f"{case.get('classname', '')}.{name}", root)
+        if node:
+            seconds[node] = seconds.get(node, 0.0) + float(case.get("time") or 0)
+    return seconds
+
+
+def _read(data_file: Path, root: Path) -> LineMap:
+    durations = _durations_path(data_file)
+    seconds = json.loads(durations.read_text()) if durations.exists() else {}
     data = CoverageData(basename=str(data_file))
     data.read()
     found: dict[str, dict[int, list[str]]] = {}
@@ -70,12 +123,10 @@ def _read(data_file: Path, root: Path) -> dict[str, dict[int, list[str]]]:
             if ids:
                 by_line[line] = ids
         found[relative] = by_line
-    return found
+    return LineMap(found, seconds)
 
 
-def selection_for(
-    source: str, line: int, coverage: dict[str, dict[int, list[str]]], fallback: Selection
-) -> Selection:
-    """The tests that execute `line` of `source`, or the file-level fallback."""
-    tests = coverage.get(source, {}).get(line)
+def selection_for(source: str, line: int, coverage: LineMap, fallback: Selection) -> Selection:
+    """The tests that execute `line` of `source` (fastest first), or the file-level fallback."""
+    tests = coverage.tests_of(source, line)
     return Selection(tuple(tests)) if tests else fallback

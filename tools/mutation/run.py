@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tools.mutation import bash, python
-from tools.mutation.coverage_map import line_tests, selection_for
+from tools.mutation.coverage_map import LineMap, line_tests, selection_for
 from tools.mutation.mutants import Mutant, sample
 from tools.mutation.testmap import NOT_BEHAVIOUR, Selection, matching_tests
 
@@ -143,7 +143,8 @@ def run_tests(workdir: Path, selection: Selection, timeout: float) -> tuple[str,
     if proc.returncode == 5:
         return "no-tests", ""
     failed = [line for line in proc.stdout.splitlines() if line.startswith(("FAILED ", "ERROR "))]
-    return "killed", (failed[0] if failed else proc.stdout.strip().splitlines()[-1:] or [""])[0]
+    last = proc.stdout.strip().splitlines()[-1:] or [""]
+    return "killed", (failed or last)[0]
 
 
 def all_behaviour_tests(root: Path) -> Selection:
@@ -170,7 +171,7 @@ def execute(
     the tests that execute its line, from one coverage run, when `by_line`)."""
     originals = {m.path: (root / m.path).read_text(encoding="utf-8") for m in mutants}
     selections = {path: matching_tests(path, root) for path in originals}
-    coverage: dict[str, dict[int, list[str]]] = {}
+    coverage = LineMap()
     work: queue.Queue[tuple[int, Mutant]] = queue.Queue()
     for item in enumerate(mutants):
         work.put(item)
@@ -220,8 +221,13 @@ def execute(
         )
         if by_line and python_tests:
             progress(f"coverage run of {len(python_tests)} test files, for tests by line")
+            reuse = coverage_data if coverage_data and coverage_data.exists() else None
             coverage = line_tests(
-                copies[0], python_tests, timeout=max(timeout, 3600), reuse=coverage_data
+                copies[0],
+                python_tests,
+                timeout=max(timeout, 3600),
+                reuse=reuse,
+                keep=coverage_data if reuse is None else None,
             )
         threads = [threading.Thread(target=worker, args=(c,)) for c in copies]
         for t in threads:
