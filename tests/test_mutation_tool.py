@@ -183,7 +183,9 @@ def test_the_coverage_run_is_kept_and_reused(tmp_path):
 
 
 def test_the_tests_of_a_line_run_fastest_first():
-    lines = {"components/a.py": {3: ["tests/t.py::slow", "tests/t.py::unknown", "tests/t.py::fast"]}}
+    lines = {
+        "components/a.py": {3: ["tests/t.py::slow", "tests/t.py::unknown", "tests/t.py::fast"]}
+    }
     seconds = {"tests/t.py::slow": 9.0, "tests/t.py::fast": 0.2}
     assert LineMap(lines, seconds).tests_of("components/a.py", 3) == [
         "tests/t.py::fast",
