@@ -71,10 +71,20 @@ class Host:
     identity: pulumi.Input[str]
     _connection: dict[str, Any] = field(repr=False)
     _proxy: dict[str, Any] | None = field(default=None, repr=False)
+    # One connection per dial limit, shared by every step on the host: a machine's key is
+    # known only once it exists, and one Output per host (not per step) waits for it.
+    _built: dict[int, pulumi.Input[command.remote.ConnectionArgs]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     def connection(
         self, dial_error_limit: int = DIAL_FOREVER
     ) -> pulumi.Input[command.remote.ConnectionArgs]:
+        if dial_error_limit not in self._built:
+            self._built[dial_error_limit] = self._build(dial_error_limit)
+        return self._built[dial_error_limit]
+
+    def _build(self, dial_error_limit: int) -> pulumi.Input[command.remote.ConnectionArgs]:
         proxy = None
         if self._proxy is not None:
             proxy = command.remote.ProxyConnectionArgs(
