@@ -27,6 +27,9 @@ _SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
 _SIG_KEY = "4dabf18193072939515e22adb298388d"
 
 ROOT_STACK_TYPE = "pulumi:pulumi:Stack"
+# Strings at least this long (rendered host scripts, manifests) are kept once: the recorded
+# inputs share them with the mock monitor's copy of the same resource's state.
+_SHARED_STRING_CHARS = 256
 
 
 def engine_urn(parent: str | None, type_: str, name: str, *, project: str, stack: str) -> str:
@@ -50,6 +53,10 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         super().__init__(mocks)
         self.recorded: list[Resource] = []
         self.outputs_by_urn: dict[str, dict[str, Any]] = {}
+        # The SDK's MockMonitor keeps every resource's state (its inputs, for a mock that echoes
+        # them) and the program keeps the outputs: without sharing, each stdin of every step
+        # would be held a third time here (a third of the harness's memory at 1,000 nodes).
+        self._strings: dict[str, str] = {}
 
     def make_urn(self, parent: str, type_: str, name: str) -> str:
         if type_ == ROOT_STACK_TYPE:
@@ -66,6 +73,9 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         response = super().RegisterResource(request)
         if request.type == ROOT_STACK_TYPE:
             return response
+        registered = self.resources.get(response.urn)
+        if registered is not None:
+            _collect_strings(registered.state, self._strings)
         timeouts = request.customTimeouts
         self.recorded.append(
             Resource(
@@ -79,7 +89,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     key: set(deps.urns) for key, deps in request.propertyDependencies.items()
                 },
                 provider=request.provider or None,
-                inputs=_decode(json_format.MessageToDict(request.object)),
+                inputs=_decode(json_format.MessageToDict(request.object), self._strings),
                 custom_timeouts={
                     k: v
                     for k, v in (
@@ -110,16 +120,33 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         return super().RegisterResourceOutputs(request)
 
 
-def _decode(value: Any) -> Any:
+def _decode(value: Any, strings: dict[str, str] | None = None) -> Any:
+    """A MessageToDict struct as plain values: secrets as `Secret`, whole floats as ints, and
+    long strings replaced by the equal one in `strings` when there is one."""
     if isinstance(value, dict):
         if value.get(_SIG_KEY) == _SECRET_SIG:
-            return Secret(_decode(value.get("value")))
-        return {k: _decode(v) for k, v in value.items()}
+            return Secret(_decode(value.get("value"), strings))
+        return {k: _decode(v, strings) for k, v in value.items()}
     if isinstance(value, list):
-        return [_decode(v) for v in value]
+        return [_decode(v, strings) for v in value]
     if isinstance(value, float) and value.is_integer():
         return int(value)
+    if strings and isinstance(value, str) and len(value) >= _SHARED_STRING_CHARS:
+        return strings.get(value, value)
     return value
+
+
+def _collect_strings(value: Any, strings: dict[str, str]) -> None:
+    """Every long string in `value` (nested dicts and lists) into `strings`."""
+    if isinstance(value, str):
+        if len(value) >= _SHARED_STRING_CHARS:
+            strings.setdefault(value, value)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _collect_strings(item, strings)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _collect_strings(item, strings)
 
 
 def record(
