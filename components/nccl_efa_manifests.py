@@ -201,6 +201,7 @@ def two_node_command(pair: EfaPair, *, job: str, ssh_wait_seconds: int = SSH_WAI
         f'  export OMPI_MCA_plm_rsh_args="{ssh_args()}"\n'
         '  tmp="$(mktemp -d)"\n'
         "  waited=0\n"
+        "  # shellcheck disable=SC2086 # the options, split into words on purpose\n"
         f'  until ssh $OMPI_MCA_plm_rsh_args {worker} true 2>"$tmp/ssh.err"; do\n'
         f'    if [ "$waited" -ge {ssh_wait_seconds} ]; then\n'
         '      cat "$tmp/ssh.err" >&2\n'
@@ -224,8 +225,9 @@ def two_node_command(pair: EfaPair, *, job: str, ssh_wait_seconds: int = SSH_WAI
         "  printf '%s\\n' \"$out\"\n"
         "  networks=\"$(printf '%s\\n' \"$out\" | sed -n 's/.*NCCL INFO Using network "
         "\\([A-Za-z]*\\).*/\\1/p' | sort -u | tr '\\n' ' ')\"\n"
+        '  networks="${networks% }"\n'
         '  case "$networks" in\n'
-        '    "Libfabric ") ;;\n'
+        "    Libfabric) ;;\n"
         f'    "") fail "NCCL logged no \'Using network\' line (output above); look at '
         f'NCCL_DEBUG in the pods and the image {ALL_REDUCE_PERF}" ;;\n'
         f'    *) fail "NCCL used network(s) $networks instead of Libfabric only: all_reduce_perf '
