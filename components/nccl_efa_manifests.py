@@ -20,9 +20,11 @@ OMPI_MCA_orte_keep_fqdn_hostnames), as one Indexed Job:
   `plm_rsh_agent`, default `ssh : rsh`, and `plm_rsh_args`: open-mpi/ompi v4.1.x
   `orte/mca/plm/rsh/plm_rsh_component.c`; `--prefix` sets PATH and LD_LIBRARY_PATH for the remote
   orted, and `-x` hands the ranks their environment, which sshd does not pass on).
-- `successPolicy` (GA in Kubernetes 1.33, the oldest minor the program supports) ends the Job
-  when index 0 succeeds and stops the sshd pod; a failure of either pod counts against
-  backoffLimit like the other validation Jobs.
+- `successPolicy` ends the Job when index 0 succeeds and stops the sshd pod (KEP-3998, stable in
+  Kubernetes 1.33, the oldest minor the program supports; kubernetes.io blog "Kubernetes 1.33:
+  Job's SuccessPolicy Goes GA" names this MPI leader-follower case: the Job gets
+  SuccessCriteriaMet, its lingering pods are terminated, then Complete); a failure of either pod
+  counts against backoffLimit like the other validation Jobs.
 
 Both pods request every GPU of their node and its `vpc.amazonaws.com/efa` interfaces (the AWS EFA
 device plugin mounts their /dev/infiniband devices), and run at Pod Security `baseline`: no
@@ -51,14 +53,14 @@ from components.kubernetes_manifests import (
     VALIDATION_NAMESPACE,
     tolerations,
 )
+from components.labels import EFA_RESOURCE, POOL_LABEL
 from components.nccl_validation import ALL_REDUCE_PERF, MESSAGE_BYTES, SHM_SIZE
 from components.settings import Taint
 
 STAGE = "nccl-efa-all-reduce"
 CONTAINER = "nccl-efa-all-reduce"
-EFA_EXTENDED_RESOURCE = "vpc.amazonaws.com/efa"  # what the AWS EFA device plugin advertises
+EFA_EXTENDED_RESOURCE = EFA_RESOURCE  # what the AWS EFA device plugin advertises
 CHECK_LABEL = "gpu-cluster.io/nccl-efa-check"
-POOL_LABEL = "gpu-cluster.io/pool"
 OPENMPI_PREFIX = "/opt/amazon/openmpi"  # where the EFA installer puts Open MPI (image PATH)
 MPIRUN = f"{OPENMPI_PREFIX}/bin/mpirun"
 SSHD = "/usr/sbin/sshd"  # sshd re-executes itself, so it must be started by absolute path

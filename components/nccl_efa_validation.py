@@ -35,6 +35,7 @@ import pulumi_tls as tls
 from components import kubernetes_manifests as manifests
 from components import nccl_efa_manifests as efa
 from components.catalog import GpuInstanceType
+from components.labels import POOL_LABEL
 from components.settings import Settings, Taint
 
 if TYPE_CHECKING:
@@ -125,7 +126,7 @@ class NcclEfaValidation(pulumi.ComponentResource):
         job = efa.job_name(args.pool_resource_name)
         pair = efa.EfaPair(pool=args.pool, nodes=args.node_names, gpu_type=args.gpu_type)
         child = pulumi.ResourceOptions(parent=self, provider=args.provider)
-        labels = {**manifests.MANAGED_BY, efa.POOL_LABEL: args.pool}
+        labels = {**manifests.MANAGED_BY, POOL_LABEL: args.pool}
 
         client_key, host_key = (
             tls.PrivateKey(
