@@ -16,6 +16,11 @@ from components.feature_discovery import GpuFeatureDiscovery, GpuFeatureDiscover
 from components.gpu_image import baked_images
 from components.gpu_node import NVIDIA_CTK_VERSION, GpuNodePool, GpuNodePoolArgs, install_steps
 from components.host_keys import warn_unchecked
+from components.nccl_efa_validation import (
+    NcclEfaValidation,
+    NcclEfaValidationArgs,
+    needs_efa_check,
+)
 from components.nccl_validation import NcclValidation, NcclValidationArgs, needs_nccl_check
 from components.network import Network, NetworkArgs
 from components.validation import GpuValidation, validation_args
@@ -93,6 +98,21 @@ nccl_checks = {
     for node in pool.nodes
     if node.node_name in validations and settings.validation.nccl and needs_nccl_check(node)
 }
+# Per EFA pool of two or more nodes: its first two nodes over EFA, after both nodes' own checks;
+# no node's chain (its uncordon included) waits for it.
+for pool in pools:
+    if validations and settings.validation.nccl and needs_efa_check(pool):
+        NcclEfaValidation(
+            f"{settings.cluster_name}-{pool.pool.name}-nccl-efa",
+            NcclEfaValidationArgs.of(
+                pool,
+                settings,
+                validations=validations,
+                nccl_checks=nccl_checks,
+                device_plugin=device_plugin,
+                control_plane=control_plane,
+            ),
+        )
 
 # Each node's roll ends after its own checks: uncordon, slot back (components/rolling.py).
 for pool in pools:

@@ -379,7 +379,8 @@ class Validation(Model):
     nccl: bool = Field(
         default=True,
         description="Also run NCCL all_reduce_perf across the GPUs of every node with two or "
-        "more, against the instance type's bus-bandwidth floor (components/catalog.py)",
+        "more, and across two nodes over EFA in every EFA pool of two or more nodes, against "
+        "the instance type's bus-bandwidth floors (components/catalog.py)",
     )
     nccl_image: PinnedImage = Field(
         default=DEFAULT_NCCL_IMAGE,
