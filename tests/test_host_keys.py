@@ -115,8 +115,30 @@ def test_each_machine_boots_with_its_own_key_and_only_it(stack_graph):
         # provider's stored copy (a hash of the secret) is a secret output.
         assert "userData" in instance.ignore_changes, instance.urn
         assert "userData" in instance.additional_secret_outputs, instance.urn
-    keys = {r.name for r in graph.of_type(PRIVATE_KEY)}
+    # The two-node EFA check has keys of its own (its pods' SSH), under its component.
+    keys = {
+        r.name
+        for r in graph.of_type(PRIVATE_KEY)
+        if "gpu-cluster:index:NcclEfaValidation" not in (r.parent or "")
+    }
     assert keys == {f"{i.name}-host-key" for i in instances}, stack
+
+
+def test_an_efa_pool_checked_across_two_nodes_keeps_one_host_key_per_machine():
+    """The two-node EFA check brings SSH keys for its pods; they are not machine host keys, no
+    machine boots with them, and no step dials with them."""
+    pool = {"name": "h100", "instanceType": "p5.48xlarge", "count": 2, "efa": True}
+    graph = run_program("prod", config={"nodePools": [pool]})
+    instances = graph.of_type(INSTANCE)
+    check_keys = [r for r in graph.of_type(PRIVATE_KEY) if "NcclEfaValidation" in (r.parent or "")]
+    assert len(check_keys) == 2, [r.name for r in graph.of_type(PRIVATE_KEY)]
+    machine_keys = {r.name for r in graph.of_type(PRIVATE_KEY)} - {r.name for r in check_keys}
+    assert machine_keys == {f"{i.name}-host-key" for i in instances}
+    check_urns = {r.urn for r in check_keys}
+    for instance in instances:
+        assert not instance.dependencies & check_urns, instance.urn
+    for step in graph.of_type(COMMAND):
+        assert not step.dependencies & check_urns, f"{step.urn} dials with a pod key"
 
 
 def test_private_host_keys_are_never_plain(stack_graph):
