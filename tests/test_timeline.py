@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from tools import parallelism, step_durations, timeline
-from tools.harness.graph import HOST_CHAIN, VALIDATION_CHAIN
+from tools.harness.graph import HOST_CHAIN, VALIDATION_CHAIN, Graph
 from tools.harness.stacks import STACKS, load_stack_settings
 from tools.timeline import Task, node_overrides, simulate
 
@@ -152,6 +152,21 @@ def test_nodes_queue_when_slots_are_fewer_than_nodes(dev_three):
     assert wide.all == wide.first
     assert narrow.all > wide.all
     assert any(slot.waited > 0 for slot in narrow.schedule.times.values())
+
+
+def test_the_schedule_does_not_depend_on_the_order_the_program_registered_in(dev_three):
+    """Registration order varies between runs (Outputs resolve on threads); ties between steps
+    ready at the same moment are broken by URN, node 2 before node 10, so a table is
+    reproducible. Reversing the recorded order changes nothing."""
+    shuffled = Graph(list(reversed(dev_three.resources)), dev_three.outputs)
+    for parallel in (2, 5):
+        recorded = timeline.model("dev", dev_three, parallel=parallel)
+        reversed_ = timeline.model("dev", shuffled, parallel=parallel)
+        assert (reversed_.first, reversed_.all) == (recorded.first, recorded.all)
+        assert reversed_.schedule.times == recorded.schedule.times
+    keys = [t.key for t in timeline.tasks_from_graph(dev_three)]
+    nodes = [k.rsplit("::", 1)[1] for k in keys if k.endswith(("-a10g-0-join", "-a10g-2-join"))]
+    assert nodes == ["dev-gpu-a10g-0-join", "dev-gpu-a10g-2-join"], nodes
 
 
 def test_baked_nodes_only_verify(dev_three):

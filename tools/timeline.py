@@ -42,6 +42,7 @@ import contextlib
 import heapq
 import json
 import math
+import re
 import sys
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
@@ -239,10 +240,20 @@ def _default_provider(resource: Resource) -> str | None:
     return f"default-provider:{resource.type.split(':')[0]}"
 
 
+def _natural(text: str) -> tuple[tuple[int, int | str], ...]:
+    """A sort key that puts `node-2` before `node-10`."""
+    return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", text) if p)
+
+
 def tasks_from_graph(graph: Graph, baked: bool = False) -> list[Task]:
-    """One task per registered resource, in registration order, plus one per default provider."""
+    """One task per registered resource, plus one per default provider, in a fixed order.
+
+    The order breaks ties between steps ready at the same moment. The order in which the
+    program registers resources varies from run to run (Outputs resolve on threads), so the
+    tasks are ordered by URN, numbers compared as numbers (node 2 before node 10, as the program
+    constructs them): the same program gives the same schedule every time."""
     tasks: dict[str, Task] = {}
-    for resource in graph:
+    for resource in sorted(graph, key=lambda r: _natural(r.urn)):
         deps = set(graph.direct_dependencies(resource))
         if resource.parent in graph.by_urn:
             deps.add(resource.parent)
