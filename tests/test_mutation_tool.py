@@ -7,11 +7,11 @@ import subprocess
 import textwrap
 from pathlib import Path
 
-from tools.mutation import bash, python
-from tools.mutation.coverage_map import LineMap
+from tools.mutation import bash, python, readers
+from tools.mutation.coverage_map import LineMap, _node_id, selection_for
 from tools.mutation.mutants import sample
 from tools.mutation.run import choose, execute
-from tools.mutation.testmap import matching_tests
+from tools.mutation.testmap import Selection, matching_tests
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -193,3 +193,62 @@ def test_the_tests_of_a_line_run_fastest_first():
         "tests/t.py::unknown",
     ]
     assert LineMap(lines, seconds).tests_of("components/a.py", 4) == []
+
+
+def test_contexts_of_test_modules_without_a_package_map_to_node_ids(tmp_path):
+    """pytest imports tests/test_x.py as `test_x` when tests/ has no __init__.py; such a context
+    still names its test (a map without them sent every mutant to the whole suite)."""
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_limits.py").write_text("")
+    assert _node_id("test_limits.test_bounds", tmp_path) == "tests/test_limits.py::test_bounds"
+    assert _node_id("tests.test_limits.test_bounds", tmp_path) == (
+        "tests/test_limits.py::test_bounds"
+    )
+    assert _node_id("elsewhere.test_bounds", tmp_path) is None
+
+
+MODULE = textwrap.dedent(
+    """\
+    LIMIT = 10
+
+
+    class Pool:
+        count: int = 3
+
+        @property
+        def doubled(self):
+            return 2 * self.count
+
+
+    def in_range(value):
+        return 0 < value <= LIMIT
+    """
+)
+
+
+def test_an_import_time_line_names_what_it_defines():
+    assert readers.defined_at(MODULE, 1) == readers.Names(("LIMIT",), (), (1, 1))
+    assert readers.defined_at(MODULE, 5) == readers.Names(("Pool",), ("count",), (5, 5))
+    assert readers.defined_at(MODULE, 7) == readers.Names(("Pool",), ("doubled",), (7, 9))
+    assert readers.defined_at(MODULE, 12).module == ("in_range",)
+    assert readers.defined_at(MODULE, 2) == readers.Names()
+
+
+def test_an_import_time_line_runs_the_tests_that_execute_its_readers(tmp_path):
+    (tmp_path / "components").mkdir()
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "components" / "limits.py").write_text(MODULE)
+    (tmp_path / "tests" / "test_pins.py").write_text("from components.limits import LIMIT\n")
+    coverage = LineMap(
+        {"components/limits.py": {9: ["tests/test_pool.py::test_doubled"], 13: ["t.py::a"]}},
+        {"t.py::a": 2.0},
+    )
+    fallback = Selection(("tests/everything.py",))
+    limit = selection_for("components/limits.py", 1, coverage, fallback, tmp_path)
+    assert limit.files == ("t.py::a", "tests/test_pins.py")  # line 13 reads LIMIT
+    count = selection_for("components/limits.py", 5, coverage, fallback, tmp_path)
+    assert count.files == ("tests/test_pool.py::test_doubled",)  # `self.count` on line 9
+    assert selection_for("components/limits.py", 2, coverage, fallback, tmp_path) == fallback
+    assert selection_for("components/limits.py", 9, coverage, fallback, tmp_path).files == (
+        "tests/test_pool.py::test_doubled",
+    )

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from coverage import CoverageData
 
+from tools.mutation import readers
 from tools.mutation.testmap import DESELECT, Selection
 
 RC = """[run]
@@ -33,12 +34,17 @@ relative_files = true
 
 
 def _node_id(context: str, root: Path) -> str | None:
-    """tests.test_network.test_rules -> tests/test_network.py::test_rules (classes kept)."""
+    """tests.test_network.test_rules -> tests/test_network.py::test_rules (classes kept).
+
+    Without a tests/__init__.py, pytest imports a test module by its bare name (rootdir-relative
+    `prepend` import mode puts tests/ on sys.path), so the context reads
+    `test_network.test_rules`: looked up under tests/ as well."""
     parts = context.split(".")
     for split in range(len(parts) - 1, 0, -1):
-        module = Path(*parts[:split]).with_suffix(".py")
-        if (root / module).is_file():
-            return "::".join([module.as_posix(), *parts[split:]])
+        for base in (Path(), Path("tests")):
+            module = base / Path(*parts[:split]).with_suffix(".py")
+            if (root / module).is_file():
+                return "::".join([module.as_posix(), *parts[split:]])
     return None
 
 
@@ -126,7 +132,28 @@ def _read(data_file: Path, root: Path) -> LineMap:
     return LineMap(found, seconds)
 
 
-def selection_for(source: str, line: int, coverage: LineMap, fallback: Selection) -> Selection:
-    """The tests that execute `line` of `source` (fastest first), or the file-level fallback."""
+def selection_for(
+    source: str,
+    line: int,
+    coverage: LineMap,
+    fallback: Selection,
+    root: Path | None = None,
+    excluded: tuple[str, ...] = (),
+) -> Selection:
+    """The tests that execute `line` of `source` (fastest first); for a line that ran only at
+    import time, the tests that execute the lines reading what it defines, then the test files
+    that name it (tools/mutation/readers.py); else the file-level fallback."""
     tests = coverage.tests_of(source, line)
-    return Selection(tuple(tests)) if tests else fallback
+    if tests:
+        return Selection(tuple(tests))
+    if root is not None:
+        names = readers.defined_at((root / source).read_text(encoding="utf-8"), line)
+        found: set[str] = set()
+        for relative, numbers in readers.reader_lines(root, source, names).items():
+            for number in numbers:
+                found.update(coverage.tests_of(relative, number))
+        ordered = sorted(found, key=lambda n: (coverage.seconds.get(n, float("inf")), n))
+        ordered += [f for f in readers.test_files_naming(root, names) if f not in excluded]
+        if ordered:
+            return Selection(tuple(dict.fromkeys(ordered)))
+    return fallback

@@ -191,7 +191,9 @@ def execute(
                 target.write_text(mutant.apply(original), encoding="utf-8")
                 selection = selections[mutant.path]
                 if mutant.path.endswith(".py"):
-                    selection = selection_for(mutant.path, mutant.line, coverage, selection)
+                    selection = selection_for(
+                        mutant.path, mutant.line, coverage, selection, root, NOT_BEHAVIOUR
+                    )
                 status, caught = run_tests(copy, selection, timeout)
                 confirmed = False
                 if confirm and status == "survived":
