@@ -252,3 +252,45 @@ def test_an_import_time_line_runs_the_tests_that_execute_its_readers(tmp_path):
     assert selection_for("components/limits.py", 9, coverage, fallback, tmp_path).files == (
         "tests/test_pool.py::test_doubled",
     )
+
+
+def test_a_stopped_run_goes_on_from_its_journal(tmp_path):
+    """Each outcome is appended as it is decided; a second run over the same sample takes them
+    from the journal instead of running the mutants again."""
+    project = tmp_path / "project"
+    (project / "components").mkdir(parents=True)
+    (project / "tests").mkdir()
+    (project / "components" / "__init__.py").write_text("")
+    (project / "components" / "limits.py").write_text(
+        "def in_range(value):\n    return 0 < value <= 10\n"
+    )
+    test = project / "tests" / "test_limits.py"
+    test.write_text(
+        "from components.limits import in_range\n\n\n"
+        "def test_bounds():\n    assert in_range(1) and not in_range(0)\n"
+    )
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    mutants = choose(project, ["components/limits.py"], 2, seed=1)
+    journal = tmp_path / "journal.jsonl"
+    first = execute(project, mutants, timeout=120, journal=journal)
+    assert len(journal.read_text().splitlines()) == 2
+    assert any(o.status == "killed" for o in first.outcomes)
+    # Were the mutants run again, nothing would be killed now.
+    test.write_text("def test_bounds():\n    pass\n")
+    again = execute(project, mutants, timeout=120, journal=journal)
+    assert [(o.key, o.status) for o in again.outcomes] == [
+        (o.key, o.status) for o in first.outcomes
+    ]
+    assert len(journal.read_text().splitlines()) == 2
+    journal.write_text(journal.read_text().splitlines()[0] + "\n{cut sho")
+    resumed = execute(project, mutants, timeout=120, journal=journal)
+    assert [o.status for o in resumed.outcomes].count("survived") >= 1
+
+
+def test_tests_of_the_files_naming_the_source_run_first():
+    lines = {"components/a.py": {3: ["tests/t.py::fast", "tests/test_a.py::slow"]}}
+    seconds = {"tests/t.py::fast": 0.2, "tests/test_a.py::slow": 9.0}
+    assert LineMap(lines, seconds).tests_of("components/a.py", 3, {"tests/test_a.py"}) == [
+        "tests/test_a.py::slow",
+        "tests/t.py::fast",
+    ]

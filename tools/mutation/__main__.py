@@ -52,6 +52,12 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="coverage data file of the same tests: reused when it exists, else written there",
     )
+    parser.add_argument(
+        "--journal",
+        type=Path,
+        help="append each outcome to this JSON-lines file and take the outcomes it already "
+        "holds (a stopped run goes on where it was)",
+    )
     parser.add_argument("--list", action="store_true", help="print the sample and its tests only")
     parser.add_argument("--json", type=Path, help="also write every outcome to this file")
     args = parser.parse_args(argv)
@@ -81,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         confirm=args.confirm,
         by_line=not args.by_file,
         coverage_data=args.coverage_data,
+        journal=args.journal,
         progress=lambda line: print(line, file=sys.stderr, flush=True),
     )
     print(report.text())

@@ -18,13 +18,14 @@ import shutil
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from coverage import CoverageData
 
 from tools.mutation import readers
-from tools.mutation.testmap import DESELECT, Selection
+from tools.mutation.testmap import DESELECT, Selection, naming_tests
 
 RC = """[run]
 dynamic_context = test_function
@@ -55,10 +56,18 @@ class LineMap:
     lines: dict[str, dict[int, list[str]]] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
 
-    def tests_of(self, source: str, line: int) -> list[str]:
-        """The node ids that execute `line` of `source`, fastest first (unknown ones last)."""
-        tests = self.lines.get(source, {}).get(line, [])
-        return sorted(tests, key=lambda n: (self.seconds.get(n, float("inf")), n))
+    def tests_of(self, source: str, line: int, first: Collection[str] = ()) -> list[str]:
+        """The node ids that execute `line` of `source`: those of the test files in `first`
+        (the files that name `source`: they usually catch its mutant), then the rest; fastest
+        first within each (unknown ones last)."""
+        return self.ordered(self.lines.get(source, {}).get(line, []), first)
+
+    def ordered(self, tests: Iterable[str], first: Collection[str] = ()) -> list[str]:
+        def key(node: str) -> tuple[bool, float, str]:
+            named = node.split("::", 1)[0] in first
+            return (not named, self.seconds.get(node, float("inf")), node)
+
+        return sorted(set(tests), key=key)
 
 
 def _durations_path(data_file: Path) -> Path:
@@ -143,7 +152,8 @@ def selection_for(
     """The tests that execute `line` of `source` (fastest first); for a line that ran only at
     import time, the tests that execute the lines reading what it defines, then the test files
     that name it (tools/mutation/readers.py); else the file-level fallback."""
-    tests = coverage.tests_of(source, line)
+    first = set(naming_tests(source, root)) if root is not None else set()
+    tests = coverage.tests_of(source, line, first)
     if tests:
         return Selection(tuple(tests))
     if root is not None:
@@ -152,7 +162,7 @@ def selection_for(
         for relative, numbers in readers.reader_lines(root, source, names).items():
             for number in numbers:
                 found.update(coverage.tests_of(relative, number))
-        ordered = sorted(found, key=lambda n: (coverage.seconds.get(n, float("inf")), n))
+        ordered = coverage.ordered(found, first)
         ordered += [f for f in readers.test_files_naming(root, names) if f not in excluded]
         if ordered:
             return Selection(tuple(dict.fromkeys(ordered)))

@@ -165,17 +165,29 @@ def execute(
     confirm: bool = False,
     by_line: bool = True,
     coverage_data: Path | None = None,
+    journal: Path | None = None,
     progress: Callable[[str], None] = lambda _: None,
 ) -> Report:
     """Each mutant in a private copy of root, against the tests of its file (a Python mutant:
-    the tests that execute its line, from one coverage run, when `by_line`)."""
+    the tests that execute its line, from one coverage run, when `by_line`).
+
+    `journal`: a JSON-lines file each outcome is appended to as it is decided; the outcomes it
+    already holds for mutants of this sample (same key and diff) are taken as they are, so a
+    run that was stopped goes on where it was."""
     originals = {m.path: (root / m.path).read_text(encoding="utf-8") for m in mutants}
     selections = {path: matching_tests(path, root) for path in originals}
     coverage = LineMap()
+    done = read_journal(journal) if journal else {}
     work: queue.Queue[tuple[int, Mutant]] = queue.Queue()
-    for item in enumerate(mutants):
-        work.put(item)
     results: dict[int, Outcome] = {}
+    for index, mutant in enumerate(mutants):
+        earlier = done.get((mutant.key, mutant.diff(originals[mutant.path])))
+        if earlier is not None:
+            results[index] = earlier
+        else:
+            work.put((index, mutant))
+    if results:
+        progress(f"{len(results)} outcome(s) taken from {journal}")
     lock = threading.Lock()
 
     def worker(copy: Path) -> None:
@@ -214,6 +226,9 @@ def execute(
             )
             with lock:
                 results[index] = outcome
+                if journal is not None:
+                    with journal.open("a", encoding="utf-8") as out:
+                        out.write(json.dumps(asdict(outcome)) + "\n")
                 progress(f"[{len(results)}/{len(mutants)}] {status:8s} {mutant.key}")
 
     with tempfile.TemporaryDirectory(prefix="mutation-") as scratch:
@@ -221,7 +236,7 @@ def execute(
         python_tests = sorted(
             {f for path, s in selections.items() if path.endswith(".py") for f in s.files}
         )
-        if by_line and python_tests:
+        if by_line and python_tests and not work.empty():
             progress(f"coverage run of {len(python_tests)} test files, for tests by line")
             reuse = coverage_data if coverage_data and coverage_data.exists() else None
             coverage = line_tests(
@@ -237,6 +252,21 @@ def execute(
         for t in threads:
             t.join()
     return Report([results[i] for i in sorted(results)])
+
+
+def read_journal(path: Path) -> dict[tuple[str, str], Outcome]:
+    """The outcomes a journal holds, by (key, diff); a line cut short by a stopped run is
+    skipped."""
+    found: dict[tuple[str, str], Outcome] = {}
+    if not path.exists():
+        return found
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            outcome = Outcome(**json.loads(line))
+        except (ValueError, TypeError):
+            continue
+        found[(outcome.key, outcome.diff)] = outcome
+    return found
 
 
 def write_json(report: Report, path: Path) -> None:

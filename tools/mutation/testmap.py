@@ -66,23 +66,32 @@ def _reaches(source: str, text: str) -> bool:
     return False
 
 
-def matching_tests(source: str, root: Path) -> Selection:
-    """The test files (relative paths) that can catch a mutant of `source`, most specific first."""
-    named: list[tuple[int, str]] = []
-    reached: list[str] = []
+def naming_tests(source: str, root: Path) -> list[str]:
+    """The behaviour test files that name `source`, the most mentions first."""
     patterns = [
         re.compile(name if name.startswith("from ") else re.escape(name)) for name in _names(source)
     ]
+    named: list[tuple[int, str]] = []
     for test in sorted((root / "tests").glob("test_*.py")):
         relative = test.relative_to(root).as_posix()
         if relative in NOT_BEHAVIOUR:
             continue
-        text = test.read_text(encoding="utf-8")
-        mentions = sum(len(p.findall(text)) for p in patterns)
+        mentions = sum(len(p.findall(test.read_text(encoding="utf-8"))) for p in patterns)
         if mentions:
             named.append((-mentions, relative))
-        elif _reaches(source, text):
+    return [relative for _, relative in sorted(named)]
+
+
+def matching_tests(source: str, root: Path) -> Selection:
+    """The test files (relative paths) that can catch a mutant of `source`, most specific first."""
+    named = naming_tests(source, root)
+    reached: list[str] = []
+    for test in sorted((root / "tests").glob("test_*.py")):
+        relative = test.relative_to(root).as_posix()
+        if relative in NOT_BEHAVIOUR or relative in named:
+            continue
+        if _reaches(source, test.read_text(encoding="utf-8")):
             reached.append(relative)
-    ordered = [relative for _, relative in sorted(named)] + reached
+    ordered = named + reached
     ordered.sort(key=lambda relative: relative in SLOW)  # stable: the slow ones last
     return Selection(tuple(ordered))
