@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import random
 import shutil
 import subprocess
 import sys
@@ -180,7 +181,11 @@ def execute(
     done = read_journal(journal) if journal else {}
     work: queue.Queue[tuple[int, Mutant]] = queue.Queue()
     results: dict[int, Outcome] = {}
-    for index, mutant in enumerate(mutants):
+    # Run in a seeded shuffle, not file by file: a run stopped early has decided a spread of
+    # files (Python and bash), and its journal reads as a smaller sample of the same kind.
+    pending = list(enumerate(mutants))
+    random.Random(len(mutants)).shuffle(pending)
+    for index, mutant in pending:
         earlier = done.get((mutant.key, mutant.diff(originals[mutant.path])))
         if earlier is not None:
             results[index] = earlier
