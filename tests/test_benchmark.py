@@ -3,7 +3,12 @@ measurement itself is not run here (timings on a shared machine are noise, not a
 
 from __future__ import annotations
 
+import time
+
+import pytest
+
 from tools.benchmark import Row, missed_targets
+from tools.harness.stacks import run_program
 
 
 def row(nodes: int, *, seconds: float, same_types: float, peak: float = 500.0) -> Row:
@@ -35,3 +40,24 @@ def test_large_stack_time_memory_and_flat_depth():
     assert any("depth grows" in line for line in missed)
     assert any("61.0 s" in line for line in missed)
     assert any("2100 MiB" in line for line in missed)
+
+
+def test_own_cost_on_the_program_side_takes_the_engine_stand_in_out_of_both_runs():
+    measured = Row(
+        **{
+            **row(64, seconds=10.0, same_types=6.0).__dict__,
+            "cpu_seconds": 10.0,
+            "engine_cpu_seconds": 2.0,
+            "same_types_cpu_seconds": 6.0,
+            "same_types_engine_cpu_seconds": 1.0,
+        }
+    )
+    assert measured.own_ratio == pytest.approx(10 / 6)
+    assert measured.own_program_side_ratio == pytest.approx(8 / 5)
+
+
+def test_the_recording_monitor_counts_the_cpu_it_spends_as_the_engine():
+    started = time.process_time()
+    graph = run_program("dev")
+    spent = time.process_time() - started
+    assert 0 < graph.engine_cpu_seconds < spent

@@ -11,6 +11,7 @@ an SDK upgrade that moves them breaks only this module.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -57,6 +58,10 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         # them) and the program keeps the outputs: without sharing, each stdin of every step
         # would be held a third time here (a third of the harness's memory at 1,000 nodes).
         self._strings: dict[str, str] = {}
+        # CPU seconds spent here, standing in for the engine and the providers (deserializing
+        # inputs, the mocks, serializing state, recording): work the program's own process does
+        # not do under `pulumi up`, where the engine is another process.
+        self.engine_cpu_seconds = 0.0
 
     def make_urn(self, parent: str, type_: str, name: str) -> str:
         if type_ == ROOT_STACK_TYPE:
@@ -70,6 +75,13 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         )
 
     def RegisterResource(self, request):
+        started = time.thread_time()
+        try:
+            return self._register(request)
+        finally:
+            self.engine_cpu_seconds += time.thread_time() - started
+
+    def _register(self, request):
         response = super().RegisterResource(request)
         if request.type == ROOT_STACK_TYPE:
             return response
@@ -116,8 +128,19 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         return response
 
     def RegisterResourceOutputs(self, request):
-        self.outputs_by_urn[request.urn] = _decode(json_format.MessageToDict(request.outputs))
-        return super().RegisterResourceOutputs(request)
+        started = time.thread_time()
+        try:
+            self.outputs_by_urn[request.urn] = _decode(json_format.MessageToDict(request.outputs))
+            return super().RegisterResourceOutputs(request)
+        finally:
+            self.engine_cpu_seconds += time.thread_time() - started
+
+    def Invoke(self, request):
+        started = time.thread_time()
+        try:
+            return super().Invoke(request)
+        finally:
+            self.engine_cpu_seconds += time.thread_time() - started
 
 
 def _decode(value: Any, strings: dict[str, str] | None = None) -> Any:
@@ -170,4 +193,6 @@ def record(
     stack_urn = f"urn:pulumi:{stack}::{project}::{ROOT_STACK_TYPE}::{project}-{stack}"
     for resource in monitor.recorded:
         resource.outputs = monitor.outputs_by_urn.get(resource.urn, {})
-    return Graph(monitor.recorded, monitor.outputs_by_urn.get(stack_urn, {}))
+    graph = Graph(monitor.recorded, monitor.outputs_by_urn.get(stack_urn, {}))
+    graph.engine_cpu_seconds = monitor.engine_cpu_seconds
+    return graph
