@@ -668,7 +668,8 @@ def test_drain_that_is_blocked_fails_and_keeps_the_node(cluster):
     cluster.state("kubectl.fail.drain", 1)
     result = cluster.run("drain-node.sh", {"NODE_NAME": NODE, "DRAIN_TIMEOUT_SECONDS": "60"})
     assert result.returncode != 0
-    assert f"drain of {NODE} did not finish in 60s" in result.stderr
+    # The failure names its step, as every host step's does ("[drain] FAILED: ...").
+    assert f"[drain] FAILED: drain of {NODE} did not finish in 60s" in result.stderr
     assert (cluster.state_dir / f"kubectl/nodes/{NODE}.json").exists(), "deleted an undrained Node"
 
 

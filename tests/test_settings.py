@@ -111,6 +111,8 @@ def test_bad_configuration_names_every_key(case):
     for problem in error.problems:
         assert problem.key in str(error), f"{problem.key} missing from the message"
         assert problem.expected, f"{problem.key}: no statement of what is accepted"
+    for text in case.get("says", []):
+        assert text in str(error), f"{case['name']}: {text!r} not in {error}"
     assert "Traceback" not in str(error)
 
 

@@ -105,3 +105,11 @@ def test_the_readme_check_sees_a_reordered_chain():
     )
     expected = [s.suffix for s in steps.node_steps_in_first_up()] + list(steps.validation_chain())
     assert re.findall(r"<node>-([a-z-]+)", swapped) != expected
+
+
+def test_every_step_is_bounded_on_its_host():
+    """The bound is `timeout -k 30 <seconds>` on the host: 0 would disable timeout(1) (coreutils:
+    "a duration of 0 disables the associated timeout"), and a bound under a minute cannot hold
+    even an apt call. The engine's own timeout stays above it (dial margin)."""
+    for step in steps.ALL_STEPS:
+        assert 60 <= step.timeout_seconds <= 60 * 60, f"{step.suffix}: {step.timeout_seconds}s"
