@@ -118,6 +118,34 @@ def test_gfd_may_write_exactly_what_nfd_master_reads():
     assert crds == {f"{plural}.{fd.NFD_GROUP}" for _, plural, _, _ in fd.NFD_KINDS}, crds
 
 
+def test_only_node_feature_groups_have_a_status_that_nfd_master_writes():
+    """As upstream's CRDs (node-feature-discovery v0.19.0 deployment/base/nfd-crds/
+    nfd-api-crds.yaml): nfd-master updates a NodeFeatureGroup's status through the /status
+    subresource it is granted, which must exist; the other kinds have none (a status
+    subresource there would make the API drop a `status` written through the main resource)."""
+    g = graph("dev")
+    subresources = {
+        r.plain_inputs()["spec"]["names"]["kind"]: r.plain_inputs()["spec"]["versions"][0].get(
+            "subresources"
+        )
+        for r in g.of_type("kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition")
+    }
+    assert subresources == {
+        "NodeFeature": None,
+        "NodeFeatureGroup": {"status": {}},
+        "NodeFeatureRule": None,
+    }, subresources
+    master_role = g.named("gpu-feature-discovery-nfd-master-role").plain_inputs()["rules"]
+    status_writes = {
+        r
+        for rule in master_role
+        if fd.NFD_GROUP in rule["apiGroups"]
+        for r in rule["resources"]
+        if r.endswith("/status")
+    }
+    assert status_writes == {"nodefeaturegroups/status"}
+
+
 def test_feature_discovery_can_be_turned_off():
     g = graph("staging", yaml.safe_dump({"featureDiscovery": {"enabled": False}}))
     assert not g.find(lambda r: COMPONENT in r.urn)
