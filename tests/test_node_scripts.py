@@ -49,6 +49,10 @@ DRIVER_VERSION = "580.95.05-0ubuntu0.24.04.2"
 NEWER_DRIVER = "580.105.08-0ubuntu0.24.04.1"  # userspace a day ahead of the built modules
 RUNNING_KERNEL = "6.8.0-1021-aws"  # the uname stub's default
 CONTAINERD = "2.2.1-0ubuntu1~24.04.3"
+# The lists the runtime and kube-tools steps add (the apt-get stub installs their packages only
+# after an `apt-get update` read them).
+NVIDIA_SOURCES = "/etc/apt/sources.list.d/nvidia-container-toolkit.list"
+KUBERNETES_SOURCES = "/etc/apt/sources.list.d/kubernetes.list"
 CTK_PACKAGES = (
     "nvidia-container-toolkit",
     "nvidia-container-toolkit-base",
@@ -79,8 +83,10 @@ def sandbox(tmp_path: Path) -> Sandbox:
     sb.apt_available("containerd", "1.7.12-0ubuntu4", CONTAINERD, "2.3.0-0ubuntu1~24.04.1")
     for pkg in CTK_PACKAGES:
         sb.apt_available(pkg, "1.17.8-1", "1.18.0-1", "1.20.0-1")
+        sb.state(f"apt.source/{pkg}", NVIDIA_SOURCES)
     for pkg in ("kubelet", "kubeadm", "kubectl"):
         sb.apt_available(pkg, "1.35.0-1.1", "1.35.1-1.1")
+        sb.state(f"apt.source/{pkg}", KUBERNETES_SOURCES)
     return sb
 
 
