@@ -638,7 +638,7 @@ def test_node_never_ready_fails_naming_the_node_and_what_to_look_at(cluster, sta
         "wait-node-ready.sh", {"NODE_NAME": NODE, "READY_TIMEOUT_SECONDS": "0", **FAST}
     )
     assert result.returncode != 0
-    assert message in result.stderr, result.stderr
+    assert f"FAILED: {message}" in result.stderr, result.stderr  # the failure, not a log line
     assert "journalctl -u kubelet" in result.stderr
 
 

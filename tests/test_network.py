@@ -118,6 +118,13 @@ def test_every_rule_names_ports_aws_accepts(stack_graph):
     for protocol in ("tcp", "udp"):
         top = max(r["toPort"] for r in member if r["protocol"] == protocol)
         assert top == 65535, f"{stack}: {protocol} member rules stop at port {top}"
+    # Members reach each other on every TCP port but the kubelet's (its own rule, from the
+    # control plane only): kube-proxy's 10249 and 10256 sit right beside it.
+    tcp = set()
+    for rule in member:
+        if rule["protocol"] == "tcp":
+            tcp.update(range(rule["fromPort"], rule["toPort"] + 1))
+    assert set(range(65536)) - tcp == {KUBELET_PORT}, sorted(set(range(65536)) - tcp)[:5]
 
 
 def test_existing_mode_without_a_security_group_opens_only_the_cni_ports_to_the_vpc():
