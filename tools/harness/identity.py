@@ -146,9 +146,13 @@ def read_snapshot(stack: str) -> Snapshot:
     return parse_snapshot(snapshot_path(stack).read_text(encoding="utf-8"))
 
 
-def render_snapshot(stack: str, urns: Iterable[str], retired: Iterable[str] = ()) -> str:
+def render_snapshot(
+    stack: str, urns: Iterable[str], retired: Iterable[str] = (), described: str | None = None
+) -> str:
+    """The snapshot file of a stack file, or of `described` (a variant of it)."""
     header = (
-        f"# Every URN `pulumi up` registers for Pulumi.{stack}.yaml ({PROJECT}).\n"
+        f"# Every URN `pulumi up` registers for {described or f'Pulumi.{stack}.yaml'} "
+        f"({PROJECT}).\n"
         "# A URN that changes is a resource the next `up` deletes and creates anew: keep it, give\n"
         "# the moved resource an alias, or retire it here (`retired <urn>`) and name it in\n"
         "# CHANGELOG.md. Regenerate: UPDATE_IDENTITY=1 python -m pytest tests/test_identity.py\n"
