@@ -142,3 +142,35 @@ def test_efa_resource_name_is_the_one_the_plugin_advertises():
     # aws-efa-k8s-device-plugin registers vpc.amazonaws.com/efa (EKS user guide, "Manage EFA
     # devices": integer count of vpc.amazonaws.com/efa extended resources).
     assert EFA_RESOURCE == "vpc.amazonaws.com/efa"
+
+
+def _pod_specs(g: Graph) -> dict[str, dict]:
+    """The pod spec of every long-running workload the program creates (DaemonSets and
+    Deployments: on every node, all the time)."""
+    found = {}
+    for resource in g:
+        if resource.type.startswith("kubernetes:") and resource.type.split(":")[-1] in (
+            "DaemonSet",
+            "Deployment",
+        ):
+            found[resource.name] = resource.plain_inputs()["spec"]["template"]["spec"]
+    return found
+
+
+def test_pods_that_never_call_the_api_get_no_token():
+    """A long-running pod without a service account of its own (the EFA device plugin, the DCGM
+    exporter) never calls the API: it gets no token, so a privileged host-network pod holds no
+    credential it does not use. Pods with their own account (GPU Feature Discovery, the NFD
+    master) keep the default."""
+    g = efa_graph()
+    specs = _pod_specs(g)
+    assert EFA_PLUGIN in specs and DCGM in specs, sorted(specs)
+    # NVIDIA's device plugin keeps the token its static manifest gives it: whether its release
+    # reads the API for per-node config is not verified here, and a change restarts the plugin
+    # on every running node.
+    specs.pop("nvidia-device-plugin-daemonset")
+    for name, spec in specs.items():
+        if spec.get("serviceAccountName") in (None, "default"):
+            assert spec.get("automountServiceAccountToken") is False, name
+        else:
+            assert spec.get("automountServiceAccountToken") is not False, name
