@@ -299,3 +299,24 @@ def test_tests_of_the_files_naming_the_source_run_first():
         "tests/test_a.py::slow",
         "tests/t.py::fast",
     ]
+
+
+def test_named_runs_the_test_files_that_name_the_module_without_a_coverage_run(tmp_path):
+    (tmp_path / "components").mkdir()
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "components" / "__init__.py").write_text("")
+    (tmp_path / "components" / "limits.py").write_text(
+        "def in_range(value):\n    return 0 < value <= 10\n"
+    )
+    (tmp_path / "tests" / "test_limits.py").write_text(
+        "from components.limits import in_range\n\n\n"
+        "def test_bounds():\n    assert in_range(1) and not in_range(0)\n"
+    )
+    (tmp_path / "tests" / "test_other.py").write_text("def test_nothing():\n    pass\n")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    mutants = choose(tmp_path, ["components/limits.py"], 2, seed=1)
+    messages: list[str] = []
+    report = execute(tmp_path, mutants, timeout=120, named=True, progress=messages.append)
+    assert not any(m.startswith("coverage run") for m in messages), messages
+    killed = [o for o in report.outcomes if o.status == "killed"]
+    assert killed and all("tests/test_limits.py" in o.caught_by for o in killed)

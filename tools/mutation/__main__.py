@@ -42,6 +42,13 @@ def main(argv: list[str] | None = None) -> int:
         help="run a Python mutant against every test file of its file, not the tests of its line",
     )
     parser.add_argument(
+        "--named",
+        action="store_true",
+        help="run each mutant against the test files that name its file, not the tests of its "
+        "line: a second look at the survivors of a by-line run (coverage gives the work of a "
+        "module-scoped fixture to no test)",
+    )
+    parser.add_argument(
         "--keys",
         type=Path,
         help="only the sampled mutants whose key ('path:line operator') is a line of this file "
@@ -86,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         timeout=args.timeout,
         confirm=args.confirm,
         by_line=not args.by_file,
+        named=args.named,
         coverage_data=args.coverage_data,
         journal=args.journal,
         progress=lambda line: print(line, file=sys.stderr, flush=True),

@@ -19,7 +19,7 @@ from pathlib import Path
 from tools.mutation import bash, python
 from tools.mutation.coverage_map import LineMap, line_tests, selection_for
 from tools.mutation.mutants import Mutant, sample
-from tools.mutation.testmap import NOT_BEHAVIOUR, Selection, matching_tests
+from tools.mutation.testmap import NOT_BEHAVIOUR, Selection, matching_tests, naming_tests
 
 # components/**: the settings package (components/settings/) holds most of the validation.
 PYTHON_SOURCES = ("components/**/*.py", "policies/gpu_cluster_policies/*.py")
@@ -165,6 +165,7 @@ def execute(
     timeout: float = 900,
     confirm: bool = False,
     by_line: bool = True,
+    named: bool = False,
     coverage_data: Path | None = None,
     journal: Path | None = None,
     progress: Callable[[str], None] = lambda _: None,
@@ -207,7 +208,9 @@ def execute(
             try:
                 target.write_text(mutant.apply(original), encoding="utf-8")
                 selection = selections[mutant.path]
-                if mutant.path.endswith(".py"):
+                if named:
+                    selection = Selection(tuple(naming_tests(mutant.path, root))) or selection
+                elif mutant.path.endswith(".py"):
                     selection = selection_for(
                         mutant.path, mutant.line, coverage, selection, root, NOT_BEHAVIOUR
                     )
@@ -241,7 +244,7 @@ def execute(
         python_tests = sorted(
             {f for path, s in selections.items() if path.endswith(".py") for f in s.files}
         )
-        if by_line and python_tests and not work.empty():
+        if by_line and not named and python_tests and not work.empty():
             progress(f"coverage run of {len(python_tests)} test files, for tests by line")
             reuse = coverage_data if coverage_data and coverage_data.exists() else None
             coverage = line_tests(

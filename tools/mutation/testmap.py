@@ -40,6 +40,9 @@ class Selection:
     files: tuple[str, ...]
     deselect: tuple[str, ...] = DESELECT
 
+    def __bool__(self) -> bool:
+        return bool(self.files)
+
 
 def _names(source: str) -> list[str]:
     """How a test file names a source file."""
