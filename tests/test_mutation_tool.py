@@ -8,7 +8,7 @@ import subprocess
 import textwrap
 from pathlib import Path
 
-from tools.mutation import bash, python, readers
+from tools.mutation import bash, coverage_map, python, readers
 from tools.mutation.coverage_map import LineMap, _node_id, selection_for
 from tools.mutation.mutants import sample
 from tools.mutation.run import choose, execute
@@ -320,3 +320,25 @@ def test_named_runs_the_test_files_that_name_the_module_without_a_coverage_run(t
     assert not any(m.startswith("coverage run") for m in messages), messages
     killed = [o for o in report.outcomes if o.status == "killed"]
     assert killed and all("tests/test_limits.py" in o.caught_by for o in killed)
+
+
+def test_a_line_run_by_a_module_fixture_belongs_to_its_whole_test_file(tmp_path):
+    """Most program tests build the graph once per module in a fixture; the lines that run
+    there are seen by every test of that file, not by none of them."""
+    (tmp_path / "components").mkdir()
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "components" / "__init__.py").write_text("")
+    (tmp_path / "components" / "limits.py").write_text(
+        "def in_range(value):\n    return 0 < value <= 10\n\n\ndef label(value):\n"
+        "    return f'v{value}'\n"
+    )
+    (tmp_path / "tests" / "test_limits.py").write_text(
+        "import pytest\n\nfrom components.limits import in_range, label\n\n\n"
+        "@pytest.fixture(scope='module')\ndef ranged():\n    return in_range(5)\n\n\n"
+        "def test_fixture(ranged):\n    assert ranged\n\n\n"
+        "def test_label():\n    assert label(3) == 'v3'\n"
+    )
+    found = coverage_map.line_tests(tmp_path, ["tests/test_limits.py"], timeout=120)
+    assert found.tests_of("components/limits.py", 2) == ["tests/test_limits.py"]
+    assert found.tests_of("components/limits.py", 6) == ["tests/test_limits.py::test_label"]
+    assert found.seconds["tests/test_limits.py::test_label"] >= 0

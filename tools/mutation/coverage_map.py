@@ -1,5 +1,5 @@
 """Which tests execute which line of components/ and policies/, from one coverage run with a
-context per test function (coverage.py `dynamic_context = test_function`).
+context per phase of each test (tools/mutation/contexts.py).
 
 A Python mutant then runs only the tests that execute its line (the tests that can see it),
 instead of every test of the program, fastest first (durations from the same run's JUnit report),
@@ -14,6 +14,7 @@ durations so the next run over the same tests (`reuse`) skips it.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -27,8 +28,9 @@ from coverage import CoverageData
 from tools.mutation import readers
 from tools.mutation.testmap import DESELECT, Selection, naming_tests
 
+# Contexts come from tools/mutation/contexts.py (each test's phases), not from coverage.py's
+# `dynamic_context = test_function`, which gives a fixture's work to no test.
 RC = """[run]
-dynamic_context = test_function
 source = components,policies
 relative_files = true
 """
@@ -94,10 +96,18 @@ def line_tests(
     report = root / ".mutation-junit.xml"
     command = [
         sys.executable, "-m", "coverage", "run", f"--rcfile={rc}", f"--data-file={data_file}",
-        "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}",
+        "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tools.mutation.contexts",
+        f"--junitxml={report}",
         *[f"--deselect={d}" for d in DESELECT], *test_files,
     ]  # fmt: skip
-    subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=timeout, check=False)
+    # The plugin comes from this tool's own tree, whatever tree is measured (--root); after
+    # the measured tree on sys.path (its cwd comes first), so it shadows none of its modules.
+    tool_root = str(Path(__file__).resolve().parents[2])
+    paths = [os.environ.get("PYTHONPATH", ""), tool_root]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+    subprocess.run(
+        command, cwd=root, capture_output=True, text=True, timeout=timeout, check=False, env=env
+    )
     if not data_file.exists():
         return LineMap()
     durations = _durations_path(data_file)
@@ -116,11 +126,25 @@ def _seconds_by_function(report: Path, root: Path) -> dict[str, float]:
         return {}
     seconds: dict[str, float] = {}
     for case in ET.parse(report).getroot().iter("testcase"):
-        name = case.get("name", "").split("[", 1)[0]
-        node = _node_id(f"{case.get('classname', '')}.{name}", root)
+        name = case.get("name", "")
+        node = _node_id(f"{case.get('classname', '')}.{name.split('[', 1)[0]}", root)
         if node:
-            seconds[node] = seconds.get(node, 0.0) + float(case.get("time") or 0)
+            spent = float(case.get("time") or 0)
+            parametrized = node + name[len(name.split("[", 1)[0]) :]
+            file = node.split("::", 1)[0]
+            for key in {node, parametrized, file}:
+                seconds[key] = seconds.get(key, 0.0) + spent
     return seconds
+
+
+def _tests_of_context(context: str, root: Path) -> str | None:
+    """The pytest selection a coverage context stands for: `<node id>|call` (or teardown) that
+    test; `<node id>|setup` its whole file (its module-scoped fixtures serve every test of the
+    file); an older run's `tests.test_x.test_y` (coverage's test_function) that function."""
+    if "|" in context:
+        node, phase = context.rsplit("|", 1)
+        return node.split("::", 1)[0] if phase == "setup" else node
+    return _node_id(context, root) if context else None
 
 
 def _read(data_file: Path, root: Path) -> LineMap:
@@ -134,7 +158,7 @@ def _read(data_file: Path, root: Path) -> LineMap:
         relative = (path if not path.is_absolute() else path.relative_to(root)).as_posix()
         by_line: dict[int, list[str]] = {}
         for line, contexts in data.contexts_by_lineno(measured).items():
-            ids = sorted({n for c in contexts if c and (n := _node_id(c, root))})
+            ids = sorted({n for c in contexts if c and (n := _tests_of_context(c, root))})
             if ids:
                 by_line[line] = ids
         found[relative] = by_line
