@@ -958,3 +958,14 @@ def test_join_token_with_an_unreadable_ca_fails_naming_the_file(cluster):
     ), result.stderr
     assert not result.called("kubeadm", "token", "create"), result.commands()
     assert "caCertHash" not in result.stdout
+
+
+def test_admin_kubeconfig_refuses_a_server_that_is_not_an_https_url(cluster):
+    """The admin kubeconfig the stack exports would point kubectl at plain http (or nowhere):
+    refused before anything is read or printed."""
+    result = cluster.run("read-kubeconfig.sh", {"API_SERVER": f"{PUBLIC_IP}:6443"})
+    assert result.returncode == 1, result.stderr
+    assert (
+        f"FAILED: API_SERVER must be https://host:port, got '{PUBLIC_IP}:6443'" in result.stderr
+    ), result.stderr
+    assert result.stdout == "", "printed a kubeconfig for a server it refused"

@@ -4,6 +4,7 @@ a stand-in all_reduce_perf that prints what nccl-tests prints."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 from functools import cache
 from pathlib import Path
@@ -17,7 +18,7 @@ from components.kubernetes_manifests import GPU_EXTENDED_RESOURCE
 from components.settings import SUPPORTED_KUBERNETES_MINORS, Taint
 from tests.test_manifests_schema import manifest, stack_minor, validate
 from tools.harness.graph import Graph
-from tools.harness.stacks import STACKS, run_program, stack_file
+from tools.harness.stacks import ROOT, STACKS, run_program, stack_file
 
 JOB = "kubernetes:batch/v1:Job"
 
@@ -144,3 +145,42 @@ def test_nccl_job_validates_for_every_supported_minor(minor):
         "spec": spec,
     }
     validate(obj, minor, f"nccl job for Kubernetes {minor}")
+
+
+def _readme_floors() -> dict[str, tuple[str, str]]:
+    """The README's floors table: first cell (the types) -> (one node, two nodes over EFA)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = text.split("| Types | One node, all GPUs | Two nodes over EFA |", 1)[1]
+    rows = {}
+    for line in table.splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows[cells[0]] = (cells[1], cells[2])
+    return rows
+
+
+def _gb(cell: str) -> float:
+    return float(cell.split(" GB/s", 1)[0])
+
+
+def test_the_readme_floors_are_the_catalogs():
+    """The floors an operator reads in the README are the ones the checks apply, for every
+    catalog type with something to measure (the README groups types by family)."""
+    rows = _readme_floors()
+    checked = 0
+    for gpu_type in CATALOG.values():
+        floor = gpu_type.nccl_floor
+        if floor.node == 0 and floor.efa == 0:
+            continue
+        named = rf"\b{re.escape(gpu_type.family)}\b"
+        row = next(
+            (c for types, c in rows.items() if re.search(named, " ".join([types, *c]))), None
+        )
+        assert row is not None, f"{gpu_type.name}: no README floors row names {gpu_type.family}"
+        if floor.node:
+            assert _gb(row[0]) == floor.node, (gpu_type.name, row)
+        if floor.efa:
+            assert _gb(row[1]) == floor.efa, (gpu_type.name, row)
+        checked += 1
+    assert checked > 20, checked
