@@ -44,6 +44,9 @@ ARCHITECTURES = (VOLTA, TURING, AMPERE, ADA_LOVELACE, HOPPER, BLACKWELL)
 class GpuModel:
     name: str
     arch: Architecture
+    # Memory per GPU as AWS's accelerated-computing table states it (tests/test_catalog.py):
+    # rounded GB for most (A10G 24, L40S 48), GiB for B200 (179). Informational: nothing in the
+    # program schedules or checks on it (GPU Feature Discovery labels the real figure).
     memory_gib: int
     # Oldest and newest NVIDIA driver branch that supports this GPU (None: no upper bound known).
     min_driver_branch: int
