@@ -4,7 +4,9 @@ supported Kubernetes minor, and depending on the Kubernetes provider only (never
 
 from __future__ import annotations
 
+import re
 from functools import cache
+from pathlib import Path
 
 import pytest
 import yaml
@@ -174,3 +176,18 @@ def test_pods_that_never_call_the_api_get_no_token():
             assert spec.get("automountServiceAccountToken") is False, name
         else:
             assert spec.get("automountServiceAccountToken") is not False, name
+
+
+def test_the_dcgm_port_the_readme_gives_is_the_one_served():
+    """Scrape configs and dashboards are written against the README's port (9400, dcgm-exporter's
+    own default): the Service, the container and the exporter's listen address all use it."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    port = int(re.search(r"`dcgm-exporter` Service on port (\d+)", readme).group(1))
+    assert port == 9400
+    g = graph("dev")
+    service = g.named(f"{DCGM}-service").plain_inputs()["spec"]
+    assert [p["port"] for p in service["ports"]] == [port], service
+    container = g.named(DCGM).plain_inputs()["spec"]["template"]["spec"]["containers"][0]
+    assert [p["containerPort"] for p in container["ports"]] == [port], container["ports"]
+    listen = {e["name"]: e.get("value") for e in container["env"]}["DCGM_EXPORTER_LISTEN"]
+    assert listen == f":{port}", listen

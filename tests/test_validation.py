@@ -388,3 +388,14 @@ def test_each_validation_pod_first_checks_that_no_request_means_no_gpu(stack):
         assert "resources" not in isolation, f"{job.urn}: requests {isolation.get('resources')}"
         assert not (isolation.get("securityContext") or {}).get("privileged"), f"{job.urn}"
         assert isolation["command"][2] == manifests.isolation_command(), f"{job.urn}"
+
+
+def test_a_job_without_a_status_has_not_passed():
+    """The provider may answer before the Job controller wrote a status (None, or no count):
+    that is not a pass, and not a crash of the program either."""
+    from components.validation import _succeeded
+
+    assert _succeeded(None) is False
+    assert _succeeded({}) is False
+    assert _succeeded({"succeeded": 0}) is False
+    assert _succeeded({"succeeded": 1}) is True
