@@ -635,3 +635,15 @@ def test_validation_job_refuses_a_deadline_that_is_no_positive_whole_number(dead
     messages = check("validation-job-bounded", job)
     assert_names_resource_and_fix(messages, job)
     assert "activeDeadlineSeconds" in messages[0], f"{job.urn}: deadline {deadline!r}"
+
+
+def test_configured_secret_output_suffixes_replace_the_defaults():
+    """An organisation that names its credential steps differently configures their suffixes:
+    those steps are then held to secret stdout, and the default names no longer are."""
+    config = {"secretOutputCommandSuffixes": ["-vault-read"]}
+    custom = resource(v.REMOTE_COMMAND, "cp-vault-read", {"create": "cat /etc/creds"})
+    default_named = resource(v.REMOTE_COMMAND, "n1-join-token", {"create": "echo hello"})
+    spec = policy("secret-command-output")
+    assert v.carries_secret_output(custom, spec.config(config))
+    assert not v.carries_secret_output(default_named, spec.config(config))
+    assert v.carries_secret_output(default_named, spec.config())
