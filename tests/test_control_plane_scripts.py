@@ -969,3 +969,16 @@ def test_admin_kubeconfig_refuses_a_server_that_is_not_an_https_url(cluster):
         f"FAILED: API_SERVER must be https://host:port, got '{PUBLIC_IP}:6443'" in result.stderr
     ), result.stderr
     assert result.stdout == "", "printed a kubeconfig for a server it refused"
+
+
+def test_cni_on_a_host_without_a_control_plane_fails_before_applying(sandbox):
+    """The CNI step before init (or on the wrong host): no admin kubeconfig, so it fails naming
+    the step that must come first, and applies nothing."""
+    sandbox.state("curl.body.kube-flannel.yml", FLANNEL_MANIFEST)
+    result = sandbox.run("install-cni.sh", CNI)
+    assert result.returncode == 1, result.stderr
+    assert (
+        "FAILED: /etc/kubernetes/admin.conf not found; run init-control-plane.sh first"
+        in result.stderr
+    ), result.stderr
+    assert not result.called("kubectl"), result.commands()
