@@ -227,4 +227,8 @@ def show(parts: tuple[str | int, ...], value: Any) -> str:
         text = json.dumps(value, sort_keys=True, default=str)
     else:
         text = repr(value)
-    return text if len(text) <= 120 else text[:117] + "..."
+    if len(text) <= 120:
+        return text
+    if text[0] in "'\"" and text[-1] == text[0]:
+        return text[:116] + "..." + text[-1]  # a quoted string keeps its closing quote
+    return text[:117] + "..."

@@ -291,7 +291,7 @@ def test_validation_job_has_deadline_and_gpu_limits():
     no_deadline = validation_job(deadline=None)
     messages = check("validation-job-bounded", no_deadline)
     assert_names_resource_and_fix(messages, no_deadline)
-    assert "activeDeadlineSeconds" in messages[0], f"{no_deadline.urn}: {messages}"
+    assert "spec.activeDeadlineSeconds is unset;" in messages[0], f"{no_deadline.urn}: {messages}"
     no_gpus = validation_job(gpus=None)
     messages = check("validation-job-bounded", no_gpus)
     assert_names_resource_and_fix(messages, no_gpus)
@@ -634,7 +634,8 @@ def test_validation_job_refuses_a_deadline_that_is_no_positive_whole_number(dead
     job = validation_job(deadline=deadline)
     messages = check("validation-job-bounded", job)
     assert_names_resource_and_fix(messages, job)
-    assert "activeDeadlineSeconds" in messages[0], f"{job.urn}: deadline {deadline!r}"
+    # The reviewer reads the value that was refused.
+    assert f"spec.activeDeadlineSeconds is {deadline};" in messages[0], f"{job.urn}: {messages}"
 
 
 def test_configured_secret_output_suffixes_replace_the_defaults():

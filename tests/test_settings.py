@@ -4,6 +4,7 @@ key path, and nothing but a clean ConfigError ever comes out of it."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -234,3 +235,11 @@ def test_pod_cidr_holds_a_node_range_for_every_node():
     (problem,) = error.problems
     assert problem.key == "gpu-cluster:controlPlane.podCidr"
     assert "17 nodes" in str(error) and "holds 16" in str(error) and "/19" in str(error)
+
+
+def test_a_long_bad_value_is_shown_cut_to_120_characters():
+    """A pasted blob (a key, a manifest) in a short field: the message shows its start, cut to
+    120 characters with an ellipsis, not the whole blob."""
+    error = _problems(config={"clusterName": "x" * 300})
+    shown = re.search(r"got ('x+\.\.\.');", str(error)).group(1)
+    assert len(shown) == 120, shown
