@@ -113,3 +113,21 @@ def test_every_step_is_bounded_on_its_host():
     even an apt call. The engine's own timeout stays above it (dial margin)."""
     for step in steps.ALL_STEPS:
         assert 60 <= step.timeout_seconds <= 60 * 60, f"{step.suffix}: {step.timeout_seconds}s"
+
+
+def test_the_engine_waits_out_every_undo_it_starts():
+    """A delete hook (drain, kubeadm reset) runs under `timeout -k K S` on the host after up to
+    dialErrorLimit dials of perDialTimeout each; the engine's delete timeout must outlast the
+    worst of that (all but one dial failing, then the whole bound), or the engine gives up while
+    the host still drains and the next step deletes the machine under it."""
+    graph = run_program("dev")
+    undoing = [r for r in graph.of_type("command:remote:Command") if unwrap(r.inputs).get("delete")]
+    assert undoing, "no step with a delete hook"
+    for step in undoing:
+        inputs = unwrap(step.inputs)
+        kill, bound = map(int, re.search(r"timeout -k (\d+) (\d+) ", inputs["delete"]).groups())
+        connection = inputs["connection"]
+        dials = connection["dialErrorLimit"]
+        worst = (dials - 1) * connection["perDialTimeout"] + bound + kill
+        engine = int(step.custom_timeouts["delete"].removesuffix("s"))
+        assert engine >= worst, f"{step.name}: engine waits {engine}s, the undo may take {worst}s"
