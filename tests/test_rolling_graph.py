@@ -8,6 +8,7 @@ And on two runs of the program (tools/lifecycle.py, the providers' replace rules
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from itertools import pairwise
 
@@ -186,3 +187,31 @@ def test_a_script_edit_without_a_pinned_change_rolls_nothing():
     digest = rolling.change_digest({"install-driver.sh": {"DRIVER_BRANCH": "580"}})
     assert digest == rolling.change_digest({"install-driver.sh": {"DRIVER_BRANCH": "580"}})
     assert digest != rolling.change_digest({"install-driver.sh": {"DRIVER_BRANCH": "570"}})
+
+
+def _host_bound(step: Resource) -> tuple[int, int]:
+    """(bound on the host, the engine's create timeout) of a registered step."""
+    kill, bound = map(int, re.search(r"timeout -k (\d+) (\d+) ", step.inputs["create"]).groups())
+    return bound + kill, int(step.custom_timeouts["create"].removesuffix("s"))
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_a_slot_outlasts_the_change_it_covers_and_a_dial(stack):
+    """What a slot covers, read from the registered steps: every step after the drain at its
+    bound on the host, the capacity check, the validation Job's deadline and the uncordon, plus
+    at least one SSH dial (the engine's margin over a step's host bound). A shorter slot expires
+    while its node still changes, and another node of the pool starts: two down at once."""
+    g = graph(stack)
+    for node in nodes(g):
+        drain = script_params(at(g, node, steps.ROLL_DRAIN))
+        after_drain = steps.NODE_STEPS[steps.NODE_STEPS.index(steps.ROLL_DRAIN) + 1 :]
+        covered = [at(g, node, row) for row in after_drain]
+        covered += [at(g, node, steps.GPU_CAPACITY), at(g, node, steps.ROLL_UNCORDON)]
+        bounds = [_host_bound(step) for step in covered]
+        job = g.named(f"{node}-validation-job").plain_inputs()
+        deadline = job["spec"]["activeDeadlineSeconds"]
+        dial = max(engine - host for host, engine in bounds)
+        needed = sum(host for host, _ in bounds) + deadline + dial
+        assert int(drain["SLOT_SECONDS"]) >= needed, (
+            f"{node}: slot {drain['SLOT_SECONDS']}s < {needed}s"
+        )
