@@ -254,14 +254,19 @@ def device_plugin_daemon_set_spec(
 # ---------------------------------------------------------------- validation Job
 
 
+def fitted_name(name: str, limit: int = MAX_NAME_LENGTH, hashed: str | None = None) -> str:
+    """`name`, or when longer than `limit` its head and an 8-character hash of `hashed` (default:
+    the name itself), so long names stay distinct and fit a label value or DNS label."""
+    if len(name) <= limit:
+        return name
+    digest = hashlib.sha256((hashed if hashed is not None else name).encode()).hexdigest()[:8]
+    head = re.sub(r"-+$", "", name[: limit - len(digest) - 1])
+    return f"{head}-{digest}"
+
+
 def validation_job_name(node_name: str) -> str:
     """`<node>-validation`, shortened with a hash suffix when longer than a label value allows."""
-    name = f"{node_name}-validation"
-    if len(name) <= MAX_NAME_LENGTH:
-        return name
-    digest = hashlib.sha256(node_name.encode()).hexdigest()[:8]
-    head = re.sub(r"-+$", "", name[: MAX_NAME_LENGTH - len(digest) - 1])
-    return f"{head}-{digest}"
+    return fitted_name(f"{node_name}-validation", hashed=node_name)
 
 
 def validation_command(gpu_count: int) -> str:

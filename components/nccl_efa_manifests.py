@@ -38,8 +38,6 @@ RLIMIT_MEMLOCK, which the EFA step makes unlimited for containerd and so for eve
 
 from __future__ import annotations
 
-import hashlib
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -51,6 +49,7 @@ from components.kubernetes_manifests import (
     MAX_NAME_LENGTH,
     UNSCHEDULABLE_TOLERATION,
     VALIDATION_NAMESPACE,
+    fitted_name,
     tolerations,
 )
 from components.labels import EFA_RESOURCE, POOL_LABEL
@@ -116,12 +115,7 @@ class EfaPair:
 
 def job_name(pool_resource_name: str) -> str:
     """`<cluster>-<pool>-nccl-efa`, shortened with a hash suffix when it would not fit."""
-    name = f"{pool_resource_name}-nccl-efa"
-    if len(name) <= MAX_JOB_NAME_LENGTH:
-        return name
-    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
-    head = re.sub(r"-+$", "", name[: MAX_JOB_NAME_LENGTH - len(digest) - 1])
-    return f"{head}-{digest}"
+    return fitted_name(f"{pool_resource_name}-nccl-efa", MAX_JOB_NAME_LENGTH)
 
 
 def secret_name(job: str) -> str:
