@@ -129,19 +129,30 @@ def test_each_source_file_maps_to_the_tests_that_exercise_it():
     assert "tests/test_field_failures.py" in common
 
 
-def test_a_tiny_project_gets_a_kill_rate_and_its_survivors(tmp_path):
-    (tmp_path / "components").mkdir()
-    (tmp_path / "tests").mkdir()
-    (tmp_path / "components" / "__init__.py").write_text("")
-    (tmp_path / "tests" / "__init__.py").write_text("")
-    (tmp_path / "components" / "limits.py").write_text(
+def limits_project(root: Path, *, tests_package: bool = True, extra_tests: str = "") -> Path:
+    """A two-file project under git in `root`: components/limits.py (`in_range`) and the test
+    that holds its bounds (tests/test_limits.py, returned); `extra_tests`: tests/test_other.py."""
+    (root / "components").mkdir(parents=True)
+    (root / "tests").mkdir()
+    (root / "components" / "__init__.py").write_text("")
+    if tests_package:
+        (root / "tests" / "__init__.py").write_text("")
+    (root / "components" / "limits.py").write_text(
         "def in_range(value):\n    return 0 < value <= 10\n"
     )
-    (tmp_path / "tests" / "test_limits.py").write_text(
+    test = root / "tests" / "test_limits.py"
+    test.write_text(
         "from components.limits import in_range\n\n\n"
         "def test_bounds():\n    assert in_range(1) and not in_range(0)\n"
     )
-    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    if extra_tests:
+        (root / "tests" / "test_other.py").write_text(extra_tests)
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    return test
+
+
+def test_a_tiny_project_gets_a_kill_rate_and_its_survivors(tmp_path):
+    limits_project(tmp_path)
     mutants = choose(tmp_path, ["components/limits.py"], 2, seed=1)
     assert len(mutants) == 2
     report = execute(tmp_path, mutants, timeout=120)
@@ -159,18 +170,7 @@ def test_the_coverage_run_is_kept_and_reused(tmp_path):
     """The line map costs a suite run under coverage: `coverage_data` keeps it (with each test's
     seconds) for the next run over the same tests, which then skips that run."""
     project = tmp_path / "project"
-    (project / "components").mkdir(parents=True)
-    (project / "tests").mkdir()
-    (project / "components" / "__init__.py").write_text("")
-    (project / "tests" / "__init__.py").write_text("")
-    (project / "components" / "limits.py").write_text(
-        "def in_range(value):\n    return 0 < value <= 10\n"
-    )
-    (project / "tests" / "test_limits.py").write_text(
-        "from components.limits import in_range\n\n\n"
-        "def test_bounds():\n    assert in_range(1) and not in_range(0)\n"
-    )
-    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    limits_project(project)
     mutants = choose(project, ["components/limits.py"], 2, seed=1)
     kept = tmp_path / "coverage" / "data"
     first = execute(project, mutants, timeout=120, coverage_data=kept)
@@ -259,18 +259,7 @@ def test_a_stopped_run_goes_on_from_its_journal(tmp_path):
     """Each outcome is appended as it is decided; a second run over the same sample takes them
     from the journal instead of running the mutants again."""
     project = tmp_path / "project"
-    (project / "components").mkdir(parents=True)
-    (project / "tests").mkdir()
-    (project / "components" / "__init__.py").write_text("")
-    (project / "components" / "limits.py").write_text(
-        "def in_range(value):\n    return 0 < value <= 10\n"
-    )
-    test = project / "tests" / "test_limits.py"
-    test.write_text(
-        "from components.limits import in_range\n\n\n"
-        "def test_bounds():\n    assert in_range(1) and not in_range(0)\n"
-    )
-    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    test = limits_project(project, tests_package=False)
     mutants = choose(project, ["components/limits.py"], 2, seed=1)
     journal = tmp_path / "journal.jsonl"
     first = execute(project, mutants, timeout=120, journal=journal)
@@ -302,18 +291,7 @@ def test_tests_of_the_files_naming_the_source_run_first():
 
 
 def test_named_runs_the_test_files_that_name_the_module_without_a_coverage_run(tmp_path):
-    (tmp_path / "components").mkdir()
-    (tmp_path / "tests").mkdir()
-    (tmp_path / "components" / "__init__.py").write_text("")
-    (tmp_path / "components" / "limits.py").write_text(
-        "def in_range(value):\n    return 0 < value <= 10\n"
-    )
-    (tmp_path / "tests" / "test_limits.py").write_text(
-        "from components.limits import in_range\n\n\n"
-        "def test_bounds():\n    assert in_range(1) and not in_range(0)\n"
-    )
-    (tmp_path / "tests" / "test_other.py").write_text("def test_nothing():\n    pass\n")
-    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    limits_project(tmp_path, tests_package=False, extra_tests="def test_nothing():\n    pass\n")
     mutants = choose(tmp_path, ["components/limits.py"], 2, seed=1)
     messages: list[str] = []
     report = execute(tmp_path, mutants, timeout=120, named=True, progress=messages.append)
