@@ -48,6 +48,18 @@ def problem(key: str, given: Any, accepted: str) -> PydanticCustomError:
     return problems([(key, given, accepted)])
 
 
+def check_image_source(image: str, ami_id: str | None) -> None:
+    """`image: baked` is built from Canonical Ubuntu: it does not go with an `amiId` of one's own
+    (a section's model validator calls it, so `image` is relative to that section)."""
+    if image == "baked" and ami_id is not None:
+        raise problem(
+            "image",
+            image,
+            "stock with an amiId (your own image), or baked without one (the program "
+            "builds the image from Canonical Ubuntu): remove amiId or image",
+        )
+
+
 def problems(items: list[Found]) -> PydanticCustomError:
     return PydanticCustomError(
         PROBLEMS_ERROR_TYPE,

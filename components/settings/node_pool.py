@@ -22,6 +22,7 @@ from components.settings.fields import (
     LabelKey,
     LabelValue,
     Model,
+    check_image_source,
     problem,
     problems,
 )
@@ -246,13 +247,7 @@ class NodePool(Model):
 
     @model_validator(mode="after")
     def _image_source(self) -> NodePool:
-        if self.image == "baked" and self.ami_id is not None:
-            raise problem(
-                "image",
-                self.image,
-                "stock with an amiId (your own image), or baked without one (the program "
-                "builds the image from Canonical Ubuntu): remove amiId or image",
-            )
+        check_image_source(self.image, self.ami_id)
         return self
 
     @property

@@ -35,6 +35,7 @@ from components.settings.fields import (
     UnixUser,
     VpcId,
     bad_user,
+    check_image_source,
     is_ipv6,
     problem,
     problems,
@@ -198,11 +199,24 @@ class ManagedControlPlane(Model):
     ami_id: AmiId | None = Field(
         default=None, description="AMI id to use instead of looking up the Canonical Ubuntu AMI"
     )
+    image: Literal["stock", "baked"] = Field(
+        default="stock",
+        description="stock: boot Canonical Ubuntu and install the runtime and kube tools on the "
+        "machine; baked: boot a control-plane image built once from the same install scripts "
+        "with kubeadm's and the CNI's images pre-pulled (per Ubuntu release, containerd and "
+        "Kubernetes minor; shared across stacks of the account), whose install steps only "
+        "verify",
+    )
     protect: bool = Field(
         default=True,
         description="Protect the control-plane machine from deletion and replacement (its loss "
         "is a new cluster); set false only to destroy or rebuild it on purpose",
     )
+
+    @model_validator(mode="after")
+    def _image_source(self) -> ManagedControlPlane:
+        check_image_source(self.image, self.ami_id)
+        return self
 
     @model_validator(mode="after")
     def _cidrs_apart(self) -> ManagedControlPlane:
