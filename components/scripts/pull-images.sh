@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# pull-images.sh: pull the container images every GPU node runs first (the device plugin, the
-# validation Job) into containerd's Kubernetes namespace, so that nodes booted from a baked image
-# start them without a download (the kubelet's default pull policy for a tagged image is
-# IfNotPresent).
+# pull-images.sh: pull the container images a host runs first (on a GPU node the device plugin,
+# the validation Job and the CNI; on the control plane kubeadm's own images and the CNI) into
+# containerd's Kubernetes namespace, so that hosts booted from a baked image start them without
+# a download (the kubelet's default pull policy for a tagged image is IfNotPresent, and kubeadm
+# init pulls only what the runtime lacks).
 #
 # Inputs:
-#   IMAGES   space-separated image references, each with a tag or digest (required)
+#   IMAGES          space-separated image references, each with a tag or digest (required)
+#   KUBEADM_IMAGES  true: also the images `kubeadm config images list` names for the installed
+#                   kubeadm's version (what `kubeadm init` runs); false (default): only IMAGES
 set -Eeuo pipefail
 
 if ! declare -F init_script >/dev/null; then
@@ -20,6 +23,25 @@ check_inputs() {
     [[ "${ref}" == *:* || "${ref}" == *@sha256:* ]] ||
       fatal "image '${ref}' has no tag or digest; expected a pinned reference like repo/name:v1.2.3"
   done
+  [[ "${KUBEADM_IMAGES:-false}" =~ ^(true|false)$ ]] ||
+    fatal "KUBEADM_IMAGES must be true or false, got '${KUBEADM_IMAGES}'"
+}
+
+# add_kubeadm_images: with KUBEADM_IMAGES=true, the images the installed kubeadm's version runs
+# (etcd, the API server, controller manager, scheduler, kube-proxy, CoreDNS, pause) join IMAGES,
+# each pinned to that version: the list `kubeadm init` pulls when they are missing.
+add_kubeadm_images() {
+  [[ "${KUBEADM_IMAGES:-false}" == true ]] || return 0
+  command -v kubeadm >/dev/null ||
+    fatal "KUBEADM_IMAGES=true needs kubeadm; run install-kube-tools.sh first"
+  local version listed
+  version="$(kubeadm version -o short)"
+  listed="$(kubeadm config images list --kubernetes-version "${version}")"
+  [[ -n "${listed}" ]] ||
+    fatal "kubeadm ${version} listed no images; look at 'kubeadm config images list' on the" \
+      "builder, then pulumi up again"
+  IMAGES="${IMAGES} $(tr '\n' ' ' <<<"${listed}")"
+  log "kubeadm ${version} images: $(tr '\n' ' ' <<<"${listed}")"
 }
 
 pull_missing_images() {
@@ -50,6 +72,7 @@ main() {
   init_script pull-images
   run_steps \
     check_inputs \
+    add_kubeadm_images \
     pull_missing_images \
     verify_images
 }
