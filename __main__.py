@@ -11,6 +11,7 @@ import pulumi
 from components.addons import GpuNodeAddons, GpuNodeAddonsArgs
 from components.config import load_settings
 from components.control_plane import ControlPlane, ControlPlaneArgs
+from components.control_plane_image import baked_control_plane_image
 from components.device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
 from components.feature_discovery import GpuFeatureDiscovery, GpuFeatureDiscoveryArgs
 from components.gpu_image import baked_images
@@ -35,7 +36,10 @@ settings = load_settings()
 warn_unchecked(settings)
 
 network = Network("network", NetworkArgs.of(settings))
-control_plane = ControlPlane(settings.cluster_name, ControlPlaneArgs.of(settings, network))
+control_plane = ControlPlane(
+    settings.cluster_name,
+    ControlPlaneArgs.of(settings, network, image_ami=baked_control_plane_image(settings, network)),
+)
 device_plugin = NvidiaDevicePlugin(
     "nvidia-device-plugin",
     NvidiaDevicePluginArgs(

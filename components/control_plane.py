@@ -3,6 +3,8 @@
 - `managed`: a CPU EC2 instance this stack creates and bootstraps with the same runtime and
   kube-tools scripts as the GPU nodes, then `kubeadm init` from an InitConfiguration, a pinned CNI,
   and the admin kubeconfig read back (a secret) with an address the operator's machine reaches.
+  With `image: baked` it boots a `ControlPlaneImage` (components/control_plane_image.py) that
+  holds the runtime, the kube tools and kubeadm's and the CNI's images: the same steps verify.
   A `kubernetesVersion` one minor up upgrades it with kubeadm before any node moves.
 - `existing`: a kubeadm cluster whose control-plane host answers over SSH (through the bastion
   when there is one). The stack checks version skew first, then reads the kubeconfig.
@@ -30,6 +32,7 @@ import pulumi_kubernetes as k8s
 
 from components import host_keys, host_pins, machines, steps
 from components import kubernetes_manifests as manifests
+from components.image_build import InstallStep
 from components.join_tokens import JOIN_TOKEN_TTL, JoinCredentials, parse_join_token
 from components.network import Network, tcp_port_rule
 from components.remote import Host, Login, run_step, ssh_host
@@ -46,12 +49,39 @@ NODE_READY_TIMEOUT_SECONDS = 600
 DELETE_DRAIN_TIMEOUT_SECONDS = 300  # drain-node.sh, when a node is deleted
 # The CNI of the managed control plane: flannel, pinned to one release manifest.
 FLANNEL_VERSION = "v0.27.4"
+# The images that manifest runs (flannel-io/flannel v0.27.4: the release's kube-flannel.yml is
+# `make release-manifest`, `kubectl kustomize Documentation/kustomization/kube-flannel/`, whose
+# kube-flannel.yml names ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1 for the
+# install-cni-plugin init container and ghcr.io/flannel-io/flannel for install-cni and
+# kube-flannel, tagged FLANNEL_VERSION by its kustomization.yaml). Baked images hold them.
+FLANNEL_IMAGES = (
+    f"ghcr.io/flannel-io/flannel:{FLANNEL_VERSION}",
+    "ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1",
+)
+
+
+def install_steps(config: ManagedControlPlane, minor: str) -> tuple[InstallStep, ...]:
+    """What makes a booted Ubuntu a control-plane host before `kubeadm init`, as the managed
+    control plane runs it (wait-ready, runtime without the NVIDIA toolkit, kube tools): its
+    baked image's builder runs the same steps with the same parameters."""
+    return (
+        InstallStep(steps.CP_WAIT_READY, {}),
+        InstallStep(
+            steps.CP_RUNTIME,
+            host_pins.runtime_params(config.os_version, minor, with_toolkit=False),
+        ),
+        InstallStep(
+            steps.CP_KUBE_TOOLS,
+            {"KUBERNETES_MINOR": minor, "SANDBOX_IMAGE": host_pins.PAUSE_IMAGES[minor]},
+        ),
+    )
 
 
 @dataclass(frozen=True)
 class ControlPlaneArgs:
     """What the control plane uses: its mode's section, the cluster's name, Kubernetes minor and
-    tags, the network it sits in, how steps log in, and the operators' kubeconfig identity."""
+    tags, the network it sits in, how steps log in, the operators' kubeconfig identity, and the
+    baked image's AMI id for a managed control plane with `image: baked`."""
 
     cluster_name: str
     kubernetes_version: str
@@ -62,10 +92,14 @@ class ControlPlaneArgs:
     dials_public_ips: bool  # steps dial public addresses (no bastion relays)
     operators: OperatorKubeconfig
     tags: Mapping[str, str]
+    image_ami: pulumi.Input[str] | None = None
 
     @classmethod
-    def of(cls, settings: Settings, network: Network) -> ControlPlaneArgs:
+    def of(
+        cls, settings: Settings, network: Network, image_ami: pulumi.Input[str] | None = None
+    ) -> ControlPlaneArgs:
         return cls(
+            image_ami=image_ami,
             cluster_name=settings.cluster_name,
             kubernetes_version=settings.kubernetes_version,
             config=settings.control_plane,
@@ -166,7 +200,7 @@ class ControlPlane(pulumi.ComponentResource):
         name, args, network = self._name, self._args, self._args.network
         machine = f"{name}-control-plane"
         api_group = self._api_security_group(config)
-        image = machines.machine_image(config.os_version, config.ami_id, parent=self)
+        image = self._machine_image(config)
         key = machines.key_pair(machine, args.login.ssh.public_key, args.tags, parent=self)
         host_key = host_keys.generate(machine, parent=self)
         instance = machines.machine(
@@ -216,7 +250,8 @@ class ControlPlane(pulumi.ComponentResource):
         def step(row: steps.Step, params=None, *, after: Sequence[pulumi.Resource] = ()):
             return self._step(host, row, params, after=after)
 
-        wait_ready = step(steps.CP_WAIT_READY, after=[instance])
+        wait, install_runtime, install_kube_tools = install_steps(config, minor)
+        wait_ready = step(wait.step, wait.params, after=[instance])
         step(
             steps.CP_AUTHORIZED_KEYS,
             {
@@ -227,19 +262,11 @@ class ControlPlane(pulumi.ComponentResource):
             },
             after=[wait_ready],
         )
-        runtime = step(
-            steps.CP_RUNTIME,
-            host_pins.runtime_params(config.os_version, minor, with_toolkit=False),
-            after=[wait_ready],
-        )
+        runtime = step(install_runtime.step, install_runtime.params, after=[wait_ready])
         # A new minor: kubeadm upgrade of the running cluster before its kubelet moves
         # (nothing on the first `up`); refuses a skipped minor before anything is installed.
         upgrade = step(steps.CP_UPGRADE, {"KUBERNETES_MINOR": minor}, after=[runtime])
-        kube_tools = step(
-            steps.CP_KUBE_TOOLS,
-            {"KUBERNETES_MINOR": minor, "SANDBOX_IMAGE": host_pins.PAUSE_IMAGES[minor]},
-            after=[upgrade],
-        )
+        kube_tools = step(install_kube_tools.step, install_kube_tools.params, after=[upgrade])
         cert_sans = pulumi.Output.all(public_ip, private_ip, instance.private_dns).apply(
             lambda values: ",".join(v for v in values if v)
         )
@@ -280,6 +307,15 @@ class ControlPlane(pulumi.ComponentResource):
             ready=[init, cni, kubeconfig],
             machine=instance,
         )
+
+    def _machine_image(self, config: ManagedControlPlane) -> machines.MachineImage:
+        """The baked image with `image: baked` (not followed after create, like a looked-up
+        Canonical image: a new image never replaces the cluster), else `amiId` or Canonical's."""
+        if config.image != "baked":
+            return machines.machine_image(config.os_version, config.ami_id, parent=self)
+        if self._args.image_ami is None:
+            raise ValueError("controlPlane image: baked needs the ControlPlaneImage's AMI id")
+        return machines.MachineImage(pulumi.Output.from_input(self._args.image_ami), pinned=False)
 
     def _api_security_group(self, config: ManagedControlPlane) -> aws.ec2.SecurityGroup:
         """The API port from inside the VPC (nodes) and from `apiAllowedCidrs` (operators)."""

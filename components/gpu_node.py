@@ -26,7 +26,7 @@ import pulumi_command as command
 
 from components import fabric, host_keys, host_pins, machines, rolling, steps
 from components.catalog import GpuInstanceType
-from components.gpu_image import InstallStep
+from components.image_build import InstallStep
 from components.labels import EFA_LABEL, GPU_PRESENT_LABEL, POOL_LABEL
 from components.network import KUBELET_PORT, Network, tcp_port_rule
 from components.remote import Host, Login, run_step, ssh_host

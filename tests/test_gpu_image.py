@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from components import gpu_image, gpu_node
+from components import gpu_image, gpu_node, image_build
 from components.config import ConfigError
 from tools.harness import mocks
 from tools.harness.graph import Graph, Resource
@@ -76,11 +76,11 @@ def test_image_is_tagged_with_what_it_holds(one_image):
     tags = ami.plain_inputs()["tags"]
     settings = load_stack_settings("dev", config={"nodePools": [dev_pool(image="baked")]})
     key = gpu_image.image_key(settings.node_pools[0], settings, gpu_node.NVIDIA_CTK_VERSION)
-    assert tags[gpu_image.IMAGE_TAG] == key.digest
+    assert tags[image_build.IMAGE_TAG] == key.digest
     assert tags["gpu-cluster.io/driver_branch"] == "580"
     assert tags["gpu-cluster.io/kubernetes_minor"] == settings.kubernetes_version
     assert tags["gpu-cluster.io/container_toolkit"] == gpu_node.NVIDIA_CTK_VERSION
-    assert tags[gpu_image.BUILT_BY_TAG] == "gpu-cluster/dev"
+    assert tags[image_build.BUILT_BY_TAG] == "gpu-cluster/dev"
     assert "k8s-device-plugin" in tags["gpu-cluster.io/images"]
 
 
@@ -99,13 +99,13 @@ def test_an_image_another_stack_built_is_reused_and_this_stacks_own_is_kept():
     saved = list(mocks.EXISTING_IMAGES)
     try:
         mocks.EXISTING_IMAGES[:] = [
-            ("ami-0fromanotherstack", {**key.tags(), gpu_image.BUILT_BY_TAG: "gpu-cluster/prod"})
+            ("ami-0fromanotherstack", {**key.tags(), image_build.BUILT_BY_TAG: "gpu-cluster/prod"})
         ]
         reused = baked(dev_pool(image="baked"))
         assert not reused.of_type(IMAGE_TYPE)
         assert reused.named("dev-gpu-a10g-0").inputs["ami"] == "ami-0fromanotherstack"
         mocks.EXISTING_IMAGES[:] = [
-            ("ami-0builtbydev", {**key.tags(), gpu_image.BUILT_BY_TAG: "gpu-cluster/dev"})
+            ("ami-0builtbydev", {**key.tags(), image_build.BUILT_BY_TAG: "gpu-cluster/dev"})
         ]
         own = baked(dev_pool(image="baked"))
         assert len(own.of_type(IMAGE_TYPE)) == 1, "a second up would drop this stack's build"

@@ -1,0 +1,133 @@
+"""A baked control-plane image (`controlPlane.image: baked`): the managed control plane's
+containerd and kubelet/kubeadm/kubectl installed once, kubeadm's control-plane images (etcd, the
+API server, controller manager, scheduler, kube-proxy, CoreDNS, pause) and the CNI's images
+pulled, and snapshotted into an AMI the control plane boots from. Kubernetes image-builder bakes
+Cluster API images the same way (containerd and the kube tools installed, `kubeadm config images
+pull` run), so that `kubeadm init` and the CNI start without a download.
+
+The builder is the control plane's own instance type, booted from the Canonical Ubuntu AMI of its
+`osVersion`, and runs the very install steps the control plane runs, with the same parameters
+(`control_plane.install_steps`); then the shared build (components/image_build.py). Its root
+volume is the control plane's `rootVolumeGiB`: an AMI's snapshot may not be larger than the root
+volume of an instance booted from it. One image per distinct `ControlPlaneImageKey` and install
+scripts, reused across the stacks of the account (`existing_image`). The control plane booted
+from it runs its install steps as always; they find everything in place and only verify.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+
+from components import control_plane, host_pins, steps
+from components.image_build import (
+    ARCHITECTURE,
+    BUILD_SCRIPTS,
+    Build,
+    BuildSite,
+    ImageKey,
+    build_image,
+    existing_image,
+)
+from components.network import Network
+from components.settings import ManagedControlPlane, Settings
+
+# The scripts whose work the image holds; a change to one of them is a new image.
+INSTALL_SCRIPTS = (
+    steps.CP_WAIT_READY.script,
+    steps.CP_RUNTIME.script,
+    steps.CP_KUBE_TOOLS.script,
+    *BUILD_SCRIPTS,
+)
+
+
+@dataclass(frozen=True)
+class ControlPlaneImageKey(ImageKey):
+    """What a baked control-plane image contains; equal keys share one image."""
+
+    SCRIPTS = INSTALL_SCRIPTS
+
+    ubuntu: str
+    architecture: str
+    containerd: str
+    sandbox_image: str
+    kubernetes_minor: str
+    # Container images pulled besides kubeadm's own (those follow kubernetes_minor): the CNI's.
+    images: tuple[str, ...]
+    # The builder's root volume, so the image's snapshot size: a control plane boots from it
+    # only with a root volume at least this large, so another size is another image.
+    root_volume_gib: int
+
+
+def image_key(config: ManagedControlPlane, kubernetes_minor: str) -> ControlPlaneImageKey:
+    return ControlPlaneImageKey(
+        ubuntu=config.os_version,
+        architecture=ARCHITECTURE,
+        containerd=host_pins.CONTAINERD_VERSIONS[config.os_version],
+        sandbox_image=host_pins.PAUSE_IMAGES[kubernetes_minor],
+        kubernetes_minor=kubernetes_minor,
+        images=control_plane.FLANNEL_IMAGES,
+        root_volume_gib=config.root_volume_gib,
+    )
+
+
+def image_name(cluster_name: str, key: ControlPlaneImageKey) -> str:
+    return f"{cluster_name}-cp-image-{key.digest[:12]}"
+
+
+@dataclass(frozen=True)
+class ControlPlaneImageArgs:
+    """What building the image needs: its key, the managed control plane's section (its instance
+    type, root volume and install parameters) and where the builder runs."""
+
+    key: ControlPlaneImageKey
+    config: ManagedControlPlane
+    site: BuildSite
+
+
+class ControlPlaneImage(pulumi.ComponentResource):
+    """Builds one baked control-plane image (see the module docstring).
+
+    Outputs: `ami_id`, the image to boot."""
+
+    ami_id: pulumi.Output[str]
+
+    def __init__(
+        self, name: str, args: ControlPlaneImageArgs, opts: pulumi.ResourceOptions | None = None
+    ):
+        super().__init__("gpu-cluster:index:ControlPlaneImage", name, None, opts)
+        key = args.key
+        image = build_image(
+            name,
+            Build(
+                key=key,
+                kind="control-plane",
+                install_steps=control_plane.install_steps(args.config, key.kubernetes_minor),
+                pull_params={"IMAGES": " ".join(key.images), "KUBEADM_IMAGES": "true"},
+                builder_instance_type=args.config.instance_type,
+                root_volume_gib=key.root_volume_gib,
+                site=args.site,
+            ),
+            parent=self,
+        )
+        self.ami_id = image.id
+        self.register_outputs({"amiId": self.ami_id, "digest": key.digest})
+
+
+def baked_control_plane_image(settings: Settings, network: Network) -> pulumi.Output[str] | None:
+    """The AMI id the managed control plane boots from with `image: baked`: the image another
+    stack of the account already built, else a ControlPlaneImage built here; None otherwise."""
+    config = settings.control_plane
+    if not isinstance(config, ManagedControlPlane) or config.image != "baked":
+        return None
+    site = BuildSite.of(settings, network)
+    key = image_key(config, settings.kubernetes_version)
+    found = existing_image(key, site.built_by)
+    if found is not None:
+        return pulumi.Output.from_input(found)
+    image = ControlPlaneImage(
+        image_name(settings.cluster_name, key),
+        ControlPlaneImageArgs(key=key, config=config, site=site),
+    )
+    return image.ami_id
