@@ -2,9 +2,10 @@
 
 Every figure names where it comes from: a public measurement, a vendor document, or, where none
 exists, the stated assumption. Figures are for one create on a fresh machine in one region; the
-model does not add noise. "stock" is a node booted from Canonical's Ubuntu image (the chain
-installs everything); "baked" is a node booted from a `GpuImage` AMI built from the same scripts,
-so its install steps find everything in place and only verify.
+model does not add noise. "stock" is a host booted from Canonical's Ubuntu image (the chain
+installs everything); "baked" is a GPU node booted from a `GpuImage` AMI and a managed control
+plane booted from a `ControlPlaneImage` AMI, built from the same scripts with the container images
+they start first pulled, so their install steps find everything in place and only verify.
 """
 
 from __future__ import annotations
@@ -41,6 +42,14 @@ SOURCES = {
     "kubeadm": "kubeadm init/join reference (kubernetes.io): init pulls the control-plane "
     "images, writes static pods and waits for a healthy API server; join is TLS bootstrap "
     "and kubelet start",
+    "kubeadm-healthy": "kubeadm's wait for the control plane with its images in place: "
+    "kubernetes/kubeadm#2395 (neolit123, 2021: the kubelet and API server /healthz wait "
+    "'completes in ~26 seconds' in minikube, whose images are preloaded); "
+    "kubernetes/kubernetes#117984 logs (2023): '[apiclient] All control plane components are "
+    "healthy after' 24.0-28.0 s, the whole init 41-55 s with its image pull",
+    "kubelet-status": "kubelet configuration reference: nodeStatusUpdateFrequency default 10 s "
+    "(Ready follows the CNI config at the next status update); flannel-io/flannel#1798 log: "
+    "flannel manifest applied 08:02:57, its CNI plugin image pulled by 08:03:00",
     "pulumi-k8s-await": "pulumi-kubernetes await logic (provider/pkg/await): a DaemonSet is "
     "ready when its rollout reports every desired pod ready (0 desired before any GPU node "
     "joins); a Job when it completes",
@@ -126,6 +135,20 @@ COMMON: dict[str, Duration] = {
     "join-token": _d(3.0, "assumption: SSH to the control plane + kubeadm token create"),
     "join": _d(20.0, "kubeadm: TLS bootstrap + kubelet start; assumption 20 s"),
     "node-ready": _d(30.0, "assumption: CNI pod pulled and started on the node, Node Ready"),
+    # Building a baked control-plane image (ControlPlaneImage): the control plane's own install
+    # on a builder of its instance type, kubeadm's and flannel's images pulled, the snapshot.
+    "cp-image:wait-ready": _d(
+        30.0, "brevdev: boot->SSH 3.1 s; assumption: cloud-init to 'done' ~27 s more"
+    ),
+    "cp-image:runtime": _d(45.0, "as cp:runtime (the same step, stock Ubuntu)"),
+    "cp-image:kube-tools": _d(30.0, "as cp:kube-tools (the same step, stock Ubuntu)"),
+    "cp-image:pull-images": _d(
+        45.0,
+        "assumption: kubeadm's seven images (~200 MB, the pull cp:init spends most of its 60 s "
+        "on) + flannel's two (~40 MB), ~45 s",
+    ),
+    "cp-image:prepare": _d(10.0, "assumption: cloud-init clean, stop services, sync, ~10 s"),
+    "cp-image:power-off": _d(2.0, "assumption: one SSH round trip (systemd-run schedules it)"),
     # Building a baked image (GpuImage): the stock install on a builder, then the snapshot.
     "image:pull-images": _d(
         40.0, "assumption: device plugin + CUDA sample images (~0.2 GB) pulled, ~40 s"
@@ -182,18 +205,53 @@ BAKED: dict[str, Duration] = {
     "efa": STOCK["efa"],
 }
 
+# Managed control-plane steps booted from a baked ControlPlaneImage (with --baked).
+CONTROL_PLANE_BAKED: dict[str, Duration] = {
+    "cp:runtime": _d(3.0, "baked: containerd held at the pin, config hash unchanged; check only"),
+    "cp:kube-tools": _d(3.0, "baked: versions match, nothing installed; check only"),
+    "cp:init": _d(
+        30.0,
+        "kubeadm-healthy: the control plane healthy after ~24-28 s with its images in place, "
+        "plus certificates, kubeconfigs, upload-config and addons (~3 s); no image pull",
+    ),
+    "cp:cni": _d(
+        15.0,
+        "kubelet-status: manifest applied (~1 s), flannel's three containers start from images "
+        "in place (assumption ~4 s), Node Ready at the next status update (<= 10 s)",
+    ),
+}
+# A baked GPU node of a stack with a managed control plane: flannel's images are in its image.
+BAKED_NODE_READY_WITH_CNI = _d(
+    15.0,
+    "kubelet-status: flannel's pod starts from images in place (assumption ~5 s), Node Ready at "
+    "the next status update (<= 10 s)",
+)
+
 # The install steps, whose time depends on the image (the step table's order).
 INSTALL_STEPS = tuple(step.suffix for step in steps.INSTALL_STEPS)
 # Node steps whose time depends on the image but that are not install steps.
 CACHED_IMAGE_STEPS = ("gpu-capacity", "validation-job")
 
 
-def node_step_durations(baked: bool) -> dict[str, Duration]:
-    """GPU node install steps by image, plus the builder's (it always installs from stock)."""
+def image_step_durations(baked: bool, cni_in_image: bool = False) -> dict[str, Duration]:
+    """The steps whose time depends on the image: GPU node install steps by image, plus the
+    builder's (it always installs from stock); baked, also the managed control plane's, and the
+    node's Node Ready when its image holds the CNI's images (`cni_in_image`: the stack's control
+    plane is managed)."""
     builder = {f"image:{k}": STOCK[k] for k in INSTALL_STEPS}
-    return {**(BAKED if baked else STOCK), **builder}
+    table = {**(BAKED if baked else STOCK), **builder}
+    if baked:
+        table.update(CONTROL_PLANE_BAKED)
+        if cni_in_image:
+            table["node-ready"] = BAKED_NODE_READY_WITH_CNI
+    return table
 
 
-def all_rows(baked: bool) -> list[tuple[str, Duration]]:
-    """(kind, duration) rows of the table in use, for printing with the timeline."""
-    return [*COMMON.items(), *node_step_durations(baked).items()]
+def all_rows(baked: bool, cni_in_image: bool = False) -> list[tuple[str, Duration]]:
+    """(kind, duration) rows of the table in use, for printing with the timeline (a row of the
+    image-dependent table replaces the COMMON row of the same kind)."""
+    table = image_step_durations(baked, cni_in_image)
+    return [
+        *((kind, duration) for kind, duration in COMMON.items() if kind not in table),
+        *table.items(),
+    ]

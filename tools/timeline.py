@@ -26,8 +26,9 @@ the engine on that graph:
   the CLI's own default is 4 x CPUs (`pkg/cmd/pulumi/operations/up.go`, `defaultParallel`).
 
 Each step lasts the time in `tools/step_durations.py`, which names a source for every figure.
-`--baked` boots GPU nodes from a baked image that already exists (built earlier by this or another
-stack of the account): their install steps only verify. A node is validated when its validation
+`--baked` boots GPU nodes, and a managed control plane, from baked images that already exist (built
+earlier by this or another stack of the account): their install steps only verify, and kubeadm's
+and the CNI's container images are in place. A node is validated when its validation
 Job completes (its Node Ready step when validation is disabled). Not modelled: retries, failures,
 the program's own evaluation time (`python -m tools.benchmark`), and API rate limits: EC2 lets an
 account launch 1,000 instances at once, then 2 per second (RunInstances resource token bucket,
@@ -51,7 +52,8 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from components import gpu_image, gpu_node, steps
+from components import control_plane_image, gpu_image, gpu_node, image_build, steps
+from components.settings import ManagedControlPlane
 from tools import step_durations
 from tools.harness import mocks, stacks
 from tools.harness.graph import Graph, Resource
@@ -213,10 +215,11 @@ def kind_of(resource: Resource) -> str:
         return "validation-job"
     if resource.type == "command:remote:Command":
         chain = _type_chain(resource)
-        if "GpuImage" in chain:
-            for suffix in IMAGE_STEP_SUFFIXES:
-                if resource.name.endswith(f"-{suffix}"):
-                    return f"image:{suffix}"
+        for component, prefix in (("ControlPlaneImage", "cp-image"), ("GpuImage", "image")):
+            if component in chain:
+                for suffix in IMAGE_STEP_SUFFIXES:
+                    if resource.name.endswith(f"-{suffix}"):
+                        return f"{prefix}:{suffix}"
         if "GpuNode" in chain or "GpuValidation" in chain:
             for suffix in NODE_STEP_SUFFIXES:
                 if resource.name.endswith(f"-{suffix}"):
@@ -229,9 +232,15 @@ def kind_of(resource: Resource) -> str:
     return resource.type if resource.type in step_durations.COMMON else "other"
 
 
-def duration_of(kind: str, baked: bool) -> step_durations.Duration:
-    node_steps = step_durations.node_step_durations(baked)
-    return node_steps.get(kind) or step_durations.COMMON[kind]
+def duration_of(kind: str, baked: bool, cni_in_image: bool = False) -> step_durations.Duration:
+    by_image = step_durations.image_step_durations(baked, cni_in_image)
+    return by_image.get(kind) or step_durations.COMMON[kind]
+
+
+def cni_in_image(graph: Graph) -> bool:
+    """The stack installs the CNI itself (a managed control plane runs `kubeadm init`): its
+    baked GPU images hold the CNI's images."""
+    return any(kind_of(resource) == f"cp:{steps.CP_INIT.suffix}" for resource in graph)
 
 
 def _default_provider(resource: Resource) -> str | None:
@@ -253,6 +262,7 @@ def tasks_from_graph(graph: Graph, baked: bool = False) -> list[Task]:
     tasks are ordered by URN, numbers compared as numbers (node 2 before node 10, as the program
     constructs them): the same program gives the same schedule every time."""
     tasks: dict[str, Task] = {}
+    cni = cni_in_image(graph)
     for resource in sorted(graph, key=lambda r: _natural(r.urn)):
         deps = set(graph.direct_dependencies(resource))
         if resource.parent in graph.by_urn:
@@ -265,7 +275,7 @@ def tasks_from_graph(graph: Graph, baked: bool = False) -> list[Task]:
                 tasks[provider] = Task(provider, (), seconds, "provider")
         kind = kind_of(resource)
         tasks[resource.urn] = Task(
-            resource.urn, tuple(sorted(deps)), duration_of(kind, baked).seconds, kind
+            resource.urn, tuple(sorted(deps)), duration_of(kind, baked, cni).seconds, kind
         )
     return list(tasks.values())
 
@@ -323,7 +333,7 @@ class Result:
 def node_overrides(stack: str, nodes: int | None, baked: bool = False) -> dict[str, Any]:
     """Config overrides: encrypted values dropped (test secrets stand in); with `nodes` the
     pools replaced by one pool of `nodes` nodes of the first pool's type; with `baked` every
-    pool on `image: baked`."""
+    pool on `image: baked`, and a managed control plane too."""
     stack_config = stacks.stack_file(stack)
     overrides: dict[str, Any] = {
         key: None
@@ -335,6 +345,9 @@ def node_overrides(stack: str, nodes: int | None, baked: bool = False) -> dict[s
     pools = overrides.get("nodePools") or list(stack_config["gpu-cluster:nodePools"])
     if baked:
         overrides["nodePools"] = [{**pool, "image": "baked"} for pool in pools]
+        control_plane = stack_config.get("gpu-cluster:controlPlane") or {}
+        if control_plane.get("mode") == "managed":
+            overrides["controlPlane"] = {**control_plane, "image": "baked"}
     return overrides
 
 
@@ -344,9 +357,16 @@ def _images_built_earlier(stack: str, overrides: dict[str, Any]) -> Iterator[Non
     program finds them and builds nothing (the common case; a first build is `--build-image`)."""
     settings = stacks.load_stack_settings(stack, config=overrides)
     saved = list(mocks.EXISTING_IMAGES)
-    for pool in settings.node_pools:
-        key = gpu_image.image_key(pool, settings, gpu_node.NVIDIA_CTK_VERSION)
-        tags = {**key.tags(), gpu_image.BUILT_BY_TAG: "gpu-cluster/another-stack"}
+    keys: list[image_build.ImageKey] = [
+        gpu_image.image_key(pool, settings, gpu_node.NVIDIA_CTK_VERSION)
+        for pool in settings.node_pools
+    ]
+    if isinstance(settings.control_plane, ManagedControlPlane):
+        keys.append(
+            control_plane_image.image_key(settings.control_plane, settings.kubernetes_version)
+        )
+    for key in keys:
+        tags = {**key.tags(), image_build.BUILT_BY_TAG: "gpu-cluster/another-stack"}
         mocks.EXISTING_IMAGES.append((f"ami-{key.digest[:17]}", tags))
     try:
         yield
@@ -420,7 +440,7 @@ def format_report(result: Result) -> str:
         "durations used (tools/step_durations.py):",
     ]
     used = {task.kind for task in result.schedule.tasks.values()}
-    for kind, duration in step_durations.all_rows(result.baked):
+    for kind, duration in step_durations.all_rows(result.baked, cni_in_image(result.graph)):
         if kind in used:
             lines.append(f"  {kind:<52} {duration.seconds:>6.0f} s  {duration.source}")
     return "\n".join(lines)
