@@ -32,7 +32,7 @@ import pulumi_kubernetes as k8s
 
 from components import host_keys, host_pins, machines, steps
 from components import kubernetes_manifests as manifests
-from components.image_build import InstallStep
+from components.control_plane_image import install_steps
 from components.join_tokens import JOIN_TOKEN_TTL, JoinCredentials, parse_join_token
 from components.network import Network, tcp_port_rule
 from components.remote import Host, Login, run_step, ssh_host
@@ -47,34 +47,6 @@ from components.settings import (
 API_PORT = 6443
 NODE_READY_TIMEOUT_SECONDS = 600
 DELETE_DRAIN_TIMEOUT_SECONDS = 300  # drain-node.sh, when a node is deleted
-# The CNI of the managed control plane: flannel, pinned to one release manifest.
-FLANNEL_VERSION = "v0.27.4"
-# The images that manifest runs (flannel-io/flannel v0.27.4: the release's kube-flannel.yml is
-# `make release-manifest`, `kubectl kustomize Documentation/kustomization/kube-flannel/`, whose
-# kube-flannel.yml names ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1 for the
-# install-cni-plugin init container and ghcr.io/flannel-io/flannel for install-cni and
-# kube-flannel, tagged FLANNEL_VERSION by its kustomization.yaml). Baked images hold them.
-FLANNEL_IMAGES = (
-    f"ghcr.io/flannel-io/flannel:{FLANNEL_VERSION}",
-    "ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1",
-)
-
-
-def install_steps(config: ManagedControlPlane, minor: str) -> tuple[InstallStep, ...]:
-    """What makes a booted Ubuntu a control-plane host before `kubeadm init`, as the managed
-    control plane runs it (wait-ready, runtime without the NVIDIA toolkit, kube tools): its
-    baked image's builder runs the same steps with the same parameters."""
-    return (
-        InstallStep(steps.CP_WAIT_READY, {}),
-        InstallStep(
-            steps.CP_RUNTIME,
-            host_pins.runtime_params(config.os_version, minor, with_toolkit=False),
-        ),
-        InstallStep(
-            steps.CP_KUBE_TOOLS,
-            {"KUBERNETES_MINOR": minor, "SANDBOX_IMAGE": host_pins.PAUSE_IMAGES[minor]},
-        ),
-    )
 
 
 @dataclass(frozen=True)
@@ -287,7 +259,7 @@ class ControlPlane(pulumi.ComponentResource):
         cni = step(
             steps.CP_CNI,
             {
-                "FLANNEL_VERSION": FLANNEL_VERSION,
+                "FLANNEL_VERSION": host_pins.FLANNEL_VERSION,
                 "POD_SUBNET": config.pod_cidr,
                 "NODE_NAME": machine,
             },

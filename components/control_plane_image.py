@@ -20,13 +20,14 @@ from dataclasses import dataclass
 
 import pulumi
 
-from components import control_plane, host_pins, steps
+from components import host_pins, steps
 from components.image_build import (
     ARCHITECTURE,
     BUILD_SCRIPTS,
     Build,
     BuildSite,
     ImageKey,
+    InstallStep,
     build_image,
     existing_image,
 )
@@ -60,6 +61,23 @@ class ControlPlaneImageKey(ImageKey):
     root_volume_gib: int
 
 
+def install_steps(config: ManagedControlPlane, minor: str) -> tuple[InstallStep, ...]:
+    """What makes a booted Ubuntu a control-plane host before `kubeadm init` (wait-ready, the
+    runtime without the NVIDIA toolkit, the kube tools): the managed control plane runs these
+    (components/control_plane.py), and the image's builder runs the very same."""
+    return (
+        InstallStep(steps.CP_WAIT_READY, {}),
+        InstallStep(
+            steps.CP_RUNTIME,
+            host_pins.runtime_params(config.os_version, minor, with_toolkit=False),
+        ),
+        InstallStep(
+            steps.CP_KUBE_TOOLS,
+            {"KUBERNETES_MINOR": minor, "SANDBOX_IMAGE": host_pins.PAUSE_IMAGES[minor]},
+        ),
+    )
+
+
 def image_key(config: ManagedControlPlane, kubernetes_minor: str) -> ControlPlaneImageKey:
     return ControlPlaneImageKey(
         ubuntu=config.os_version,
@@ -67,7 +85,7 @@ def image_key(config: ManagedControlPlane, kubernetes_minor: str) -> ControlPlan
         containerd=host_pins.CONTAINERD_VERSIONS[config.os_version],
         sandbox_image=host_pins.PAUSE_IMAGES[kubernetes_minor],
         kubernetes_minor=kubernetes_minor,
-        images=control_plane.FLANNEL_IMAGES,
+        images=host_pins.FLANNEL_IMAGES,
         root_volume_gib=config.root_volume_gib,
     )
 
@@ -103,7 +121,7 @@ class ControlPlaneImage(pulumi.ComponentResource):
             Build(
                 key=key,
                 kind="control-plane",
-                install_steps=control_plane.install_steps(args.config, key.kubernetes_minor),
+                install_steps=install_steps(args.config, key.kubernetes_minor),
                 pull_params={"IMAGES": " ".join(key.images), "KUBEADM_IMAGES": "true"},
                 builder_instance_type=args.config.instance_type,
                 root_volume_gib=key.root_volume_gib,

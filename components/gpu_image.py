@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import pulumi
 
 from components import steps
-from components.control_plane import FLANNEL_IMAGES
+from components.host_pins import FLANNEL_IMAGES
 from components.image_build import (
     ARCHITECTURE,
     BUILD_SCRIPTS,

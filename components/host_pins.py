@@ -42,6 +42,19 @@ PAUSE_IMAGES = {
 }
 
 
+# The CNI of a managed control plane (install-cni.sh): flannel, pinned to one release manifest.
+FLANNEL_VERSION = "v0.27.4"
+# The images that manifest runs (flannel-io/flannel v0.27.4: the release's kube-flannel.yml is
+# `make release-manifest`, `kubectl kustomize Documentation/kustomization/kube-flannel/`, whose
+# kube-flannel.yml names ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1 for the
+# install-cni-plugin init container and ghcr.io/flannel-io/flannel for install-cni and
+# kube-flannel, tagged FLANNEL_VERSION by its kustomization.yaml). Baked images hold them.
+FLANNEL_IMAGES = (
+    f"ghcr.io/flannel-io/flannel:{FLANNEL_VERSION}",
+    "ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1",
+)
+
+
 # The EFA installer's own bound: under the `efa` step's 30-minute host-side bound
 # (components/steps.py EFA), so a hung installer is reported as the installer, not as the step.
 EFA_INSTALLER_TIMEOUT_SECONDS = 25 * 60
