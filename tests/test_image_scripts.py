@@ -98,3 +98,68 @@ def test_power_off_refuses_a_delay_that_is_not_whole_seconds(sandbox):
     assert result.returncode == 1, result.output
     assert "FAILED: POWER_OFF_DELAY_SECONDS must be a whole number, got '5s'" in result.stderr
     assert not result.called("systemd-run"), result.commands()
+
+
+FLANNEL = "ghcr.io/flannel-io/flannel:v0.27.4"
+KUBEADM_1_35 = [
+    "registry.k8s.io/kube-apiserver:v1.35.1",
+    "registry.k8s.io/kube-controller-manager:v1.35.1",
+    "registry.k8s.io/kube-scheduler:v1.35.1",
+    "registry.k8s.io/kube-proxy:v1.35.1",
+    "registry.k8s.io/coredns/coredns:v1.12.1",
+    "registry.k8s.io/pause:3.10.1",
+    "registry.k8s.io/etcd:3.6.5-0",
+]
+
+
+def test_pull_images_with_kubeadm_images_pulls_what_kubeadm_init_runs_once(sandbox):
+    """A control-plane image: the images the installed kubeadm lists for its own version join
+    IMAGES, pulled into containerd's k8s.io namespace; a second run pulls nothing."""
+    sandbox.state("dpkg/kubeadm", "1.35.1-1.1")
+    sandbox.state("ctr.images", "registry.k8s.io/pause:3.10.1\n")
+    params = {"IMAGES": FLANNEL, "KUBEADM_IMAGES": "true"}
+    first = sandbox.run("pull-images.sh", params)
+    assert first.returncode == 0, first.output
+    assert first.called("kubeadm", "config", "images", "list", "--kubernetes-version", "v1.35.1")
+    for ref in [FLANNEL, *KUBEADM_1_35]:
+        pulled = first.called("ctr", "--namespace", "k8s.io", "images", "pull", ref)
+        assert len(pulled) == (0 if ref.endswith("pause:3.10.1") else 1), (ref, first.commands())
+    assert set(sandbox.state("ctr.images").split()) == {FLANNEL, *KUBEADM_1_35}
+    again = sandbox.run("pull-images.sh", params)
+    assert again.returncode == 0, again.output
+    assert not [c for c in again.calls if "pull" in c], again.commands()
+
+
+def test_pull_images_without_kubeadm_images_never_asks_kubeadm(sandbox):
+    result = sandbox.run("pull-images.sh", {"IMAGES": PLUGIN})
+    assert result.returncode == 0, result.output
+    assert not result.called("kubeadm"), result.commands()
+
+
+def test_pull_images_with_kubeadm_images_needs_kubeadm_installed(sandbox):
+    result = sandbox.run("pull-images.sh", {"IMAGES": FLANNEL, "KUBEADM_IMAGES": "true"})
+    assert result.returncode == 1, result.output
+    assert (
+        "FAILED: KUBEADM_IMAGES=true needs kubeadm, and 'kubeadm version' failed; run "
+        "install-kube-tools.sh before this step" in result.stderr
+    ), result.stderr
+    assert not result.called("ctr", "--namespace", "k8s.io", "images", "pull", FLANNEL)
+
+
+def test_pull_images_names_kubeadm_when_it_cannot_list_its_images(sandbox):
+    sandbox.state("dpkg/kubeadm", "1.35.1-1.1")
+    sandbox.state("kubeadm.fail.config", 1)
+    result = sandbox.run("pull-images.sh", {"IMAGES": FLANNEL, "KUBEADM_IMAGES": "true"})
+    assert result.returncode == 1, result.output
+    assert (
+        "FAILED: kubeadm v1.35.1 could not list its images; look at 'kubeadm config images list'"
+        in result.stderr
+    ), result.stderr
+    assert not result.called("ctr", "--namespace", "k8s.io", "images", "pull", FLANNEL)
+
+
+def test_pull_images_refuses_a_kubeadm_images_that_is_not_a_boolean(sandbox):
+    result = sandbox.run("pull-images.sh", {"IMAGES": FLANNEL, "KUBEADM_IMAGES": "yes"})
+    assert result.returncode == 1, result.output
+    assert "FAILED: KUBEADM_IMAGES must be true or false, got 'yes'" in result.stderr
+    assert not result.calls, result.commands()

@@ -32,14 +32,13 @@ check_inputs() {
 # each pinned to that version: the list `kubeadm init` pulls when they are missing.
 add_kubeadm_images() {
   [[ "${KUBEADM_IMAGES:-false}" == true ]] || return 0
-  command -v kubeadm >/dev/null ||
-    fatal "KUBEADM_IMAGES=true needs kubeadm; run install-kube-tools.sh first"
   local version listed
-  version="$(kubeadm version -o short)"
-  listed="$(kubeadm config images list --kubernetes-version "${version}")"
-  [[ -n "${listed}" ]] ||
-    fatal "kubeadm ${version} listed no images; look at 'kubeadm config images list' on the" \
-      "builder, then pulumi up again"
+  version="$(kubeadm version -o short)" ||
+    fatal "KUBEADM_IMAGES=true needs kubeadm, and 'kubeadm version' failed; run" \
+      "install-kube-tools.sh before this step"
+  listed="$(kubeadm config images list --kubernetes-version "${version}")" ||
+    fatal "kubeadm ${version} could not list its images; look at 'kubeadm config images list'" \
+      "on the builder, then pulumi up again"
   IMAGES="${IMAGES} $(tr '\n' ' ' <<<"${listed}")"
   log "kubeadm ${version} images: $(tr '\n' ' ' <<<"${listed}")"
 }
