@@ -183,10 +183,12 @@ def aliases(model: type[BaseModel]) -> list[str]:
 
 def unknown_key(loc: tuple) -> Problem:
     parent: Any = Settings
+    union: Any = None  # the union whose tagged variant `parent` is, if any
     for item in loc[:-1]:
         inner = _field_type(parent, item)
+        union = None
         if inner is _TAG:
-            inner = _variant(parent, item)
+            union, inner = parent, _variant(parent, item)
         parent = inner
     accepted: list[str] = []
     for variant in _union_variants(_unwrap(parent)) or (_unwrap(parent),):
@@ -195,6 +197,10 @@ def unknown_key(loc: tuple) -> Problem:
     name = str(loc[-1])
     close = difflib.get_close_matches(name, accepted, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
+    for sibling in _union_variants(_unwrap(union)) if union is not None else ():
+        if sibling is not parent and name in aliases(sibling):
+            modes = typing.get_args(sibling.model_fields["mode"].annotation)
+            hint = f" ({name!r} is a key of mode: {modes[0]} only)"
     return Problem(
         _format_path(_path_parts(loc)), "an unknown key", f"one of: {', '.join(accepted)}{hint}"
     )
