@@ -173,10 +173,18 @@ def test_baked_nodes_only_verify(dev_three):
     stock = timeline.model("dev", dev_three)
     baked_graph = timeline.record("dev", nodes=3, baked=True)
     baked = timeline.model("dev", baked_graph, baked=True)
-    assert not [r for r in baked_graph if "GpuImage" in r.urn], "the image existed already"
+    assert not [r for r in baked_graph if "Image" in r.urn], "the images existed already"
     saved = sum(
         step_durations.STOCK[s].seconds - step_durations.BAKED[s].seconds
         for s in (*step_durations.INSTALL_STEPS, *step_durations.CACHED_IMAGE_STEPS)
+    )
+    saved += sum(
+        step_durations.COMMON[kind].seconds - duration.seconds
+        for kind, duration in step_durations.CONTROL_PLANE_BAKED.items()
+    )
+    saved += (
+        step_durations.COMMON["node-ready"].seconds
+        - step_durations.BAKED_NODE_READY_WITH_CNI.seconds
     )
     assert baked.first < stock.first
     assert stock.first - baked.first <= saved
@@ -270,3 +278,38 @@ def test_fleet_sizes_the_tools_model_are_valid_stacks(stack, nodes):
     if isinstance(settings.control_plane, ManagedControlPlane):
         pods = ipaddress.ip_network(settings.control_plane.pod_cidr)
         assert pods.num_addresses >= (nodes + 1) * 256
+
+
+def test_dev_baked_reaches_a_validated_gpu_in_a_third_of_stock_and_under_four_minutes(dev_graph):
+    """Issue 12's target, from the cited durations: with the GPU pool and the managed control
+    plane baked, the first validated GPU of dev comes in at most a third of the stock time."""
+    stock = timeline.model("dev", dev_graph)
+    baked = timeline.model("dev", timeline.record("dev", baked=True), baked=True)
+    assert baked.first <= stock.first / 3, (baked.first, stock.first)
+    assert baked.first < 4 * 60, baked.first
+    path = [baked.schedule.tasks[k].kind for k in baked.schedule.critical_path(baked.last_key)]
+    assert "cp:init" in path and "aws:ec2/amiFromInstance:AmiFromInstance" not in path, path
+
+
+def test_baked_control_plane_uses_its_verify_only_durations_and_the_image_exists():
+    graph = timeline.record("dev", baked=True)
+    assert graph.named("dev-gpu-control-plane").inputs["ami"].startswith("ami-"), "found image"
+    tasks = {t.kind: t.seconds for t in timeline.tasks_from_graph(graph, baked=True)}
+    for kind, duration in step_durations.CONTROL_PLANE_BAKED.items():
+        assert tasks[kind] == duration.seconds, kind
+    assert tasks["node-ready"] == step_durations.BAKED_NODE_READY_WITH_CNI.seconds
+
+
+def test_an_existing_control_plane_keeps_the_stock_node_ready_when_baked():
+    """prod joins an existing cluster: its CNI is not in the GPU image."""
+    graph = timeline.record("prod", baked=True)
+    tasks = {t.kind: t.seconds for t in timeline.tasks_from_graph(graph, baked=True)}
+    assert tasks["node-ready"] == step_durations.COMMON["node-ready"].seconds
+    assert "cp:init" not in tasks
+
+
+def test_building_the_control_plane_image_is_modelled_step_by_step():
+    graph = timeline.record("dev", baked=True, build_image=True)
+    kinds = {t.kind for t in timeline.tasks_from_graph(graph, baked=True)}
+    for suffix in ("wait-ready", "runtime", "kube-tools", "pull-images", "prepare", "power-off"):
+        assert f"cp-image:{suffix}" in kinds, sorted(kinds)
