@@ -62,6 +62,11 @@ PASSED = {
 # Run at its default by a test (module, function) that passes the script nothing for it.
 EXERCISED_BY = [
     (
+        "test_image_scripts",
+        "test_pull_images_without_kubeadm_images_never_asks_kubeadm",
+        [("pull-images.sh", "KUBEADM_IMAGES")],
+    ),
+    (
         "test_script_defaults",
         "test_skew_check_allows_the_kubelet_lag_kubernetes_supports",
         [("check-version-skew.sh", "MAX_KUBELET_LAG")],
