@@ -42,14 +42,15 @@ SOURCES = {
     "kubeadm": "kubeadm init/join reference (kubernetes.io): init pulls the control-plane "
     "images, writes static pods and waits for a healthy API server; join is TLS bootstrap "
     "and kubelet start",
-    "kubeadm-healthy": "kubeadm's wait for the control plane with its images in place: "
-    "kubernetes/kubeadm#2395 (neolit123, 2021: the kubelet and API server /healthz wait "
-    "'completes in ~26 seconds' in minikube, whose images are preloaded); "
-    "kubernetes/kubernetes#117984 logs (2023): '[apiclient] All control plane components are "
-    "healthy after' 24.0-28.0 s, the whole init 41-55 s with its image pull",
+    "kubeadm-healthy": "kubeadm's wait for the control plane: kubernetes/kubernetes#117984 "
+    "('kubeadm: speedup init by 0s or 20s', merged 2023, in every kubeadm this program "
+    "installs), champtar's logs of one host's repeated installs: '[apiclient] All control plane "
+    "components are healthy after' 24.0-28.0 s before the change, 5.5-15.0 s with it, the whole "
+    "install unit then 23-24 s",
     "kubelet-status": "kubelet configuration reference: nodeStatusUpdateFrequency default 10 s "
     "(Ready follows the CNI config at the next status update); flannel-io/flannel#1798 log: "
-    "flannel manifest applied 08:02:57, its CNI plugin image pulled by 08:03:00",
+    "`kubectl apply -f` of the release manifest URL between prompts at 08:02:45 and 08:02:57 "
+    "(an upper bound: typing included), its CNI plugin image pulled by 08:03:00",
     "pulumi-k8s-await": "pulumi-kubernetes await logic (provider/pkg/await): a DaemonSet is "
     "ready when its rollout reports every desired pod ready (0 desired before any GPU node "
     "joins); a Job when it completes",
@@ -211,13 +212,14 @@ CONTROL_PLANE_BAKED: dict[str, Duration] = {
     "cp:kube-tools": _d(3.0, "baked: versions match, nothing installed; check only"),
     "cp:init": _d(
         30.0,
-        "kubeadm-healthy: the control plane healthy after ~24-28 s with its images in place, "
-        "plus certificates, kubeconfigs, upload-config and addons (~3 s); no image pull",
+        "kubeadm-healthy: healthy after 5.5-15 s, the whole install 23-24 s (kubeadm with "
+        "#117984); no image pull; plus this step's kubelet serving CSR approval (assumption ~6 s)",
     ),
     "cp:cni": _d(
         15.0,
-        "kubelet-status: manifest applied (~1 s), flannel's three containers start from images "
-        "in place (assumption ~4 s), Node Ready at the next status update (<= 10 s)",
+        "kubelet-status: manifest downloaded (not in the image) and applied (assumption ~2 s), "
+        "flannel's containers start from images in place (assumption ~3 s), Node Ready at the "
+        "next status update (<= 10 s)",
     ),
 }
 # A baked GPU node of a stack with a managed control plane: flannel's images are in its image.
