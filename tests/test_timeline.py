@@ -267,13 +267,15 @@ def test_workflows_give_the_engine_a_slot_per_node_before_it_runs(workflow, job,
 
 @pytest.mark.parametrize("stack", STACKS)
 @pytest.mark.parametrize("nodes", [256, 1000])
-def test_fleet_sizes_the_tools_model_are_valid_stacks(stack, nodes):
+@pytest.mark.parametrize("baked", [False, True], ids=["stock", "baked"])
+def test_fleet_sizes_the_tools_model_are_valid_stacks(stack, nodes, baked):
     """The timeline and the benchmark model fleets far larger than a stack file: the settings
     must accept them (a /24 pod range per node, tools.harness.stacks.fleet_config), or
-    `--nodes 1000` stops with a config error instead of a figure."""
+    `--nodes 1000` stops with a config error instead of a figure; `--baked` keeps the widened
+    pod block when it bakes the control plane."""
     from components.settings.sections import ManagedControlPlane
 
-    settings = load_stack_settings(stack, config=node_overrides(stack, nodes))
+    settings = load_stack_settings(stack, config=node_overrides(stack, nodes, baked))
     assert sum(pool.count for pool in settings.node_pools) == nodes
     if isinstance(settings.control_plane, ManagedControlPlane):
         pods = ipaddress.ip_network(settings.control_plane.pod_cidr)

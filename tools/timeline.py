@@ -345,7 +345,10 @@ def node_overrides(stack: str, nodes: int | None, baked: bool = False) -> dict[s
     pools = overrides.get("nodePools") or list(stack_config["gpu-cluster:nodePools"])
     if baked:
         overrides["nodePools"] = [{**pool, "image": "baked"} for pool in pools]
-        control_plane = stack_config.get("gpu-cluster:controlPlane") or {}
+        # Over what fleet_config set (a pod block widened for the fleet), else the stack's own.
+        control_plane = (
+            overrides.get("controlPlane") or stack_config.get("gpu-cluster:controlPlane") or {}
+        )
         if control_plane.get("mode") == "managed":
             overrides["controlPlane"] = {**control_plane, "image": "baked"}
     return overrides
