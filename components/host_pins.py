@@ -33,12 +33,19 @@ CONTAINERD_VERSIONS = {
 # cmd/kubeadm/app/constants PauseVersion; `kubeadm config images list` prints it). containerd's
 # own default differs by release, and kubeadm warns when the runtime's sandbox image is not its
 # own; install-kube-tools.sh checks this table against the installed kubeadm.
+# Source: kubernetes/minikube pkg/minikube/constants/constants_kubeadm_images.go, which
+# hack/update/kubeadm_constants writes from `kubeadm config images list --kubernetes-version`
+# of each released kubeadm: pause 3.10 for v1.33.0-v1.33.13, 3.10.1 for v1.34.0-rc.0-v1.34.10
+# and v1.35.0-v1.35.7, 3.10.2 from v1.36.0-rc.0 (beta.0 still 3.10.1) through v1.36.3 and
+# v1.37.0-alpha.1-rc.0. kubespray roles/kubespray_defaults/vars/main/main.yml
+# pod_infra_supported_versions (1.36: 3.10.2, 1.35/1.34: 3.10.1) and kubeone
+# pkg/apis/kubeone/helpers.go SandboxImage (>= 1.36: 3.10.2, else 3.10.1) agree.
 PAUSE_IMAGES = {
     "1.33": "registry.k8s.io/pause:3.10",
     "1.34": "registry.k8s.io/pause:3.10.1",
     "1.35": "registry.k8s.io/pause:3.10.1",
-    "1.36": "registry.k8s.io/pause:3.10.1",
-    "1.37": "registry.k8s.io/pause:3.10.1",
+    "1.36": "registry.k8s.io/pause:3.10.2",
+    "1.37": "registry.k8s.io/pause:3.10.2",
 }
 
 
