@@ -4,9 +4,10 @@
     python -m tools.benchmark --nodes 1 1000  # any counts
 
 For each count N the real program runs (tools.harness run_program, the dev stack with one pool of
-N g5.xlarge nodes) in a fresh subprocess (so memory does not accumulate across sizes), then the
-same resource types, in the same order, registered with minimal inputs ("same types"), then a
-bare program registering as many trivial resources ("bare").
+N g5.xlarge nodes), then the same resource types, in the same order, registered with minimal
+inputs ("same types"), then a bare program registering as many trivial resources ("bare"): each
+in a fresh subprocess after a warm-up there, so none runs on the heap another left behind (the
+same types run after a 1,000-node program took a third longer than on their own).
 
 The result is our own cost: program time over same-types time ("own"). Both register the same
 resources through the same SDK, so the SDK's per-type cost (it grows with each type's number of
@@ -17,9 +18,10 @@ input, answers, serializes the state back and records it), which under `pulumi u
 process; "own, program side" is the same ratio of CPU seconds with that stand-in's CPU taken
 out of both (tools/harness/recorder.py counts it). The targets are held on "own". The bare ratio
 (program over bare, per resource) stands beside it: the SDK's per-type cost plus ours. The table
-also shows registered resources, program seconds, milliseconds per node, the subprocess's peak
-memory (ru_maxrss), the longest dependency chain ending at a node's `-join` step and the depth of
-the whole graph.
+also shows registered resources, program seconds, milliseconds per node, the peak memory
+(ru_maxrss) of the program's subprocess and of the same types' (the SDK's own for those
+resources), the longest dependency chain ending at a node's `-join` step and the depth of the
+whole graph.
 
 Targets (the run exits non-zero when one is missed): own cost at most 1.2 x from 64 nodes up;
 both depths the same at every N (nodes never wait on each other); 1,000 nodes in under 60 s and
@@ -35,8 +37,10 @@ import os
 import resource
 import subprocess
 import sys
+import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
+from pathlib import Path
 
 import pulumi
 import pulumi_aws as aws
@@ -72,6 +76,7 @@ class Row:
     engine_cpu_seconds: float = math.nan  # of which the harness's engine stand-in
     same_types_cpu_seconds: float = math.nan
     same_types_engine_cpu_seconds: float = math.nan
+    same_types_peak_mib: float = math.nan
 
     @property
     def ms_per_node(self) -> float:
@@ -183,49 +188,68 @@ def peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def measure(nodes: int) -> Row:
-    """Run the program once for `nodes` GPU nodes, then the bare program with as many resources.
-
-    Peak memory is taken right after the program run (the bare run comes after it); it is only
-    meaningful in a fresh process: see `measure_isolated`."""
+def measure_program(nodes: int, types_file: str) -> dict:
+    """The program's run for `nodes` nodes (call in a fresh process, after a warm-up): its
+    figures, and its resource types written to `types_file` for the same-types run."""
     seconds, cpu, graph = run_timed(nodes=nodes)
     peak = peak_mib()
-    same_seconds, same_cpu, same = run_timed(same_types_program([r.type for r in graph]))
-    return Row(
-        nodes=nodes,
-        resources=len(graph),
-        seconds=seconds,
-        max_join_depth=max(join_depths(graph, nodes)),
-        graph_depth=graph_depth(graph),
-        bare_seconds=time_bare(len(graph)),
-        peak_mib=peak,
-        same_types_seconds=same_seconds,
-        cpu_seconds=cpu,
-        engine_cpu_seconds=graph.engine_cpu_seconds,
-        same_types_cpu_seconds=same_cpu,
-        same_types_engine_cpu_seconds=same.engine_cpu_seconds,
-    )
+    Path(types_file).write_text(json.dumps([r.type for r in graph]), encoding="utf-8")
+    return {
+        "nodes": nodes,
+        "resources": len(graph),
+        "seconds": seconds,
+        "max_join_depth": max(join_depths(graph, nodes)),
+        "graph_depth": graph_depth(graph),
+        "peak_mib": peak,
+        "cpu_seconds": cpu,
+        "engine_cpu_seconds": graph.engine_cpu_seconds,
+    }
 
 
-def measure_isolated(nodes: int) -> Row:
-    """`measure(nodes)` in a fresh interpreter (after a warm-up run there)."""
+def measure_same_types(types_file: str) -> dict:
+    """The same types registered with minimal inputs (call in a fresh process)."""
+    types = json.loads(Path(types_file).read_text(encoding="utf-8"))
+    seconds, cpu, graph = run_timed(same_types_program(types))
+    return {
+        "same_types_seconds": seconds,
+        "same_types_cpu_seconds": cpu,
+        "same_types_engine_cpu_seconds": graph.engine_cpu_seconds,
+        "same_types_peak_mib": peak_mib(),
+    }
+
+
+def _child(*args: str) -> dict:
+    """Run `python -m tools.benchmark <args>` (a warm-up, then one measurement) and return the
+    JSON object it prints last."""
     run = subprocess.run(
-        [sys.executable, "-m", "tools.benchmark", "--one", str(nodes)],
+        [sys.executable, "-m", "tools.benchmark", *args],
         cwd=ROOT,
         capture_output=True,
         text=True,
         check=False,
     )
     if run.returncode != 0:
-        raise RuntimeError(f"benchmark of {nodes} node(s) failed:\n{run.stderr[-4000:]}")
-    return Row(**json.loads(run.stdout.strip().splitlines()[-1]))
+        raise RuntimeError(f"benchmark run {' '.join(args)} failed:\n{run.stderr[-4000:]}")
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def measure_isolated(nodes: int) -> Row:
+    """The program for `nodes` nodes, the same types and the bare program, each in a fresh
+    interpreter."""
+    with tempfile.TemporaryDirectory() as scratch:
+        types_file = str(Path(scratch) / "types.json")
+        program = _child("--one", str(nodes), "--types-out", types_file)
+        same = _child("--same-types", types_file)
+        bare = _child("--bare", str(program["resources"]))
+    return Row(**program, **same, **bare)
 
 
 def format_table(rows: list[Row]) -> str:
     header = (
         f"{'nodes':>6} {'resources':>10} {'program s':>10} {'same-types s':>13} {'own':>5} "
         f"{'own, program side':>18} "
-        f"{'bare s':>7} {'bare ratio':>11} {'ms/node':>8} {'peak MiB':>9} {'join depth':>11} "
+        f"{'bare s':>7} {'bare ratio':>11} {'ms/node':>8} {'peak MiB':>9} "
+        f"{'same-types peak MiB':>20} {'join depth':>11} "
         f"{'graph depth':>12}"
     )
     lines = [header]
@@ -235,7 +259,7 @@ def format_table(rows: list[Row]) -> str:
             f"{row.same_types_seconds:>13.2f} {row.own_ratio:>5.2f} "
             f"{row.own_program_side_ratio:>18.2f} {row.bare_seconds:>7.2f} "
             f"{row.bare_ratio:>11.2f} {row.ms_per_node:>8.1f} {row.peak_mib:>9.0f} "
-            f"{row.max_join_depth:>11} {row.graph_depth:>12}"
+            f"{row.same_types_peak_mib:>20.0f} {row.max_join_depth:>11} {row.graph_depth:>12}"
         )
     return "\n".join(lines)
 
@@ -280,13 +304,24 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help=f"node counts to run (default: {' '.join(map(str, DEFAULT_COUNTS))})",
     )
+    # The children of measure_isolated: each warms up (imports, a first registration), then
+    # measures once and prints its figures as one JSON line.
     parser.add_argument("--one", type=int, metavar="N", help=argparse.SUPPRESS)
+    parser.add_argument("--types-out", metavar="FILE", help=argparse.SUPPRESS)
+    parser.add_argument("--same-types", metavar="FILE", help=argparse.SUPPRESS)
+    parser.add_argument("--bare", type=int, metavar="COUNT", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.one is not None:
-        # Child of measure_isolated: warm up (imports, first registration), measure, print JSON.
+    if args.one is not None or args.same_types is not None or args.bare is not None:
         run_program(STACK, config=config_for(1))
         time_bare(10)
-        print(json.dumps(asdict(measure(args.one))))
+        if args.one is not None:
+            if args.types_out is None:
+                parser.error("--one needs --types-out")
+            print(json.dumps(measure_program(args.one, args.types_out)))
+        elif args.same_types is not None:
+            print(json.dumps(measure_same_types(args.same_types)))
+        else:
+            print(json.dumps({"bare_seconds": time_bare(args.bare)}))
         return 0
     counts = sorted(set(args.nodes))
     if counts[0] < 1:
