@@ -85,3 +85,26 @@ def test_each_run_has_its_own_process_and_the_row_joins_them():
     assert all(figure > 0 for figure in figures), measured
     assert 0 < measured.max_join_depth <= measured.graph_depth
     assert "same-types peak MiB" in format_table([measured])
+
+
+def test_without_inputs_the_graph_keeps_types_names_and_dependencies():
+    """The benchmark's recording (`record_inputs=False`): the same resources, names, types and
+    dependencies as a full recording, no inputs, and the mock monitor keeps no state (under
+    `pulumi up` the engine holds that in its own process)."""
+    from pulumi.runtime import settings as runtime_settings
+
+    def shape(graph):
+        # Sorted: registration order follows Outputs resolving on threads.
+        return sorted(
+            (r.urn, r.type, r.name, sorted(r.dependencies), sorted(r.property_dependencies.items()))
+            for r in graph
+        )
+
+    full = run_program("dev")
+    assert any(r.inputs for r in full)
+    lean = run_program("dev", record_inputs=False)
+    assert shape(lean) == shape(full)
+    assert all(r.inputs == {} for r in lean)
+    monitor = runtime_settings.get_monitor()
+    states = [r.state for r in monitor.resources.values()]
+    assert states and all(state == {} for state in states)

@@ -50,8 +50,12 @@ def engine_urn(parent: str | None, type_: str, name: str, *, project: str, stack
 class RecordingMonitor(pulumi_mocks.MockMonitor):
     """The SDK's mock monitor, recording each registration request as the engine would see it."""
 
-    def __init__(self, mocks: pulumi_mocks.Mocks):
+    def __init__(self, mocks: pulumi_mocks.Mocks, *, record_inputs: bool = True):
         super().__init__(mocks)
+        # Without inputs (tools.benchmark) neither the recording nor the mock monitor keeps a
+        # resource's state once answered: under `pulumi up` the engine's copy of every input
+        # lives in the engine's own process, not in the program's memory.
+        self.record_inputs = record_inputs
         self.recorded: list[Resource] = []
         self.outputs_by_urn: dict[str, dict[str, Any]] = {}
         # The SDK's MockMonitor keeps every resource's state (its inputs, for a mock that echoes
@@ -86,7 +90,9 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         if request.type == ROOT_STACK_TYPE:
             return response
         registered = self.resources.get(response.urn)
-        if registered is not None:
+        if registered is not None and not self.record_inputs:
+            self.resources[response.urn] = registered._replace(state={})
+        elif registered is not None:
             _collect_strings(registered.state, self._strings)
         timeouts = request.customTimeouts
         self.recorded.append(
@@ -101,7 +107,9 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     key: set(deps.urns) for key, deps in request.propertyDependencies.items()
                 },
                 provider=request.provider or None,
-                inputs=_decode(json_format.MessageToDict(request.object), self._strings),
+                inputs=_decode(json_format.MessageToDict(request.object), self._strings)
+                if self.record_inputs
+                else {},
                 custom_timeouts={
                     k: v
                     for k, v in (
@@ -173,11 +181,18 @@ def _collect_strings(value: Any, strings: dict[str, str]) -> None:
 
 
 def record(
-    program: Callable[[], None], mocks: pulumi_mocks.Mocks, *, project: str, stack: str
+    program: Callable[[], None],
+    mocks: pulumi_mocks.Mocks,
+    *,
+    project: str,
+    stack: str,
+    record_inputs: bool = True,
 ) -> Graph:
-    """Run `program` as `pulumi up` would (engine config already set) and return its graph."""
+    """Run `program` as `pulumi up` would (engine config already set) and return its graph;
+    without `record_inputs` its resources carry no inputs (types, names, options and
+    dependencies only) and the mock monitor keeps no state."""
     runtime_settings.ROOT.set(None)
-    monitor = RecordingMonitor(mocks)
+    monitor = RecordingMonitor(mocks, record_inputs=record_inputs)
     pulumi_mocks.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=monitor)
     runtime_settings.SETTINGS.outputs.clear()
 

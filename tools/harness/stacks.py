@@ -136,15 +136,24 @@ def run_program(
     replace_config: bool = False,
     secrets: Mapping[str, str] | None = None,
     program: Path | Callable[[], None] = PROGRAM,
+    record_inputs: bool = True,
 ) -> Graph:
     """Run the program for a stack file and return its registered graph.
 
     `config` overrides (or with `replace_config`, replaces) keys of Pulumi.<stack>.yaml; keys may
-    be given without the `gpu-cluster:` prefix. `secrets` default to a test SSH key.
+    be given without the `gpu-cluster:` prefix. `secrets` default to a test SSH key. Without
+    `record_inputs` the graph's resources carry no inputs (tools.benchmark: see
+    recorder.RecordingMonitor).
     """
     set_stack_config(stack, config=config, replace_config=replace_config, secrets=secrets)
 
     def run_file() -> None:
         runpy.run_path(str(program), run_name="__main__")
 
-    return record(program if callable(program) else run_file, Mocks(), project=PROJECT, stack=stack)
+    return record(
+        program if callable(program) else run_file,
+        Mocks(),
+        project=PROJECT,
+        stack=stack,
+        record_inputs=record_inputs,
+    )
