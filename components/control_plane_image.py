@@ -8,9 +8,13 @@ pull` run), so that `kubeadm init` and the CNI start without a download.
 The builder is the control plane's own instance type, booted from the Canonical Ubuntu AMI of its
 `osVersion`, and runs the very install steps the control plane runs, with the same parameters
 (`control_plane.install_steps`); then the shared build (components/image_build.py). Its root
-volume is the control plane's `rootVolumeGiB`: an AMI's snapshot may not be larger than the root
-volume of an instance booted from it. One image per distinct `ControlPlaneImageKey` and install
-scripts, reused across the stacks of the account (`existing_image`). The control plane booted
+volume is `IMAGE_ROOT_GIB`, the smallest `rootVolumeGiB` the settings accept: an instance's root
+volume may not be smaller than its AMI's snapshot (EC2 refuses the launch with
+InvalidBlockDeviceMapping), and a larger one is grown at boot (cloud-init growpart and resizefs,
+on by default in Canonical's images), as the GPU image's fixed 50 GiB is. So every control plane
+can boot the image, and its disk size is no part of the image: stacks with other sizes share
+one. One image per distinct `ControlPlaneImageKey` and install scripts, reused across the stacks
+of the account (`existing_image`). The control plane booted
 from it runs its install steps as always; they find everything in place and only verify.
 """
 
@@ -34,6 +38,10 @@ from components.image_build import (
 from components.network import Network
 from components.settings import ManagedControlPlane, Settings
 
+# The image's root volume: the smallest controlPlane.rootVolumeGiB (settings), so that every
+# control plane boots it; Ubuntu with containerd, the kube tools and kubeadm's and flannel's
+# images takes well under half of it.
+IMAGE_ROOT_GIB = 20
 # The scripts whose work the image holds; a change to one of them is a new image.
 INSTALL_SCRIPTS = (
     steps.CP_WAIT_READY.script,
@@ -56,9 +64,6 @@ class ControlPlaneImageKey(ImageKey):
     kubernetes_minor: str
     # Container images pulled besides kubeadm's own (those follow kubernetes_minor): the CNI's.
     images: tuple[str, ...]
-    # The builder's root volume, so the image's snapshot size: a control plane boots from it
-    # only with a root volume at least this large, so another size is another image.
-    root_volume_gib: int
 
 
 def install_steps(config: ManagedControlPlane, minor: str) -> tuple[InstallStep, ...]:
@@ -86,7 +91,6 @@ def image_key(config: ManagedControlPlane, kubernetes_minor: str) -> ControlPlan
         sandbox_image=host_pins.PAUSE_IMAGES[kubernetes_minor],
         kubernetes_minor=kubernetes_minor,
         images=host_pins.FLANNEL_IMAGES,
-        root_volume_gib=config.root_volume_gib,
     )
 
 
@@ -97,7 +101,7 @@ def image_name(cluster_name: str, key: ControlPlaneImageKey) -> str:
 @dataclass(frozen=True)
 class ControlPlaneImageArgs:
     """What building the image needs: its key, the managed control plane's section (its instance
-    type, root volume and install parameters) and where the builder runs."""
+    type and install parameters) and where the builder runs."""
 
     key: ControlPlaneImageKey
     config: ManagedControlPlane
@@ -124,7 +128,7 @@ class ControlPlaneImage(pulumi.ComponentResource):
                 install_steps=install_steps(args.config, key.kubernetes_minor),
                 pull_params={"IMAGES": " ".join(key.images), "KUBEADM_IMAGES": "true"},
                 builder_instance_type=args.config.instance_type,
-                root_volume_gib=key.root_volume_gib,
+                root_volume_gib=IMAGE_ROOT_GIB,
                 site=args.site,
             ),
             parent=self,

@@ -106,12 +106,12 @@ def test_builder_runs_the_control_planes_install_steps_then_pull_snapshot_power_
     assert "sourceInstanceId" in ami.ignore_changes, ami.urn
 
 
-def test_builder_is_the_control_planes_machine_type_and_root_volume(baked):
+def test_builder_is_the_control_planes_machine_type_on_the_smallest_root_volume(baked):
     [image] = baked.of_type(IMAGE_TYPE)
     builder = children(baked, image)["builder"]
     control_plane = baked.named(CONTROL_PLANE)
     assert builder.inputs["instanceType"] == control_plane.inputs["instanceType"], builder.urn
-    assert builder.inputs["rootBlockDevice"]["volumeSize"] == 64, builder.urn
+    assert builder.inputs["rootBlockDevice"]["volumeSize"] == control_plane_image.IMAGE_ROOT_GIB
     assert control_plane.inputs["rootBlockDevice"]["volumeSize"] == 64
     assert builder.inputs["instanceInitiatedShutdownBehavior"] == "terminate", builder.urn
 
@@ -134,18 +134,35 @@ def test_image_is_tagged_with_what_it_holds(baked):
     assert tags[image_build.IMAGE_TAG] == key.digest
     assert tags[image_build.BUILT_BY_TAG] == "gpu-cluster/dev"
     assert tags["gpu-cluster.io/kubernetes_minor"] == settings.kubernetes_version
-    assert tags["gpu-cluster.io/root_volume_gib"] == "64"
+    assert "gpu-cluster.io/root_volume_gib" not in tags
     assert ami.name == control_plane_image.image_name("dev-gpu", key)
 
 
-def test_another_root_volume_or_minor_is_another_image():
+def test_another_minor_is_another_image_and_another_root_volume_is_not():
     settings = load_stack_settings("dev", config={"controlPlane": dev_control_plane()})
     config = settings.control_plane
     key = control_plane_image.image_key(config, "1.35")
-    assert key != control_plane_image.image_key(
+    assert key == control_plane_image.image_key(
         config.model_copy(update={"root_volume_gib": 80}), "1.35"
     )
     assert key.digest != control_plane_image.image_key(config, "1.34").digest
+
+
+def test_every_control_plane_the_settings_accept_can_boot_the_image():
+    """EC2 refuses a root volume smaller than the AMI's snapshot: the image's root is the
+    smallest rootVolumeGiB the settings accept, and a smaller one is a config error."""
+    smallest = dev_control_plane(image="baked", rootVolumeGiB=control_plane_image.IMAGE_ROOT_GIB)
+    run_program("dev", config={"controlPlane": smallest})
+    with pytest.raises(ConfigError, match="rootVolumeGiB"):
+        load_stack_settings(
+            "dev",
+            config={
+                "controlPlane": {
+                    **smallest,
+                    "rootVolumeGiB": control_plane_image.IMAGE_ROOT_GIB - 1,
+                }
+            },
+        )
 
 
 def test_an_image_another_stack_built_is_reused():
