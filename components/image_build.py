@@ -190,7 +190,7 @@ def build_image(name: str, build: Build, *, parent: pulumi.Resource) -> aws.ec2.
         steps.IMAGE_PREPARE,
         name,
         host=host,
-        params={"IMAGE_DIGEST": build.key.digest},
+        params={"IMAGE_DIGEST": build.key.digest, "SSH_USER": build.site.login.ssh.user},
         after=[after],
         parent=parent,
     )

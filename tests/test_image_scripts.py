@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from components.host_scripts import render_script
 from tests.sandbox import Sandbox, sandbox_available
 
 pytestmark = pytest.mark.skipif(not sandbox_available(), reason="needs root, unshare, overlayfs")
@@ -15,9 +16,20 @@ PLUGIN = "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
 SAMPLE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0"
 
 
+# The builder's login user, with a home on an overlaid directory of the sandbox.
+BUILDER_HOME = "/var/lib/gpu-cluster-test-builder"
+BUILDER_KEYS = f"{BUILDER_HOME}/.ssh/authorized_keys"
+STACK_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIStackStackStackStackStackStackStackStackSt ops"
+PREPARE = {"IMAGE_DIGEST": "abc123", "SSH_USER": "builder"}
+
+
 @pytest.fixture
 def sandbox(tmp_path: Path) -> Sandbox:
-    return Sandbox(tmp_path)
+    sb = Sandbox(tmp_path)
+    passwd = Path("/etc/passwd").read_text(encoding="utf-8")
+    sb.write("/etc/passwd", passwd + f"builder:x:4243:4243::{BUILDER_HOME}:/bin/bash\n")
+    sb.write(BUILDER_KEYS, f"{STACK_KEY}\n", mode=0o600)
+    return sb
 
 
 def test_pull_images_pulls_what_is_missing_once(sandbox):
@@ -53,7 +65,7 @@ def test_prepare_image_leaves_a_host_every_clone_boots_as_a_new_machine(sandbox)
     sandbox.write("/etc/machine-id", "0123456789abcdef0123456789abcdef\n")
     sandbox.write("/etc/ssh/ssh_host_ed25519_key", "host key\n", 0o600)
     sandbox.state("systemd/containerd.active", "yes")
-    result = sandbox.run("prepare-image.sh", {"IMAGE_DIGEST": "abc123"})
+    result = sandbox.run("prepare-image.sh", PREPARE)
     assert result.returncode == 0, result.output
     assert sandbox.read("/etc/gpu-cluster/image") == "image=abc123\n"
     assert sandbox.read("/etc/machine-id") == ""
@@ -68,8 +80,40 @@ def test_prepare_image_leaves_a_host_every_clone_boots_as_a_new_machine(sandbox)
 def test_prepare_image_needs_its_digest_before_touching_anything(sandbox):
     result = sandbox.run("prepare-image.sh", {})
     assert result.returncode != 0
-    assert "IMAGE_DIGEST" in result.stderr
+    assert "IMAGE_DIGEST" in result.stderr and "SSH_USER" in result.stderr
     assert not result.calls
+
+
+def test_the_builders_login_key_stays_out_of_the_image_and_keeps_working(sandbox):
+    """Images are shared by the stacks of an account: the building stack's key must not be in
+    one. On disk the file is empty (what the snapshot holds); the builder's sshd still reads the
+    key (served from a tmpfs over it) for the power-off step; a second run in the same boot
+    changes nothing."""
+    program = render_script("prepare-image.sh", PREPARE)
+    after = (
+        f'echo "seen: $(cat {BUILDER_KEYS})"\n'
+        f'echo "on: $(findmnt --noheadings --output FSTYPE --target {BUILDER_KEYS})"\n'
+    )
+    result = sandbox.run_text(program + after + "main\n" + after)
+    assert result.returncode == 0, result.output
+    assert sandbox.read(BUILDER_KEYS) == ""
+    seen = [line for line in result.stdout.splitlines() if line.startswith(("seen:", "on:"))]
+    assert seen == [f"seen: {STACK_KEY}", "on: tmpfs"] * 2, result.stdout
+    assert "already served from memory" in result.stderr, result.stderr
+
+
+def test_prepare_image_without_a_login_key_has_nothing_to_keep_out(sandbox):
+    sandbox.write(BUILDER_KEYS, "", mode=0o600)
+    result = sandbox.run("prepare-image.sh", PREPARE)
+    assert result.returncode == 0, result.output
+    assert "no login key to keep out of the image" in result.stderr
+
+
+def test_prepare_image_names_a_login_user_it_cannot_find(sandbox):
+    result = sandbox.run("prepare-image.sh", {**PREPARE, "SSH_USER": "nobody-here"})
+    assert result.returncode != 0
+    assert "user nobody-here expected with a home directory" in result.stderr, result.stderr
+    assert "prepare-image" in result.stderr
 
 
 def test_power_off_schedules_a_poweroff_the_session_survives(sandbox):
