@@ -19,6 +19,7 @@ digest fails so that this module is looked at again.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import inspect
 from typing import Any
@@ -50,12 +51,18 @@ def _contains_unknowns(val: Any, seen_ids: set[int]) -> bool:
 
 
 def sdk_source_digest() -> str | None:
-    """sha256 of the SDK's current `rpc.contains_unknowns` source, None when it has none."""
+    """sha256 of the source of `contains_unknowns` as the installed SDK's rpc.py defines it
+    (read from the module, not from the attribute, which may already be this module's), None
+    when the module has no such function or no source."""
     try:
-        source = inspect.getsource(rpc.contains_unknowns)
+        module = inspect.getsource(rpc)
     except (OSError, TypeError):
         return None
-    return hashlib.sha256(source.encode()).hexdigest()
+    for node in ast.parse(module).body:
+        if isinstance(node, ast.FunctionDef) and node.name == "contains_unknowns":
+            source = ast.get_source_segment(module, node) or ""
+            return hashlib.sha256(f"{source}\n".encode()).hexdigest()
+    return None
 
 
 def install() -> bool:
@@ -63,7 +70,8 @@ def install() -> bool:
     this module was written against; True when this module's function is in place."""
     if rpc.contains_unknowns is contains_unknowns:
         return True
-    if sdk_source_digest() != SDK_SOURCE_SHA256:
+    if sdk_source_digest() != SDK_SOURCE_SHA256 or rpc.contains_unknowns.__module__ != rpc.__name__:
+        # Another SDK's function, or one something else already put in its place.
         return False
     rpc.contains_unknowns = contains_unknowns
     return True

@@ -25,7 +25,7 @@ def sdk_function():
     node = next(
         n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "contains_unknowns"
     )
-    namespace: dict[str, Any] = {"Any": Any, "known_types": known_types}
+    namespace: dict[str, Any] = {"Any": Any, "known_types": known_types, "__name__": rpc.__name__}
     exec(compile(ast.Module([node], []), rpc.__file__, "exec"), namespace)
     return namespace["contains_unknowns"]
 
@@ -49,7 +49,9 @@ def random_value(rng: random.Random, depth: int = 0) -> Any:
 
 def test_the_sdk_function_is_the_one_replaced():
     # Fails on an SDK whose contains_unknowns changed: read the new one, then update the digest
-    # (or drop the module when the SDK no longer makes the cycle).
+    # (or drop the module when the SDK no longer makes the cycle). Read from rpc.py, so the
+    # same once the replacement is in place (any test running the program installs it).
+    assert sdk_cycles.install()
     assert sdk_cycles.sdk_source_digest() == sdk_cycles.SDK_SOURCE_SHA256
 
 
@@ -87,7 +89,21 @@ def test_the_program_runs_with_the_replacement():
     assert sdk_cycles.install()
 
 
+def test_install_replaces_the_sdks_own_function(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(rpc, "contains_unknowns", sdk_function())
+    assert sdk_cycles.install()
+    assert rpc.contains_unknowns is sdk_cycles.contains_unknowns
+
+
 def test_an_sdk_with_another_function_keeps_its_own(monkeypatch: pytest.MonkeyPatch):
+    original = sdk_function()
+    monkeypatch.setattr(rpc, "contains_unknowns", original)
+    monkeypatch.setattr(sdk_cycles, "SDK_SOURCE_SHA256", "0" * 64)  # as if rpc.py had changed
+    assert not sdk_cycles.install()
+    assert rpc.contains_unknowns is original
+
+
+def test_a_function_put_there_by_something_else_stays(monkeypatch: pytest.MonkeyPatch):
     def changed(val: Any) -> bool:
         return known_types.is_unknown(val)
 
