@@ -232,11 +232,6 @@ def kind_of(resource: Resource) -> str:
     return resource.type if resource.type in step_durations.COMMON else "other"
 
 
-def duration_of(kind: str, baked: bool, cni_in_image: bool = False) -> step_durations.Duration:
-    by_image = step_durations.image_step_durations(baked, cni_in_image)
-    return by_image.get(kind) or step_durations.COMMON[kind]
-
-
 def cni_in_image(graph: Graph) -> bool:
     """The stack installs the CNI itself (a managed control plane runs `kubeadm init`): its
     baked GPU images hold the CNI's images."""
@@ -262,7 +257,8 @@ def tasks_from_graph(graph: Graph, baked: bool = False) -> list[Task]:
     tasks are ordered by URN, numbers compared as numbers (node 2 before node 10, as the program
     constructs them): the same program gives the same schedule every time."""
     tasks: dict[str, Task] = {}
-    cni = cni_in_image(graph)
+    # The table in use, built once: an image's row replaces the COMMON row of the same kind.
+    durations = dict(step_durations.all_rows(baked, cni_in_image(graph)))
     for resource in sorted(graph, key=lambda r: _natural(r.urn)):
         deps = set(graph.direct_dependencies(resource))
         if resource.parent in graph.by_urn:
@@ -274,9 +270,7 @@ def tasks_from_graph(graph: Graph, baked: bool = False) -> list[Task]:
                 seconds = step_durations.COMMON["provider"].seconds
                 tasks[provider] = Task(provider, (), seconds, "provider")
         kind = kind_of(resource)
-        tasks[resource.urn] = Task(
-            resource.urn, tuple(sorted(deps)), duration_of(kind, baked, cni).seconds, kind
-        )
+        tasks[resource.urn] = Task(resource.urn, tuple(sorted(deps)), durations[kind].seconds, kind)
     return list(tasks.values())
 
 
