@@ -51,7 +51,7 @@ import pulumi_command as command
 import pulumi_kubernetes as k8s
 
 from tools.harness.graph import Graph
-from tools.harness.stacks import ROOT, fleet_config, run_program, stack_file
+from tools.harness.stacks import PROGRAM, ROOT, fleet_config, run_program, stack_file
 
 DEFAULT_COUNTS = (1, 8, 64, 256, 1000)
 MAX_OWN_RATIO = 1.2
@@ -179,10 +179,7 @@ def run_timed(program=None, nodes: int = 1) -> tuple[float, float, Graph]:
     nodes, or `program` on the one-node config."""
     config = config_for(nodes)
     started, cpu = time.perf_counter(), time.process_time()
-    if program is None:
-        graph = run_program(STACK, config=config, record_inputs=False)
-    else:
-        graph = run_program(STACK, config=config, program=program, record_inputs=False)
+    graph = run_program(STACK, config=config, program=program or PROGRAM, record_inputs=False)
     return time.perf_counter() - started, time.process_time() - cpu, graph
 
 

@@ -90,10 +90,11 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         if request.type == ROOT_STACK_TYPE:
             return response
         registered = self.resources.get(response.urn)
-        if registered is not None and not self.record_inputs:
-            self.resources[response.urn] = registered._replace(state={})
-        elif registered is not None:
-            _collect_strings(registered.state, self._strings)
+        if registered is not None:
+            if self.record_inputs:
+                _collect_strings(registered.state, self._strings)
+            else:
+                self.resources[response.urn] = registered._replace(state={})
         timeouts = request.customTimeouts
         self.recorded.append(
             Resource(
