@@ -26,7 +26,7 @@ from typing import Any
 
 from pulumi.runtime import known_types, rpc
 
-# sha256 of `inspect.getsource(rpc.contains_unknowns)` in pulumi 3.272.0.
+# sha256 of the source of `contains_unknowns` in pulumi 3.272.0's rpc.py (`sdk_source_digest`).
 SDK_SOURCE_SHA256 = "1f1f335b6f48b96055607dbb5be2e53b1163e35ec88704c89a41271070017cc8"
 
 
@@ -50,19 +50,28 @@ def _contains_unknowns(val: Any, seen_ids: set[int]) -> bool:
     return False
 
 
-def sdk_source_digest() -> str | None:
-    """sha256 of the source of `contains_unknowns` as the installed SDK's rpc.py defines it
-    (read from the module, not from the attribute, which may already be this module's), None
-    when the module has no such function or no source."""
+def sdk_definition() -> tuple[str, ast.FunctionDef] | None:
+    """The installed SDK's rpc.py source and its `contains_unknowns` definition (read from the
+    module, not from the attribute, which may already be this module's), None when the module
+    has no such function or no source."""
     try:
         module = inspect.getsource(rpc)
     except (OSError, TypeError):
         return None
     for node in ast.parse(module).body:
         if isinstance(node, ast.FunctionDef) and node.name == "contains_unknowns":
-            source = ast.get_source_segment(module, node) or ""
-            return hashlib.sha256(f"{source}\n".encode()).hexdigest()
+            return module, node
     return None
+
+
+def sdk_source_digest() -> str | None:
+    """sha256 of the source of the SDK's own `contains_unknowns` (`sdk_definition`)."""
+    definition = sdk_definition()
+    if definition is None:
+        return None
+    module, node = definition
+    source = ast.get_source_segment(module, node) or ""
+    return hashlib.sha256(f"{source}\n".encode()).hexdigest()
 
 
 def install() -> bool:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ast
 import gc
-import inspect
 import random
 from typing import Any
 
@@ -21,10 +20,9 @@ from tools.harness.stacks import run_program
 def sdk_function():
     """The SDK's own `contains_unknowns`, compiled from rpc.py (the module attribute may already
     be the replacement in this process)."""
-    tree = ast.parse(inspect.getsource(rpc))
-    node = next(
-        n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "contains_unknowns"
-    )
+    definition = sdk_cycles.sdk_definition()
+    assert definition is not None, "rpc.py defines no contains_unknowns"
+    _, node = definition
     namespace: dict[str, Any] = {"Any": Any, "known_types": known_types, "__name__": rpc.__name__}
     exec(compile(ast.Module([node], []), rpc.__file__, "exec"), namespace)
     return namespace["contains_unknowns"]
