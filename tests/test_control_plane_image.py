@@ -152,7 +152,11 @@ def test_every_control_plane_the_settings_accept_can_boot_the_image():
     """EC2 refuses a root volume smaller than the AMI's snapshot: the image's root is the
     smallest rootVolumeGiB the settings accept, and a smaller one is a config error."""
     smallest = dev_control_plane(image="baked", rootVolumeGiB=control_plane_image.IMAGE_ROOT_GIB)
-    run_program("dev", config={"controlPlane": smallest})
+    graph = run_program("dev", config={"controlPlane": smallest})
+    [image] = graph.of_type(IMAGE_TYPE)
+    builder = children(graph, image)["builder"]
+    booted = graph.named(CONTROL_PLANE).inputs["rootBlockDevice"]["volumeSize"]
+    assert booted >= builder.inputs["rootBlockDevice"]["volumeSize"], (booted, builder.urn)
     with pytest.raises(ConfigError, match="rootVolumeGiB"):
         load_stack_settings(
             "dev",
