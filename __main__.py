@@ -24,16 +24,16 @@ from components.nccl_efa_validation import (
 )
 from components.nccl_validation import NcclValidation, NcclValidationArgs, needs_nccl_check
 from components.network import Network, NetworkArgs
-from components.sdk_cycles import install as install_sdk_cycle_fix
+from components.sdk_fixes import install as install_sdk_fixes
 from components.validation import GpuValidation, validation_args
 
 # The SDK allocates several futures per property of every resource; with the default thresholds
 # the cyclic GC rescans that young heap so often that it took ~40% of a 256-node evaluation
 # (tools/benchmark.py). Collect less often; the peak memory barely changes.
 gc.set_threshold(100_000, 50, 100)
-# And leave the collector less to collect: the SDK's unknown-value check made a reference cycle
-# per call (components/sdk_cycles.py).
-install_sdk_cycle_fix()
+# And leave the collector less to collect (the SDK's unknown-value check made a reference cycle
+# per call), and every registration less to do: components/sdk_fixes.py.
+install_sdk_fixes()
 
 settings = load_settings()
 # Hosts the operator names without their SSH host key: said on every preview and up.

@@ -1,0 +1,226 @@
+"""Three functions on the Pulumi Python SDK's hot path, replaced before any resource exists by
+functions that answer the same and cost less.
+
+Each `Replacement` stands in for named definitions of one SDK module (pulumi 3.272.0,
+`sdk/python/lib/pulumi/runtime/`) and is installed only over the exact source it was written
+against (a sha256 of those definitions): an SDK release that changes any of them keeps its own,
+and the test that pins the digests fails so that this module is looked at again. Each is called
+through its module attribute (a call inside the module looks the name up in the module's globals
+at call time), so replacing the attribute reaches every caller.
+
+- `rpc.contains_unknowns` defines a recursive closure `impl` on every call. `impl` refers to
+  itself through its closure cell, so every call leaves a cycle (the function, its cell, its
+  annotations and their `set[int]` alias) that only the cyclic garbage collector frees. The SDK
+  calls it for every value an Output resolves to (`output._OutputData.__post_init__`,
+  `rpc.resolve_properties`, `Output.all`), dozens of times per resource: a 1,000-node evaluation
+  left 5.3 million such objects, and collecting them was about a fifth of its time. The
+  replacement is the same walk as a module-level function, and answers a plain string, number
+  or None (most calls: an `Unknown` is none of those types) without starting one.
+- `resource._get_stack_trace` runs for every resource the program registers, in its
+  constructor. It takes `traceback.extract_stack()`: a `FrameSummary` per frame of the stack, an
+  `os.stat` of every file on it (`linecache.checkcache`) and the source line of every frame, to
+  keep each frame's file and line only, and turns every file name into a URI through `pathlib`
+  again. The replacement walks the frames itself (`sys._getframe`) by the same rule (the frames
+  outside the third `__init__` from the top) and converts each file name once.
+- `resource_cycle_breaker._reachable` is asked, for every dependency of every resource, whether
+  the dependency already reaches the resource. It walks the transitive dependencies through
+  nested generators, one per level, so each resource found at depth d passes through d
+  generators: every step of a node's chain walks the chain before it. The replacement walks the
+  same graph with a list.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import inspect
+import pathlib
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import FrameType, ModuleType
+from typing import Any
+
+from pulumi.runtime import known_types, resource, resource_cycle_breaker, rpc
+from pulumi.runtime.proto import source_pb2
+
+# Types of which no value is an `Unknown` (a plain class of pulumi.output).
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
+def contains_unknowns(val: Any) -> bool:
+    """True when `val` is, or holds in nested dicts and lists, an unknown value: the SDK's
+    `rpc.contains_unknowns` without its per-call closure."""
+    if type(val) in _PLAIN:
+        return False
+    return _contains_unknowns(val, set())
+
+
+def _contains_unknowns(val: Any, seen_ids: set[int]) -> bool:
+    if known_types.is_unknown(val):
+        return True
+    val_id = id(val)
+    if val_id in seen_ids:
+        return False
+    seen_ids.add(val_id)
+    if isinstance(val, dict):
+        return any(_contains_unknowns(val[k], seen_ids) for k in val)
+    if isinstance(val, list):
+        return any(_contains_unknowns(x, seen_ids) for x in val)
+    return False
+
+
+# File name -> its `file:` URI, or None where the SDK gives no position (an empty or relative
+# name). A program's frames come from a few dozen files.
+_URIS: dict[str, str | None] = {}
+
+
+def _uri(filename: str) -> str | None:
+    try:
+        return _URIS[filename]
+    except KeyError:
+        pass
+    uri = None
+    if filename:
+        try:
+            uri = pathlib.Path(filename).as_uri()
+        except BaseException:  # as the SDK's `_get_source_position_for_frame`
+            uri = None
+    _URIS[filename] = uri
+    return uri
+
+
+def get_stack_trace() -> source_pb2.StackTrace:
+    """The SDK's `resource._get_stack_trace` without `traceback`: the frames outside the third
+    `__init__` from the top of the stack (a resource's own constructor), innermost first, each
+    as its file's URI and line; empty when there is no such frame outside it.
+
+    With `sys.tracebacklimit` set the SDK's sees only that many innermost frames; so does this
+    one (at 0 or below, where the SDK's fails on an unbound name, this one answers empty)."""
+    frames: list[FrameType] = []
+    frame = sys._getframe(0)  # the SDK's stack starts at its own function's frame
+    limit = getattr(sys, "tracebacklimit", None)
+    while frame is not None and (limit is None or len(frames) < limit):
+        frames.append(frame)
+        frame = frame.f_back
+    outside = _outside_constructor(frames)
+    if outside is None:
+        return source_pb2.StackTrace()
+    positions = []
+    for outer in outside:
+        uri, line = _uri(outer.f_code.co_filename), outer.f_lineno
+        position = None
+        if uri is not None and line is not None:
+            position = source_pb2.SourcePosition(uri=uri, line=line)
+        positions.append(source_pb2.StackFrame(pc=position))
+    return source_pb2.StackTrace(frames=positions)
+
+
+def _outside_constructor(frames: list[FrameType]) -> list[FrameType] | None:
+    """The frames after the third `__init__` of `frames` (innermost first), None without one."""
+    inits = 0
+    for index, frame in enumerate(frames):
+        if frame.f_code.co_name == "__init__":
+            inits += 1
+            if inits == 3:
+                return frames[index + 1 :]
+    return None
+
+
+def reachable(from_resource: Any, to_resource: Any) -> bool:
+    """The SDK's `resource_cycle_breaker._reachable`: whether `to_resource` is `from_resource`
+    or among its transitive computed dependencies."""
+    visited: set[Any] = set()
+    pending = [from_resource]
+    while pending:
+        current = pending.pop()
+        if current in visited:
+            continue
+        visited.add(current)
+        if current == to_resource:
+            return True
+        pending.extend(resource_cycle_breaker._deps(current))
+    return False
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """`function` in place of `module.<name>`, written against the SDK source of `covers` (the
+    definitions of `module` its answer depends on, `name` first), whose digest is `sha256`."""
+
+    module: ModuleType
+    name: str
+    function: Callable[..., Any]
+    covers: tuple[str, ...]
+    sha256: str
+
+    def sdk_definitions(self) -> tuple[str, list[ast.FunctionDef]] | None:
+        """The module's source and its definitions of `covers`, in that order (read from the
+        module's file, not from the attributes, which may already be replacements); None when
+        one is missing or the module has no source."""
+        try:
+            source = inspect.getsource(self.module)
+        except (OSError, TypeError):
+            return None
+        found = {
+            node.name: node for node in ast.parse(source).body if isinstance(node, ast.FunctionDef)
+        }
+        if any(name not in found for name in self.covers):
+            return None
+        return source, [found[name] for name in self.covers]
+
+    def sdk_digest(self) -> str | None:
+        """sha256 of the source of `covers` in the installed SDK, each followed by a newline."""
+        definitions = self.sdk_definitions()
+        if definitions is None:
+            return None
+        source, nodes = definitions
+        text = "".join(f"{ast.get_source_segment(source, node) or ''}\n" for node in nodes)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def install(self) -> bool:
+        """Put `function` in place when the SDK's definitions are the ones it was written
+        against; True when it is in place."""
+        current = getattr(self.module, self.name, None)
+        if current is self.function:
+            return True
+        if (
+            current is None
+            or self.sdk_digest() != self.sha256
+            or current.__module__ != self.module.__name__
+        ):
+            # Another SDK's function, or one something else already put in its place.
+            return False
+        setattr(self.module, self.name, self.function)
+        return True
+
+
+REPLACEMENTS = (
+    Replacement(
+        rpc,
+        "contains_unknowns",
+        contains_unknowns,
+        ("contains_unknowns",),
+        "1f1f335b6f48b96055607dbb5be2e53b1163e35ec88704c89a41271070017cc8",
+    ),
+    Replacement(
+        resource,
+        "_get_stack_trace",
+        get_stack_trace,
+        ("_get_stack_trace", "_get_source_position_for_frame"),
+        "0d11a1e45eee2efcb3d459373346c57b6e3f9b3a84c7600c3922034c45449c5c",
+    ),
+    Replacement(
+        resource_cycle_breaker,
+        "_reachable",
+        reachable,
+        ("_reachable", "_with_transitive_deps", "_deps"),
+        "339ff2076e584d47992902e39898ab0448a4d71e64e21b78a0a6f31f267726f9",
+    ),
+)
+
+
+def install() -> dict[str, bool]:
+    """Install every replacement the installed SDK allows: whether each is in place, by the
+    name it replaces."""
+    return {f"{r.module.__name__}.{r.name}": r.install() for r in REPLACEMENTS}
