@@ -1,0 +1,100 @@
+"""A step's connection is resolved once per host and handed to `remote.Command` as a read-only
+mapping (components/remote.py, `Host.connection`): the engine must receive exactly what the same
+settings as `ConnectionArgs` send (fields, defaults, secrecy, dependencies), and the SDK must take
+the mapping as it is instead of rebuilding it for every step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_command as command
+import pytest
+
+from components.remote import DELETE_DIAL_ATTEMPTS, DIAL_FOREVER, Host, read_only
+from tools.harness.graph import Secret
+from tools.harness.stacks import run_program
+
+KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA\n-----END OPENSSH PRIVATE KEY-----\n"
+HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHostKeyOfTheMachine"
+BASTION_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHostKeyOfTheBastion"
+
+
+def _host(machine: aws.ec2.Instance, shape: str) -> Host:
+    private_key = pulumi.Output.secret(KEY)
+    connection: dict[str, Any] = {
+        "host": machine.private_ip,
+        "port": 22,
+        "user": "ubuntu",
+        "private_key": private_key,
+        "per_dial_timeout": 30,
+    }
+    if shape == "key-known":
+        connection["host_key"] = HOST_KEY
+    if shape == "key-output":
+        connection["host_key"] = machine.arn.apply(lambda _: HOST_KEY)
+    if shape == "key-output-none":
+        connection["host_key"] = machine.arn.apply(lambda _: None)
+    proxy = None
+    if shape == "bastion":
+        proxy = {"host": "198.51.100.7", "user": "ubuntu", "private_key": private_key}
+        proxy["host_key"] = BASTION_KEY
+    return Host(name="m", identity=machine.id, _connection=connection, _proxy=proxy)
+
+
+SHAPES = ["no-key", "key-known", "key-output", "key-output-none", "bastion"]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("dial_limit", [DIAL_FOREVER, DELETE_DIAL_ATTEMPTS])
+def test_the_engine_receives_what_connection_args_would_send(shape: str, dial_limit: int):
+    def program() -> None:
+        machine = aws.ec2.Instance("m", instance_type="g5.xlarge", ami="ami-0123456789abcdef0")
+        host = _host(machine, shape)
+        for name, connection in (
+            ("as-args", host._build(dial_limit)),
+            ("as-mapping", host.connection(dial_limit)),
+        ):
+            command.remote.Command(name, connection=connection, create="true")
+
+    graph = run_program("dev", program=program)
+    by_name = {r.name: r for r in graph}
+    args, mapping = by_name["as-args"], by_name["as-mapping"]
+    assert mapping.inputs == args.inputs
+    assert mapping.property_dependencies == args.property_dependencies
+    assert mapping.dependencies == args.dependencies
+    sent = mapping.inputs["connection"]
+    assert isinstance(sent, Secret)
+    assert sent.value["host"].startswith("10.42.") and sent.value["dialErrorLimit"] == dial_limit
+    assert ("hostKey" in sent.value) == (shape in ("key-known", "key-output"))
+    assert ("proxy" in sent.value) == (shape == "bastion")
+
+
+def test_the_sdk_takes_the_mapping_as_it_is():
+    # Output.from_input (which Command's Output.secret runs) unwraps Outputs, input types, dicts,
+    # lists and tuples only: were it to take a Mapping apart too, every step would rebuild its
+    # connection again, and this fails.
+    seen: list[Any] = []
+
+    def program() -> None:
+        mapping = read_only(command.remote.ConnectionArgs(host="192.0.2.10", private_key="k"))
+        pulumi.Output.secret(mapping).apply(seen.append)
+        seen.append(mapping)
+
+    run_program("dev", program=program)
+    assert len(seen) == 2 and seen[0] is seen[1]
+
+
+def test_read_only_keeps_every_field_the_args_hold():
+    proxy = command.remote.ProxyConnectionArgs(host="198.51.100.7")
+    args = command.remote.ConnectionArgs(host="10.0.0.1", proxy=proxy, host_key=HOST_KEY)
+    mapping = read_only(args)
+    assert dict(mapping["proxy"]) == vars(proxy)
+    assert {k: v for k, v in mapping.items() if k != "proxy"} == {
+        k: v for k, v in vars(args).items() if k != "proxy"
+    }
+    # The defaults ConnectionArgs fills in are there: the engine has always received them.
+    assert mapping["port"] == 22 and mapping["dial_error_limit"] == 10
+    with pytest.raises(TypeError):
+        mapping["host"] = "elsewhere"  # type: ignore[index]
