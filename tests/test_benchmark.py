@@ -108,3 +108,46 @@ def test_without_inputs_the_graph_keeps_types_names_and_dependencies():
     monitor = runtime_settings.get_monitor()
     states = [r.state for r in monitor.resources.values()]
     assert states and all(state == {} for state in states)
+
+
+def test_repeated_runs_interleave_and_keep_the_fastest_of_each(monkeypatch):
+    """With --repeat, the program, same-types and bare children alternate (a slow spell of the
+    machine falls on all three), and each figure comes from its own fastest run."""
+    import tools.benchmark as benchmark
+
+    calls: list[str] = []
+    program_seconds = iter([9.0, 7.0, 8.0])
+    same_seconds = iter([5.0, 6.0, 4.0])
+    bare_seconds = iter([2.0, 1.0, 3.0])
+
+    def child(*args: str) -> dict:
+        calls.append(args[0])
+        if args[0] == "--one":
+            seconds = next(program_seconds)
+            return {
+                "nodes": int(args[1]),
+                "resources": 100,
+                "seconds": seconds,
+                "max_join_depth": 14,
+                "graph_depth": 18,
+                "peak_mib": seconds * 10,
+                "cpu_seconds": seconds,
+                "engine_cpu_seconds": 1.0,
+            }
+        if args[0] == "--same-types":
+            seconds = next(same_seconds)
+            return {
+                "same_types_seconds": seconds,
+                "same_types_cpu_seconds": seconds,
+                "same_types_engine_cpu_seconds": 0.5,
+                "same_types_peak_mib": seconds * 10,
+            }
+        return {"bare_seconds": next(bare_seconds)}
+
+    monkeypatch.setattr(benchmark, "_child", child)
+    row = benchmark.measure_isolated(8, repeat=3)
+    assert calls == ["--one", "--same-types", "--bare"] * 3
+    assert (row.seconds, row.peak_mib) == (7.0, 70.0)  # figures of the same, fastest run
+    assert (row.same_types_seconds, row.same_types_peak_mib) == (4.0, 40.0)
+    assert row.bare_seconds == 1.0
+    assert row.own_ratio == 7.0 / 4.0
