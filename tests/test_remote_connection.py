@@ -5,6 +5,7 @@ the mapping as it is instead of rebuilding it for every step."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pulumi
@@ -12,35 +13,32 @@ import pulumi_aws as aws
 import pulumi_command as command
 import pytest
 
-from components.remote import DELETE_DIAL_ATTEMPTS, DIAL_FOREVER, Host, read_only
+from components.remote import DELETE_DIAL_ATTEMPTS, DIAL_FOREVER, Host, Login, read_only, ssh_host
 from tools.harness.graph import Secret
-from tools.harness.stacks import run_program
+from tools.harness.stacks import load_stack_settings, run_program, stack_file
 
-KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA\n-----END OPENSSH PRIVATE KEY-----\n"
 HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHostKeyOfTheMachine"
 BASTION_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHostKeyOfTheBastion"
 
 
-def _host(machine: aws.ec2.Instance, shape: str) -> Host:
-    private_key = pulumi.Output.secret(KEY)
-    connection: dict[str, Any] = {
-        "host": machine.private_ip,
-        "port": 22,
-        "user": "ubuntu",
-        "private_key": private_key,
-        "per_dial_timeout": 30,
-    }
-    if shape == "key-known":
-        connection["host_key"] = HOST_KEY
-    if shape == "key-output":
-        connection["host_key"] = machine.arn.apply(lambda _: HOST_KEY)
-    if shape == "key-output-none":
-        connection["host_key"] = machine.arn.apply(lambda _: None)
-    proxy = None
-    if shape == "bastion":
-        proxy = {"host": "198.51.100.7", "user": "ubuntu", "private_key": private_key}
-        proxy["host_key"] = BASTION_KEY
-    return Host(name="m", identity=machine.id, _connection=connection, _proxy=proxy)
+def _login(shape: str) -> Login:
+    """The login of a stack file, as the program builds it: dev's (no bastion), or prod's
+    bastion with its host key pinned."""
+    if shape != "bastion":
+        return Login.of(load_stack_settings("dev"))
+    network = copy.deepcopy(stack_file("prod")["gpu-cluster:network"])
+    network["bastion"]["hostKey"] = BASTION_KEY
+    return Login.of(load_stack_settings("prod", config={"network": network}))
+
+
+def _host(machine: aws.ec2.Instance, login: Login, shape: str) -> Host:
+    """A machine's Host as the program makes it (`ssh_host`), with the host key in `shape`."""
+    host_key: Any = {
+        "key-known": HOST_KEY,
+        "key-output": machine.arn.apply(lambda _: HOST_KEY),
+        "key-output-none": machine.arn.apply(lambda _: None),
+    }.get(shape)
+    return ssh_host("m", machine.private_ip, login, identity=machine.id, host_key=host_key)
 
 
 SHAPES = ["no-key", "key-known", "key-output", "key-output-none", "bastion"]
@@ -49,9 +47,11 @@ SHAPES = ["no-key", "key-known", "key-output", "key-output-none", "bastion"]
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("dial_limit", [DIAL_FOREVER, DELETE_DIAL_ATTEMPTS])
 def test_the_engine_receives_what_connection_args_would_send(shape: str, dial_limit: int):
+    login = _login(shape)
+
     def program() -> None:
         machine = aws.ec2.Instance("m", instance_type="g5.xlarge", ami="ami-0123456789abcdef0")
-        host = _host(machine, shape)
+        host = _host(machine, login, shape)
         for name, connection in (
             ("as-args", host._build(dial_limit)),
             ("as-mapping", host.connection(dial_limit)),
