@@ -38,7 +38,7 @@ import pathlib
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import FrameType, ModuleType
+from types import CodeType, ModuleType
 from typing import Any
 
 from pulumi.runtime import known_types, resource, resource_cycle_breaker, rpc
@@ -97,18 +97,23 @@ def get_stack_trace() -> source_pb2.StackTrace:
 
     With `sys.tracebacklimit` set the SDK's sees only that many innermost frames; so does this
     one (at 0 or below, where the SDK's fails on an unbound name, this one answers empty)."""
-    frames: list[FrameType] = []
+    # Codes and lines only, never the frames: a frame object held in this function's own
+    # locals is a reference cycle (the frame holds its locals), which keeps every caller's
+    # frame and locals (the resource's args and options) alive until the garbage collector
+    # runs; in a 16-node evaluation that was 40,820 objects of garbage.
+    calls: list[tuple[CodeType, int | None]] = []
     frame = sys._getframe(0)  # the SDK's stack starts at its own function's frame
     limit = getattr(sys, "tracebacklimit", None)
-    while frame is not None and (limit is None or len(frames) < limit):
-        frames.append(frame)
+    while frame is not None and (limit is None or len(calls) < limit):
+        calls.append((frame.f_code, frame.f_lineno))
         frame = frame.f_back
-    outside = _outside_constructor(frames)
+    del frame
+    outside = _outside_constructor(calls)
     if outside is None:
         return source_pb2.StackTrace()
     positions = []
-    for outer in outside:
-        uri, line = _uri(outer.f_code.co_filename), outer.f_lineno
+    for code, line in outside:
+        uri = _uri(code.co_filename)
         position = None
         if uri is not None and line is not None:
             position = source_pb2.SourcePosition(uri=uri, line=line)
@@ -116,14 +121,16 @@ def get_stack_trace() -> source_pb2.StackTrace:
     return source_pb2.StackTrace(frames=positions)
 
 
-def _outside_constructor(frames: list[FrameType]) -> list[FrameType] | None:
-    """The frames after the third `__init__` of `frames` (innermost first), None without one."""
+def _outside_constructor(
+    calls: list[tuple[CodeType, int | None]],
+) -> list[tuple[CodeType, int | None]] | None:
+    """The calls after the third `__init__` of `calls` (innermost first), None without one."""
     inits = 0
-    for index, frame in enumerate(frames):
-        if frame.f_code.co_name == "__init__":
+    for index, (code, _) in enumerate(calls):
+        if code.co_name == "__init__":
             inits += 1
             if inits == 3:
-                return frames[index + 1 :]
+                return calls[index + 1 :]
     return None
 
 

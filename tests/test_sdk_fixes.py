@@ -169,6 +169,33 @@ def test_the_stack_trace_honours_a_traceback_limit_as_the_sdk_does(monkeypatch):
     assert len(sdk.frames) > 3
 
 
+class _Args:
+    """Stands in for a resource's args: alive only as long as the constructor's frame."""
+
+
+def _construct_with_args(probe) -> None:
+    args = _Args()  # noqa: F841 - a local of a caller frame, as a resource's args are
+    _Instance(probe)
+
+
+def test_the_stack_trace_leaves_the_callers_frames_to_die_with_them():
+    # A frame held by the function's own locals is a cycle that keeps every caller's frame,
+    # and their locals (a resource's args and options), alive until the cyclic collector runs.
+    gc.disable()
+    try:
+        gc.collect()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        for _ in range(20):
+            _nested(5, lambda: _construct_with_args(sdk_fixes.get_stack_trace))
+        gc.collect()
+        left = [o for o in gc.garbage if isinstance(o, _Args | type(sys._getframe()))]
+        assert left == []
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+
+
 def test_the_program_sends_the_engine_the_sdks_stack_traces(monkeypatch):
     original = sdk_original(BY_NAME["_get_stack_trace"])
     compared: list[bool] = []
