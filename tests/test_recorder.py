@@ -10,12 +10,14 @@ import random
 from typing import Any
 
 import pytest
+from google.protobuf import json_format
 from pulumi.output import Unknown
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
 from pulumi.runtime.sync_await import _sync_await
 
 from tools.harness import recorder
+from tools.harness.graph import Secret
 from tools.harness.stacks import run_program
 
 # pulumi 3.272.0 `MockMonitor.RegisterResource`, which `RecordingMonitor.answer` follows.
@@ -33,9 +35,9 @@ def test_answer_follows_the_sdks_mock_monitor():
 @pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
 def test_every_registration_is_answered_as_the_sdks_mock_monitor_does(monkeypatch, stack: str):
     ours = recorder.RecordingMonitor.answer
-    plain = recorder.plain_struct
     answered: list[tuple[str, bool]] = []
-    fast: list[bool] = []
+    read: list[bool] = []
+    written: list[bool] = []
 
     def both(self, request):
         answer = ours(self, request)
@@ -43,21 +45,29 @@ def test_every_registration_is_answered_as_the_sdks_mock_monitor_does(monkeypatc
         same = answer.SerializeToString(deterministic=True) == sdk.SerializeToString(
             deterministic=True
         )
+        recorded = recorder.decode(request.object)
+        expected = _json_mapping(json_format.MessageToDict(request.object))
+        same = same and _typed(recorded) == _typed(expected)
         answered.append((f"{request.type}::{request.name}", same))
         return answer
 
-    def counted(state):
-        struct = plain(state)
-        fast.append(struct is not None)
-        return struct
+    def counting(function, calls: list[bool]):
+        def counted(value):
+            result = function(value)
+            calls.append(result is not None)
+            return result
+
+        return counted
 
     monkeypatch.setattr(recorder.RecordingMonitor, "answer", both)
-    monkeypatch.setattr(recorder, "plain_struct", counted)
+    monkeypatch.setattr(recorder, "plain_properties", counting(recorder.plain_properties, read))
+    monkeypatch.setattr(recorder, "plain_struct", counting(recorder.plain_struct, written))
     graph = run_program(stack)
     assert len(answered) > len(graph)  # the root stack's and every resource's
     assert [name for name, same in answered if not same] == []
-    # The program's state is plain data throughout: every answer took the synchronous path.
-    assert len(fast) == len(graph) and all(fast)
+    # The program's inputs and state are plain data throughout: every registration took the
+    # direct path both ways (so the comparison above is of that path).
+    assert len(read) == len(written) == len(graph) and all(read) and all(written)
 
 
 def _sdk_struct(state: dict[str, Any]):
@@ -112,3 +122,95 @@ class _Mapping(dict):
 )
 def test_anything_else_is_left_to_the_sdks_serializer(value):
     assert recorder.plain_struct({"p": value}) is None
+
+
+def _with_secrets(rng: random.Random, value: Any) -> Any:
+    """`value` with some of its parts made secrets, as the SDK serializes a secret Output."""
+    if isinstance(value, dict):
+        value = {k: _with_secrets(rng, v) for k, v in value.items()}
+    elif isinstance(value, list | tuple):
+        value = [_with_secrets(rng, v) for v in value]
+    return rpc.wrap_rpc_secret(value) if rng.random() < 0.15 else value
+
+
+def test_plain_inputs_read_as_the_sdks_deserializer_reads_them():
+    rng = random.Random(7)
+    unknowns = 0
+    for _ in range(500):
+        state = {f"p{i}": _with_secrets(rng, _random_plain(rng)) for i in range(rng.randrange(6))}
+        struct = _sdk_struct(state)
+        ours = recorder.plain_properties(struct)
+        if rpc.UNKNOWN in str(struct):
+            # An unknown is the SDK's to read (an Unknown in a preview, None in an update).
+            assert ours is None
+            unknowns += 1
+            continue
+        assert ours == rpc.deserialize_properties(struct), state
+    assert 0 < unknowns < 250
+
+
+@pytest.mark.parametrize(
+    "signature",
+    ["asset", "archive", "resource", "output"],
+)
+def test_assets_archives_references_and_output_values_are_left_to_the_sdk(signature: str):
+    signatures = {
+        "asset": rpc._special_asset_sig,
+        "archive": rpc._special_archive_sig,
+        "resource": rpc._special_resource_sig,
+        "output": rpc._special_output_value_sig,
+    }
+    struct = _sdk_struct({"p": {rpc._special_sig_key: signatures[signature], "text": "x"}})
+    assert recorder.plain_properties(struct) is None
+
+
+def _json_mapping(value: Any, strings: dict[str, str] | None = None) -> Any:
+    """What the recording is specified to be: protobuf's JSON mapping of the struct
+    (`json_format.MessageToDict`), with secrets as `Secret`, whole numbers as ints and long
+    strings shared."""
+    if isinstance(value, dict):
+        if value.get(rpc._special_sig_key) == rpc._special_secret_sig:
+            return Secret(_json_mapping(value.get("value"), strings))
+        return {k: _json_mapping(v, strings) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_mapping(v, strings) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if strings and isinstance(value, str) and len(value) >= recorder._SHARED_STRING_CHARS:
+        return strings.get(value, value)
+    return value
+
+
+def _typed(value: Any) -> Any:
+    """`value` with each scalar paired with its type (1 == 1.0 == True in Python)."""
+    if isinstance(value, dict):
+        return {k: _typed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_typed(v) for v in value]
+    if isinstance(value, Secret):
+        return ("secret", _typed(value.value))
+    return (type(value).__name__, value)
+
+
+def test_recorded_inputs_are_protobufs_json_mapping_of_them():
+    rng = random.Random(3)
+    for _ in range(300):
+        state = {f"p{i}": _with_secrets(rng, _random_plain(rng)) for i in range(rng.randrange(6))}
+        struct = _sdk_struct(state)
+        try:
+            expected = _json_mapping(json_format.MessageToDict(struct))
+        except ValueError:  # an infinity: protobuf's JSON mapping has none
+            with pytest.raises(ValueError):
+                recorder.decode(struct)
+            continue
+        assert _typed(recorder.decode(struct)) == _typed(expected), state
+
+
+def test_long_strings_are_shared_with_the_stand_ins_copy():
+    script = "#!/bin/bash\n" + "echo step\n" * 40
+    shared = {script: script}
+    copy = "".join(list(script))  # equal, another object
+    assert copy is not script
+    decoded = recorder.decode(_sdk_struct({"stdin": copy, "list": [copy]}), shared)
+    assert decoded["stdin"] is script and decoded["list"][0] is script
+    assert recorder.decode(_sdk_struct({"stdin": copy}))["stdin"] is not script

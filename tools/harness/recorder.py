@@ -13,6 +13,7 @@ the SDK's source it follows and compares the two answers for every resource of e
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -91,15 +92,18 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
 
     def answer(self, request):
         """The SDK's `MockMonitor.RegisterResource` (pulumi/runtime/mocks.py), answering the same,
-        but serializing the mock's state without the SDK's async serializer when it is plain
-        data (`plain_struct`): that serializer ran its own event loop to completion for every
-        registration, half of this stand-in's time."""
+        but reading the inputs and writing the mock's state straight from and to protobuf when
+        they are plain data (`plain_properties`, `plain_struct`). The SDK's serializer ran its
+        own event loop to completion for every registration (half of this stand-in's time), and
+        its deserializer reads every value through protobuf's Python Struct wrappers."""
         urn = self.make_urn(request.parent, request.type, request.name)
         if request.type == ROOT_STACK_TYPE:
             return resource_pb2.RegisterResourceResponse(urn=urn)
         # Deserializing a resource reference needs an event loop on this thread.
         pulumi_mocks._ensure_event_loop()
-        inputs = rpc.deserialize_properties(request.object)
+        inputs = plain_properties(request.object)
+        if inputs is None:
+            inputs = rpc.deserialize_properties(request.object)
         resource_args = pulumi_mocks.MockResourceArgs(
             typ=request.type,
             name=request.name,
@@ -139,9 +143,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     key: set(deps.urns) for key, deps in request.propertyDependencies.items()
                 },
                 provider=request.provider or None,
-                inputs=_decode(json_format.MessageToDict(request.object), self._strings)
-                if self.record_inputs
-                else {},
+                inputs=decode(request.object, self._strings) if self.record_inputs else {},
                 custom_timeouts={
                     k: v
                     for k, v in (
@@ -170,7 +172,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
     def RegisterResourceOutputs(self, request):
         started = time.thread_time()
         try:
-            self.outputs_by_urn[request.urn] = _decode(json_format.MessageToDict(request.outputs))
+            self.outputs_by_urn[request.urn] = decode(request.outputs)
             return super().RegisterResourceOutputs(request)
         finally:
             self.engine_cpu_seconds += time.thread_time() - started
@@ -184,7 +186,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
 
 
 class _NotPlain(Exception):
-    """A value the SDK's serializer turns into something else (an Unknown, a resource, an asset)."""
+    """A value the SDK turns into something else (an unknown, a resource, an asset)."""
 
 
 def _plain(value: Any) -> Any:
@@ -203,6 +205,64 @@ def _plain(value: Any) -> Any:
     raise _NotPlain
 
 
+def plain_properties(struct: struct_pb2.Struct) -> dict[str, Any] | None:
+    """`rpc.deserialize_properties(struct)` (pulumi/runtime/rpc.py) for plain data: values as
+    they are, nulls left out of maps but kept in lists, a map or list holding a secret made a
+    secret as a whole with the secrets inside unwrapped; None when there is anything else (an
+    unknown, an asset or archive, a resource reference, an output value)."""
+    try:
+        return _from_struct(struct)
+    except _NotPlain:
+        return None
+
+
+def _from_struct(struct: struct_pb2.Struct) -> dict[str, Any]:
+    """`rpc.deserialize_properties` of a map."""
+    fields = struct.fields
+    if _SIG_KEY in fields:
+        signature = fields[_SIG_KEY]
+        if (
+            signature.WhichOneof("kind") != "string_value"
+            or signature.string_value != _SECRET_SIG
+            or "value" not in fields
+        ):
+            raise _NotPlain
+        return rpc.wrap_rpc_secret(_from_value(fields["value"]))
+    props = {}
+    for key in fields:
+        value = _from_value(fields[key])
+        if value is not None:
+            props[key] = value
+    return props
+
+
+def _from_value(value: struct_pb2.Value) -> Any:
+    """`rpc.deserialize_property` of one value."""
+    kind = value.WhichOneof("kind")
+    if kind == "string_value":
+        text = value.string_value
+        if text == rpc.UNKNOWN:
+            raise _NotPlain
+        return text
+    if kind == "number_value":
+        return value.number_value
+    if kind == "bool_value":
+        return value.bool_value
+    if kind == "null_value":
+        return None
+    if kind == "struct_value":
+        props = _from_struct(value.struct_value)
+        if isinstance(props, dict) and any(rpc.is_rpc_secret(v) for v in props.values()):
+            return rpc.wrap_rpc_secret({k: rpc.unwrap_rpc_secret(v) for k, v in props.items()})
+        return props
+    if kind == "list_value":
+        values = [_from_value(item) for item in value.list_value.values]
+        if any(rpc.is_rpc_secret(v) for v in values):
+            return rpc.wrap_rpc_secret([rpc.unwrap_rpc_secret(v) for v in values])
+        return values
+    raise _NotPlain  # a value with no kind set: the SDK's reading of it fails
+
+
 def plain_struct(state: dict[str, Any]) -> struct_pb2.Struct | None:
     """`rpc.serialize_properties(state, {})` for state made of plain data (top-level values
     that serialize to None are left out, as there); None for anything else."""
@@ -219,20 +279,37 @@ def plain_struct(state: dict[str, Any]) -> struct_pb2.Struct | None:
     return struct
 
 
-def _decode(value: Any, strings: dict[str, str] | None = None) -> Any:
-    """A MessageToDict struct as plain values: secrets as `Secret`, whole floats as ints, and
-    long strings replaced by the equal one in `strings` when there is one."""
-    if isinstance(value, dict):
-        if value.get(_SIG_KEY) == _SECRET_SIG:
-            return Secret(_decode(value.get("value"), strings))
-        return {k: _decode(v, strings) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_decode(v, strings) for v in value]
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if strings and isinstance(value, str) and len(value) >= _SHARED_STRING_CHARS:
-        return strings.get(value, value)
-    return value
+def decode(struct: struct_pb2.Struct, strings: dict[str, str] | None = None) -> Any:
+    """A serialized struct as plain values, as protobuf's JSON mapping reads it
+    (`json_format.MessageToDict`: nulls as None, numbers as floats, and infinities or NaN
+    refused), then with secrets as `Secret`, whole numbers as ints, and strings of at least
+    `_SHARED_STRING_CHARS` replaced by the equal one in `strings` when there is one."""
+    fields = struct.fields
+    decoded = {key: _decode_value(fields[key], strings) for key in fields}
+    if decoded.get(_SIG_KEY) == _SECRET_SIG:
+        return Secret(decoded.get("value"))
+    return decoded
+
+
+def _decode_value(value: struct_pb2.Value, strings: dict[str, str] | None) -> Any:
+    kind = value.WhichOneof("kind")
+    if kind == "string_value":
+        text = value.string_value
+        if strings and len(text) >= _SHARED_STRING_CHARS:
+            return strings.get(text, text)
+        return text
+    if kind == "number_value":
+        number = value.number_value
+        if math.isinf(number) or math.isnan(number):
+            raise ValueError(f"{number} is not a JSON number (json_format refuses it too)")
+        return int(number) if number.is_integer() else number
+    if kind == "bool_value":
+        return value.bool_value
+    if kind == "struct_value":
+        return decode(value.struct_value, strings)
+    if kind == "list_value":
+        return [_decode_value(item, strings) for item in value.list_value.values]
+    return None  # a null, or a value with no kind set (which json_format reads as null too)
 
 
 def _collect_strings(value: Any, strings: dict[str, str]) -> None:
