@@ -270,7 +270,7 @@ def plain_struct(state: dict[str, Any]) -> struct_pb2.Struct | None:
     try:
         for key in state:
             if type(key) is not str:
-                return None
+                raise _NotPlain
             value = _plain(state[key])
             if value is not None:
                 struct[key] = value
