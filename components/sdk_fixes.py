@@ -1,12 +1,14 @@
-"""Three functions on the Pulumi Python SDK's hot path, replaced before any resource exists by
+"""Functions on the Pulumi Python SDK's hot path, replaced before any resource exists by
 functions that answer the same and cost less.
 
 Each `Replacement` stands in for named definitions of one SDK module (pulumi 3.272.0,
-`sdk/python/lib/pulumi/runtime/`) and is installed only over the exact source it was written
-against (a sha256 of those definitions): an SDK release that changes any of them keeps its own,
-and the test that pins the digests fails so that this module is looked at again. Each is called
-through its module attribute (a call inside the module looks the name up in the module's globals
-at call time), so replacing the attribute reaches every caller.
+`sdk/python/lib/pulumi/`) and is installed only over the exact source it was written against
+(a sha256 of those definitions): an SDK release that changes any of them keeps its own, and the
+test that pins the digests fails so that this module is looked at again. Each is called through
+its module attribute (a call inside the module looks the name up in the module's globals at
+call time), so replacing the attribute reaches every caller; a module that imported the
+function by name (`also`) gets the replacement too. Some answer the common case themselves and
+hand every other to the SDK's own function (`wraps`).
 
 - `rpc.contains_unknowns` defines a recursive closure `impl` on every call. `impl` refers to
   itself through its closure cell, so every call leaves a cycle (the function, its cell, its
@@ -27,6 +29,16 @@ at call time), so replacing the attribute reaches every caller.
   nested generators, one per level, so each resource found at depth d passes through d
   generators: every step of a node's chain walks the chain before it. The replacement walks the
   same graph with a list.
+- `resource_cycle_breaker.declare_dependency` runs that walk for every property that carries a
+  dependency, so a dependency reaching a resource through several properties (a step's
+  connection and its triggers both come from its machine) is walked again for each: a fifth of
+  the declarations of a 16-node evaluation. A dependency already declared is an edge of a graph
+  kept free of cycles (no edge is added that would close one), so the walk cannot find one: the
+  replacement answers True for it at once, as the SDK's walk would, and hands every new one to
+  the SDK.
+- The replacements of the functions that carry every value between the program and the engine
+  (serializing inputs, reading outputs, the types both go by) are in
+  `components/sdk_values.py`.
 """
 
 from __future__ import annotations
@@ -41,17 +53,18 @@ from dataclasses import dataclass
 from types import CodeType, ModuleType
 from typing import Any
 
+from pulumi import _types
 from pulumi.runtime import known_types, resource, resource_cycle_breaker, rpc
 from pulumi.runtime.proto import source_pb2
 
-# Types of which no value is an `Unknown` (a plain class of pulumi.output).
-_PLAIN = frozenset({str, int, float, bool, type(None)})
+from components import sdk_values
+from components.sdk_values import SCALARS
 
 
 def contains_unknowns(val: Any) -> bool:
     """True when `val` is, or holds in nested dicts and lists, an unknown value: the SDK's
     `rpc.contains_unknowns` without its per-call closure."""
-    if type(val) in _PLAIN:
+    if type(val) in SCALARS:
         return False
     return _contains_unknowns(val, set())
 
@@ -150,18 +163,37 @@ def reachable(from_resource: Any, to_resource: Any) -> bool:
     return False
 
 
+_SDK_DECLARE_DEPENDENCY = resource_cycle_breaker.declare_dependency
+
+
+def declare_dependency(from_resource: Any, to_resource: Any) -> bool:
+    """The SDK's `resource_cycle_breaker.declare_dependency`: True at once for a dependency
+    already declared (the graph has no cycle, so it cannot close one); the SDK's walk for a new
+    one."""
+    if to_resource in resource_cycle_breaker._deps(from_resource):
+        return True
+    return _SDK_DECLARE_DEPENDENCY(from_resource, to_resource)
+
+
 @dataclass(frozen=True)
 class Replacement:
     """`function` in place of `module.<name>`, written against the SDK source of `covers` (the
-    definitions of `module` its answer depends on, `name` first), whose digest is `sha256`."""
+    definitions of `module` its answer depends on, `name` first), whose digest is `sha256`.
+    `also`: modules that imported the SDK's function by name, which get the replacement too.
+    `wraps`: the SDK's function that `function` hands the cases it does not answer itself to;
+    it is installed only over that function."""
 
     module: ModuleType
     name: str
     function: Callable[..., Any]
     covers: tuple[str, ...]
     sha256: str
+    also: tuple[ModuleType, ...] = ()
+    wraps: Callable[..., Any] | None = None
 
-    def sdk_definitions(self) -> tuple[str, list[ast.FunctionDef]] | None:
+    def sdk_definitions(
+        self,
+    ) -> tuple[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] | None:
         """The module's source and its definitions of `covers`, in that order (read from the
         module's file, not from the attributes, which may already be replacements); None when
         one is missing or the module has no source."""
@@ -170,7 +202,9 @@ class Replacement:
         except (OSError, TypeError):
             return None
         found = {
-            node.name: node for node in ast.parse(source).body if isinstance(node, ast.FunctionDef)
+            node.name: node
+            for node in ast.parse(source).body
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
         }
         if any(name not in found for name in self.covers):
             return None
@@ -188,17 +222,21 @@ class Replacement:
     def install(self) -> bool:
         """Put `function` in place when the SDK's definitions are the ones it was written
         against; True when it is in place."""
-        current = getattr(self.module, self.name, None)
-        if current is self.function:
+        holders = (self.module, *self.also)
+        if all(getattr(holder, self.name, None) is self.function for holder in holders):
             return True
+        current = getattr(self.module, self.name, None)
         if (
             current is None
             or self.sdk_digest() != self.sha256
             or current.__module__ != self.module.__name__
+            or (self.wraps is not None and current is not self.wraps)
+            or any(getattr(holder, self.name, None) is not current for holder in self.also)
         ):
             # Another SDK's function, or one something else already put in its place.
             return False
-        setattr(self.module, self.name, self.function)
+        for holder in holders:
+            setattr(holder, self.name, self.function)
         return True
 
 
@@ -223,6 +261,82 @@ REPLACEMENTS = (
         reachable,
         ("_reachable", "_with_transitive_deps", "_deps"),
         "339ff2076e584d47992902e39898ab0448a4d71e64e21b78a0a6f31f267726f9",
+    ),
+    Replacement(
+        resource_cycle_breaker,
+        "declare_dependency",
+        declare_dependency,
+        ("declare_dependency", "_add_dep", "_deps"),
+        "27404556da9e958efa4745db1ac703c32bc4496bd782d6c617dfb8c6bd3ae967",
+        also=(rpc,),
+        wraps=_SDK_DECLARE_DEPENDENCY,
+    ),
+    Replacement(
+        rpc,
+        "deserialize_properties",
+        sdk_values.deserialize_properties,
+        ("deserialize_properties", "deserialize_property"),
+        "4f3a88482e60664147df4cadb20f93ed70eda93f22304684b0a943d16c565c77",
+        wraps=sdk_values.SDK_DESERIALIZE_PROPERTIES,
+    ),
+    Replacement(
+        rpc,
+        "translate_output_properties",
+        sdk_values.translate_output_properties,
+        ("translate_output_properties", "is_rpc_secret"),
+        "75bbb92a27893f837345de5c640ef41de3e00d5ff0d1402ba28a01e38d1fc83b",
+        wraps=sdk_values.SDK_TRANSLATE_OUTPUT_PROPERTIES,
+    ),
+    Replacement(
+        rpc,
+        "serialize_property",
+        sdk_values.serialize_property,
+        ("serialize_property", "isLegalProtobufValue"),
+        "4601221a122a1fda80d4ce8d6c817cf6199d369798696287ed94ff4c062ffbf1",
+        wraps=sdk_values.SDK_SERIALIZE_PROPERTY,
+    ),
+    Replacement(
+        _types,
+        "unwrap_type",
+        sdk_values.unwrap_type,
+        ("unwrap_type", "unwrap_optional_type", "_is_union_type", "_is_optional_type"),
+        "54822d0d6d68bfaff4b2064a3884ee1035d0f8a3a87eb997cc1693dd0027e1cf",
+        wraps=sdk_values.SDK_UNWRAP_TYPE,
+    ),
+    Replacement(
+        _types,
+        "unwrap_optional_type",
+        sdk_values.unwrap_optional_type,
+        ("unwrap_optional_type", "_is_optional_type", "_is_union_type"),
+        "b1b64f280f60867acaf12fb6e6413398f1582d4972c5569d46a650c3d0b5acdd",
+        wraps=sdk_values.SDK_UNWRAP_OPTIONAL_TYPE,
+    ),
+    Replacement(
+        _types,
+        "resource_types",
+        sdk_values.resource_types,
+        (
+            "resource_types",
+            "_types_from_annotations",
+            "_properties_from_annotations",
+            "_types_from_py_properties",
+            "_raw_return_hints",
+        ),
+        "e400a301e50a601536593829e2408776cccea54476f545400663fba5a8773846",
+        wraps=sdk_values.SDK_RESOURCE_TYPES,
+    ),
+    Replacement(
+        _types,
+        "resource_pulumi_to_py_names",
+        sdk_values.resource_pulumi_to_py_names,
+        (
+            "resource_pulumi_to_py_names",
+            "_pulumi_to_py_names_from_annotations",
+            "_names_from_annotations",
+            "_pulumi_to_py_names_from_py_properties",
+        ),
+        "7076e04231d4a112a1c3a8280cf50aa9a219e05fe5de70cf376d59ecb0e55a09",
+        wraps=sdk_values.SDK_RESOURCE_PULUMI_TO_PY_NAMES,
     ),
 )
 

@@ -16,6 +16,7 @@ from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
 from pulumi.runtime.sync_await import _sync_await
 
+from components import sdk_values
 from tools.harness import recorder
 from tools.harness.graph import Secret
 from tools.harness.stacks import run_program
@@ -51,17 +52,19 @@ def test_every_registration_is_answered_as_the_sdks_mock_monitor_does(monkeypatc
         answered.append((f"{request.type}::{request.name}", same))
         return answer
 
-    def counting(function, calls: list[bool]):
-        def counted(value):
-            result = function(value)
-            calls.append(result is not None)
-            return result
+    def reading(struct):
+        read.append(sdk_values.plain_properties(struct) is not None)
+        return sdk_values.deserialize_properties(struct)
 
-        return counted
+    def writing(state):
+        struct = plain_struct(state)
+        written.append(struct is not None)
+        return struct
 
+    plain_struct = recorder.plain_struct
     monkeypatch.setattr(recorder.RecordingMonitor, "answer", both)
-    monkeypatch.setattr(recorder, "plain_properties", counting(recorder.plain_properties, read))
-    monkeypatch.setattr(recorder, "plain_struct", counting(recorder.plain_struct, written))
+    monkeypatch.setattr(recorder, "deserialize_properties", reading)
+    monkeypatch.setattr(recorder, "plain_struct", writing)
     graph = run_program(stack)
     assert len(answered) > len(graph)  # the root stack's and every resource's
     assert [name for name, same in answered if not same] == []
@@ -131,37 +134,6 @@ def _with_secrets(rng: random.Random, value: Any) -> Any:
     elif isinstance(value, list | tuple):
         value = [_with_secrets(rng, v) for v in value]
     return rpc.wrap_rpc_secret(value) if rng.random() < 0.15 else value
-
-
-def test_plain_inputs_read_as_the_sdks_deserializer_reads_them():
-    rng = random.Random(7)
-    unknowns = 0
-    for _ in range(500):
-        state = {f"p{i}": _with_secrets(rng, _random_plain(rng)) for i in range(rng.randrange(6))}
-        struct = _sdk_struct(state)
-        ours = recorder.plain_properties(struct)
-        if rpc.UNKNOWN in str(struct):
-            # An unknown is the SDK's to read (an Unknown in a preview, None in an update).
-            assert ours is None
-            unknowns += 1
-            continue
-        assert ours == rpc.deserialize_properties(struct), state
-    assert 0 < unknowns < 250
-
-
-@pytest.mark.parametrize(
-    "signature",
-    ["asset", "archive", "resource", "output"],
-)
-def test_assets_archives_references_and_output_values_are_left_to_the_sdk(signature: str):
-    signatures = {
-        "asset": rpc._special_asset_sig,
-        "archive": rpc._special_archive_sig,
-        "resource": rpc._special_resource_sig,
-        "output": rpc._special_output_value_sig,
-    }
-    struct = _sdk_struct({"p": {rpc._special_sig_key: signatures[signature], "text": "x"}})
-    assert recorder.plain_properties(struct) is None
 
 
 def _json_mapping(value: Any, strings: dict[str, str] | None = None) -> Any:

@@ -1,7 +1,8 @@
-"""The SDK functions the program replaces (components/sdk_fixes.py): each replacement answers as
-the SDK's own function does (compiled here from the SDK's source, since the module attribute may
-already be the replacement in this process), the program runs with them in place and sends the
-engine the same stack traces, and each steps aside for an SDK whose function changed."""
+"""The SDK functions the program replaces (components/sdk_fixes.py, components/sdk_values.py):
+each replacement answers as the SDK's own function does (compiled here from the SDK's source,
+since the module attribute may already be the replacement in this process), the program runs
+with them in place, sends the engine the same stack traces and registers the same as without
+them, and each steps aside for an SDK whose function changed."""
 
 from __future__ import annotations
 
@@ -11,15 +12,18 @@ import itertools
 import random
 import sys
 import threading
-from typing import Any
+from enum import Enum, StrEnum
+from typing import Any, Optional, Union
 
 import pytest
-from pulumi.output import UNKNOWN
-from pulumi.runtime import resource
+from pulumi.output import UNKNOWN, Unknown
+from pulumi.runtime import resource, resource_cycle_breaker, rpc
 from pulumi.runtime.proto import source_pb2
+from pulumi.runtime.sync_await import _sync_await
 
-from components import sdk_fixes
+from components import sdk_fixes, sdk_values
 from components.sdk_fixes import REPLACEMENTS, Replacement
+from tests.test_recorder import _random_plain, _sdk_struct, _with_secrets
 from tools.harness.stacks import run_program
 
 BY_NAME = {r.name: r for r in REPLACEMENTS}
@@ -253,6 +257,295 @@ def test_reachable_walks_a_chain_longer_than_the_sdks_recursion_limit():
     assert not sdk_fixes.reachable(nodes[0], nodes[-1])
 
 
+# declare_dependency
+
+
+def _declare_all(declare, rng: random.Random, size: int, declarations: int):
+    """Declare random dependencies (repeats included) among `size` fresh nodes with `declare`:
+    its answers and the edges it left."""
+    nodes = [_Node(i) for i in range(size)]
+    picks = [(rng.randrange(size), rng.randrange(size)) for _ in range(declarations)]
+    picks += picks[: declarations // 2]  # declared again
+    answers = [declare(nodes[a], nodes[b]) for a, b in picks]
+    edges = {
+        (node.index, dep.index) for node in nodes for dep in resource_cycle_breaker._deps(node)
+    }
+    return answers, edges
+
+
+def test_declare_dependency_answers_and_declares_as_the_sdk_does():
+    original = sdk_original(BY_NAME["declare_dependency"])
+    refused = 0
+    for seed, (size, declarations) in enumerate(((1, 2), (2, 4), (10, 30), (25, 80), (40, 300))):
+        ours = _declare_all(sdk_fixes.declare_dependency, random.Random(seed), size, declarations)
+        sdk = _declare_all(original, random.Random(seed), size, declarations)
+        assert ours == sdk, (size, declarations)
+        refused += ours[0].count(False)
+    assert refused > 0  # cycles were among them
+
+
+# deserialize_properties
+
+
+@pytest.mark.parametrize("keep_unknowns", [None, True])
+def test_deserialize_properties_reads_as_the_sdk_does(keep_unknowns):
+    original = sdk_original(BY_NAME["deserialize_properties"])
+    rng = random.Random(7)
+    unknowns = 0
+    for _ in range(500):
+        state = {f"p{i}": _with_secrets(rng, _random_plain(rng)) for i in range(rng.randrange(6))}
+        struct = _sdk_struct(state)
+        ours = sdk_values.deserialize_properties(struct, keep_unknowns)
+        if rpc.UNKNOWN in str(struct):
+            # An unknown is the SDK's to read (an Unknown in a preview, None in an update).
+            assert sdk_values.plain_properties(struct) is None
+            unknowns += 1
+        assert _shown(ours) == _shown(original(struct, keep_unknowns)), state
+    assert 0 < unknowns < 250
+
+
+def _shown(value: Any) -> Any:
+    """`value` with its types shown (1 == 1.0 == True in Python) and each `Unknown` as one."""
+    if isinstance(value, dict):
+        return {k: _shown(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_shown(v) for v in value]
+    if isinstance(value, Unknown):
+        return "<unknown>"
+    return (type(value).__name__, repr(value))
+
+
+def test_deserialize_properties_leaves_internal_keys_to_the_sdk():
+    original = sdk_original(BY_NAME["deserialize_properties"])
+    struct = _sdk_struct({"__provider": "p", "__inputs": {"a": 1}, "b": "c"})
+    for keep_internal in (None, True, False):
+        ours = sdk_values.deserialize_properties(struct, None, keep_internal)
+        assert ours == original(struct, None, keep_internal)
+    assert sdk_values.deserialize_properties(struct, None, False) == {"__provider": "p", "b": "c"}
+
+
+@pytest.mark.parametrize("signature", ["asset", "archive", "resource", "output"])
+def test_assets_archives_references_and_output_values_are_left_to_the_sdk(signature: str):
+    signatures = {
+        "asset": rpc._special_asset_sig,
+        "archive": rpc._special_archive_sig,
+        "resource": rpc._special_resource_sig,
+        "output": rpc._special_output_value_sig,
+    }
+    struct = _sdk_struct({"p": {rpc._special_sig_key: signatures[signature], "text": "x"}})
+    assert sdk_values.plain_properties(struct) is None
+
+
+# translate_output_properties
+
+
+class _Colour(StrEnum):
+    RED = "red"
+
+
+class _Size(float, Enum):
+    ONE = 1.0
+
+
+_TYPES: list[Any] = [
+    None,
+    str,
+    int,
+    float,
+    bool,
+    Any,
+    Optional[str],  # noqa: UP045 - the SDK reads the typing form
+    Optional[int],  # noqa: UP045
+    _Colour,
+    Optional[_Colour],  # noqa: UP045
+    _Size,
+    list,
+    dict,
+    dict[str, str],
+    Union[int, str],  # noqa: UP007
+]
+_SCALARS: list[Any] = ["", "red", "x", 0.0, 1.0, 2.5, -3.0, True, False, None, 7]
+
+
+def _outcome(function, *args):
+    try:
+        value = function(*args)
+    except Exception as error:  # the SDK's own failures count too
+        return ("raises", type(error).__name__, str(error))
+    return ("returns", type(value).__name__, repr(value))
+
+
+def test_translate_output_properties_answers_scalars_as_the_sdk_does():
+    original = sdk_original(BY_NAME["translate_output_properties"])
+    compared = 0
+    for typ in _TYPES:
+        for value in _SCALARS:
+            ours = _outcome(sdk_values.translate_output_properties, value, str, typ)
+            assert ours == _outcome(original, value, str, typ), (value, typ)
+            compared += 1
+    assert compared == len(_TYPES) * len(_SCALARS)
+
+
+def test_translate_output_properties_hands_maps_and_lists_to_the_sdk():
+    original = sdk_original(BY_NAME["translate_output_properties"])
+    rng = random.Random(11)
+    for _ in range(300):
+        value = _with_secrets(rng, _random_plain(rng))
+        assert repr(sdk_values.translate_output_properties(value, str.upper)) == repr(
+            original(value, str.upper)
+        )
+
+
+# serialize_property
+
+
+def _serialized(function, value: Any, typ: Any, as_protobuf: bool = False):
+    deps: list[Any] = []
+
+    async def run():
+        return await function(value, deps, "p", None, None, typ, False, False, as_protobuf)
+
+    outcome = _outcome(lambda: _sync_await(run()))
+    return outcome, deps
+
+
+def test_serialize_property_answers_scalars_as_the_sdk_does():
+    original = sdk_original(BY_NAME["serialize_property"])
+    for typ in _TYPES:
+        for value in [*_SCALARS, rpc.UNKNOWN, _Colour.RED, [1, "a"], {"a": None}]:
+            for as_protobuf in (False, True):
+                ours = _serialized(sdk_values.serialize_property, value, typ, as_protobuf)
+                assert ours == _serialized(original, value, typ, as_protobuf), (value, typ)
+
+
+# unwrap_type, unwrap_optional_type
+
+
+def _annotations() -> list[Any]:
+    """Every annotation the SDK reads for the resources and args the program registers, and a
+    few of the shapes it unwraps."""
+    import pulumi_aws as aws
+    import pulumi_command as command
+    import pulumi_kubernetes as k8s
+
+    found: list[Any] = [str, int, None.__class__, Any, Union[int, str], Union[str, int]]  # noqa: UP007
+    classes = [
+        aws.ec2.Instance,
+        aws.ec2.InstanceArgs,
+        command.remote.Command,
+        command.remote.ConnectionArgs,
+        k8s.batch.v1.Job,
+        k8s.apps.v1.DaemonSet,
+    ]
+    for cls in classes:
+        for name in dir(cls):
+            getter = getattr(cls, name, None)
+            if isinstance(getter, property) and getter.fget is not None:
+                hints = getattr(getter.fget, "__annotations__", {})
+                found += [h for h in hints.values() if not isinstance(h, str)]
+        for hint in _types_module().resource_types(cls).values():
+            found.append(hint)
+    return found
+
+
+def _types_module():
+    from pulumi import _types
+
+    return _types
+
+
+@pytest.mark.parametrize("name", ["unwrap_type", "unwrap_optional_type"])
+def test_the_unwrapped_type_is_the_sdks_for_every_annotation(name: str):
+    original = sdk_original(BY_NAME[name])
+    ours = getattr(sdk_values, name)
+    annotations = _annotations()
+    assert len(annotations) > 100
+    for _ in range(2):  # the second time from what was remembered
+        for annotation in annotations:
+            assert _outcome(ours, annotation) == _outcome(original, annotation), annotation
+
+
+def test_unions_equal_but_ordered_otherwise_are_unwrapped_each_by_its_own_order():
+    # Union equality ignores the order of the members; the SDK's unwrapping reads it.
+    first = Union[_Colour, dict, None]  # noqa: UP007
+    second = Union[dict, _Colour, None]  # noqa: UP007
+    assert first == second
+    original = sdk_original(BY_NAME["unwrap_type"])
+    for annotation in (first, second, first, second):
+        assert sdk_values.unwrap_type(annotation) is original(annotation)
+
+
+def test_remembered_answers_are_bounded_and_still_right():
+    calls: list[Any] = []
+    remembered = sdk_values._ByIdentity(lambda value: calls.append(value) or id(value), limit=3)
+    values = [object() for _ in range(7)]
+    for value in values + values:
+        assert remembered(value) == id(value)
+    assert len(remembered.answers) <= 3
+    assert len(calls) == 14  # each value was forgotten before it came again
+    assert remembered(values[-1]) == id(values[-1]) and len(calls) == 14
+
+
+# resource_types, resource_pulumi_to_py_names
+
+
+@pytest.mark.parametrize("name", ["resource_types", "resource_pulumi_to_py_names"])
+def test_a_resource_classs_types_and_names_are_the_sdks_and_each_callers_own(name: str):
+    import pulumi
+    import pulumi_aws as aws
+    import pulumi_command as command
+    import pulumi_kubernetes as k8s
+
+    from components.gpu_node import GpuNode
+
+    original = sdk_original(BY_NAME[name])
+    ours = getattr(sdk_values, name)
+    classes = [
+        aws.ec2.Instance,
+        command.remote.Command,
+        k8s.batch.v1.Job,
+        pulumi.ComponentResource,
+        pulumi.CustomResource,
+        GpuNode,
+    ]
+    for cls in classes:
+        first = ours(cls)
+        assert first == original(cls), cls
+        first["changed by a caller"] = "x"
+        assert ours(cls) == original(cls), cls
+
+
+# The program, with and without
+
+
+def _registrations(stack: str) -> list[tuple]:
+    """What the engine receives and answers for every resource, by URN (the order of the
+    registrations follows the threads the SDK sends them from)."""
+    graph = run_program(stack)
+    registered = [
+        (
+            r.urn,
+            repr(r.inputs),
+            sorted(r.dependencies),
+            sorted((k, sorted(v)) for k, v in r.property_dependencies.items()),
+            r.additional_secret_outputs,
+            repr(r.outputs),
+        )
+        for r in graph
+    ]
+    return [*sorted(registered), (repr(graph.outputs),)]
+
+
+def test_the_program_registers_the_same_without_any_replacement(monkeypatch):
+    with_them = _registrations("prod")
+    for replacement in REPLACEMENTS:
+        put_back_the_sdks(monkeypatch, replacement)
+    monkeypatch.setattr(sdk_fixes, "REPLACEMENTS", ())
+    without = _registrations("prod")
+    assert resource_cycle_breaker.declare_dependency is BY_NAME["declare_dependency"].wraps
+    assert without == with_them
+
+
 # Installing
 
 
@@ -263,26 +556,65 @@ def test_the_program_runs_with_every_replacement():
     assert all(sdk_fixes.install().values())
 
 
+def put_back_the_sdks(monkeypatch, replacement: Replacement) -> Any:
+    """The SDK's own function back in every place the replacement takes (the one a wrapping
+    replacement hands its other cases to, else one compiled from the SDK's source)."""
+    original = replacement.wraps or sdk_original(replacement)
+    for holder in (replacement.module, *replacement.also):
+        monkeypatch.setattr(holder, replacement.name, original)
+    return original
+
+
 @pytest.mark.parametrize("replacement", REPLACEMENTS, ids=lambda r: r.name)
 def test_install_replaces_the_sdks_own_function(monkeypatch, replacement: Replacement):
-    monkeypatch.setattr(replacement.module, replacement.name, sdk_original(replacement))
+    put_back_the_sdks(monkeypatch, replacement)
     assert replacement.install()
-    assert getattr(replacement.module, replacement.name) is replacement.function
+    for holder in (replacement.module, *replacement.also):
+        assert getattr(holder, replacement.name) is replacement.function
 
 
 @pytest.mark.parametrize("replacement", REPLACEMENTS, ids=lambda r: r.name)
 def test_an_sdk_with_another_function_keeps_its_own(monkeypatch, replacement: Replacement):
-    original = sdk_original(replacement)
-    monkeypatch.setattr(replacement.module, replacement.name, original)
+    original = put_back_the_sdks(monkeypatch, replacement)
     changed = Replacement(
         replacement.module,
         replacement.name,
         replacement.function,
         replacement.covers,
         "0" * 64,  # as if the SDK's source had changed
+        replacement.also,
+        replacement.wraps,
     )
     assert not changed.install()
     assert getattr(replacement.module, replacement.name) is original
+
+
+@pytest.mark.parametrize(
+    "replacement", [r for r in REPLACEMENTS if r.wraps is not None], ids=lambda r: r.name
+)
+def test_a_wrapping_replacement_goes_only_over_the_function_it_hands_cases_to(
+    monkeypatch, replacement: Replacement
+):
+    # The SDK's source, but not the function object the replacement calls for the other cases
+    # (something re-created it): installing would leave the replacement calling a stale one.
+    compiled = sdk_original(replacement)
+    for holder in (replacement.module, *replacement.also):
+        monkeypatch.setattr(holder, replacement.name, compiled)
+    assert not replacement.install()
+    assert getattr(replacement.module, replacement.name) is compiled
+
+
+def test_a_module_that_imported_the_function_by_name_gets_the_replacement(monkeypatch):
+    declare = BY_NAME["declare_dependency"]
+    put_back_the_sdks(monkeypatch, declare)
+    assert declare.install()
+    assert rpc.declare_dependency is resource_cycle_breaker.declare_dependency
+    assert rpc.declare_dependency is sdk_fixes.declare_dependency
+    # One that holds something else: neither place is touched.
+    put_back_the_sdks(monkeypatch, declare)
+    monkeypatch.setattr(rpc, "declare_dependency", lambda *args: True)
+    assert not declare.install()
+    assert resource_cycle_breaker.declare_dependency is declare.wraps
 
 
 @pytest.mark.parametrize("replacement", REPLACEMENTS, ids=lambda r: r.name)

@@ -26,11 +26,12 @@ from pulumi.runtime.proto import resource_pb2
 from pulumi.runtime.stack import massage, run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
+from components.sdk_values import NotPlain, deserialize_properties
 from tools.harness.graph import Graph, Resource, Secret
 
 # How the SDK marks a secret value in a serialized struct.
-_SECRET_SIG = "1b47061264138c4ac30d75fd1eb44270"
-_SIG_KEY = "4dabf18193072939515e22adb298388d"
+_SECRET_SIG = rpc._special_secret_sig
+_SIG_KEY = rpc._special_sig_key
 
 ROOT_STACK_TYPE = "pulumi:pulumi:Stack"
 # Strings at least this long (rendered host scripts, manifests) are kept once: the recorded
@@ -93,7 +94,8 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
     def answer(self, request):
         """The SDK's `MockMonitor.RegisterResource` (pulumi/runtime/mocks.py), answering the same,
         but reading the inputs and writing the mock's state straight from and to protobuf when
-        they are plain data (`plain_properties`, `plain_struct`). The SDK's serializer ran its
+        they are plain data (`components.sdk_values.deserialize_properties`, `plain_struct`),
+        whether or not the program installed its SDK replacements. The SDK's serializer ran its
         own event loop to completion for every registration (half of this stand-in's time), and
         its deserializer reads every value through protobuf's Python Struct wrappers."""
         urn = self.make_urn(request.parent, request.type, request.name)
@@ -101,9 +103,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             return resource_pb2.RegisterResourceResponse(urn=urn)
         # Deserializing a resource reference needs an event loop on this thread.
         pulumi_mocks._ensure_event_loop()
-        inputs = plain_properties(request.object)
-        if inputs is None:
-            inputs = rpc.deserialize_properties(request.object)
+        inputs = deserialize_properties(request.object)
         resource_args = pulumi_mocks.MockResourceArgs(
             typ=request.type,
             name=request.name,
@@ -185,10 +185,6 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             self.engine_cpu_seconds += time.thread_time() - started
 
 
-class _NotPlain(Exception):
-    """A value the SDK turns into something else (an unknown, a resource, an asset)."""
-
-
 def _plain(value: Any) -> Any:
     """What `rpc.serialize_property` makes of plain data, without an event loop: strings,
     numbers, booleans and None as they are, lists and tuples as lists, dicts with string keys
@@ -198,69 +194,11 @@ def _plain(value: Any) -> Any:
         return value
     if kind is dict:
         if not all(type(key) is str for key in value):
-            raise _NotPlain
+            raise NotPlain
         return {key: _plain(item) for key, item in value.items()}
     if kind is list or kind is tuple:
         return [_plain(item) for item in value]
-    raise _NotPlain
-
-
-def plain_properties(struct: struct_pb2.Struct) -> dict[str, Any] | None:
-    """`rpc.deserialize_properties(struct)` (pulumi/runtime/rpc.py) for plain data: values as
-    they are, nulls left out of maps but kept in lists, a map or list holding a secret made a
-    secret as a whole with the secrets inside unwrapped; None when there is anything else (an
-    unknown, an asset or archive, a resource reference, an output value)."""
-    try:
-        return _from_struct(struct)
-    except _NotPlain:
-        return None
-
-
-def _from_struct(struct: struct_pb2.Struct) -> dict[str, Any]:
-    """`rpc.deserialize_properties` of a map."""
-    fields = struct.fields
-    if _SIG_KEY in fields:
-        signature = fields[_SIG_KEY]
-        if (
-            signature.WhichOneof("kind") != "string_value"
-            or signature.string_value != _SECRET_SIG
-            or "value" not in fields
-        ):
-            raise _NotPlain
-        return rpc.wrap_rpc_secret(_from_value(fields["value"]))
-    props = {}
-    for key in fields:
-        value = _from_value(fields[key])
-        if value is not None:
-            props[key] = value
-    return props
-
-
-def _from_value(value: struct_pb2.Value) -> Any:
-    """`rpc.deserialize_property` of one value."""
-    kind = value.WhichOneof("kind")
-    if kind == "string_value":
-        text = value.string_value
-        if text == rpc.UNKNOWN:
-            raise _NotPlain
-        return text
-    if kind == "number_value":
-        return value.number_value
-    if kind == "bool_value":
-        return value.bool_value
-    if kind == "null_value":
-        return None
-    if kind == "struct_value":
-        props = _from_struct(value.struct_value)
-        if isinstance(props, dict) and any(rpc.is_rpc_secret(v) for v in props.values()):
-            return rpc.wrap_rpc_secret({k: rpc.unwrap_rpc_secret(v) for k, v in props.items()})
-        return props
-    if kind == "list_value":
-        values = [_from_value(item) for item in value.list_value.values]
-        if any(rpc.is_rpc_secret(v) for v in values):
-            return rpc.wrap_rpc_secret([rpc.unwrap_rpc_secret(v) for v in values])
-        return values
-    raise _NotPlain  # a value with no kind set: the SDK's reading of it fails
+    raise NotPlain
 
 
 def plain_struct(state: dict[str, Any]) -> struct_pb2.Struct | None:
@@ -270,11 +208,11 @@ def plain_struct(state: dict[str, Any]) -> struct_pb2.Struct | None:
     try:
         for key in state:
             if type(key) is not str:
-                raise _NotPlain
+                raise NotPlain
             value = _plain(state[key])
             if value is not None:
                 struct[key] = value
-    except _NotPlain:
+    except NotPlain:
         return None
     return struct
 

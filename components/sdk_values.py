@@ -1,0 +1,254 @@
+"""The Pulumi Python SDK's functions that carry every value between the program and the engine,
+replaced (by components/sdk_fixes.py, over the exact source each was written against) by ones
+that answer the same and cost less. Each answers the common case, plain data, itself and hands
+every other case to the SDK's own function (`SDK_*`, taken before any replacement is installed).
+
+- `rpc.deserialize_properties` reads what the engine answers for every registration (the
+  resource's outputs, all its inputs among them) through protobuf's Python `Struct` wrappers,
+  value by value. The replacement reads plain data (strings, numbers, booleans, nulls, maps,
+  lists, secrets) straight from the protobuf fields, with the SDK's rules (nulls left out of
+  maps, a secret inside a map or list makes it a secret as a whole), and hands anything else (an
+  unknown, an asset, an archive, a resource reference, an output value) to the SDK.
+- `rpc.translate_output_properties` then walks every value of those outputs with its type from
+  the resource's annotations. The replacement answers a string, number, boolean or None itself,
+  with the SDK's rules for them (an Enum type makes a member, a float typed `int` an int), and
+  hands maps and lists to the SDK, which calls it again for each of their values.
+- `rpc.serialize_property` is called for every input of every registration and again for
+  every value inside a map or list, and takes each through a dozen checks (a sequence, an
+  unknown, a resource, an asset, an archive, an awaitable, an Output, an input type, a mapping,
+  a protobuf value) before it returns a string, number, boolean or None as it is. The
+  replacement returns those at once and hands every other value to the SDK.
+- `_types.unwrap_type` and `_types.unwrap_optional_type` take a type annotation apart with
+  `typing.get_origin` and `get_args` each time the SDK serializes or reads a value against its
+  type: about a thousand annotation objects in all, over 100,000 times at 256 nodes. Their answer
+  depends on the annotation alone; the replacements remember it by the annotation object
+  (identity, not equality: `Union[int, str] == Union[str, int]`, but the SDK reads the order).
+- `_types.resource_types` and `_types.resource_pulumi_to_py_names` build, for every
+  registration, the resource class's property types (`typing.get_type_hints` on a class made
+  for the purpose) and names, which depend on the class alone (the SDK itself keeps the half
+  read from property getters per class, `_raw_return_hints` under `functools.cache`). The
+  replacements build them once per class and hand each caller its own copy.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from enum import Enum
+from typing import Any
+
+from google.protobuf import struct_pb2
+from pulumi import _types
+from pulumi.runtime import rpc
+
+SDK_DESERIALIZE_PROPERTIES = rpc.deserialize_properties
+SDK_TRANSLATE_OUTPUT_PROPERTIES = rpc.translate_output_properties
+SDK_SERIALIZE_PROPERTY = rpc.serialize_property
+SDK_UNWRAP_TYPE = _types.unwrap_type
+SDK_UNWRAP_OPTIONAL_TYPE = _types.unwrap_optional_type
+SDK_RESOURCE_TYPES = _types.resource_types
+SDK_RESOURCE_PULUMI_TO_PY_NAMES = _types.resource_pulumi_to_py_names
+
+# The types of plain values besides maps and lists: what the engine's answers hold, and of
+# which no value is an `Unknown` (a plain class of pulumi.output).
+SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+class NotPlain(Exception):
+    """A value the SDK reads or writes as something other than plain data (an unknown, an asset or
+    archive, a resource reference, an output value), or fails to read."""
+
+
+def deserialize_properties(
+    props_struct: struct_pb2.Struct,
+    keep_unknowns: bool | None = None,
+    keep_internal: bool | None = True,
+) -> Any:
+    """The SDK's `rpc.deserialize_properties`: plain data read straight from the protobuf fields
+    (`plain_properties`), anything else by the SDK."""
+    if keep_internal is not False:
+        props = plain_properties(props_struct)
+        if props is not None:
+            return props
+    return SDK_DESERIALIZE_PROPERTIES(props_struct, keep_unknowns, keep_internal)
+
+
+def plain_properties(struct: struct_pb2.Struct) -> dict[str, Any] | None:
+    """`rpc.deserialize_properties(struct)` for plain data: values as they are, nulls left out of
+    maps but kept in lists, a map or list holding a secret made a secret as a whole with the
+    secrets inside unwrapped; None when there is anything else (an unknown, an asset or archive,
+    a resource reference, an output value)."""
+    try:
+        return _from_struct(struct)
+    except NotPlain:
+        return None
+
+
+def _from_struct(struct: struct_pb2.Struct) -> dict[str, Any]:
+    """`rpc.deserialize_properties` of a map."""
+    fields = struct.fields
+    if rpc._special_sig_key in fields:
+        signature = fields[rpc._special_sig_key]
+        if (
+            signature.WhichOneof("kind") != "string_value"
+            or signature.string_value != rpc._special_secret_sig
+            or "value" not in fields
+        ):
+            raise NotPlain
+        return rpc.wrap_rpc_secret(_from_value(fields["value"]))
+    props = {}
+    for key in fields:
+        value = _from_value(fields[key])
+        if value is not None:
+            props[key] = value
+    return props
+
+
+def _from_value(value: struct_pb2.Value) -> Any:
+    """`rpc.deserialize_property` of one value."""
+    kind = value.WhichOneof("kind")
+    if kind == "string_value":
+        text = value.string_value
+        if text == rpc.UNKNOWN:
+            raise NotPlain
+        return text
+    if kind == "number_value":
+        return value.number_value
+    if kind == "bool_value":
+        return value.bool_value
+    if kind == "null_value":
+        return None
+    if kind == "struct_value":
+        props = _from_struct(value.struct_value)
+        if isinstance(props, dict) and any(rpc.is_rpc_secret(v) for v in props.values()):
+            return rpc.wrap_rpc_secret({k: rpc.unwrap_rpc_secret(v) for k, v in props.items()})
+        return props
+    if kind == "list_value":
+        values = [_from_value(item) for item in value.list_value.values]
+        if any(rpc.is_rpc_secret(v) for v in values):
+            return rpc.wrap_rpc_secret([rpc.unwrap_rpc_secret(v) for v in values])
+        return values
+    raise NotPlain  # a value with no kind set: the SDK's reading of it fails
+
+
+def translate_output_properties(
+    output: Any,
+    output_transformer: Callable[[str], str],
+    typ: type | None = None,
+    transform_using_type_metadata: bool = False,
+    path: Any = None,
+    return_none_on_dict_type_mismatch: bool = False,
+) -> Any:
+    """The SDK's `rpc.translate_output_properties`: a string, number, boolean or None as the SDK
+    makes it (an Enum type makes a member of it, a float typed `int` an int, anything else
+    stays as it is); maps and lists, and anything else, by the SDK."""
+    kind = type(output)
+    if kind not in SCALARS:
+        return SDK_TRANSLATE_OUTPUT_PROPERTIES(
+            output,
+            output_transformer,
+            typ,
+            transform_using_type_metadata,
+            path,
+            return_none_on_dict_type_mismatch,
+        )
+    typ = _types.unwrap_optional_type(typ) if typ else typ
+    if typ is Any or output is None:
+        return output
+    if typ and inspect.isclass(typ) and issubclass(typ, Enum):
+        return typ(output)
+    if kind is float and typ is int:
+        return int(output)
+    return output
+
+
+async def serialize_property(
+    value: Any,
+    deps: list[Any] | None,
+    property_key: str | None,
+    resource_obj: Any = None,
+    input_transformer: Callable[[str], str] | None = None,
+    typ: type | None = None,
+    keep_output_values: bool = False,
+    exclude_resource_refs_from_deps: bool = False,
+    return_protobuf_value: bool = False,
+) -> Any:
+    """The SDK's `rpc.serialize_property`: a string, number, boolean or None as it is (what the
+    SDK's walk through every other kind of value ends with for them); anything else, and any
+    value wanted as a protobuf `Value`, by the SDK."""
+    if type(value) in SCALARS and not return_protobuf_value:
+        if typ:
+            _types.unwrap_type(typ)  # as the SDK does first: a malformed annotation raises
+        return value
+    return await SDK_SERIALIZE_PROPERTY(
+        value,
+        deps,
+        property_key,
+        resource_obj,
+        input_transformer,
+        typ,
+        keep_output_values,
+        exclude_resource_refs_from_deps,
+        return_protobuf_value,
+    )
+
+
+class _ByIdentity:
+    """The answers of a function of one hashable-or-not object, remembered by that object's
+    identity (each entry keeps its object alive, so no other object takes its id); at most
+    `limit` of them, after which it starts again."""
+
+    def __init__(self, function: Callable[[Any], Any], limit: int = 4096):
+        self.function = function
+        self.limit = limit
+        self.answers: dict[int, tuple[Any, Any]] = {}
+
+    def __call__(self, value: Any) -> Any:
+        known = self.answers.get(id(value))
+        if known is not None and known[0] is value:
+            return known[1]
+        answer = self.function(value)
+        if len(self.answers) >= self.limit:
+            self.answers.clear()
+        self.answers[id(value)] = (value, answer)
+        return answer
+
+
+_UNWRAP_TYPE = _ByIdentity(SDK_UNWRAP_TYPE)
+_UNWRAP_OPTIONAL_TYPE = _ByIdentity(SDK_UNWRAP_OPTIONAL_TYPE)
+
+
+def unwrap_type(val: type) -> type:
+    """The SDK's `_types.unwrap_type` (T of `Output[T]`, `Input[T]`, `InputType[T]`,
+    `Optional[T]`), remembered by annotation."""
+    return _UNWRAP_TYPE(val)
+
+
+def unwrap_optional_type(val: type) -> type:
+    """The SDK's `_types.unwrap_optional_type` (T of `Optional[T]`), remembered by annotation."""
+    return _UNWRAP_OPTIONAL_TYPE(val)
+
+
+_RESOURCE_TYPES: dict[type, dict[str, type]] = {}
+_RESOURCE_PULUMI_TO_PY_NAMES: dict[type, dict[str, str]] = {}
+
+
+def resource_types(resource_cls: type) -> dict[str, type]:
+    """The SDK's `_types.resource_types`, built once per class; a copy for each caller."""
+    try:
+        known = _RESOURCE_TYPES[resource_cls]
+    except KeyError:
+        known = _RESOURCE_TYPES[resource_cls] = SDK_RESOURCE_TYPES(resource_cls)
+    return dict(known)
+
+
+def resource_pulumi_to_py_names(resource_cls: type) -> dict[str, str]:
+    """The SDK's `_types.resource_pulumi_to_py_names`, built once per class; a copy for each
+    caller."""
+    try:
+        known = _RESOURCE_PULUMI_TO_PY_NAMES[resource_cls]
+    except KeyError:
+        known = _RESOURCE_PULUMI_TO_PY_NAMES[resource_cls] = SDK_RESOURCE_PULUMI_TO_PY_NAMES(
+            resource_cls
+        )
+    return dict(known)
