@@ -1,8 +1,12 @@
-"""The benchmark's verdict (`python -m tools.benchmark`): which rows miss which target. The
-measurement itself is not run here (timings on a shared machine are noise, not a test)."""
+"""The benchmark's verdict (`python -m tools.benchmark`): which rows miss which target, and how
+its children are run and counted. The measurement itself is not run here (timings on a shared
+machine are noise, not a test; counting under callgrind takes minutes)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -151,3 +155,98 @@ def test_repeated_runs_interleave_and_keep_the_fastest_of_each(monkeypatch):
     assert (row.same_types_seconds, row.same_types_peak_mib) == (4.0, 40.0)
     assert row.bare_seconds == 1.0
     assert row.own_ratio == 7.0 / 4.0
+
+
+# --instructions
+
+
+def test_a_childs_counts_are_its_main_thread_and_the_others(tmp_path):
+    from tools.benchmark import Instructions, read_instructions
+
+    out = tmp_path / "program.callgrind"
+    out.write_text("")  # callgrind leaves the bare name empty with one file per thread
+    (out.parent / "program.callgrind-01").write_text("events: Ir\nsummary: 0\nfn=x\ntotals: 900\n")
+    (out.parent / "program.callgrind-02").write_text("events: Ir\ntotals: 60\n")
+    (out.parent / "program.callgrind-03").write_text("events: Ir\ntotals: 40\n")
+    (out.parent / "same-types.callgrind-01").write_text("totals: 5\n")  # another child's
+    assert read_instructions(str(out)) == Instructions(program=900, engine=100)
+
+
+def test_a_child_without_counts_for_its_main_thread_is_an_error(tmp_path):
+    from tools.benchmark import read_instructions
+
+    with pytest.raises(RuntimeError, match="main thread"):
+        read_instructions(str(tmp_path / "program.callgrind"))
+
+
+def test_the_counted_own_cost_is_held_to_the_same_target():
+    from tools.benchmark import (
+        InstructionRow,
+        Instructions,
+        format_instruction_table,
+        missed_instruction_targets,
+    )
+
+    small = InstructionRow(8, Instructions(150, 50), Instructions(100, 50))
+    within = InstructionRow(64, Instructions(1100, 100), Instructions(900, 100))
+    over = InstructionRow(256, Instructions(5000, 400), Instructions(3000, 300))
+    assert over.own_ratio == pytest.approx(5400 / 3300)
+    assert over.own_program_side_ratio == pytest.approx(5000 / 3000)
+    [line] = missed_instruction_targets([small, within, over])
+    assert "1.64" in line and "256 node(s)" in line
+    table = format_instruction_table([small, within, over])
+    assert "own, program side" in table and len(table.splitlines()) == 4
+
+
+def test_a_counted_child_runs_under_callgrind_counting_only_its_measured_run(monkeypatch):
+    import tools.benchmark as benchmark
+
+    ran: list[tuple[list[str], dict | None]] = []
+
+    def run(command, **kwargs):
+        ran.append((command, kwargs.get("env")))
+        return subprocess.CompletedProcess(command, 0, stdout='{"seconds": 1.0}\n', stderr="")
+
+    monkeypatch.setattr(benchmark.subprocess, "run", run)
+    assert benchmark._child("--one", "8", instructions_file="/tmp/x/program.callgrind") == {
+        "seconds": 1.0
+    }
+    [(command, env)] = ran
+    assert command[:5] == benchmark.callgrind_command("/tmp/x/program.callgrind")
+    assert "--instr-atstart=no" in command and "--separate-threads=yes" in command
+    assert command[5:] == [sys.executable, "-m", "tools.benchmark", "--one", "8"]
+    assert env[benchmark.INSTRUCTIONS_ENV] == "1" and env["PYTHONHASHSEED"] == "0"
+
+    # In the child: counting on and off around the measured run, by its own pid.
+    ran.clear()
+    monkeypatch.setenv(benchmark.INSTRUCTIONS_ENV, "1")
+    monkeypatch.setattr(benchmark, "run_program", lambda *args, **kwargs: "graph")
+    assert benchmark.run_timed(nodes=1)[2] == "graph"
+    assert [command for command, _ in ran] == [
+        ["callgrind_control", "--instr=on", str(os.getpid())],
+        ["callgrind_control", "--instr=off", str(os.getpid())],
+    ]
+    # Outside callgrind nothing is run.
+    ran.clear()
+    monkeypatch.delenv(benchmark.INSTRUCTIONS_ENV)
+    benchmark.run_timed(nodes=1)
+    assert ran == []
+
+
+def test_counting_without_valgrind_says_what_to_install(monkeypatch, capsys):
+    import tools.benchmark as benchmark
+
+    monkeypatch.setattr(benchmark.shutil, "which", lambda tool: None)
+    with pytest.raises(SystemExit) as exit_:
+        benchmark.main(["--instructions", "--nodes", "8"])
+    assert exit_.value.code == 2
+    assert "apt-get install valgrind" in capsys.readouterr().err
+
+
+def test_counting_refuses_repeats_it_does_not_need(monkeypatch, capsys):
+    import tools.benchmark as benchmark
+
+    monkeypatch.setattr(benchmark.shutil, "which", lambda tool: f"/usr/bin/{tool}")
+    with pytest.raises(SystemExit):
+        benchmark.main(["--instructions", "--repeat", "3"])
+    assert "--repeat does not apply" in capsys.readouterr().err

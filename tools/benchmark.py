@@ -3,6 +3,7 @@
     python -m tools.benchmark                 # 1, 8, 64, 256 and 1000 nodes
     python -m tools.benchmark --nodes 1 1000  # any counts
     python -m tools.benchmark --repeat 3      # each run three times, the fastest kept
+    python -m tools.benchmark --instructions --nodes 8 64   # instructions, not seconds
 
 For each count N the real program runs (tools.harness run_program, the dev stack with one pool of
 N g5.xlarge nodes), then the same resource types, in the same order, registered with minimal
@@ -31,6 +32,16 @@ also shows registered resources, program seconds, milliseconds per node, the pea
 resources), the longest dependency chain ending at a node's `-join` step and the depth of the
 whole graph.
 
+`--instructions` counts instead of timing: each child runs under valgrind's callgrind (Debian's
+`valgrind` package), which counts the instructions of the measured run only (counting is off
+through the imports and the warm-up, and `callgrind_control` turns it on and off around the
+run), the main thread (the program) apart from the others (the stand-in answers from the SDK's
+executor threads). A count does not change with the machine's load: the same commit gives the
+same figure to a few parts in 100,000 (PYTHONHASHSEED is fixed), so a change of a few percent
+shows, where timings here move by a third. It leaves out what instructions do not show (cache
+misses on a large heap, the collector's pauses) and runs about 50 times slower: use it up to a
+few hundred nodes, and the timings for 1,000. Its own-cost ratio is held to the same target.
+
 Targets (the run exits non-zero when one is missed): own cost at most 1.2 x from 64 nodes up;
 both depths the same at every N (nodes never wait on each other); 1,000 nodes in under 60 s and
 2 GiB.
@@ -43,6 +54,7 @@ import json
 import math
 import os
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -68,6 +80,8 @@ BARE_TYPE = "bench:index:Trivial"
 STACK = "dev"
 INSTANCE_TYPE = "g5.xlarge"
 POOL_NAME = "bench"
+# Set in a child run under callgrind (`--instructions`): count the measured run's instructions.
+INSTRUCTIONS_ENV = "GPU_CLUSTER_BENCHMARK_INSTRUCTIONS"
 
 
 @dataclass(frozen=True)
@@ -114,6 +128,36 @@ class Row:
         """Program time over registering the same resource types with minimal inputs: the cost
         of our code alone."""
         return self.seconds / self.same_types_seconds
+
+
+@dataclass(frozen=True)
+class Instructions:
+    """Instructions one child executed in its measured run: in its main thread (the program) and
+    in the others (the harness's stand-in for the engine, answering from the SDK's executor)."""
+
+    program: int
+    engine: int
+
+    @property
+    def total(self) -> int:
+        return self.program + self.engine
+
+
+@dataclass(frozen=True)
+class InstructionRow:
+    nodes: int
+    program: Instructions
+    same_types: Instructions
+
+    @property
+    def own_ratio(self) -> float:
+        """The program's instructions over the same types': `Row.own_ratio`, counted."""
+        return self.program.total / self.same_types.total
+
+    @property
+    def own_program_side_ratio(self) -> float:
+        """`own_ratio` without the stand-in for the engine on either side."""
+        return self.program.program / self.same_types.program
 
 
 def config_for(nodes: int) -> dict:
@@ -183,9 +227,52 @@ def run_timed(program=None, nodes: int = 1) -> tuple[float, float, Graph]:
     """(wall seconds, process CPU seconds, graph) of one run: the real program for `nodes`
     nodes, or `program` on the one-node config."""
     config = config_for(nodes)
-    started, cpu = time.perf_counter(), time.process_time()
-    graph = run_program(STACK, config=config, program=program or PROGRAM, record_inputs=False)
-    return time.perf_counter() - started, time.process_time() - cpu, graph
+    _count_instructions("on")
+    try:
+        started, cpu = time.perf_counter(), time.process_time()
+        graph = run_program(STACK, config=config, program=program or PROGRAM, record_inputs=False)
+        return time.perf_counter() - started, time.process_time() - cpu, graph
+    finally:
+        _count_instructions("off")
+
+
+def _count_instructions(state: str) -> None:
+    """In a child run under callgrind (`--instructions`, started with counting off), turn the
+    counting of this process's instructions on or off; elsewhere nothing."""
+    if os.environ.get(INSTRUCTIONS_ENV):
+        subprocess.run(
+            ["callgrind_control", f"--instr={state}", str(os.getpid())],
+            check=True,
+            capture_output=True,
+        )
+
+
+def callgrind_command(out_file: str) -> list[str]:
+    """valgrind's callgrind, counting nothing until told (`_count_instructions`), one count
+    file per thread (`<out_file>-01` for the main one)."""
+    return [
+        "valgrind",
+        "--tool=callgrind",
+        "--instr-atstart=no",
+        "--separate-threads=yes",
+        f"--callgrind-out-file={out_file}",
+    ]
+
+
+def read_instructions(out_file: str) -> Instructions:
+    """The counts callgrind wrote for one child (the `totals:` line of each thread's file)."""
+    out = Path(out_file)
+    program = engine = 0
+    for path in sorted(out.parent.glob(f"{out.name}-*")):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        count = sum(int(line.split()[1]) for line in lines if line.startswith("totals:"))
+        if path.name == f"{out.name}-01":
+            program += count
+        else:
+            engine += count
+    if program == 0:
+        raise RuntimeError(f"callgrind counted nothing for the main thread ({out_file}-01)")
+    return Instructions(program, engine)
 
 
 def peak_mib() -> float:
@@ -223,16 +310,15 @@ def measure_same_types(types_file: str) -> dict:
     }
 
 
-def _child(*args: str) -> dict:
+def _child(*args: str, instructions_file: str | None = None) -> dict:
     """Run `python -m tools.benchmark <args>` (a warm-up, then one measurement) and return the
-    JSON object it prints last."""
-    run = subprocess.run(
-        [sys.executable, "-m", "tools.benchmark", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    JSON object it prints last; with `instructions_file`, under callgrind counting into it."""
+    command = [sys.executable, "-m", "tools.benchmark", *args]
+    env = None
+    if instructions_file is not None:
+        command = [*callgrind_command(instructions_file), *command]
+        env = {**os.environ, INSTRUCTIONS_ENV: "1", "PYTHONHASHSEED": "0"}
+    run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False, env=env)
     if run.returncode != 0:
         raise RuntimeError(f"benchmark run {' '.join(args)} failed:\n{run.stderr[-4000:]}")
     return json.loads(run.stdout.strip().splitlines()[-1])
@@ -258,6 +344,45 @@ def measure_isolated(nodes: int, repeat: int = 1) -> Row:
     same = _fastest(sames, "same_types_seconds")
     bare = _fastest(bares, "bare_seconds")
     return Row(**program, **same, **bare)
+
+
+def measure_instructions(nodes: int) -> InstructionRow:
+    """The instructions of the program for `nodes` nodes and of the same types, each counted in
+    a fresh interpreter under callgrind."""
+    with tempfile.TemporaryDirectory() as scratch:
+        types_file = str(Path(scratch) / "types.json")
+        program = str(Path(scratch) / "program.callgrind")
+        same = str(Path(scratch) / "same-types.callgrind")
+        _child("--one", str(nodes), "--types-out", types_file, instructions_file=program)
+        _child("--same-types", types_file, instructions_file=same)
+        return InstructionRow(nodes, read_instructions(program), read_instructions(same))
+
+
+def format_instruction_table(rows: list[InstructionRow]) -> str:
+    header = (
+        f"{'nodes':>6} {'program M':>10} {'same-types M':>13} {'own':>5} "
+        f"{'program side M':>15} {'same-types side M':>18} {'own, program side':>18} "
+        f"{'M/node':>7}"
+    )
+    lines = [header]
+    for row in rows:
+        lines.append(
+            f"{row.nodes:>6} {row.program.total / 1e6:>10.0f} "
+            f"{row.same_types.total / 1e6:>13.0f} {row.own_ratio:>5.2f} "
+            f"{row.program.program / 1e6:>15.0f} {row.same_types.program / 1e6:>18.0f} "
+            f"{row.own_program_side_ratio:>18.2f} {row.program.total / 1e6 / row.nodes:>7.1f}"
+        )
+    return "\n".join(lines)
+
+
+def missed_instruction_targets(rows: list[InstructionRow]) -> list[str]:
+    """One line per row over the own-cost target, counted in instructions."""
+    return [
+        f"own cost {row.own_ratio:.2f} x the same types' instructions > {MAX_OWN_RATIO} at "
+        f"{row.nodes} node(s)"
+        for row in rows
+        if row.nodes >= OWN_RATIO_FROM_NODES and row.own_ratio > MAX_OWN_RATIO
+    ]
 
 
 def format_table(rows: list[Row]) -> str:
@@ -321,6 +446,12 @@ def main(argv: list[str] | None = None) -> int:
         help=f"node counts to run (default: {' '.join(map(str, DEFAULT_COUNTS))})",
     )
     parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count instructions under valgrind's callgrind instead of timing: the same figure "
+        "on every run, about 50 times slower (needs valgrind)",
+    )
+    parser.add_argument(
         "--repeat",
         type=int,
         default=1,
@@ -352,6 +483,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("node counts must be at least 1")
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
+    if args.instructions:
+        return _main_instructions(parser, counts, args.repeat)
     rows = []
     for nodes in counts:
         rows.append(measure_isolated(nodes, args.repeat))
@@ -372,6 +505,32 @@ def main(argv: list[str] | None = None) -> int:
         f"{rows[0].graph_depth}, {LARGE_NODES} nodes < {MAX_LARGE_SECONDS:.0f} s "
         f"and < {MAX_LARGE_MIB:.0f} MiB"
     )
+    return 0
+
+
+def _main_instructions(parser: argparse.ArgumentParser, counts: list[int], repeat: int) -> int:
+    missing = [tool for tool in ("valgrind", "callgrind_control") if shutil.which(tool) is None]
+    if missing:
+        parser.error(
+            "--instructions runs each measurement under valgrind's callgrind; "
+            f"{', '.join(missing)} not found: install valgrind (apt-get install valgrind)"
+        )
+    if repeat != 1:
+        parser.error("--instructions counts the same on every run: --repeat does not apply")
+    rows = []
+    for nodes in counts:
+        rows.append(measure_instructions(nodes))
+        print(f"counted {nodes} node(s)", file=sys.stderr, flush=True)
+    print(
+        f"Python {sys.version.split()[0]}, instructions (millions) of the measured run, callgrind"
+    )
+    print(format_instruction_table(rows))
+    missed = missed_instruction_targets(rows)
+    for line in missed:
+        print(f"MISSED: {line}", file=sys.stderr)
+    if missed:
+        return 1
+    print(f"OK: own cost <= {MAX_OWN_RATIO} x the same types' from {OWN_RATIO_FROM_NODES} nodes")
     return 0
 
 
