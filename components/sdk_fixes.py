@@ -211,12 +211,17 @@ class Replacement:
         return source, [found[name] for name in self.covers]
 
     def sdk_digest(self) -> str | None:
-        """sha256 of the source of `covers` in the installed SDK, each followed by a newline."""
+        """sha256 of the source of `covers` in the installed SDK, each with its decorators (a
+        `functools.cache` taken away changes the answer too) and followed by a newline."""
         definitions = self.sdk_definitions()
         if definitions is None:
             return None
         source, nodes = definitions
-        text = "".join(f"{ast.get_source_segment(source, node) or ''}\n" for node in nodes)
+        text = "".join(
+            "".join(f"@{ast.get_source_segment(source, d) or ''}\n" for d in node.decorator_list)
+            + f"{ast.get_source_segment(source, node) or ''}\n"
+            for node in nodes
+        )
         return hashlib.sha256(text.encode()).hexdigest()
 
     def install(self) -> bool:
@@ -266,8 +271,9 @@ REPLACEMENTS = (
         resource_cycle_breaker,
         "declare_dependency",
         declare_dependency,
-        ("declare_dependency", "_add_dep", "_deps"),
-        "27404556da9e958efa4745db1ac703c32bc4496bd782d6c617dfb8c6bd3ae967",
+        # The shortcut holds because `_add_dep` adds no edge `_reachable` finds closing a cycle.
+        ("declare_dependency", "_add_dep", "_deps", "_reachable", "_with_transitive_deps"),
+        "b7ec70d4f814780561bcd99161740f76cda111562af1cfb76f26b2dbcf8b42f7",
         also=(rpc,),
         wraps=_SDK_DECLARE_DEPENDENCY,
     ),
@@ -299,8 +305,14 @@ REPLACEMENTS = (
         _types,
         "unwrap_type",
         sdk_values.unwrap_type,
-        ("unwrap_type", "unwrap_optional_type", "_is_union_type", "_is_optional_type"),
-        "54822d0d6d68bfaff4b2064a3884ee1035d0f8a3a87eb997cc1693dd0027e1cf",
+        (
+            "unwrap_type",
+            "unwrap_optional_type",
+            "_is_union_type",
+            "_is_optional_type",
+            "is_input_type",
+        ),
+        "ec7e1948ca28c72d62a18fb14df715dd151c7260603c2750acf9d8b6a94967c2",
         wraps=sdk_values.SDK_UNWRAP_TYPE,
     ),
     Replacement(
@@ -321,8 +333,10 @@ REPLACEMENTS = (
             "_properties_from_annotations",
             "_types_from_py_properties",
             "_raw_return_hints",
+            "_py_properties",
+            "_globals_for_cls",
         ),
-        "e400a301e50a601536593829e2408776cccea54476f545400663fba5a8773846",
+        "5b9db583223234d14576c133ca2ba0a6d5b6f8ea0f0054cd0eb5b9249e971023",
         wraps=sdk_values.SDK_RESOURCE_TYPES,
     ),
     Replacement(
@@ -334,8 +348,9 @@ REPLACEMENTS = (
             "_pulumi_to_py_names_from_annotations",
             "_names_from_annotations",
             "_pulumi_to_py_names_from_py_properties",
+            "_py_properties",
         ),
-        "7076e04231d4a112a1c3a8280cf50aa9a219e05fe5de70cf376d59ecb0e55a09",
+        "17a3a274e09df4048a378406a4750b36fb88c7203fde204fdd5f3be56afe8352",
         wraps=sdk_values.SDK_RESOURCE_PULUMI_TO_PY_NAMES,
     ),
 )

@@ -17,7 +17,9 @@ every other case to the SDK's own function (`SDK_*`, taken before any replacemen
   every value inside a map or list, and takes each through a dozen checks (a sequence, an
   unknown, a resource, an asset, an archive, an awaitable, an Output, an input type, a mapping,
   a protobuf value) before it returns a string, number, boolean or None as it is. The
-  replacement returns those at once and hands every other value to the SDK.
+  replacement returns those at once and hands every other value to the SDK. (Its digest pins
+  `rpc`'s definitions only: that none of those types is an unknown, a resource, an asset or an
+  input type is the word of `known_types` and `_types`, which it cannot pin, as of 3.272.0.)
 - `_types.unwrap_type` and `_types.unwrap_optional_type` take a type annotation apart with
   `typing.get_origin` and `get_args` each time the SDK serializes or reads a value against its
   type: about a thousand annotation objects in all, over 100,000 times at 256 nodes. Their answer
@@ -27,7 +29,9 @@ every other case to the SDK's own function (`SDK_*`, taken before any replacemen
   registration, the resource class's property types (`typing.get_type_hints` on a class made
   for the purpose) and names, which depend on the class alone (the SDK itself keeps the half
   read from property getters per class, `_raw_return_hints` under `functools.cache`). The
-  replacements build them once per class and hand each caller its own copy.
+  replacements build them once per class and hand each caller its own copy. (They assume what
+  the SDK's cache does: a resource class's annotations, and the module names its string
+  annotations refer to, do not change once it has registered a resource.)
 """
 
 from __future__ import annotations

@@ -250,3 +250,34 @@ def test_counting_refuses_repeats_it_does_not_need(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         benchmark.main(["--instructions", "--repeat", "3"])
     assert "--repeat does not apply" in capsys.readouterr().err
+
+
+def test_counting_that_callgrind_control_could_not_switch_is_an_error(monkeypatch):
+    import tools.benchmark as benchmark
+
+    def run(command, **kwargs):
+        # What callgrind_control prints, with exit status 0, when no callgrind run has that pid.
+        out = f"Error: Callgrind task with PID/name '{command[-1]}' not detected.\n"
+        return subprocess.CompletedProcess(command, 0, stdout=out, stderr="")
+
+    monkeypatch.setattr(benchmark.subprocess, "run", run)
+    monkeypatch.setenv(benchmark.INSTRUCTIONS_ENV, "1")
+    with pytest.raises(RuntimeError, match="could not turn counting on"):
+        benchmark._count_instructions("on")
+
+
+def test_counting_without_node_counts_stays_small(monkeypatch, capsys):
+    import tools.benchmark as benchmark
+    from tools.benchmark import InstructionRow, Instructions
+
+    counted: list[int] = []
+
+    def measure(nodes: int) -> InstructionRow:
+        counted.append(nodes)
+        return InstructionRow(nodes, Instructions(110, 0), Instructions(100, 0))
+
+    monkeypatch.setattr(benchmark.shutil, "which", lambda tool: f"/usr/bin/{tool}")
+    monkeypatch.setattr(benchmark, "measure_instructions", measure)
+    assert benchmark.main(["--instructions"]) == 0
+    assert counted == list(benchmark.INSTRUCTION_COUNTS) and max(counted) <= 64
+    assert "OK: own cost" in capsys.readouterr().out
