@@ -44,6 +44,7 @@ hand every other to the SDK's own function (`wraps`).
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import inspect
 import pathlib
@@ -176,6 +177,42 @@ def declare_dependency(from_resource: Any, to_resource: Any) -> bool:
 
 
 @dataclass(frozen=True)
+class _Source:
+    """A module's source, its lines, and its module-level functions by name."""
+
+    text: str
+    lines: list[str]
+    functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef]
+
+    def segment(self, node: ast.stmt | ast.expr) -> str:
+        """`ast.get_source_segment(self.text, node)`, without splitting the whole source again
+        for each definition (that split was nearly all of `install`'s time)."""
+        first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1
+        start, end = node.col_offset, node.end_col_offset
+        if first == last:
+            return self.lines[first].encode()[start:end].decode()
+        head = self.lines[first].encode()[start:].decode()
+        tail = self.lines[last].encode()[:end].decode()
+        return "".join([head, *self.lines[first + 1 : last], tail])
+
+
+@functools.cache
+def _module_source(module: ModuleType) -> _Source | None:
+    """A module's source, read and parsed once per process (five replacements read `rpc`, four
+    `_types`); None without a source."""
+    try:
+        text = inspect.getsource(module)
+    except (OSError, TypeError):
+        return None
+    functions = {
+        node.name: node
+        for node in ast.parse(text).body
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+    }
+    return _Source(text, text.splitlines(keepends=True), functions)
+
+
+@dataclass(frozen=True)
 class Replacement:
     """`function` in place of `module.<name>`, written against the SDK source of `covers` (the
     definitions of `module` its answer depends on, `name` first), whose digest is `sha256`.
@@ -197,29 +234,22 @@ class Replacement:
         """The module's source and its definitions of `covers`, in that order (read from the
         module's file, not from the attributes, which may already be replacements); None when
         one is missing or the module has no source."""
-        try:
-            source = inspect.getsource(self.module)
-        except (OSError, TypeError):
+        source = _module_source(self.module)
+        if source is None or any(name not in source.functions for name in self.covers):
             return None
-        found = {
-            node.name: node
-            for node in ast.parse(source).body
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
-        }
-        if any(name not in found for name in self.covers):
-            return None
-        return source, [found[name] for name in self.covers]
+        return source.text, [source.functions[name] for name in self.covers]
 
     def sdk_digest(self) -> str | None:
         """sha256 of the source of `covers` in the installed SDK, each with its decorators (a
         `functools.cache` taken away changes the answer too) and followed by a newline."""
         definitions = self.sdk_definitions()
-        if definitions is None:
+        source = _module_source(self.module)
+        if definitions is None or source is None:
             return None
-        source, nodes = definitions
+        _, nodes = definitions
         text = "".join(
-            "".join(f"@{ast.get_source_segment(source, d) or ''}\n" for d in node.decorator_list)
-            + f"{ast.get_source_segment(source, node) or ''}\n"
+            "".join(f"@{source.segment(d)}\n" for d in node.decorator_list)
+            + f"{source.segment(node)}\n"
             for node in nodes
         )
         return hashlib.sha256(text.encode()).hexdigest()

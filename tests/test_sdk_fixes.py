@@ -565,6 +565,20 @@ def put_back_the_sdks(monkeypatch, replacement: Replacement) -> Any:
     return original
 
 
+@pytest.mark.parametrize(
+    "module",
+    sorted({r.module for r in REPLACEMENTS}, key=lambda m: m.__name__),
+    ids=lambda m: m.__name__,
+)
+def test_each_definition_is_read_as_ast_reads_it(module):
+    # The digests are of these segments: the same text as ast.get_source_segment gives.
+    source = sdk_fixes._module_source(module)
+    assert source is not None and source.functions
+    for node in source.functions.values():
+        for part in [*node.decorator_list, node]:
+            assert source.segment(part) == ast.get_source_segment(source.text, part)
+
+
 @pytest.mark.parametrize("replacement", REPLACEMENTS, ids=lambda r: r.name)
 def test_install_replaces_the_sdks_own_function(monkeypatch, replacement: Replacement):
     put_back_the_sdks(monkeypatch, replacement)
