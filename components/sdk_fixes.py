@@ -230,23 +230,22 @@ class Replacement:
 
     def sdk_definitions(
         self,
-    ) -> tuple[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] | None:
+    ) -> tuple[_Source, list[ast.FunctionDef | ast.AsyncFunctionDef]] | None:
         """The module's source and its definitions of `covers`, in that order (read from the
         module's file, not from the attributes, which may already be replacements); None when
         one is missing or the module has no source."""
         source = _module_source(self.module)
         if source is None or any(name not in source.functions for name in self.covers):
             return None
-        return source.text, [source.functions[name] for name in self.covers]
+        return source, [source.functions[name] for name in self.covers]
 
     def sdk_digest(self) -> str | None:
         """sha256 of the source of `covers` in the installed SDK, each with its decorators (a
         `functools.cache` taken away changes the answer too) and followed by a newline."""
         definitions = self.sdk_definitions()
-        source = _module_source(self.module)
-        if definitions is None or source is None:
+        if definitions is None:
             return None
-        _, nodes = definitions
+        source, nodes = definitions
         text = "".join(
             "".join(f"@{source.segment(d)}\n" for d in node.decorator_list)
             + f"{source.segment(node)}\n"

@@ -233,26 +233,16 @@ def unwrap_optional_type(val: type) -> type:
     return _UNWRAP_OPTIONAL_TYPE(val)
 
 
-_RESOURCE_TYPES: dict[type, dict[str, type]] = {}
-_RESOURCE_PULUMI_TO_PY_NAMES: dict[type, dict[str, str]] = {}
+_RESOURCE_TYPES = _ByIdentity(SDK_RESOURCE_TYPES)
+_RESOURCE_PULUMI_TO_PY_NAMES = _ByIdentity(SDK_RESOURCE_PULUMI_TO_PY_NAMES)
 
 
 def resource_types(resource_cls: type) -> dict[str, type]:
     """The SDK's `_types.resource_types`, built once per class; a copy for each caller."""
-    try:
-        known = _RESOURCE_TYPES[resource_cls]
-    except KeyError:
-        known = _RESOURCE_TYPES[resource_cls] = SDK_RESOURCE_TYPES(resource_cls)
-    return dict(known)
+    return dict(_RESOURCE_TYPES(resource_cls))
 
 
 def resource_pulumi_to_py_names(resource_cls: type) -> dict[str, str]:
     """The SDK's `_types.resource_pulumi_to_py_names`, built once per class; a copy for each
     caller."""
-    try:
-        known = _RESOURCE_PULUMI_TO_PY_NAMES[resource_cls]
-    except KeyError:
-        known = _RESOURCE_PULUMI_TO_PY_NAMES[resource_cls] = SDK_RESOURCE_PULUMI_TO_PY_NAMES(
-            resource_cls
-        )
-    return dict(known)
+    return dict(_RESOURCE_PULUMI_TO_PY_NAMES(resource_cls))

@@ -26,7 +26,7 @@ from pulumi.runtime.proto import resource_pb2
 from pulumi.runtime.stack import massage, run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
-from components.sdk_values import NotPlain, deserialize_properties
+from components.sdk_values import SCALARS, NotPlain, deserialize_properties
 from tools.harness.graph import Graph, Resource, Secret
 
 # How the SDK marks a secret value in a serialized struct.
@@ -190,7 +190,7 @@ def _plain(value: Any) -> Any:
     numbers, booleans and None as they are, lists and tuples as lists, dicts with string keys
     key by key (no type, so no key is translated)."""
     kind = type(value)
-    if kind is str or kind is bool or kind is int or kind is float or value is None:
+    if kind in SCALARS:
         return value
     if kind is dict:
         if not all(type(key) is str for key in value):
