@@ -59,8 +59,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
@@ -367,21 +369,35 @@ def measure_instructions(nodes: int) -> InstructionRow:
         return InstructionRow(nodes, read_instructions(program), read_instructions(same))
 
 
-def format_instruction_table(rows: list[InstructionRow]) -> str:
-    header = (
-        f"{'nodes':>6} {'program M':>10} {'same-types M':>13} {'own':>5} "
-        f"{'program side M':>15} {'same-types side M':>18} {'own, program side':>18} "
-        f"{'M/node':>7}"
-    )
-    lines = [header]
+# A table's columns: title, width, and the cell of a row (right-aligned to the width).
+Column = tuple[str, int, Callable[[Any], str]]
+
+
+def _table(columns: list[Column], rows: list[Any]) -> str:
+    lines = [" ".join(f"{title:>{width}}" for title, width, _ in columns)]
     for row in rows:
-        lines.append(
-            f"{row.nodes:>6} {row.program.total / 1e6:>10.0f} "
-            f"{row.same_types.total / 1e6:>13.0f} {row.own_ratio:>5.2f} "
-            f"{row.program.program / 1e6:>15.0f} {row.same_types.program / 1e6:>18.0f} "
-            f"{row.own_program_side_ratio:>18.2f} {row.program.total / 1e6 / row.nodes:>7.1f}"
-        )
+        lines.append(" ".join(f"{cell(row):>{width}}" for _, width, cell in columns))
     return "\n".join(lines)
+
+
+def _millions(count: float) -> str:
+    return f"{count / 1e6:.0f}"
+
+
+INSTRUCTION_COLUMNS: list[Column] = [
+    ("nodes", 6, lambda r: str(r.nodes)),
+    ("program M", 10, lambda r: _millions(r.program.total)),
+    ("same-types M", 13, lambda r: _millions(r.same_types.total)),
+    ("own", 5, lambda r: f"{r.own_ratio:.2f}"),
+    ("program side M", 15, lambda r: _millions(r.program.program)),
+    ("same-types side M", 18, lambda r: _millions(r.same_types.program)),
+    ("own, program side", 18, lambda r: f"{r.own_program_side_ratio:.2f}"),
+    ("M/node", 7, lambda r: f"{r.program.total / 1e6 / r.nodes:.1f}"),
+]
+
+
+def format_instruction_table(rows: list[InstructionRow]) -> str:
+    return _table(INSTRUCTION_COLUMNS, rows)
 
 
 def missed_instruction_targets(rows: list[InstructionRow]) -> list[str]:
@@ -394,24 +410,25 @@ def missed_instruction_targets(rows: list[InstructionRow]) -> list[str]:
     ]
 
 
+TIME_COLUMNS: list[Column] = [
+    ("nodes", 6, lambda r: str(r.nodes)),
+    ("resources", 10, lambda r: str(r.resources)),
+    ("program s", 10, lambda r: f"{r.seconds:.2f}"),
+    ("same-types s", 13, lambda r: f"{r.same_types_seconds:.2f}"),
+    ("own", 5, lambda r: f"{r.own_ratio:.2f}"),
+    ("own, program side", 18, lambda r: f"{r.own_program_side_ratio:.2f}"),
+    ("bare s", 7, lambda r: f"{r.bare_seconds:.2f}"),
+    ("bare ratio", 11, lambda r: f"{r.bare_ratio:.2f}"),
+    ("ms/node", 8, lambda r: f"{r.ms_per_node:.1f}"),
+    ("peak MiB", 9, lambda r: f"{r.peak_mib:.0f}"),
+    ("same-types peak MiB", 20, lambda r: f"{r.same_types_peak_mib:.0f}"),
+    ("join depth", 11, lambda r: str(r.max_join_depth)),
+    ("graph depth", 12, lambda r: str(r.graph_depth)),
+]
+
+
 def format_table(rows: list[Row]) -> str:
-    header = (
-        f"{'nodes':>6} {'resources':>10} {'program s':>10} {'same-types s':>13} {'own':>5} "
-        f"{'own, program side':>18} "
-        f"{'bare s':>7} {'bare ratio':>11} {'ms/node':>8} {'peak MiB':>9} "
-        f"{'same-types peak MiB':>20} {'join depth':>11} "
-        f"{'graph depth':>12}"
-    )
-    lines = [header]
-    for row in rows:
-        lines.append(
-            f"{row.nodes:>6} {row.resources:>10} {row.seconds:>10.2f} "
-            f"{row.same_types_seconds:>13.2f} {row.own_ratio:>5.2f} "
-            f"{row.own_program_side_ratio:>18.2f} {row.bare_seconds:>7.2f} "
-            f"{row.bare_ratio:>11.2f} {row.ms_per_node:>8.1f} {row.peak_mib:>9.0f} "
-            f"{row.same_types_peak_mib:>20.0f} {row.max_join_depth:>11} {row.graph_depth:>12}"
-        )
-    return "\n".join(lines)
+    return _table(TIME_COLUMNS, rows)
 
 
 def missed_targets(rows: list[Row]) -> list[str]:
