@@ -154,13 +154,16 @@ def _json_mapping(value: Any, strings: dict[str, str] | None = None) -> Any:
 
 
 def _typed(value: Any) -> Any:
-    """`value` with each scalar paired with its type (1 == 1.0 == True in Python)."""
+    """`value` with each scalar paired with its type (1 == 1.0 == True in Python), and each
+    `Unknown` (equal only to itself) as one."""
     if isinstance(value, dict):
         return {k: _typed(v) for k, v in value.items()}
     if isinstance(value, list):
         return [_typed(v) for v in value]
     if isinstance(value, Secret):
         return ("secret", _typed(value.value))
+    if isinstance(value, Unknown):
+        return "<unknown>"
     return (type(value).__name__, value)
 
 

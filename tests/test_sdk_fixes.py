@@ -16,14 +16,14 @@ from enum import Enum, StrEnum
 from typing import Any, Optional, Union
 
 import pytest
-from pulumi.output import UNKNOWN, Unknown
+from pulumi.output import UNKNOWN
 from pulumi.runtime import resource, resource_cycle_breaker, rpc
 from pulumi.runtime.proto import source_pb2
 from pulumi.runtime.sync_await import _sync_await
 
 from components import sdk_fixes, sdk_values
 from components.sdk_fixes import REPLACEMENTS, Replacement
-from tests.test_recorder import _random_plain, _sdk_struct, _with_secrets
+from tests.test_recorder import _random_plain, _sdk_struct, _typed, _with_secrets
 from tools.harness.stacks import run_program
 
 BY_NAME = {r.name: r for r in REPLACEMENTS}
@@ -300,19 +300,8 @@ def test_deserialize_properties_reads_as_the_sdk_does(keep_unknowns):
             # An unknown is the SDK's to read (an Unknown in a preview, None in an update).
             assert sdk_values.plain_properties(struct) is None
             unknowns += 1
-        assert _shown(ours) == _shown(original(struct, keep_unknowns)), state
+        assert _typed(ours) == _typed(original(struct, keep_unknowns)), state
     assert 0 < unknowns < 250
-
-
-def _shown(value: Any) -> Any:
-    """`value` with its types shown (1 == 1.0 == True in Python) and each `Unknown` as one."""
-    if isinstance(value, dict):
-        return {k: _shown(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_shown(v) for v in value]
-    if isinstance(value, Unknown):
-        return "<unknown>"
-    return (type(value).__name__, repr(value))
 
 
 def test_deserialize_properties_leaves_internal_keys_to_the_sdk():
