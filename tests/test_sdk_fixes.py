@@ -7,14 +7,18 @@ them, and each steps aside for an SDK whose function changed."""
 from __future__ import annotations
 
 import ast
+import asyncio
+import collections
 import gc
 import itertools
 import random
 import sys
 import threading
+from collections.abc import Callable
 from enum import Enum, StrEnum
 from typing import Any, Optional, Union
 
+import pulumi
 import pytest
 from pulumi.output import UNKNOWN
 from pulumi.runtime import resource, resource_cycle_breaker, rpc
@@ -282,6 +286,120 @@ def test_declare_dependency_answers_and_declares_as_the_sdk_does():
         assert ours == sdk, (size, declarations)
         refused += ours[0].count(False)
     assert refused > 0  # cycles were among them
+
+
+# _expand_dependencies
+
+
+class _Ordered:
+    """Hashed by name, so that a set of children is walked in the same order in both forests."""
+
+    def __hash__(self) -> int:
+        return hash(self._name)
+
+
+class _Custom(_Ordered, pulumi.CustomResource):
+    pass
+
+
+class _Component(_Ordered, pulumi.ComponentResource):
+    pass
+
+
+def _forest(rng: random.Random, size: int) -> list[Any]:
+    """`size` resources that are not constructed (no engine): custom resources, local and
+    remote components, some with children (a custom resource's too, which the SDK does not
+    walk), each with a URN that is known, empty or unknown."""
+    kinds = (_Custom, _Component, _Component)
+    nodes = []
+    for index in range(size):
+        node = object.__new__(rng.choice(kinds))
+        node._type, node._name = "test:index:Node", f"n{index}"
+        node._remote = isinstance(node, pulumi.ComponentResource) and rng.random() < 0.3
+        urn = rng.choice([f"urn:n{index}"] * 4 + ["", UNKNOWN])
+        node.__dict__["urn"] = pulumi.Output.from_input(urn)  # as Resource.__init__ keeps it
+        nodes.append(node)
+    for index, node in enumerate(nodes):
+        later = nodes[index + 1 :]
+        node._childResources = set(rng.sample(later, min(len(later), rng.randrange(4))))
+    return nodes
+
+
+def _expanded(expand, seed: int, size: int, cycles_fail: bool, monkeypatch) -> tuple:
+    """What `expand` answers (or raises) for random dependencies among a fresh forest, and the
+    dependencies it declared."""
+    monkeypatch.setenv(rpc.ERROR_ON_DEPENDENCY_CYCLES_VAR, "true" if cycles_fail else "false")
+    rng = random.Random(seed)
+
+    async def expand_some():
+        nodes = _forest(rng, size)
+        deps = rng.sample(nodes, rng.randrange(size + 1))
+        if rng.random() < 0.1:
+            deps.insert(rng.randrange(len(deps) + 1), "not a resource")
+        from_resource = rng.choice([None, *nodes])
+        # Some dependencies already declared the other way round: expanding may close a cycle.
+        for _ in range(rng.randrange(size)):
+            sdk_fixes.declare_dependency(rng.choice(nodes), rng.choice(nodes))
+        try:
+            answer = await expand(deps, from_resource)
+            outcome = [(urn, res._name) for urn, res in answer.items()]
+        except (TypeError, RuntimeError) as error:
+            outcome = [(type(error).__name__, str(error))]
+        edges = {(n._name, d._name) for n in nodes for d in resource_cycle_breaker._deps(n)}
+        return outcome, edges
+
+    return asyncio.run(expand_some())
+
+
+@pytest.mark.parametrize("cycles_fail", [True, False])
+def test_expand_dependencies_answers_and_declares_as_the_sdk_does(monkeypatch, cycles_fail):
+    original = sdk_original(BY_NAME["_expand_dependencies"])
+    outcomes = collections.Counter()
+    for seed in range(300):
+        size = 1 + seed % 12
+        ours = _expanded(sdk_fixes.expand_dependencies, seed, size, cycles_fail, monkeypatch)
+        sdk = _expanded(original, seed, size, cycles_fail, monkeypatch)
+        assert ours == sdk, seed
+        answer = ours[0]
+        failed = answer and answer[0][0] in ("TypeError", "RuntimeError")
+        outcomes[answer[0][0] if failed else "ok"] += 1
+    # Every path was taken: answers, the wrong type, and (when cycles fail) a cycle.
+    assert outcomes["ok"] > 100 and outcomes["TypeError"] > 5
+    assert (outcomes["RuntimeError"] > 50) == cycles_fail
+
+
+# _resolve_depends_on
+
+
+def _resolved(resolve, depends_on: Callable[[], Any]) -> set[Any]:
+    async def made_and_resolved() -> set[Any]:
+        return await resolve(depends_on())  # Outputs are made in the loop they resolve in
+
+    return asyncio.run(made_and_resolved())
+
+
+def test_resolve_depends_on_answers_as_the_sdk_does():
+    original = sdk_original(BY_NAME["_resolve_depends_on"])
+    a, b = object.__new__(pulumi.CustomResource), object.__new__(pulumi.ComponentResource)
+    lists = {
+        "resources": lambda: [a, b, a],
+        "empty": lambda: [],
+        "an output among them": lambda: [a, pulumi.Output.from_input(b)],
+        "a none among them": lambda: [None, a],
+        "an output of a list": lambda: pulumi.Output.from_input([a, b]),
+    }
+    for name, depends_on in lists.items():
+        ours = _resolved(sdk_fixes.resolve_depends_on, depends_on)
+        assert ours == _resolved(original, depends_on), name
+
+
+def test_resolve_depends_on_reads_a_plain_list_of_resources_itself(monkeypatch):
+    def not_called(*args: Any) -> Any:
+        raise AssertionError("handed to the SDK")
+
+    monkeypatch.setattr(sdk_fixes, "_SDK_RESOLVE_DEPENDS_ON", not_called)
+    a = object.__new__(pulumi.CustomResource)
+    assert asyncio.run(sdk_fixes.resolve_depends_on([a, a])) == {a}
 
 
 # deserialize_properties
