@@ -10,10 +10,13 @@ import ast
 import asyncio
 import collections
 import gc
+import inspect
 import itertools
 import random
 import sys
 import threading
+import types
+import typing
 from collections.abc import Callable
 from enum import Enum, StrEnum
 from typing import Any, Optional, Union
@@ -288,6 +291,16 @@ def test_declare_dependency_answers_and_declares_as_the_sdk_does():
     assert refused > 0  # cycles were among them
 
 
+def _run(coroutine: Any) -> Any:
+    """`coroutine` run to its end in a loop of its own, leaving the thread's loop as it was
+    (`asyncio.run` leaves none, and the SDK's later runs in this thread ask for one)."""
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coroutine)
+    finally:
+        loop.close()
+
+
 # _expand_dependencies
 
 
@@ -348,7 +361,7 @@ def _expanded(expand, seed: int, size: int, cycles_fail: bool, monkeypatch) -> t
         edges = {(n._name, d._name) for n in nodes for d in resource_cycle_breaker._deps(n)}
         return outcome, edges
 
-    return asyncio.run(expand_some())
+    return _run(expand_some())
 
 
 @pytest.mark.parametrize("cycles_fail", [True, False])
@@ -375,7 +388,7 @@ def _resolved(resolve, depends_on: Callable[[], Any]) -> set[Any]:
     async def made_and_resolved() -> set[Any]:
         return await resolve(depends_on())  # Outputs are made in the loop they resolve in
 
-    return asyncio.run(made_and_resolved())
+    return _run(made_and_resolved())
 
 
 def test_resolve_depends_on_answers_as_the_sdk_does():
@@ -399,7 +412,7 @@ def test_resolve_depends_on_reads_a_plain_list_of_resources_itself(monkeypatch):
 
     monkeypatch.setattr(sdk_fixes, "_SDK_RESOLVE_DEPENDS_ON", not_called)
     a = object.__new__(pulumi.CustomResource)
-    assert asyncio.run(sdk_fixes.resolve_depends_on([a, a])) == {a}
+    assert _run(sdk_fixes.resolve_depends_on([a, a])) == {a}
 
 
 # deserialize_properties
@@ -523,6 +536,144 @@ def test_serialize_property_answers_scalars_as_the_sdk_does():
             for as_protobuf in (False, True):
                 ours = _serialized(sdk_values.serialize_property, value, typ, as_protobuf)
                 assert ours == _serialized(original, value, typ, as_protobuf), (value, typ)
+
+
+class _Typed:
+    """Random values of given annotations as a program passes them: scalars, Enum members,
+    lists and tuples, maps and read-only maps, input types as objects or as maps of their Python
+    names, some in Outputs (known or not, secret or not, holding resources), and now and then a
+    value of another type (which both must reject alike)."""
+
+    def __init__(self, seed: int):
+        self.rng = random.Random(seed)
+        self.resources = []
+        for index in range(4):
+            resource = object.__new__(_Custom)
+            resource._name = f"r{index}"
+            self.resources.append(resource)
+
+    def value(self, typ: Any, depth: int = 0) -> Any:
+        rng = self.rng
+        plain = random_value(rng) if rng.random() < 0.03 else self.plain(typ, depth)
+        roll = rng.random()
+        if roll < 0.2:
+            known = roll > 0.03
+            resources = set(rng.sample(self.resources, rng.randrange(3)))
+            return pulumi.Output(
+                resources,
+                _done(plain if known or rng.random() < 0.5 else UNKNOWN),
+                _done(known),
+                _done(rng.random() < 0.3),
+            )
+        return plain
+
+    def plain(self, typ: Any, depth: int) -> Any:
+        rng = self.rng
+        typ = sdk_values.SDK_UNWRAP_TYPE(typ) if typ else typ
+        origin = typing.get_origin(typ)
+        if typ is None or typ is Any:
+            return random_value(rng, 2)
+        if origin is Union:
+            members = [m for m in typing.get_args(typ) if not typing.is_typeddict(m)]
+            return None if rng.random() < 0.05 else self.plain(rng.choice(members), depth)
+        if origin in (list, collections.abc.Sequence) or typ is list:
+            (element,) = typing.get_args(typ) or (Any,)
+            items = [self.value(element, depth + 1) for _ in range(rng.randrange(3))]
+            return tuple(items) if rng.random() < 0.2 else items
+        if origin in (dict, collections.abc.Mapping) or typ is dict:
+            _, element = typing.get_args(typ) or (str, Any)
+            mapping = {f"k{i}": self.value(element, depth + 1) for i in range(rng.randrange(3))}
+            return types.MappingProxyType(mapping) if rng.random() < 0.3 else mapping
+        if isinstance(typ, type) and issubclass(typ, Enum):
+            return rng.choice(list(typ))
+        if typ in (str, int, float, bool):
+            return {str: "s", int: 3, float: 2.5, bool: False}[typ]
+        if sdk_values._types.is_input_type(typ):
+            return self.input_type(typ, depth)
+        return random_value(rng, 2)
+
+    def input_type(self, typ: type, depth: int) -> Any:
+        rng = self.rng
+        names = sdk_values._types.input_type_py_to_pulumi_names(typ)
+        hints = sdk_values._types.input_type_types(typ)
+        parameters = inspect.signature(typ.__init__).parameters
+        fields = {}
+        for py_name, pulumi_name in names.items():
+            required = parameters[py_name].default is inspect.Parameter.empty
+            if required or (depth < 4 and rng.random() < 0.4):
+                fields[py_name] = self.value(hints[pulumi_name], depth + 1)
+        return typ(**fields) if rng.random() < 0.5 else fields
+
+
+def _done(value: Any) -> asyncio.Future:
+    future = asyncio.get_running_loop().create_future()
+    future.set_result(value)
+    return future
+
+
+def _args_classes() -> list[type]:
+    import pulumi_aws as aws
+    import pulumi_command as command
+    import pulumi_kubernetes as k8s
+
+    return [
+        command.remote.CommandArgs,
+        aws.ec2.InstanceArgs,
+        k8s.batch.v1.JobArgs,
+        k8s.apps.v1.DaemonSetArgs,
+        k8s.core.v1.NamespaceArgs,
+    ]
+
+
+def _serialized_properties(serialize, seed: int, args: type) -> list[tuple]:
+    """Every property of `args` with a random value, serialized by `serialize` against its
+    type: the answer or the error, the dependencies found, and the resources each Output holds
+    afterwards (the SDK adds those found inside it)."""
+
+    async def serialize_all() -> list[tuple]:
+        typed = _Typed(seed)
+        names = sdk_values._types.input_type_py_to_pulumi_names(args)
+        hints = sdk_values._types.input_type_types(args)
+        outcomes = []
+        for py_name, pulumi_name in names.items():
+            value = typed.value(hints[pulumi_name])
+            deps: list[Any] = []
+            try:
+                answer = await serialize(value, deps, py_name, None, None, hints[pulumi_name])
+                outcome = ("returns", _typed(answer))
+            except Exception as error:  # the SDK's own failures count too
+                outcome = ("raises", type(error).__name__, str(error))
+            held = sorted(r._name for r in await _resources_of(value))
+            outcomes.append((py_name, outcome, [d._name for d in deps], held))
+        return outcomes
+
+    return _run(serialize_all())
+
+
+async def _resources_of(value: Any) -> set[Any]:
+    if isinstance(value, pulumi.Output):
+        return (await value._data).resources
+    return set()
+
+
+@pytest.mark.parametrize("secrets", [True, False], ids=["secrets", "no secrets"])
+def test_serialize_property_serializes_the_args_of_the_programs_types_as_the_sdk_does(
+    monkeypatch, secrets
+):
+    # The SDK's walk through lists, maps, input types and Outputs calls the replacement (the
+    # module's function) for every value inside them, each against its own annotation.
+    features = {rpc.resource_pb2.RESOURCE_MONITOR_FEATURE_SECRETS} if secrets else set()
+    monkeypatch.setattr(rpc.settings.SETTINGS, "monitor_features", features)
+    original = sdk_original(BY_NAME["serialize_property"])
+    outcomes = collections.Counter()
+    for seed in range(60):
+        for args in _args_classes():
+            ours = _serialized_properties(sdk_values.serialize_property, seed, args)
+            assert ours == _serialized_properties(original, seed, args), (seed, args)
+            outcomes.update(outcome[0] for _, outcome, _, _ in ours)
+            outcomes["with dependencies"] += sum(1 for *_, deps, _ in ours if deps)
+    assert outcomes["returns"] > 1000 and outcomes["raises"] > 20
+    assert outcomes["with dependencies"] > 100
 
 
 # unwrap_type, unwrap_optional_type
