@@ -143,14 +143,33 @@ def get_stack_trace() -> source_pb2.StackTrace:
     outside = _outside_constructor(calls)
     if outside is None:
         return source_pb2.StackTrace()
-    positions = []
-    for code, line in outside:
-        uri = _uri(code.co_filename)
-        position = None
-        if uri is not None and line is not None:
-            position = source_pb2.SourcePosition(uri=uri, line=line)
-        positions.append(source_pb2.StackFrame(pc=position))
-    return source_pb2.StackTrace(frames=positions)
+    # A repeated field's entries, serialized one after another, parse as the whole field.
+    entries = (_frame_entry(code.co_filename, line) for code, line in outside)
+    return source_pb2.StackTrace.FromString(b"".join(entries))
+
+
+# (file name, line) -> that frame as an entry of `StackTrace.frames`, serialized: a program's
+# frames come from a few hundred lines. The program's registrations carry 19 frames on average
+# (the same types, registered from one loop, 7), and building two messages per frame in Python
+# made the stack traces 8 % of its instructions per node; parsing the joined bytes (in
+# protobuf's C) takes that from 9.4 to 5.3 million instructions per node (callgrind, 4 to 12
+# nodes).
+_FRAME_ENTRIES: dict[tuple[str, int | None], bytes] = {}
+
+
+def _frame_entry(filename: str, line: int | None) -> bytes:
+    try:
+        return _FRAME_ENTRIES[filename, line]
+    except KeyError:
+        pass
+    uri = _uri(filename)
+    position = None
+    if uri is not None and line is not None:
+        position = source_pb2.SourcePosition(uri=uri, line=line)
+    frame = source_pb2.StackFrame(pc=position)
+    entry = source_pb2.StackTrace(frames=[frame]).SerializeToString()
+    _FRAME_ENTRIES[filename, line] = entry
+    return entry
 
 
 def _outside_constructor(
