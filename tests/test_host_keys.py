@@ -171,6 +171,22 @@ def test_cloud_config_round_trips_any_key():
     ), "rendering must be deterministic"
 
 
+@pytest.mark.skipif(not yaml.__with_libyaml__, reason="PyYAML built without libyaml")
+def test_libyaml_writes_the_cloud_config_as_pyyaml_does(monkeypatch):
+    assert host_keys._SafeDumper is yaml.CSafeDumper
+    keys = [mocks.ed25519_key(f"emitter {index}") for index in range(200)]
+    keys.append({"privateKeyOpenssh": "a: b\n# c\n\n  d '\"\n", "publicKeyOpenssh": "- e: 'f'"})
+    texts = [host_keys.cloud_config(k["privateKeyOpenssh"], k["publicKeyOpenssh"]) for k in keys]
+
+    class Pure(yaml.SafeDumper):
+        pass
+
+    Pure.add_representer(str, host_keys._literal_str)
+    monkeypatch.setattr(host_keys, "_LiteralDumper", Pure)
+    for key, text in zip(keys, texts, strict=True):
+        assert host_keys.cloud_config(key["privateKeyOpenssh"], key["publicKeyOpenssh"]) == text
+
+
 @pytest.mark.parametrize(
     ("stored", "booted"),
     [
