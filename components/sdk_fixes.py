@@ -24,30 +24,8 @@ hand every other to the SDK's own function (`wraps`).
   keep each frame's file and line only, and turns every file name into a URI through `pathlib`
   again. The replacement walks the frames itself (`sys._getframe`) by the same rule (the frames
   outside the third `__init__` from the top) and converts each file name once.
-- `resource_cycle_breaker._reachable` is asked, for every dependency of every resource, whether
-  the dependency already reaches the resource. It walks the transitive dependencies through
-  nested generators, one per level, so each resource found at depth d passes through d
-  generators: every step of a node's chain walks the chain before it. The replacement walks the
-  same graph with a list.
-- `resource_cycle_breaker.declare_dependency` runs that walk for every property that carries a
-  dependency, so a dependency reaching a resource through several properties (a step's
-  connection and its triggers both come from its machine) is walked again for each: a fifth of
-  the declarations of a 16-node evaluation. A dependency already declared is an edge of a graph
-  kept free of cycles (no edge is added that would close one), so the walk cannot find one: the
-  replacement answers True for it at once, as the SDK's walk would, and hands every new one to
-  the SDK.
-- `rpc._expand_dependencies` turns the resources each input depends on into URNs, for every
-  input of every registration: a coroutine per dependency (`_add_dependency`), which runs two
-  `from ... import` statements each time, and the SDK keeps the resources of each input apart,
-  so a step's machine is expanded once per input that carries it (about a hundred expansions
-  per node). The replacement walks the same resources in the same order with the same checks
-  in one coroutine, with the classes imported once.
-- `_depends_on._resolve_depends_on` reads a resource's `depends_on` by wrapping the list in an
-  Output and then each resource in it in another, and awaiting each: a Task per item. The
-  replacement answers a plain list of resources (what `ResourceOptions._depends_on_list` makes
-  of a `depends_on` without Outputs, every step's) with the set of them, which is what the SDK
-  reads back from those Outputs, and hands anything else to the SDK. (That `Output.from_input`
-  of a resource holds no other resource is `output.py`'s word, which its digest cannot pin.)
+- The replacements of the walks through the dependency graph (`resource_cycle_breaker`,
+  `rpc._expand_dependencies`, `_depends_on`) are in `components/sdk_dependencies.py`.
 - The replacements of the functions that carry every value between the program and the engine
   (serializing inputs, reading outputs, the types both go by) are in
   `components/sdk_values.py`.
@@ -60,19 +38,18 @@ import functools
 import hashlib
 import importlib
 import inspect
-import os
 import pathlib
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import CodeType, ModuleType
 from typing import Any
 
-from pulumi import ComponentResource, Resource, _types
+from pulumi import _types
 from pulumi.runtime import known_types, resource, resource_cycle_breaker, rpc
 from pulumi.runtime.proto import source_pb2
 
-from components import sdk_values
+from components import sdk_dependencies, sdk_values
 from components.sdk_values import SCALARS
 
 # The modules, which `pulumi.runtime`'s attributes of those names (functions) hide.
@@ -183,91 +160,6 @@ def _outside_constructor(
             if inits == 3:
                 return calls[index + 1 :]
     return None
-
-
-def reachable(from_resource: Any, to_resource: Any) -> bool:
-    """The SDK's `resource_cycle_breaker._reachable`: whether `to_resource` is `from_resource`
-    or among its transitive computed dependencies."""
-    visited: set[Any] = set()
-    pending = [from_resource]
-    while pending:
-        current = pending.pop()
-        if current in visited:
-            continue
-        visited.add(current)
-        if current == to_resource:
-            return True
-        pending.extend(resource_cycle_breaker._deps(current))
-    return False
-
-
-_SDK_DECLARE_DEPENDENCY = resource_cycle_breaker.declare_dependency
-
-
-def declare_dependency(from_resource: Any, to_resource: Any) -> bool:
-    """The SDK's `resource_cycle_breaker.declare_dependency`: True at once for a dependency
-    already declared (the graph has no cycle, so it cannot close one); the SDK's walk for a new
-    one."""
-    if to_resource in resource_cycle_breaker._deps(from_resource):
-        return True
-    return _SDK_DECLARE_DEPENDENCY(from_resource, to_resource)
-
-
-async def expand_dependencies(deps: Iterable[Any], from_resource: Any | None) -> dict[str, Any]:
-    """The SDK's `rpc._expand_dependencies`: each of `deps` (a local component resource stands
-    for its descendants, as `_add_dependency` walks them) by its URN, in the same order, with
-    the same checks and errors, the dependencies declared and the URNs awaited at the same
-    points. One coroutine for all of `deps`, not one per dependency, and no imports per
-    dependency."""
-    expanded: dict[str, Any] = {}
-    for dependency in deps:
-        for found in _aggregated(dependency, from_resource):
-            urn = await found.urn.future()
-            if urn:
-                expanded[urn] = found
-    return expanded
-
-
-def _aggregated(dependency: Any, from_resource: Any | None) -> list[Any]:
-    """`_add_dependency`'s walk, which must not await: the custom and remote resources that
-    `dependency` stands for, breadth first, each declared as a dependency of `from_resource`."""
-    found: list[Any] = []
-    pending = [dependency]
-    index = 0
-    while index < len(pending):
-        res = pending[index]
-        index += 1
-        if not isinstance(res, Resource):
-            raise TypeError(f"'depends_on' was passed a value {res} that was not a Resource.")
-        # Through `rpc`'s global, as the SDK's: the installed `declare_dependency`.
-        if from_resource and not rpc.declare_dependency(from_resource, res):
-            cycles_fail = os.getenv(rpc.ERROR_ON_DEPENDENCY_CYCLES_VAR, "true").lower() == "true"
-            if not cycles_fail:
-                continue
-            raise RuntimeError(
-                "We have detected a circular dependency involving a resource of type"
-                + f" {res._type} named {res._name}.\n"
-                + "Please review any `depends_on`, `parent` or other dependency relationships "
-                + "between your resources to ensure no cycles have been introduced in your program."
-            )
-        if isinstance(res, ComponentResource) and not res._remote:
-            pending.extend(res._childResources.copy())
-        else:
-            found.append(res)
-    return found
-
-
-_SDK_RESOLVE_DEPENDS_ON = _depends_on._resolve_depends_on
-
-
-async def resolve_depends_on(depends_on: Any) -> set[Any]:
-    """The SDK's `_depends_on._resolve_depends_on`: for a list of resources (what
-    `ResourceOptions._depends_on_list` makes of every `depends_on` a program gives without an
-    Output), the set of them at once, where the SDK wraps the list and then each resource in an
-    Output to read it back; anything else by the SDK."""
-    if type(depends_on) is list and all(isinstance(d, Resource) for d in depends_on):
-        return set(depends_on)
-    return await _SDK_RESOLVE_DEPENDS_ON(depends_on)
 
 
 @dataclass(frozen=True)
@@ -385,25 +277,18 @@ REPLACEMENTS = (
     ),
     Replacement(
         resource_cycle_breaker,
-        "_reachable",
-        reachable,
-        ("_reachable", "_with_transitive_deps", "_deps"),
-        "339ff2076e584d47992902e39898ab0448a4d71e64e21b78a0a6f31f267726f9",
-    ),
-    Replacement(
-        resource_cycle_breaker,
         "declare_dependency",
-        declare_dependency,
-        # The shortcut holds because `_add_dep` adds no edge `_reachable` finds closing a cycle.
+        sdk_dependencies.declare_dependency,
+        # Walked backwards, `_reachable` answers the same only while every `_add_dep` is made
+        # by the replacement, which keeps each edge the other way round too.
         ("declare_dependency", "_add_dep", "_deps", "_reachable", "_with_transitive_deps"),
         "b7ec70d4f814780561bcd99161740f76cda111562af1cfb76f26b2dbcf8b42f7",
         also=(rpc,),
-        wraps=_SDK_DECLARE_DEPENDENCY,
     ),
     Replacement(
         rpc,
         "_expand_dependencies",
-        expand_dependencies,
+        sdk_dependencies.expand_dependencies,
         ("_expand_dependencies", "_add_dependency"),
         "2b8c9124885b9947a9093f2eea0864e7d985483d216bbd7aec928dc6886a81b2",
         also=(resource, _depends_on),
@@ -411,11 +296,11 @@ REPLACEMENTS = (
     Replacement(
         _depends_on,
         "_resolve_depends_on",
-        resolve_depends_on,
+        sdk_dependencies.resolve_depends_on,
         ("_resolve_depends_on",),
         "3ab4b3f9714876de7e84ded7e65dab1bf3fa00406192a36b0c681e05717a4e63",
         also=(invoke,),
-        wraps=_SDK_RESOLVE_DEPENDS_ON,
+        wraps=sdk_dependencies.SDK_RESOLVE_DEPENDS_ON,
     ),
     Replacement(
         rpc,

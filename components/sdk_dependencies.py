@@ -1,0 +1,140 @@
+"""The Pulumi Python SDK's walks through the dependency graph, replaced (by
+components/sdk_fixes.py, over the exact source each was written against) by ones that answer
+the same and cost less.
+
+- `resource_cycle_breaker.declare_dependency` is asked, for every property of every resource
+  that carries a dependency, whether that dependency closes a cycle: it walks (`_reachable`,
+  through nested generators, one per level) from the dependency through everything it depends
+  on, looking for the resource being registered. Every step of a node walks the chain before
+  it, its machine, the network and the control plane. Walked backwards, from the resource
+  being registered through what already depends on it, the same question visits none or a few
+  resources. The replacement keeps each declared edge the other way round too and walks those
+  (0.8 % fewer instructions per node); a dependency already declared answers True at once.
+- `rpc._expand_dependencies` turns the resources each input depends on into URNs, for every
+  input of every registration: a coroutine per dependency (`_add_dependency`), which runs two
+  `from ... import` statements each time, and the SDK keeps the resources of each input apart,
+  so a step's machine is expanded once per input that carries it (about a hundred expansions
+  per node). The replacement walks the same resources in the same order with the same checks
+  in one coroutine, with the classes imported once.
+- `_depends_on._resolve_depends_on` reads a resource's `depends_on` by wrapping the list in an
+  Output and then each resource in it in another, and awaiting each: a Task per item. The
+  replacement answers a plain list of resources (what `ResourceOptions._depends_on_list` makes
+  of a `depends_on` without Outputs, every step's) with the set of them, which is what the SDK
+  reads back from those Outputs, and hands anything else to the SDK. (That `Output.from_input`
+  of a resource holds no other resource is `output.py`'s word, which its digest cannot pin.)
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from pulumi import ComponentResource, Resource
+from pulumi.runtime import resource_cycle_breaker, rpc
+
+# The module, which `pulumi.runtime`'s attribute of that name (a function) hides.
+_depends_on = importlib.import_module("pulumi.runtime._depends_on")
+
+
+# A resource's dependents: the resources whose declared dependencies point at it directly.
+_DEPENDENTS = "_gpu_cluster_dependents"
+
+
+def declare_dependency(from_resource: Any, to_resource: Any) -> bool:
+    """The SDK's `resource_cycle_breaker.declare_dependency`: remembers that `from_resource`
+    depends on `to_resource` (the SDK's `_add_dep`), unless that closes a cycle (False).
+
+    The SDK walks everything `to_resource` depends on, transitively, looking for
+    `from_resource`: a dependency on a step's machine walks the network and the control plane,
+    and a step on the step before it walks the whole chain before that. The same question
+    walked backwards, from `from_resource` through what depends on it, visits only the
+    resources registered after it that already declared it: none or a few. Every edge is
+    declared here (`rpc`'s copy of the function is this one too), so each is also kept the
+    other way round, on its target. A dependency already declared answers True at once (the
+    graph has no cycle, so it cannot close one)."""
+    if to_resource in resource_cycle_breaker._deps(from_resource):
+        return True
+    if _is_or_depends_on(to_resource, from_resource):
+        return False
+    resource_cycle_breaker._add_dep(from_resource, to_resource)
+    dependents = getattr(to_resource, _DEPENDENTS, None)
+    if dependents is None:
+        dependents = set()
+        setattr(to_resource, _DEPENDENTS, dependents)
+    dependents.add(from_resource)
+    return True
+
+
+def _is_or_depends_on(resource: Any, dependency: Any) -> bool:
+    """Whether `resource` is `dependency` or depends on it through declared dependencies: the
+    SDK's `_reachable(resource, dependency)`, walked from the other end."""
+    visited: set[Any] = set()
+    pending = [dependency]
+    while pending:
+        current = pending.pop()
+        if current in visited:
+            continue
+        visited.add(current)
+        if current == resource:
+            return True
+        pending.extend(getattr(current, _DEPENDENTS, ()))
+    return False
+
+
+async def expand_dependencies(deps: Iterable[Any], from_resource: Any | None) -> dict[str, Any]:
+    """The SDK's `rpc._expand_dependencies`: each of `deps` (a local component resource stands
+    for its descendants, as `_add_dependency` walks them) by its URN, in the same order, with
+    the same checks and errors, the dependencies declared and the URNs awaited at the same
+    points. One coroutine for all of `deps`, not one per dependency, and no imports per
+    dependency."""
+    expanded: dict[str, Any] = {}
+    for dependency in deps:
+        for found in _aggregated(dependency, from_resource):
+            urn = await found.urn.future()
+            if urn:
+                expanded[urn] = found
+    return expanded
+
+
+def _aggregated(dependency: Any, from_resource: Any | None) -> list[Any]:
+    """`_add_dependency`'s walk, which must not await: the custom and remote resources that
+    `dependency` stands for, breadth first, each declared as a dependency of `from_resource`."""
+    found: list[Any] = []
+    pending = [dependency]
+    index = 0
+    while index < len(pending):
+        res = pending[index]
+        index += 1
+        if not isinstance(res, Resource):
+            raise TypeError(f"'depends_on' was passed a value {res} that was not a Resource.")
+        # Through `rpc`'s global, as the SDK's: the installed `declare_dependency`.
+        if from_resource and not rpc.declare_dependency(from_resource, res):
+            cycles_fail = os.getenv(rpc.ERROR_ON_DEPENDENCY_CYCLES_VAR, "true").lower() == "true"
+            if not cycles_fail:
+                continue
+            raise RuntimeError(
+                "We have detected a circular dependency involving a resource of type"
+                + f" {res._type} named {res._name}.\n"
+                + "Please review any `depends_on`, `parent` or other dependency relationships "
+                + "between your resources to ensure no cycles have been introduced in your program."
+            )
+        if isinstance(res, ComponentResource) and not res._remote:
+            pending.extend(res._childResources.copy())
+        else:
+            found.append(res)
+    return found
+
+
+SDK_RESOLVE_DEPENDS_ON = _depends_on._resolve_depends_on
+
+
+async def resolve_depends_on(depends_on: Any) -> set[Any]:
+    """The SDK's `_depends_on._resolve_depends_on`: for a list of resources (what
+    `ResourceOptions._depends_on_list` makes of every `depends_on` a program gives without an
+    Output), the set of them at once, where the SDK wraps the list and then each resource in an
+    Output to read it back; anything else by the SDK."""
+    if type(depends_on) is list and all(isinstance(d, Resource) for d in depends_on):
+        return set(depends_on)
+    return await SDK_RESOLVE_DEPENDS_ON(depends_on)
