@@ -99,6 +99,18 @@ def _uri(filename: str) -> str | None:
     return uri
 
 
+# (code, offset of its last instruction) -> the line `f_lineno` gives for it. A frame's line is
+# its code's line table read up to that offset on every `f_lineno` (CPython 3.11
+# `PyFrame_GetLineNumber`: `PyCode_Addr2Line` of `f_lasti`, unless a trace function is running
+# with the frame); the program's stacks pass the same few hundred offsets again and again, and
+# reading the tables was 2 % of its instructions per node. Keyed by the code's id, not the code
+# (hashing a code object hashes its constants and names: slower than reading the table), with
+# every code kept in `_CODES` so that no other takes its id.
+_LINES: dict[tuple[int, int], int | None] = {}
+_CODES: dict[int, CodeType] = {}
+_UNSEEN = object()
+
+
 def get_stack_trace() -> source_pb2.StackTrace:
     """The SDK's `resource._get_stack_trace` without `traceback`: the frames outside the third
     `__init__` from the top of the stack (a resource's own constructor), innermost first, each
@@ -114,7 +126,13 @@ def get_stack_trace() -> source_pb2.StackTrace:
     frame = sys._getframe(0)  # the SDK's stack starts at its own function's frame
     limit = getattr(sys, "tracebacklimit", None)
     while frame is not None and (limit is None or len(calls) < limit):
-        calls.append((frame.f_code, frame.f_lineno))
+        code = frame.f_code
+        key = (id(code), frame.f_lasti)
+        line = _LINES.get(key, _UNSEEN)
+        if line is _UNSEEN:
+            line = _LINES[key] = frame.f_lineno
+            _CODES[id(code)] = code
+        calls.append((code, line))
         frame = frame.f_back
     del frame
     outside = _outside_constructor(calls)
