@@ -99,16 +99,19 @@ def _uri(filename: str) -> str | None:
     return uri
 
 
-# (code, offset of its last instruction) -> the line `f_lineno` gives for it. A frame's line is
-# its code's line table read up to that offset on every `f_lineno` (CPython 3.11
-# `PyFrame_GetLineNumber`: `PyCode_Addr2Line` of `f_lasti`, unless a trace function is running
-# with the frame); the program's stacks pass the same few hundred offsets again and again, and
-# reading the tables was 2 % of its instructions per node. Keyed by the code's id, not the code
-# (hashing a code object hashes its constants and names: slower than reading the table), with
-# every code kept in `_CODES` so that no other takes its id.
-_LINES: dict[tuple[int, int], int | None] = {}
+# (code, offset of its last instruction) -> that frame as an entry of `StackTrace.frames`,
+# serialized. The program's registrations carry 19 frames on average (the same types,
+# registered from one loop, 7), from a few hundred offsets met again and again. Building two
+# messages per frame in Python made the stack traces 8 % of the program's instructions per
+# node; parsing the joined entries (in protobuf's C) takes that from 9.4 to 5.3 million
+# (callgrind, 4 to 12 nodes). And a frame's `f_lineno` reads its code's line table up to that
+# offset on every call (CPython 3.11 `PyFrame_GetLineNumber`: `PyCode_Addr2Line` of `f_lasti`,
+# unless a trace function is running with the frame): another 2 %, now read once per offset.
+# Keyed by the code's id, not the code (hashing a code object hashes its constants and names:
+# slower than reading the table), with every code kept in `_CODES` so that no other takes its
+# id.
+_ENTRIES: dict[tuple[int, int], bytes] = {}
 _CODES: dict[int, CodeType] = {}
-_UNSEEN = object()
 
 
 def get_stack_trace() -> source_pb2.StackTrace:
@@ -118,58 +121,44 @@ def get_stack_trace() -> source_pb2.StackTrace:
 
     With `sys.tracebacklimit` set the SDK's sees only that many innermost frames; so does this
     one (at 0 or below, where the SDK's fails on an unbound name, this one answers empty)."""
-    # Codes and lines only, never the frames: a frame object held in this function's own
+    # Codes and entries only, never the frames: a frame object held in this function's own
     # locals is a reference cycle (the frame holds its locals), which keeps every caller's
     # frame and locals (the resource's args and options) alive until the garbage collector
     # runs; in a 16-node evaluation that was 40,820 objects of garbage.
-    calls: list[tuple[CodeType, int | None]] = []
+    calls: list[tuple[CodeType, bytes]] = []
     frame = sys._getframe(0)  # the SDK's stack starts at its own function's frame
     limit = getattr(sys, "tracebacklimit", None)
     while frame is not None and (limit is None or len(calls) < limit):
         code = frame.f_code
         key = (id(code), frame.f_lasti)
-        line = _LINES.get(key, _UNSEEN)
-        if line is _UNSEEN:
-            line = _LINES[key] = frame.f_lineno
+        entry = _ENTRIES.get(key)
+        if entry is None:
+            entry = _ENTRIES[key] = _frame_entry(code.co_filename, frame.f_lineno)
             _CODES[id(code)] = code
-        calls.append((code, line))
+        calls.append((code, entry))
         frame = frame.f_back
     del frame
     outside = _outside_constructor(calls)
     if outside is None:
         return source_pb2.StackTrace()
     # A repeated field's entries, serialized one after another, parse as the whole field.
-    entries = (_frame_entry(code.co_filename, line) for code, line in outside)
-    return source_pb2.StackTrace.FromString(b"".join(entries))
-
-
-# (file name, line) -> that frame as an entry of `StackTrace.frames`, serialized: a program's
-# frames come from a few hundred lines. The program's registrations carry 19 frames on average
-# (the same types, registered from one loop, 7), and building two messages per frame in Python
-# made the stack traces 8 % of its instructions per node; parsing the joined bytes (in
-# protobuf's C) takes that from 9.4 to 5.3 million instructions per node (callgrind, 4 to 12
-# nodes).
-_FRAME_ENTRIES: dict[tuple[str, int | None], bytes] = {}
+    return source_pb2.StackTrace.FromString(b"".join(entry for _, entry in outside))
 
 
 def _frame_entry(filename: str, line: int | None) -> bytes:
-    try:
-        return _FRAME_ENTRIES[filename, line]
-    except KeyError:
-        pass
+    """One frame at `filename`'s `line`, serialized as an entry of `StackTrace.frames`: its
+    file's URI and line, or no position where the SDK gives none."""
     uri = _uri(filename)
     position = None
     if uri is not None and line is not None:
         position = source_pb2.SourcePosition(uri=uri, line=line)
     frame = source_pb2.StackFrame(pc=position)
-    entry = source_pb2.StackTrace(frames=[frame]).SerializeToString()
-    _FRAME_ENTRIES[filename, line] = entry
-    return entry
+    return source_pb2.StackTrace(frames=[frame]).SerializeToString()
 
 
 def _outside_constructor(
-    calls: list[tuple[CodeType, int | None]],
-) -> list[tuple[CodeType, int | None]] | None:
+    calls: list[tuple[CodeType, bytes]],
+) -> list[tuple[CodeType, bytes]] | None:
     """The calls after the third `__init__` of `calls` (innermost first), None without one."""
     inits = 0
     for index, (code, _) in enumerate(calls):
