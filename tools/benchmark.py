@@ -513,26 +513,37 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--repeat must be at least 1")
     if args.instructions:
         return _main_instructions(parser, counts, args.repeat)
+    rows = _each(counts, lambda nodes: measure_isolated(nodes, args.repeat), "measured")
+    return _report(
+        f"Python {sys.version.split()[0]}, {os.cpu_count()} CPU(s), one process per run, "
+        f"fastest of {args.repeat} run(s) per figure",
+        format_table(rows),
+        missed_targets(rows),
+        f"OK: own cost <= {MAX_OWN_RATIO} x the same types from {OWN_RATIO_FROM_NODES} nodes, "
+        f"depth flat at {rows[0].max_join_depth}/"
+        f"{rows[0].graph_depth}, {LARGE_NODES} nodes < {MAX_LARGE_SECONDS:.0f} s "
+        f"and < {MAX_LARGE_MIB:.0f} MiB",
+    )
+
+
+def _each(counts: list[int], measure: Callable[[int], Any], done: str) -> list[Any]:
+    """`measure` of each node count in turn, each reported on stderr once it is done."""
     rows = []
     for nodes in counts:
-        rows.append(measure_isolated(nodes, args.repeat))
-        print(f"measured {nodes} node(s)", file=sys.stderr, flush=True)
-    print(
-        f"Python {sys.version.split()[0]}, {os.cpu_count()} CPU(s), one process per run, "
-        f"fastest of {args.repeat} run(s) per figure"
-    )
-    print(format_table(rows))
-    missed = missed_targets(rows)
+        rows.append(measure(nodes))
+        print(f"{done} {nodes} node(s)", file=sys.stderr, flush=True)
+    return rows
+
+
+def _report(header: str, table: str, missed: list[str], ok: str) -> int:
+    """The table under its header; each missed target on stderr (exit status 1), else `ok`."""
+    print(header)
+    print(table)
     for line in missed:
         print(f"MISSED: {line}", file=sys.stderr)
     if missed:
         return 1
-    print(
-        f"OK: own cost <= {MAX_OWN_RATIO} x the same types from {OWN_RATIO_FROM_NODES} nodes, "
-        f"depth flat at {rows[0].max_join_depth}/"
-        f"{rows[0].graph_depth}, {LARGE_NODES} nodes < {MAX_LARGE_SECONDS:.0f} s "
-        f"and < {MAX_LARGE_MIB:.0f} MiB"
-    )
+    print(ok)
     return 0
 
 
@@ -545,21 +556,13 @@ def _main_instructions(parser: argparse.ArgumentParser, counts: list[int], repea
         )
     if repeat != 1:
         parser.error("--instructions counts the same on every run: --repeat does not apply")
-    rows = []
-    for nodes in counts:
-        rows.append(measure_instructions(nodes))
-        print(f"counted {nodes} node(s)", file=sys.stderr, flush=True)
-    print(
-        f"Python {sys.version.split()[0]}, instructions (millions) of the measured run, callgrind"
+    rows = _each(counts, measure_instructions, "counted")
+    return _report(
+        f"Python {sys.version.split()[0]}, instructions (millions) of the measured run, callgrind",
+        format_instruction_table(rows),
+        missed_instruction_targets(rows),
+        f"OK: own cost <= {MAX_OWN_RATIO} x the same types' from {OWN_RATIO_FROM_NODES} nodes",
     )
-    print(format_instruction_table(rows))
-    missed = missed_instruction_targets(rows)
-    for line in missed:
-        print(f"MISSED: {line}", file=sys.stderr)
-    if missed:
-        return 1
-    print(f"OK: own cost <= {MAX_OWN_RATIO} x the same types' from {OWN_RATIO_FROM_NODES} nodes")
-    return 0
 
 
 if __name__ == "__main__":
