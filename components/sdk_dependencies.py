@@ -7,9 +7,12 @@ the same and cost less.
   through nested generators, one per level) from the dependency through everything it depends
   on, looking for the resource being registered. Every step of a node walks the chain before
   it, its machine, the network and the control plane. Walked backwards, from the resource
-  being registered through what already depends on it, the same question visits none or a few
-  resources. The replacement keeps each declared edge the other way round too and walks those
-  (0.8 % fewer instructions per node); a dependency already declared answers True at once.
+  being registered through what already depends on it, the same question visits 5 to 6
+  resources on average at 64 and 256 nodes (what depends on a step is the rest of its chain);
+  only the score or so of shared resources that declare a dependency after the fleet has
+  declared them walk the fleet. The replacement keeps each declared edge the other way round
+  too and walks those (0.8 % fewer instructions per node); a dependency already declared
+  answers True at once.
 - `rpc._expand_dependencies` turns the resources each input depends on into URNs, for every
   input of every registration: a coroutine per dependency (`_add_dependency`), which runs two
   `from ... import` statements each time, and the SDK keeps the resources of each input apart,
@@ -50,7 +53,8 @@ def declare_dependency(from_resource: Any, to_resource: Any) -> bool:
     `from_resource`: a dependency on a step's machine walks the network and the control plane,
     and a step on the step before it walks the whole chain before that. The same question
     walked backwards, from `from_resource` through what depends on it, visits only the
-    resources registered after it that already declared it: none or a few. Every edge is
+    resources registered after it that already declared it: for a step, the rest of its
+    node's chain at most. Every edge is
     declared here (`rpc`'s copy of the function is this one too), so each is also kept the
     other way round, on its target. A dependency already declared answers True at once (the
     graph has no cycle, so it cannot close one)."""
@@ -121,7 +125,7 @@ def _aggregated(dependency: Any, from_resource: Any | None) -> list[Any]:
                 + "between your resources to ensure no cycles have been introduced in your program."
             )
         if isinstance(res, ComponentResource) and not res._remote:
-            pending.extend(res._childResources.copy())
+            pending.extend(res._childResources)
         else:
             found.append(res)
     return found
