@@ -10,10 +10,11 @@ import random
 from typing import Any
 
 import pytest
-from google.protobuf import json_format
+from google.protobuf import json_format, struct_pb2
 from pulumi.output import Unknown
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
+from pulumi.runtime.proto import resource_pb2
 from pulumi.runtime.sync_await import _sync_await
 
 from components import sdk_values
@@ -56,8 +57,8 @@ def test_every_registration_is_answered_as_the_sdks_mock_monitor_does(monkeypatc
         read.append(sdk_values.plain_properties(struct) is not None)
         return sdk_values.deserialize_properties(struct)
 
-    def writing(state):
-        struct = plain_struct(state)
+    def writing(state, struct=None):
+        struct = plain_struct(state, struct)
         written.append(struct is not None)
         return struct
 
@@ -125,6 +126,17 @@ class _Mapping(dict):
 )
 def test_anything_else_is_left_to_the_sdks_serializer(value):
     assert recorder.plain_struct({"p": value}) is None
+    # Written into an answer: what was written before the value is taken out again.
+    answer = resource_pb2.RegisterResourceResponse(urn="u")
+    assert recorder.plain_struct({"a": "written first", "p": value}, answer.object) is None
+    assert answer.object == struct_pb2.Struct()
+
+
+def test_state_is_written_into_the_struct_it_is_given():
+    answer = resource_pb2.RegisterResourceResponse(urn="u")
+    state = {"stdin": "x" * 5000, "n": 1, "m": {"k": [True, None]}}
+    assert recorder.plain_struct(state, answer.object) is answer.object
+    assert answer.object == _sdk_struct(state)
 
 
 def _with_secrets(rng: random.Random, value: Any) -> Any:

@@ -114,11 +114,16 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             transforms=pulumi_mocks._resolve_callbacks(request.transforms),
         )
         id_, state = self.mocks.new_resource(resource_args)
-        obj_proto = plain_struct(state)
-        if obj_proto is None:
-            obj_proto = _sync_await(rpc.serialize_properties(state, {}))
+        # The state is written into the answer itself: a message given to a message's
+        # constructor is copied by serializing it and parsing the bytes back (protobuf
+        # `python/message.c`: `PyUpb_Message_InitMessageAttribute` merges it with
+        # `_PyUpb_Message_MergeFrom_LockHeld`), three passes over every rendered script.
+        response = resource_pb2.RegisterResourceResponse(urn=urn, id=id_)
+        response.object.SetInParent()  # present, even empty, as the SDK's answer has it
+        if plain_struct(state, response.object) is None:
+            response.object.CopyFrom(_sync_await(rpc.serialize_properties(state, {})))
         self.resources[urn] = pulumi_mocks.MockMonitor.ResourceRegistration(urn, id_, state)
-        return resource_pb2.RegisterResourceResponse(urn=urn, id=id_, object=obj_proto)
+        return response
 
     def _register(self, request):
         response = self.answer(request)
@@ -201,10 +206,14 @@ def _plain(value: Any) -> Any:
     raise NotPlain
 
 
-def plain_struct(state: dict[str, Any]) -> struct_pb2.Struct | None:
+def plain_struct(
+    state: dict[str, Any], struct: struct_pb2.Struct | None = None
+) -> struct_pb2.Struct | None:
     """`rpc.serialize_properties(state, {})` for state made of plain data (top-level values
-    that serialize to None are left out, as there); None for anything else."""
-    struct = struct_pb2.Struct()
+    that serialize to None are left out, as there), written into `struct` (an empty one) or a
+    new Struct; None for anything else, with `struct` left empty."""
+    if struct is None:
+        struct = struct_pb2.Struct()
     try:
         for key in state:
             if type(key) is not str:
@@ -213,6 +222,7 @@ def plain_struct(state: dict[str, Any]) -> struct_pb2.Struct | None:
             if value is not None:
                 struct[key] = value
     except NotPlain:
+        struct.Clear()
         return None
     return struct
 
