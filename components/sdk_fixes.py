@@ -327,6 +327,13 @@ REPLACEMENTS = (
     ),
     Replacement(
         rpc,
+        "resolve_outputs",
+        sdk_values.resolve_outputs,
+        ("resolve_outputs",),
+        "18f65c1be3ad95f4d7f679ac3f75c555e3eef738627e50fd0146440477d387e8",
+    ),
+    Replacement(
+        rpc,
         "serialize_property",
         sdk_values.serialize_property,
         ("serialize_property", "isLegalProtobufValue"),

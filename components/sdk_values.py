@@ -20,6 +20,14 @@ every other case to the SDK's own function (`SDK_*`, taken before any replacemen
   replacement returns those at once and hands every other value to the SDK. (Its digest pins
   `rpc`'s definitions only: that none of those types is an unknown, a resource, an asset or an
   input type is the word of `known_types` and `_types`, which it cannot pin, as of 3.272.0.)
+- `rpc.resolve_outputs` combines the engine's answer with the inputs: every output, then each
+  input the answer lacks. To find those it reads every input's value first
+  (`list(serialized_props.items())`: protobuf's `Struct.items` makes a Python value of each,
+  a copy of every rendered script), though nearly every input is in the answer (providers
+  answer with their inputs) and its value is then thrown away. The replacement is the SDK's
+  function with that loop reading a value only for an input the answer lacks: the same keys
+  in the same order, the same values for those. (A `Struct` the SDK serialized has a kind set
+  on every value, so the reads the SDK made and the replacement leaves out could not fail.)
 - `_types.unwrap_type` and `_types.unwrap_optional_type` take a type annotation apart with
   `typing.get_origin` and `get_args` each time the SDK serializes or reads a value against its
   type: about a thousand annotation objects in all, over 100,000 times at 256 nodes. Their answer
@@ -42,8 +50,8 @@ from enum import Enum
 from typing import Any
 
 from google.protobuf import struct_pb2
-from pulumi import _types
-from pulumi.runtime import rpc
+from pulumi import _types, log
+from pulumi.runtime import rpc, settings
 
 SDK_DESERIALIZE_PROPERTIES = rpc.deserialize_properties
 SDK_TRANSLATE_OUTPUT_PROPERTIES = rpc.translate_output_properties
@@ -164,6 +172,71 @@ def translate_output_properties(
     if kind is float and typ is int:
         return int(output)
     return output
+
+
+def resolve_outputs(
+    res: Any,
+    serialized_props: struct_pb2.Struct,
+    outputs: struct_pb2.Struct,
+    deps: Any,
+    resolvers: dict[str, Any],
+    custom: bool,
+    transform_using_type_metadata: bool = False,
+    keep_unknowns: bool = False,
+    resolve_missing_as_unknown: bool = False,
+) -> None:
+    """The SDK's `rpc.resolve_outputs` (3.272.0), line for line, except that an input's value
+    is read only when the engine's answer lacks that input."""
+    all_properties = {}
+    resource_cls = type(res)
+    types = _types.resource_types(resource_cls)
+    translate, translate_to_pass = (
+        res.translate_output_property,
+        res.translate_output_property,
+    )
+    if transform_using_type_metadata:
+        pulumi_to_py_names = _types.resource_pulumi_to_py_names(resource_cls)
+
+        def translate(prop: str) -> str:
+            return pulumi_to_py_names.get(prop) or prop
+
+        def translate_to_pass(prop: str) -> str:
+            return prop
+
+    for key, value in rpc.deserialize_properties(outputs, keep_unknowns).items():
+        translated_key = translate(key)
+        translated_value = rpc.translate_output_properties(
+            value,
+            translate_to_pass,
+            types.get(key),
+            transform_using_type_metadata,
+            path=rpc._Path(translated_key, resource=f"{res._name}"),
+        )
+        if settings.excessive_debug_output:
+            log.debug(f"incoming output property translated: {key} -> {translated_key}")
+            log.debug(f"incoming output value translated: {value} -> {translated_value}")
+        all_properties[translated_key] = translated_value
+
+    translated_deps = {}
+    for key, property_deps in deps.items():
+        translated_deps[translate(key)] = property_deps
+
+    if not settings.is_dry_run() or settings.is_legacy_apply_enabled():
+        for key in list(serialized_props):  # the SDK: list(serialized_props.items())
+            translated_key = translate(key)
+            if translated_key not in all_properties:
+                all_properties[translated_key] = rpc.translate_output_properties(
+                    rpc.deserialize_property(serialized_props[key]),
+                    translate_to_pass,
+                    types.get(key),
+                    transform_using_type_metadata,
+                    path=rpc._Path(translated_key, resource=f"{res._name}"),
+                    return_none_on_dict_type_mismatch=True,
+                )
+
+    rpc.resolve_properties(
+        resolvers, all_properties, translated_deps, custom, resolve_missing_as_unknown
+    )
 
 
 async def serialize_property(

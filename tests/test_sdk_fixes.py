@@ -13,6 +13,7 @@ import gc
 import inspect
 import itertools
 import random
+import re
 import sys
 import threading
 import types
@@ -497,6 +498,82 @@ def test_translate_output_properties_hands_maps_and_lists_to_the_sdk():
         assert repr(sdk_values.translate_output_properties(value, str.upper)) == repr(
             original(value, str.upper)
         )
+
+
+# resolve_outputs
+
+
+def _canonical(value: Any) -> Any:
+    """`value` comparable across two runs: output types by their class and properties, scalars
+    with their type, unknowns as one."""
+    if sdk_values._types.is_output_type(type(value)):
+        as_dict = sdk_values._types.output_type_to_dict(value)
+        return (type(value).__name__, _canonical(as_dict))
+    if isinstance(value, dict):
+        return (type(value).__name__, {k: _canonical(v) for k, v in value.items()})
+    if isinstance(value, list | tuple):
+        return [_canonical(v) for v in value]
+    if isinstance(value, Enum):
+        return (type(value).__name__, value.value)
+    if isinstance(value, pulumi.output.Unknown):
+        return "<unknown>"
+    return (type(value).__name__, value)
+
+
+def _resource_classes() -> list[type]:
+    import pulumi_aws as aws
+    import pulumi_command as command
+    import pulumi_kubernetes as k8s
+
+    return [command.remote.Command, aws.ec2.Instance, k8s.batch.v1.Job, k8s.apps.v1.DaemonSet]
+
+
+def _engine_state(rng: random.Random, names: list[str]) -> dict[str, Any]:
+    """Some of `names` with plain values (secrets, nulls and unknowns among them)."""
+    state = {}
+    for name in rng.sample(names, rng.randrange(len(names) + 1)):
+        state[name] = rng.choice(
+            [None, rpc.UNKNOWN, "x" * rng.randrange(40), _with_secrets(rng, _random_plain(rng))]
+        )
+    return state
+
+
+def _resolved_outputs(function: Callable[[], Any], monkeypatch, *args) -> tuple:
+    """What `function()` (taken once a spy is in place of `resolve_properties`) hands
+    `resolve_properties` (all it does), or how it fails."""
+    handed: list[tuple] = []
+
+    def resolve_properties(resolvers, all_properties, deps, custom, missing_as_unknown=False):
+        handed.append((_canonical(all_properties), deps, custom, missing_as_unknown))
+
+    monkeypatch.setattr(rpc, "resolve_properties", resolve_properties)
+    outcome = _outcome(function(), *args)
+    # An error quotes the values: an Unknown there is shown by its address.
+    return (*outcome[:2], re.sub(r" at 0x[0-9a-f]+", "", outcome[2])), handed
+
+
+@pytest.mark.parametrize("dry_run", [False, True], ids=["update", "preview"])
+def test_resolve_outputs_combines_outputs_and_inputs_as_the_sdk_does(monkeypatch, dry_run):
+    monkeypatch.setattr(rpc.settings, "is_dry_run", lambda: dry_run)
+    rng = random.Random(23)
+    outcomes = collections.Counter()
+    for cls in _resource_classes():
+        names = [*sdk_values._types.resource_types(cls), "p0", "p1", "__provider"]
+        res = cls.__new__(cls)
+        res._name = "r"
+        for _ in range(100):
+            inputs = _sdk_struct(_engine_state(rng, names))
+            outputs = _sdk_struct(_engine_state(rng, names))
+            deps = {name: {f"dep-{name}"} for name in rng.sample(names, 2)}
+            flags = [rng.random() < 0.5 for _ in range(4)]
+            args = (res, inputs, outputs, deps, {}, *flags)
+            ours = _resolved_outputs(lambda: sdk_values.resolve_outputs, monkeypatch, *args)
+            original = lambda: sdk_original(BY_NAME["resolve_outputs"])  # noqa: E731
+            assert ours == _resolved_outputs(original, monkeypatch, *args), (cls, args)
+            outcomes[ours[0][0]] += 1
+            outcomes["an input the answer lacks"] += any(k not in outputs for k in inputs)
+    assert outcomes["returns"] > 100 and outcomes["raises"] > 10
+    assert outcomes["an input the answer lacks"] > 100
 
 
 # serialize_property
