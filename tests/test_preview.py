@@ -12,6 +12,7 @@ UPDATE_PREVIEW_DIGESTS=1 python -m pytest tests/test_preview.py
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import itertools
 import os
@@ -222,6 +223,27 @@ def test_manifests_are_yaml_kubernetes_objects(previews, stack):
         assert body & manifest.keys() or kind in ("Namespace", "ServiceAccount"), (
             f"{resource.urn}: manifest without spec or data: {sorted(manifest)}"
         )
+
+
+def test_a_manifest_does_not_depend_on_the_order_its_maps_arrive_in(previews, tmp_path):
+    # The inputs arrive as protobuf Structs, whose maps have no order of their own.
+    objects = [r for r in previews["prod"].graph if r.type.startswith("kubernetes:")]
+    reversed_objects = [dataclasses.replace(r, inputs=_reversed_maps(r.inputs)) for r in objects]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    written = preview.write_manifests(objects, tmp_path / "a")
+    again = preview.write_manifests(reversed_objects, tmp_path / "b")
+    assert len(written) == len(objects) > 10
+    assert [p.name for p in written] == [p.name for p in again]
+    assert [p.read_bytes() for p in written] == [p.read_bytes() for p in again]
+
+
+def _reversed_maps(value):
+    if isinstance(value, dict):
+        return {k: _reversed_maps(value[k]) for k in reversed(value)}
+    if isinstance(value, list):
+        return [_reversed_maps(v) for v in value]
+    return value
 
 
 @pytest.mark.parametrize("stack", STACK_FILES)

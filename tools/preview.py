@@ -322,14 +322,26 @@ def write_scripts(graph: Graph, out_dir: Path) -> list[Path]:
 _MANIFEST_ORDER = ("apiVersion", "kind", "metadata")
 
 
+def _keys_sorted(value: Any) -> Any:
+    """`value` with the keys of every map in sorted order. The inputs arrive as protobuf
+    Structs, whose maps have no order of their own (the order they iterate in changes with
+    how the Struct was built or copied), so a manifest shows its keys sorted, the same from
+    one run and one version to the next."""
+    if isinstance(value, dict):
+        return {k: _keys_sorted(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_keys_sorted(v) for v in value]
+    return value
+
+
 def write_manifests(graph: Graph, out_dir: Path) -> list[Path]:
     objects = [r for r in graph if r.type.startswith("kubernetes:")]
     stems = _file_names(objects)
     written = []
     for resource in objects:
-        inputs = _placeholders(resource.inputs)
+        inputs = _keys_sorted(_placeholders(resource.inputs))
         manifest = {k: inputs[k] for k in _MANIFEST_ORDER if k in inputs}
-        manifest.update({k: v for k, v in sorted(inputs.items()) if k not in manifest})
+        manifest.update({k: v for k, v in inputs.items() if k not in manifest})
         path = out_dir / f"{stems[resource.urn]}.yaml"
         path.write_text(yaml.safe_dump(manifest, sort_keys=False), encoding="utf-8")
         written.append(path)
