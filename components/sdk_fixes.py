@@ -47,7 +47,7 @@ from typing import Any
 
 from pulumi import _types
 from pulumi.runtime import known_types, resource, resource_cycle_breaker, rpc
-from pulumi.runtime.proto import source_pb2
+from pulumi.runtime.proto import resource_pb2, source_pb2
 
 from components import sdk_dependencies, sdk_values
 from components.sdk_values import SCALARS
@@ -208,18 +208,19 @@ def _module_source(module: ModuleType) -> _Source | None:
 @dataclass(frozen=True)
 class Replacement:
     """`function` in place of `module.<name>`, written against the SDK source of `covers` (the
-    definitions of `module` its answer depends on, `name` first), whose digest is `sha256`.
-    `also`: modules that imported the SDK's function by name, which get the replacement too.
-    `wraps`: the SDK's function that `function` hands the cases it does not answer itself to;
-    it is installed only over that function."""
+    definitions of `module` its answer depends on, `name` first when it is one), whose digest
+    is `sha256`. `also`: modules that imported the SDK's function by name, which get the
+    replacement too. `wraps`: the SDK's function that `function` hands the cases it does not
+    answer itself to; it is installed only over that function. (One replacement is a module in
+    place of a module `module` imported, `wraps` being the SDK's.)"""
 
     module: ModuleType
     name: str
-    function: Callable[..., Any]
+    function: Callable[..., Any] | ModuleType
     covers: tuple[str, ...]
     sha256: str
     also: tuple[ModuleType, ...] = ()
-    wraps: Callable[..., Any] | None = None
+    wraps: Callable[..., Any] | ModuleType | None = None
 
     def sdk_definitions(
         self,
@@ -256,7 +257,7 @@ class Replacement:
         if (
             current is None
             or self.sdk_digest() != self.sha256
-            or current.__module__ != self.module.__name__
+            or (self.wraps is None and current.__module__ != self.module.__name__)
             or (self.wraps is not None and current is not self.wraps)
             or any(getattr(holder, self.name, None) is not current for holder in self.also)
         ):
@@ -324,6 +325,15 @@ REPLACEMENTS = (
         ("translate_output_properties", "is_rpc_secret"),
         "75bbb92a27893f837345de5c640ef41de3e00d5ff0d1402ba28a01e38d1fc83b",
         wraps=sdk_values.SDK_TRANSLATE_OUTPUT_PROPERTIES,
+    ),
+    Replacement(
+        resource,
+        "resource_pb2",
+        sdk_values.RESOURCE_PB2,
+        # Every use of `RegisterResourceRequest` in `resource`.
+        ("register_resource", "_create_custom_timeouts", "_prepare_resource_hooks"),
+        "1c8e9ce9867c5d437f538d95ed2e000f15636a7ff8ea945f46f5ca15893f0270",
+        wraps=resource_pb2,
     ),
     Replacement(
         rpc,

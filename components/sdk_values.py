@@ -28,6 +28,16 @@ every other case to the SDK's own function (`SDK_*`, taken before any replacemen
   function with that loop reading a value only for an input the answer lacks: the same keys
   in the same order, the same values for those. (A `Struct` the SDK serialized has a kind set
   on every value, so the reads the SDK made and the replacement leaves out could not fail.)
+- `resource.register_resource` builds the request for every registration with the
+  serialized inputs as a constructor argument: `resource_pb2.RegisterResourceRequest(...,
+  object=serialized_props, ...)`. protobuf copies a message given to a constructor by
+  serializing it to bytes and parsing them back (protocolbuffers/protobuf `python/message.c`:
+  `PyUpb_Message_InitMessageAttribute` calls `_PyUpb_Message_MergeFrom_LockHeld`), three
+  passes over every rendered script. `resource` reads `resource_pb2` from its globals at each
+  call; the replacement is that module with `RegisterResourceRequest` in place of the message
+  class: it builds the request without `object`, then copies the Struct in with `CopyFrom`
+  (`upb_Message_DeepCopy`, one pass). The nested message classes `resource` reads from it
+  (`CustomTimeouts`, `PropertyDependencies`, `ResourceHooksBinding`) are the message's own.
 - `_types.unwrap_type` and `_types.unwrap_optional_type` take a type annotation apart with
   `typing.get_origin` and `get_args` each time the SDK serializes or reads a value against its
   type: about a thousand annotation objects in all, over 100,000 times at 256 nodes. Their answer
@@ -47,11 +57,13 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from enum import Enum
+from types import ModuleType
 from typing import Any
 
 from google.protobuf import struct_pb2
 from pulumi import _types, log
 from pulumi.runtime import rpc, settings
+from pulumi.runtime.proto import resource_pb2
 
 SDK_DESERIALIZE_PROPERTIES = rpc.deserialize_properties
 SDK_TRANSLATE_OUTPUT_PROPERTIES = rpc.translate_output_properties
@@ -268,6 +280,36 @@ async def serialize_property(
         exclude_resource_refs_from_deps,
         return_protobuf_value,
     )
+
+
+_REQUEST = resource_pb2.RegisterResourceRequest
+
+
+def register_resource_request(**fields: Any) -> Any:
+    """`resource_pb2.RegisterResourceRequest(**fields)`, with a Struct as `object` copied in by
+    `CopyFrom` rather than by the constructor (which serializes and parses it)."""
+    inputs = fields.get("object")
+    if type(inputs) is not struct_pb2.Struct:
+        return _REQUEST(**fields)
+    del fields["object"]
+    request = _REQUEST(**fields)
+    request.object.CopyFrom(inputs)
+    return request
+
+
+for _name in ("DESCRIPTOR", *_REQUEST.DESCRIPTOR.nested_types_by_name):
+    setattr(register_resource_request, _name, getattr(_REQUEST, _name))
+
+
+def _with_request(messages: ModuleType) -> ModuleType:
+    """A module with every attribute of `messages`, `RegisterResourceRequest` replaced."""
+    module = ModuleType(messages.__name__, messages.__doc__)
+    vars(module).update(vars(messages))
+    module.RegisterResourceRequest = register_resource_request
+    return module
+
+
+RESOURCE_PB2 = _with_request(resource_pb2)
 
 
 class _ByIdentity:
