@@ -250,6 +250,11 @@ def _declare_all(declare, rng: random.Random, size: int, declarations: int):
         held = sdk_dependencies._DEPENDENTS
         backwards = {(d.index, n.index) for n in nodes for d in getattr(n, held, ())}
         assert backwards == edges
+        # The order it answers most questions by: every resource after what it depends on.
+        place = {node.index: getattr(node, sdk_dependencies._PLACE, None) for node in nodes}
+        assert all(place[dep] < place[node] for node, dep in edges)
+        placed = [p for p in place.values() if p is not None]
+        assert len(set(placed)) == len(placed)
     return answers, edges
 
 
