@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import inspect
 import math
@@ -40,6 +41,7 @@ def test_every_registration_is_answered_as_the_sdks_mock_monitor_does(monkeypatc
     answered: list[tuple[str, bool]] = []
     read: list[bool] = []
     written: list[bool] = []
+    copied: list[int] = []
 
     def both(self, request):
         answer = ours(self, request)
@@ -54,17 +56,19 @@ def test_every_registration_is_answered_as_the_sdks_mock_monitor_does(monkeypatc
         return answer
 
     def reading(struct):
-        read.append(sdk_values.plain_properties(struct) is not None)
-        return sdk_values.deserialize_properties(struct)
+        props = sdk_values.plain_properties(struct)
+        read.append(props is not None)
+        return props
 
-    def writing(state, struct=None):
-        struct = plain_struct(state, struct)
+    def writing(state, struct=None, sent=None):
+        struct = plain_struct(state, struct, sent)
         written.append(struct is not None)
+        copied.append(len(sent or ()))
         return struct
 
     plain_struct = recorder.plain_struct
     monkeypatch.setattr(recorder.RecordingMonitor, "answer", both)
-    monkeypatch.setattr(recorder, "deserialize_properties", reading)
+    monkeypatch.setattr(recorder, "plain_properties", reading)
     monkeypatch.setattr(recorder, "plain_struct", writing)
     graph = run_program(stack)
     assert len(answered) > len(graph)  # the root stack's and every resource's
@@ -72,6 +76,8 @@ def test_every_registration_is_answered_as_the_sdks_mock_monitor_does(monkeypatc
     # The program's inputs and state are plain data throughout: every registration took the
     # direct path both ways (so the comparison above is of that path).
     assert len(read) == len(written) == len(graph) and all(read) and all(written)
+    # Most values the mocks pass on are copied from the request, not written again.
+    assert sum(copied) > 3 * len(graph)
 
 
 def _sdk_struct(state: dict[str, Any]):
@@ -108,6 +114,36 @@ def test_plain_state_serializes_as_the_sdks_serializer_does():
         ours = recorder.plain_struct(state)
         assert ours is not None
         assert ours == _sdk_struct(state), state
+
+
+def test_values_passed_on_are_answered_as_the_sdks_mock_monitor_answers_them():
+    # The mock monitor reads the request, a mock passes values on, the SDK writes them back:
+    # what `_sent_as_read` copies from the request instead must be what that writes.
+    rng = random.Random(41)
+    copied = rewritten = 0
+    for _ in range(600):
+        state = {f"p{i}": _with_secrets(rng, _random_plain(rng)) for i in range(rng.randrange(6))}
+        request = _sdk_struct(state)
+        inputs = sdk_values.plain_properties(request)
+        if inputs is None:  # an unknown among them: read and written by the SDK
+            continue
+        passed_on = dict(inputs)
+        if passed_on and rng.random() < 0.3:  # a mock changes one, with an equal-looking value
+            key = rng.choice(list(passed_on))
+            passed_on[key] = copy.deepcopy(passed_on[key])
+        sent = recorder._sent_as_read(request, inputs, passed_on)
+        answer = recorder.plain_struct(passed_on, None, sent)
+        expected = _sdk_struct(passed_on)
+        assert answer.SerializeToString(deterministic=True) == expected.SerializeToString(
+            deterministic=True
+        ), state
+        copied += len(sent)
+        rewritten += len(passed_on) - len(sent)
+    assert copied > 300 and rewritten > 100
+    # A secret with more than its signature and value reads as the two alone.
+    request = _sdk_struct({"p": {**rpc.wrap_rpc_secret("v"), "more": "x"}})
+    inputs = sdk_values.plain_properties(request)
+    assert recorder._sent_as_read(request, inputs, dict(inputs)) == {}
 
 
 def test_secret_markers_are_plain_data_serialized_as_they_are():

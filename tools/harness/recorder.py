@@ -26,7 +26,7 @@ from pulumi.runtime.proto import resource_pb2
 from pulumi.runtime.stack import massage, run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
-from components.sdk_values import SCALARS, NotPlain, deserialize_properties
+from components.sdk_values import SCALARS, NotPlain, deserialize_properties, plain_properties
 from tools.harness.graph import Graph, Resource, Secret
 
 # How the SDK marks a secret value in a serialized struct.
@@ -103,7 +103,10 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             return resource_pb2.RegisterResourceResponse(urn=urn)
         # Deserializing a resource reference needs an event loop on this thread.
         pulumi_mocks._ensure_event_loop()
-        inputs = deserialize_properties(request.object)
+        inputs = plain_properties(request.object)
+        plain = inputs is not None
+        if not plain:
+            inputs = deserialize_properties(request.object)
         resource_args = pulumi_mocks.MockResourceArgs(
             typ=request.type,
             name=request.name,
@@ -120,7 +123,8 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         # `_PyUpb_Message_MergeFrom_LockHeld`), three passes over every rendered script.
         response = resource_pb2.RegisterResourceResponse(urn=urn, id=id_)
         response.object.SetInParent()  # present, even empty, as the SDK's answer has it
-        if plain_struct(state, response.object) is None:
+        sent = _sent_as_read(request.object, inputs, state) if plain else {}
+        if plain_struct(state, response.object, sent) is None:
             response.object.CopyFrom(_sync_await(rpc.serialize_properties(state, {})))
         self.resources[urn] = pulumi_mocks.MockMonitor.ResourceRegistration(urn, id_, state)
         return response
@@ -206,18 +210,67 @@ def _plain(value: Any) -> Any:
     raise NotPlain
 
 
+# In a serialized Struct: a map entry whose value (field 2, 2 bytes) is a Value holding
+# `null_value` (field 1, varint 0). Reading a map leaves its nulls out.
+_NULL_IN_MAP = b"\x12\x02\x08\x00"
+_SECRET_BYTES = _SECRET_SIG.encode()
+
+
+def _sent_as_read(
+    request: struct_pb2.Struct, inputs: dict[str, Any], state: dict[str, Any]
+) -> dict[str, struct_pb2.Value]:
+    """The values of `state` that are inputs as read (the same objects: a mock passes them on
+    and changes none in place) and that `plain_struct` would write as the request has them:
+    each by the request's own Value, which `plain_struct` copies instead of writing the value
+    again. The reading of plain data (`sdk_values.plain_properties`) changes a value only by
+    leaving out the nulls of a map and by lifting a secret inside a map or list to the whole;
+    a Value whose bytes hold neither a null map entry nor a secret signature but the one of a
+    secret that is the whole value reads and writes back as it is (bytes that only look like
+    one of those leave the value to be written, which is never wrong)."""
+    sent = {}
+    fields = request.fields
+    for key, value in state.items():
+        if key not in inputs or inputs[key] is not value:
+            continue
+        field = fields[key]
+        kind = field.WhichOneof("kind")
+        if kind == "struct_value" or kind == "list_value":
+            raw = field.SerializeToString()
+            if _NULL_IN_MAP in raw:
+                continue
+            secrets = raw.count(_SECRET_BYTES)
+            if secrets and not (secrets == 1 and _is_whole_secret(field)):
+                continue
+        sent[key] = field
+    return sent
+
+
+def _is_whole_secret(value: struct_pb2.Value) -> bool:
+    """A Value that is a secret as the SDK writes one: its signature and its value alone."""
+    if value.WhichOneof("kind") != "struct_value":
+        return False
+    fields = value.struct_value.fields
+    return len(fields) == 2 and _SIG_KEY in fields and "value" in fields
+
+
 def plain_struct(
-    state: dict[str, Any], struct: struct_pb2.Struct | None = None
+    state: dict[str, Any],
+    struct: struct_pb2.Struct | None = None,
+    sent: dict[str, struct_pb2.Value] | None = None,
 ) -> struct_pb2.Struct | None:
     """`rpc.serialize_properties(state, {})` for state made of plain data (top-level values
     that serialize to None are left out, as there), written into `struct` (an empty one) or a
-    new Struct; None for anything else, with `struct` left empty."""
+    new Struct, the values in `sent` copied from the Values given there; None for anything
+    else, with `struct` left empty."""
     if struct is None:
         struct = struct_pb2.Struct()
     try:
         for key in state:
             if type(key) is not str:
                 raise NotPlain
+            if sent and key in sent:
+                struct.fields[key].CopyFrom(sent[key])
+                continue
             value = _plain(state[key])
             if value is not None:
                 struct[key] = value
