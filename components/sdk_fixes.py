@@ -247,6 +247,17 @@ class Replacement:
         )
         return hashlib.sha256(text.encode()).hexdigest()
 
+    def is_the_sdks(self, current: Any) -> bool:
+        """Whether `current` is the SDK's own definition: a function of `module` (and `wraps`,
+        when there is one), or the module `wraps` itself. A copy of this module imported again
+        (tools/lifecycle runs the program of an older checkout) takes the replacements already
+        in place for the SDK's functions it wraps: their `__module__` tells them apart."""
+        if isinstance(current, ModuleType):
+            return current is self.wraps
+        return current.__module__ == self.module.__name__ and (
+            self.wraps is None or current is self.wraps
+        )
+
     def install(self) -> bool:
         """Put `function` in place when the SDK's definitions are the ones it was written
         against; True when it is in place."""
@@ -257,8 +268,7 @@ class Replacement:
         if (
             current is None
             or self.sdk_digest() != self.sha256
-            or (self.wraps is None and current.__module__ != self.module.__name__)
-            or (self.wraps is not None and current is not self.wraps)
+            or not self.is_the_sdks(current)
             or any(getattr(holder, self.name, None) is not current for holder in self.also)
         ):
             # Another SDK's function, or one something else already put in its place.

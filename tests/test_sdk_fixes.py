@@ -10,6 +10,7 @@ import ast
 import asyncio
 import collections
 import gc
+import importlib
 import inspect
 import itertools
 import random
@@ -1034,6 +1035,30 @@ def test_a_wrapping_replacement_goes_only_over_the_function_it_hands_cases_to(
         monkeypatch.setattr(holder, replacement.name, compiled)
     assert not replacement.install()
     assert getattr(replacement.module, replacement.name) is compiled
+
+
+@pytest.mark.parametrize("replacement", REPLACEMENTS, ids=lambda r: r.name)
+def test_a_copy_imported_again_leaves_the_replacements_in_place(replacement: Replacement):
+    # An older checkout's components (tools/lifecycle) import anew after the program ran: what
+    # they take for the SDK's function is the replacement in place (a module they import from
+    # the SDK's package, which is the SDK's), and they must leave what is in place.
+    assert replacement.install()
+    installed = getattr(replacement.module, replacement.name)
+    if isinstance(replacement.wraps, types.ModuleType):
+        taken_for_the_sdks = importlib.import_module(replacement.wraps.__name__)
+    else:
+        taken_for_the_sdks = installed if replacement.wraps is not None else None
+    stale = Replacement(
+        replacement.module,
+        replacement.name,
+        lambda *args, **kwargs: None,
+        replacement.covers,
+        replacement.sha256,
+        replacement.also,
+        taken_for_the_sdks,
+    )
+    assert not stale.install()
+    assert getattr(replacement.module, replacement.name) is installed
 
 
 def test_a_module_that_imported_the_function_by_name_gets_the_replacement(monkeypatch):
