@@ -285,15 +285,13 @@ async def serialize_property(
 _REQUEST = resource_pb2.RegisterResourceRequest
 
 
-def register_resource_request(**fields: Any) -> Any:
+def register_resource_request(*, object: Any = None, **fields: Any) -> Any:
     """`resource_pb2.RegisterResourceRequest(**fields)`, with a Struct as `object` copied in by
     `CopyFrom` rather than by the constructor (which serializes and parses it)."""
-    inputs = fields.get("object")
-    if type(inputs) is not struct_pb2.Struct:
-        return _REQUEST(**fields)
-    del fields["object"]
+    if type(object) is not struct_pb2.Struct:
+        return _REQUEST(object=object, **fields)
     request = _REQUEST(**fields)
-    request.object.CopyFrom(inputs)
+    request.object.CopyFrom(object)
     return request
 
 
