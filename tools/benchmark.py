@@ -21,8 +21,9 @@ properties: an Instance costs far more than a trivial resource) cancels out and 
 what our code adds (settings, rendering scripts and manifests, Outputs we create). Both times
 also hold the harness's stand-in for the engine (the recording mock monitor deserializes every
 input, answers, writes the state back, copying from the request what the mocks pass on as it
-came, and records it), which under `pulumi up` is another process; "own, program side" is the same ratio of CPU seconds with that stand-in's CPU taken
-out of both (tools/harness/recorder.py counts it). That stand-in keeps no state here
+came, and records it), which under `pulumi up` is another process; "own, program side" is the
+same ratio of CPU seconds with that stand-in's CPU taken out of both (tools/harness/recorder.py
+counts it). That stand-in keeps no state here
 (`record_inputs=False`: types, names and dependencies only, what the table reads): under `pulumi
 up` the engine's copy of every input lives in the engine's process, and keeping it had put about
 300 MiB of a 1,000-node run's 2.1 GiB on the program. The targets are held on "own". The bare ratio
