@@ -179,7 +179,13 @@ AMI_RELEASE = [""]
 
 class Mocks(pulumi.runtime.Mocks):
     """Plausible provider answers: every output a component reads has a value, so no
-    dependency edge is lost to a missing output."""
+    dependency edge is lost to a missing output.
+
+    A mock passes inputs on as they are or replaces them; it never changes one in place (copy
+    it first). The recording monitor copies an input the state still holds (the same object)
+    from the request instead of writing it again (`recorder._sent_as_read`), so a change made
+    in place would not reach the answer. tests/test_recorder.py compares every answer with the
+    SDK's mock monitor, which would show it."""
 
     def new_resource(self, args: MockResourceArgs):
         state = dict(args.inputs)
