@@ -81,7 +81,7 @@ def declare_dependency(from_resource: Any, to_resource: Any) -> bool:
         _Ends.highest += 1
         from_place = _Ends.highest
         setattr(from_resource, _PLACE, from_place)
-    if to_place >= from_place and not _reorder(from_resource, to_resource):
+    if to_place >= from_place and not _reorder(from_resource, to_resource, from_place, to_place):
         return False
     resource_cycle_breaker._add_dep(from_resource, to_resource)
     dependents = getattr(to_resource, _DEPENDENTS, None)
@@ -92,7 +92,7 @@ def declare_dependency(from_resource: Any, to_resource: Any) -> bool:
     return True
 
 
-def _reorder(from_resource: Any, to_resource: Any) -> bool:
+def _reorder(from_resource: Any, to_resource: Any, lowest: int, highest: int) -> bool:
     """For a dependency placed at or after the resource that declares it: False when it closes
     a cycle; else True, with the places of the resources between them exchanged so that
     `to_resource` and what it depends on come before `from_resource` and what depends on it.
@@ -101,8 +101,7 @@ def _reorder(from_resource: Any, to_resource: Any) -> bool:
     between the two is placed between them): `to_resource` among them is a cycle. Else, what
     `to_resource` depends on placed from `from_resource` on cannot depend on those, and the
     places of both sets, sorted, go to the second set first, then to the first, each in its
-    own order (Pearce and Kelly, 2006)."""
-    lowest, highest = getattr(from_resource, _PLACE), getattr(to_resource, _PLACE)
+    own order (Pearce and Kelly, 2006). `lowest` and `highest` are the places of the two."""
     after = _within(from_resource, lambda r: getattr(r, _DEPENDENTS, ()), lowest, highest)
     if to_resource in after:
         return False

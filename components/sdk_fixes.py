@@ -53,7 +53,7 @@ from components import sdk_dependencies, sdk_values
 from components.sdk_values import SCALARS
 
 # The modules, which `pulumi.runtime`'s attributes of those names (functions) hide.
-_depends_on = importlib.import_module("pulumi.runtime._depends_on")
+_depends_on = sdk_dependencies._depends_on
 invoke = importlib.import_module("pulumi.runtime.invoke")
 
 
@@ -297,8 +297,8 @@ REPLACEMENTS = (
         resource_cycle_breaker,
         "declare_dependency",
         sdk_dependencies.declare_dependency,
-        # Walked backwards, `_reachable` answers the same only while every `_add_dep` is made
-        # by the replacement, which keeps each edge the other way round too.
+        # The order answers as `_reachable` does only while every `_add_dep` is made by the
+        # replacement, which places both ends of each edge and keeps it the other way round.
         ("declare_dependency", "_add_dep", "_deps", "_reachable", "_with_transitive_deps"),
         "b7ec70d4f814780561bcd99161740f76cda111562af1cfb76f26b2dbcf8b42f7",
         also=(rpc,),
