@@ -34,7 +34,6 @@ from pulumi.runtime.sync_await import _sync_await
 from components import sdk_dependencies, sdk_fixes, sdk_values
 from components.sdk_fixes import REPLACEMENTS, Replacement
 from tests.test_recorder import _random_plain, _sdk_struct, _typed, _with_secrets
-from tools.harness.graph import Secret
 from tools.harness.stacks import run_program
 
 BY_NAME = {r.name: r for r in REPLACEMENTS}
@@ -919,35 +918,25 @@ def test_a_resource_classs_types_and_names_are_the_sdks_and_each_callers_own(nam
 # The program, with and without
 
 
-def _by_key(value: Any) -> Any:
-    """`value` with each map's entries sorted by key: protobuf maps have no order (a Struct
-    copied with `CopyFrom` iterates in another order than one parsed from bytes), nor has the
-    engine's property map."""
-    if isinstance(value, Secret):
-        return ("secret", _by_key(value.value))
-    if isinstance(value, dict):
-        return sorted((key, _by_key(item)) for key, item in value.items())
-    if isinstance(value, list):
-        return [_by_key(item) for item in value]
-    return (type(value).__name__, value)
-
-
 def _registrations(stack: str) -> list[tuple]:
     """What the engine receives and answers for every resource, by URN (the order of the
-    registrations follows the threads the SDK sends them from)."""
+    registrations follows the threads the SDK sends them from), values with their types and
+    maps compared as maps: protobuf maps have no order (a Struct copied with `CopyFrom`
+    iterates in another order than one parsed from bytes), nor has the engine's property
+    map."""
     graph = run_program(stack)
     registered = [
         (
             r.urn,
-            repr(_by_key(r.inputs)),
+            _typed(r.inputs),
             sorted(r.dependencies),
             sorted((k, sorted(v)) for k, v in r.property_dependencies.items()),
             r.additional_secret_outputs,
-            repr(_by_key(r.outputs)),
+            _typed(r.outputs),
         )
         for r in graph
     ]
-    return [*sorted(registered), (repr(_by_key(graph.outputs)),)]
+    return [*sorted(registered), (_typed(graph.outputs),)]
 
 
 def test_the_program_registers_the_same_without_any_replacement(monkeypatch):
