@@ -23,11 +23,11 @@ also hold the harness's stand-in for the engine (the recording mock monitor dese
 input, answers, writes the state back, copying from the request what the mocks pass on as it
 came, and records it), which under `pulumi up` is another process; "own, program side" is the
 same ratio of CPU seconds with that stand-in's CPU taken out of both (tools/harness/recorder.py
-counts it). That stand-in keeps no state here
-(`record_inputs=False`: types, names and dependencies only, what the table reads): under `pulumi
-up` the engine's copy of every input lives in the engine's process, and keeping it had put about
-300 MiB of a 1,000-node run's 2.1 GiB on the program. The targets are held on "own". The bare ratio
-(program over bare, per resource) stands beside it: the SDK's per-type cost plus ours. The table
+counts it). That stand-in keeps no state here (`record_inputs=False`: types, names and
+dependencies only, what the table reads): under `pulumi up` the engine's copy of every input
+lives in the engine's process, and keeping it had put about 300 MiB of a 1,000-node run's
+2.1 GiB on the program. The targets are held on "own". The bare ratio (program over bare, per
+resource) stands beside it: the SDK's per-type cost plus ours. The table
 also shows registered resources, program seconds, milliseconds per node, the peak memory
 (ru_maxrss) of the program's subprocess and of the same types' (the SDK's own for those
 resources), the longest dependency chain ending at a node's `-join` step and the depth of the
