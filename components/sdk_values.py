@@ -55,9 +55,11 @@ every other case to the SDK's own function (`SDK_*`, taken before any replacemen
 from __future__ import annotations
 
 import inspect
+import typing
+from collections import abc
 from collections.abc import Callable
 from enum import Enum
-from types import ModuleType
+from types import MappingProxyType, ModuleType
 from typing import Any
 
 from google.protobuf import struct_pb2
@@ -263,12 +265,36 @@ async def serialize_property(
     return_protobuf_value: bool = False,
 ) -> Any:
     """The SDK's `rpc.serialize_property`: a string, number, boolean or None as it is (what the
-    SDK's walk through every other kind of value ends with for them); anything else, and any
-    value wanted as a protobuf `Value`, by the SDK."""
-    if type(value) in SCALARS and not return_protobuf_value:
+    SDK's walk through every other kind of value ends with for them); a list, tuple, dict or
+    read-only map walked at once (`_serialize_containers`), each value in it that is none of
+    those handed to the SDK in the order the SDK's walk meets it; anything else, and any value
+    wanted as a protobuf `Value`, by the SDK."""
+    kind = type(value)
+    if kind in SCALARS and not return_protobuf_value:
         if typ:
             _types.unwrap_type(typ)  # as the SDK does first: a malformed annotation raises
         return value
+    if kind in _CONTAINERS and not return_protobuf_value and not settings.excessive_debug_output:
+        pending: list[_Pending] = []
+        try:
+            serialized = _container(value, kind, typ, input_transformer, property_key, pending)
+        except Exception:
+            # The walk changes nothing (it reads the value and the types): the SDK's own walk
+            # from the start meets the same failure, after the values before it, as it would.
+            pending = []
+        else:
+            for holder, slot, item, item_type, key in pending:
+                holder[slot] = await serialize_property(
+                    item,
+                    deps,
+                    key,
+                    resource_obj,
+                    input_transformer,
+                    item_type,
+                    keep_output_values,
+                    exclude_resource_refs_from_deps,
+                )
+            return serialized
     return await SDK_SERIALIZE_PROPERTY(
         value,
         deps,
@@ -280,6 +306,110 @@ async def serialize_property(
         exclude_resource_refs_from_deps,
         return_protobuf_value,
     )
+
+
+# The containers `serialize_property` walks itself: the SDK's `abc.Sequence` (but a string)
+# and `abc.Mapping` cases, for the types of both a program passes; none of them is an unknown,
+# a resource, an asset, an archive, an awaitable, an Output or an input type, the checks the
+# SDK makes before those two.
+_CONTAINERS = frozenset({list, tuple, dict, MappingProxyType})
+_MAPPING_ORIGINS = [dict, typing.Dict, abc.Mapping, typing.Mapping]  # noqa: UP006 - the SDK's
+
+# A value inside a container that the SDK serializes: where its answer goes (the container
+# and the index or key), the value, its annotation and the property key the SDK passes with it.
+_Pending = tuple[Any, Any, Any, Any, Any]
+
+
+def _container(
+    value: Any,
+    kind: type,
+    typ: Any,
+    input_transformer: Callable[[str], str] | None,
+    property_key: str | None,
+    pending: list[_Pending],
+) -> Any:
+    """The SDK's `serialize_property` of a list, tuple, dict or read-only map, without awaiting:
+    the same checks of `typ`, the same key translation and the same annotation for each value,
+    line for line. A value of another kind gets a None in its place and is added to `pending`
+    in the order the SDK's walk meets it."""
+    typ = _types.unwrap_type(typ) if typ else typ
+    if typ is Any:
+        typ = None
+    if kind is list or kind is tuple:
+        element_type = rpc._get_list_element_type(typ)
+        items: list[Any] = []
+        for element in value:
+            items.append(None)
+            _item(
+                items,
+                len(items) - 1,
+                element,
+                element_type,
+                input_transformer,
+                property_key,
+                pending,
+            )
+        return items
+    get_type: Callable[[str], Any] = _no_type
+    translate = input_transformer
+    if typ is not None:
+        case = _types.reduce_discriminated_union(typ, value, _types._py_name_for)
+        if case is not None:
+            typ = case
+        if _types.is_input_type(typ):
+            py_name_to_pulumi_name = _types.input_type_py_to_pulumi_names(typ)
+            get_type = _types.input_type_types(typ).get
+
+            def translate(k: str) -> str:
+                return py_name_to_pulumi_name.get(k) or k
+
+        else:
+            origin = typing.get_origin(typ)
+            if typ is dict or origin in _MAPPING_ORIGINS:
+                args = typing.get_args(typ)
+                if len(args) == 2 and args[0] is str:
+                    element_type = args[1]
+
+                    def get_type(k: str) -> Any:
+                        return element_type
+
+                    translate = None
+            else:
+                translate = None
+    obj: dict[Any, Any] = {}
+    for k in value:
+        transformed_key = k if translate is None else translate(k)
+        obj[transformed_key] = None
+        _item(
+            obj, transformed_key, value[k], get_type(transformed_key), input_transformer, k, pending
+        )
+    return obj
+
+
+def _item(
+    holder: Any,
+    slot: Any,
+    value: Any,
+    typ: Any,
+    input_transformer: Callable[[str], str] | None,
+    property_key: str | None,
+    pending: list[_Pending],
+) -> None:
+    """`holder[slot]`: the SDK's serialization of one value inside a container, or None and the
+    value added to `pending` when it is none of the kinds `_container` answers."""
+    kind = type(value)
+    if kind in SCALARS:
+        if typ:
+            _types.unwrap_type(typ)
+        holder[slot] = value
+    elif kind in _CONTAINERS:
+        holder[slot] = _container(value, kind, typ, input_transformer, property_key, pending)
+    else:
+        pending.append((holder, slot, value, typ, property_key))
+
+
+def _no_type(_key: str) -> None:
+    return None
 
 
 _REQUEST = resource_pb2.RegisterResourceRequest
@@ -313,7 +443,8 @@ RESOURCE_PB2 = _with_request(resource_pb2)
 class _ByIdentity:
     """The answers of a function of one hashable-or-not object, remembered by that object's
     identity (each entry keeps its object alive, so no other object takes its id); at most
-    `limit` of them, after which it starts again."""
+    `limit` of them, after which it starts again (the same `answers` dict, which
+    `unwrap_type` reads directly)."""
 
     def __init__(self, function: Callable[[Any], Any], limit: int = 4096):
         self.function = function
@@ -333,16 +464,26 @@ class _ByIdentity:
 
 _UNWRAP_TYPE = _ByIdentity(SDK_UNWRAP_TYPE)
 _UNWRAP_OPTIONAL_TYPE = _ByIdentity(SDK_UNWRAP_OPTIONAL_TYPE)
+# Read here first: the SDK asks over a thousand times per node, nearly always of an annotation
+# it asked before, and a call of `_ByIdentity` costs more than the lookup it makes.
+_UNWRAPPED = _UNWRAP_TYPE.answers
+_UNWRAPPED_OPTIONAL = _UNWRAP_OPTIONAL_TYPE.answers
 
 
 def unwrap_type(val: type) -> type:
     """The SDK's `_types.unwrap_type` (T of `Output[T]`, `Input[T]`, `InputType[T]`,
     `Optional[T]`), remembered by annotation."""
+    known = _UNWRAPPED.get(id(val))
+    if known is not None and known[0] is val:
+        return known[1]
     return _UNWRAP_TYPE(val)
 
 
 def unwrap_optional_type(val: type) -> type:
     """The SDK's `_types.unwrap_optional_type` (T of `Optional[T]`), remembered by annotation."""
+    known = _UNWRAPPED_OPTIONAL.get(id(val))
+    if known is not None and known[0] is val:
+        return known[1]
     return _UNWRAP_OPTIONAL_TYPE(val)
 
 

@@ -19,7 +19,7 @@ import sys
 import threading
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from enum import Enum, StrEnum
 from typing import Any, Optional, Union
 
@@ -767,10 +767,13 @@ def _args_classes() -> list[type]:
     ]
 
 
-def _serialized_properties(serialize, seed: int, args: type) -> list[tuple]:
+def _serialized_properties(
+    serialize, seed: int, args: type, transformer: Callable[[str], str] | None = None
+) -> list[tuple]:
     """Every property of `args` with a random value, serialized by `serialize` against its
-    type: the answer or the error, the dependencies found, and the resources each Output holds
-    afterwards (the SDK adds those found inside it)."""
+    type (keys translated by `transformer` where the type does not name them): the answer or
+    the error, the dependencies found, and the resources each Output holds afterwards (the SDK
+    adds those found inside it)."""
 
     async def serialize_all() -> list[tuple]:
         typed = _Typed(seed)
@@ -781,7 +784,9 @@ def _serialized_properties(serialize, seed: int, args: type) -> list[tuple]:
             value = typed.value(hints[pulumi_name])
             deps: list[Any] = []
             try:
-                answer = await serialize(value, deps, py_name, None, None, hints[pulumi_name])
+                answer = await serialize(
+                    value, deps, py_name, None, transformer, hints[pulumi_name]
+                )
                 outcome = ("returns", _typed(answer))
             except Exception as error:  # the SDK's own failures count too
                 outcome = ("raises", type(error).__name__, str(error))
@@ -798,20 +803,93 @@ async def _resources_of(value: Any) -> set[Any]:
     return set()
 
 
+@pulumi.input_type
+class _CatArgs:
+    def __init__(__self__, *, meow_count: pulumi.Input[int]):
+        pulumi.set(__self__, "meow_count", meow_count)
+
+    @property
+    @pulumi.getter(name="meowCount")
+    def meow_count(self) -> pulumi.Input[int]:
+        return pulumi.get(self, "meow_count")
+
+
+@pulumi.input_type
+class _DogArgs:
+    def __init__(__self__, *, bark_volume: pulumi.Input[str], good: pulumi.Input[bool] = None):
+        pulumi.set(__self__, "bark_volume", bark_volume)
+        if good is not None:
+            pulumi.set(__self__, "good", good)
+
+    @property
+    @pulumi.getter(name="barkVolume")
+    def bark_volume(self) -> pulumi.Input[str]:
+        return pulumi.get(self, "bark_volume")
+
+    @property
+    @pulumi.getter
+    def good(self) -> pulumi.Input[bool] | None:
+        return pulumi.get(self, "good")
+
+
+@pulumi.input_type
+class _PetsArgs:
+    """Discriminated unions of input types (the SDK picks the member a map's keys select), alone
+    and in lists, and maps typed by their values: shapes the program's own types lack."""
+
+    def __init__(
+        __self__,
+        *,
+        pet: pulumi.Input[Union[_CatArgs, _DogArgs]],  # noqa: UP007 - as generated
+        pets: pulumi.Input[Sequence[pulumi.Input[Union[_CatArgs, _DogArgs]]]] = None,  # noqa: UP007
+        names: pulumi.Input[Mapping[str, pulumi.Input[str]]] = None,
+        extra: pulumi.Input[Mapping[str, Any]] = None,
+    ):
+        pulumi.set(__self__, "pet", pet)
+        for name, value in (("pets", pets), ("names", names), ("extra", extra)):
+            if value is not None:
+                pulumi.set(__self__, name, value)
+
+    @property
+    @pulumi.getter
+    def pet(self) -> pulumi.Input[Union[_CatArgs, _DogArgs]]:  # noqa: UP007
+        return pulumi.get(self, "pet")
+
+    @property
+    @pulumi.getter(name="petList")
+    def pets(self) -> pulumi.Input[Sequence[pulumi.Input[Union[_CatArgs, _DogArgs]]]] | None:  # noqa: UP007
+        return pulumi.get(self, "pets")
+
+    @property
+    @pulumi.getter
+    def names(self) -> pulumi.Input[Mapping[str, pulumi.Input[str]]] | None:
+        return pulumi.get(self, "names")
+
+    @property
+    @pulumi.getter
+    def extra(self) -> pulumi.Input[Mapping[str, Any]] | None:
+        return pulumi.get(self, "extra")
+
+
 @pytest.mark.parametrize("secrets", [True, False], ids=["secrets", "no secrets"])
+@pytest.mark.parametrize("transformer", [None, str.upper], ids=["no translator", "translator"])
 def test_serialize_property_serializes_the_args_of_the_programs_types_as_the_sdk_does(
-    monkeypatch, secrets
+    monkeypatch, secrets, transformer
 ):
     # The SDK's walk through lists, maps, input types and Outputs calls the replacement (the
-    # module's function) for every value inside them, each against its own annotation.
+    # module's function) for every value inside them, each against its own annotation; the
+    # replacement walks lists and maps itself and must translate their keys and pick their
+    # values' annotations as the SDK does (a resource's `translate_input_property` is the
+    # translator where no type names the keys).
     features = {rpc.resource_pb2.RESOURCE_MONITOR_FEATURE_SECRETS} if secrets else set()
     monkeypatch.setattr(rpc.settings.SETTINGS, "monitor_features", features)
     original = sdk_original(BY_NAME["serialize_property"])
     outcomes = collections.Counter()
     for seed in range(60):
-        for args in _args_classes():
-            ours = _serialized_properties(sdk_values.serialize_property, seed, args)
-            assert ours == _serialized_properties(original, seed, args), (seed, args)
+        for args in [*_args_classes(), _PetsArgs]:
+            ours = _serialized_properties(sdk_values.serialize_property, seed, args, transformer)
+            theirs = _serialized_properties(original, seed, args, transformer)
+            assert ours == theirs, (seed, args)
             outcomes.update(outcome[0] for _, outcome, _, _ in ours)
             outcomes["with dependencies"] += sum(1 for *_, deps, _ in ours if deps)
     assert outcomes["returns"] > 1000 and outcomes["raises"] > 20
