@@ -72,10 +72,20 @@ def _contains_unknowns(val: Any, seen_ids: set[int]) -> bool:
     if val_id in seen_ids:
         return False
     seen_ids.add(val_id)
+    # A plain string, number or None inside is never unknown, nor met again as a container:
+    # skipped without a call (most values are strings), in a loop rather than `any` over a
+    # generator, which is a frame per value.
     if isinstance(val, dict):
-        return any(_contains_unknowns(val[k], seen_ids) for k in val)
+        for k in val:
+            item = val[k]
+            if type(item) not in SCALARS and _contains_unknowns(item, seen_ids):
+                return True
+        return False
     if isinstance(val, list):
-        return any(_contains_unknowns(x, seen_ids) for x in val)
+        for item in val:  # noqa: SIM110 - see above
+            if type(item) not in SCALARS and _contains_unknowns(item, seen_ids):
+                return True
+        return False
     return False
 
 
