@@ -91,6 +91,40 @@ def test_each_run_has_its_own_process_and_the_row_joins_them():
     assert "same-types peak MiB" in format_table([measured])
 
 
+def test_the_same_types_register_each_type_a_node_adds():
+    """The bound the own cost is held to: every resource a node adds is registered again, of
+    its own type (not a stand-in type), so the SDK's and the stand-in's cost for that type
+    (a generated host key included) is on both sides; the stack's fixed resources may be
+    trivial ones, whose cost does not grow with the nodes."""
+    from collections import Counter
+
+    from tools import benchmark
+
+    def types(nodes: int) -> Counter:
+        graph = run_program("dev", config=benchmark.config_for(nodes), record_inputs=False)
+        return Counter(r.type for r in graph)
+
+    per_node = types(2) - types(1)
+    assert per_node["kubernetes:batch/v1:Job"] == 1 and per_node["command:remote:Command"] > 10
+    same = run_program(
+        "dev",
+        config=benchmark.config_for(1),
+        program=benchmark.same_types_program(list(per_node.elements())),
+        record_inputs=False,
+    )
+    registered = Counter(r.type for r in same) - Counter(r.type for r in run_program_nothing())
+    assert registered == per_node
+
+
+def run_program_nothing():
+    """What a program registering nothing leaves in the graph (the stack itself)."""
+    from tools import benchmark
+
+    return run_program(
+        "dev", config=benchmark.config_for(1), program=lambda: None, record_inputs=False
+    )
+
+
 def test_without_inputs_the_graph_keeps_types_names_and_dependencies():
     """The benchmark's recording (`record_inputs=False`): the same resources, names, types and
     dependencies as a full recording, no inputs, and the mock monitor keeps no state (under

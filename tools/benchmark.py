@@ -69,6 +69,7 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_command as command
 import pulumi_kubernetes as k8s
+import pulumi_tls as tls
 
 from tools.harness.graph import Graph
 from tools.harness.stacks import PROGRAM, ROOT, fleet_config, run_program, stack_file
@@ -212,6 +213,9 @@ def _minimal(type_: str, name: str) -> None:
         command.remote.Command(name, connection=connection, create="true")
     elif type_ == "kubernetes:batch/v1:Job":
         k8s.batch.v1.Job(name, spec={"template": {"spec": {"containers": []}}})
+    elif type_ == "tls:index/privateKey:PrivateKey":
+        # Its one required input; the stand-in makes a real key for it, on both sides.
+        tls.PrivateKey(name, algorithm="ED25519")
     elif type_.startswith("gpu-cluster:"):
         pulumi.ComponentResource(type_, name)
     else:
