@@ -10,16 +10,22 @@ every other case to the SDK's own function (`SDK_*`, taken before any replacemen
   maps, a secret inside a map or list makes it a secret as a whole), and hands anything else (an
   unknown, an asset, an archive, a resource reference, an output value) to the SDK.
 - `rpc.translate_output_properties` then walks every value of those outputs with its type from
-  the resource's annotations. The replacement answers a string, number, boolean or None itself,
+  the resource's annotations, keeping a path object per value for its error messages and
+  building the property types of an output type afresh for every object of it (every nested
+  object of a Job's spec). The replacement answers a string, number, boolean or None itself,
   with the SDK's rules for them (an Enum type makes a member, a float typed `int` an int), and
-  hands maps and lists to the SDK, which calls it again for each of their values.
+  walks a map (not a secret) or a list itself by the SDK's rules, with the answers that depend
+  on the type alone remembered; anything else, and a value the walk fails on, goes to the SDK,
+  so a failure is reported as the SDK reports it.
 - `rpc.serialize_property` is called for every input of every registration and again for
-  every value inside a map or list, and takes each through a dozen checks (a sequence, an
-  unknown, a resource, an asset, an archive, an awaitable, an Output, an input type, a mapping,
-  a protobuf value) before it returns a string, number, boolean or None as it is. The
-  replacement returns those at once and hands every other value to the SDK. (Its digest pins
-  `rpc`'s definitions only: that none of those types is an unknown, a resource, an asset or an
-  input type is the word of `known_types` and `_types`, which it cannot pin, as of 3.272.0.)
+  every value inside a map or list, a coroutine each, and takes each through a dozen checks (a
+  sequence, an unknown, a resource, an asset, an archive, an awaitable, an Output, an input
+  type, a mapping, a protobuf value) before it returns a string, number, boolean or None as it
+  is. The replacement returns those at once, walks lists, tuples, dicts and read-only maps
+  itself by the SDK's rules (key translation, each value's annotation), and hands every other
+  value, in the order the SDK's walk meets it, to the SDK. (Its digest pins `rpc`'s
+  definitions only: that none of those types is an unknown, a resource, an asset or an input
+  type is the word of `known_types` and `_types`, which it cannot pin, as of 3.272.0.)
 - `rpc.resolve_outputs` combines the engine's answer with the inputs: every output, then each
   input the answer lacks. To find those it reads every input's value first
   (`list(serialized_props.items())`: protobuf's `Struct.items` makes a Python value of each,
@@ -167,18 +173,37 @@ def translate_output_properties(
 ) -> Any:
     """The SDK's `rpc.translate_output_properties`: a string, number, boolean or None as the SDK
     makes it (an Enum type makes a member of it, a float typed `int` an int, anything else
-    stays as it is); maps and lists, and anything else, by the SDK."""
+    stays as it is); a map (not a secret) or a list walked at once (`_translate_container`);
+    anything else, and any value the walk fails on, by the SDK, whose errors name the path."""
     kind = type(output)
-    if kind not in SCALARS:
-        return SDK_TRANSLATE_OUTPUT_PROPERTIES(
-            output,
-            output_transformer,
-            typ,
-            transform_using_type_metadata,
-            path,
-            return_none_on_dict_type_mismatch,
-        )
-    typ = _types.unwrap_optional_type(typ) if typ else typ
+    if kind in SCALARS:
+        return _translate_scalar(output, kind, typ)
+    if (kind is dict and not rpc.is_rpc_secret(output)) or kind is list:
+        try:
+            return _translate_container(
+                output,
+                kind,
+                output_transformer,
+                typ,
+                transform_using_type_metadata,
+                return_none_on_dict_type_mismatch,
+            )
+        except Exception:
+            # The walk changes nothing and builds only what the SDK builds (output types,
+            # Enum members): the SDK's walk from the start fails as it would have.
+            pass
+    return SDK_TRANSLATE_OUTPUT_PROPERTIES(
+        output,
+        output_transformer,
+        typ,
+        transform_using_type_metadata,
+        path,
+        return_none_on_dict_type_mismatch,
+    )
+
+
+def _translate_scalar(output: Any, kind: type, typ: Any) -> Any:
+    typ = unwrap_optional_type(typ) if typ else typ
     if typ is Any or output is None:
         return output
     if typ and inspect.isclass(typ) and issubclass(typ, Enum):
@@ -186,6 +211,90 @@ def translate_output_properties(
     if kind is float and typ is int:
         return int(output)
     return output
+
+
+def _translate_container(
+    output: Any,
+    kind: type,
+    output_transformer: Callable[[str], str],
+    typ: Any,
+    by_type: bool,
+    none_on_mismatch: bool,
+) -> Any:
+    """The SDK's `translate_output_properties` of a map that is not a secret, or of a list,
+    line for line, without the path it keeps for its error messages (a failure raises, and the
+    caller hands the value to the SDK). Each value inside is translated as the SDK's call for
+    it would: a plain one here, a map or list by recursion, anything else by the SDK."""
+    typ = unwrap_optional_type(typ) if typ else typ
+    if typ is Any:
+        typ = None
+    if kind is list:
+        element_type = rpc._get_list_element_type(typ)
+        return [
+            _translate_item(v, output_transformer, element_type, by_type, none_on_mismatch)
+            for v in output
+        ]
+    if typ is not None and _IS_DISCRIMINATED_UNION(typ):
+        typ = _types.reduce_discriminated_union(typ, output, _pulumi_name)
+    get_type: Callable[[str], Any] = _no_type
+    translate = output_transformer
+    if typ is not None:
+        if _IS_OUTPUT_TYPE(typ):
+            types = _OUTPUT_TYPE_TYPES(typ)
+            translated_values = {
+                k: _translate_item(v, output_transformer, types.get(k), by_type, none_on_mismatch)
+                for k, v in output.items()
+            }
+            return _types.output_type_from_dict(typ, translated_values)
+        origin = typing.get_origin(typ)
+        if typ is dict or origin in _MAPPING_ORIGINS:
+            args = typing.get_args(typ)
+            if len(args) == 2 and args[0] is str:
+                element_type = args[1]
+
+                def get_type(k: str) -> Any:
+                    return element_type
+
+                if by_type:
+                    translate = _same_name
+        elif none_on_mismatch:
+            return None
+        else:
+            raise _Mismatch
+    return {
+        translate(k): _translate_item(v, output_transformer, get_type(k), by_type, none_on_mismatch)
+        for k, v in output.items()
+    }
+
+
+def _translate_item(
+    value: Any,
+    output_transformer: Callable[[str], str],
+    typ: Any,
+    by_type: bool,
+    none_on_mismatch: bool,
+) -> Any:
+    kind = type(value)
+    if kind in SCALARS:
+        return _translate_scalar(value, kind, typ)
+    if (kind is dict and not rpc.is_rpc_secret(value)) or kind is list:
+        return _translate_container(value, kind, output_transformer, typ, by_type, none_on_mismatch)
+    return rpc.translate_output_properties(
+        value, output_transformer, typ, by_type, None, none_on_mismatch
+    )
+
+
+class _Mismatch(Exception):
+    """A map where the type says otherwise: the SDK raises, naming the path."""
+
+
+def _pulumi_name(_cls: type, name: str) -> str:
+    """The SDK's `lambda _, name: name`: the engine's keys are the Pulumi names."""
+    return name
+
+
+def _same_name(key: str) -> str:
+    return key
 
 
 def resolve_outputs(
@@ -500,3 +609,11 @@ def resource_pulumi_to_py_names(resource_cls: type) -> dict[str, str]:
     """The SDK's `_types.resource_pulumi_to_py_names`, built once per class; a copy for each
     caller."""
     return dict(_RESOURCE_PULUMI_TO_PY_NAMES(resource_cls))
+
+
+# Of an annotation alone, remembered (the SDK builds `output_type_types` afresh, a dict and an
+# `unwrap_type` per property, for every output-type value it reads: every nested object of a
+# Job's spec). The dict is read here only, never handed out.
+_IS_DISCRIMINATED_UNION = _ByIdentity(_types.is_discriminated_union)
+_IS_OUTPUT_TYPE = _ByIdentity(_types.is_output_type)
+_OUTPUT_TYPE_TYPES = _ByIdentity(_types.output_type_types)

@@ -507,6 +507,128 @@ def test_translate_output_properties_hands_maps_and_lists_to_the_sdk():
         )
 
 
+def _typed_output(rng: random.Random, typ: Any, depth: int = 0) -> Any:
+    """A value of annotation `typ` as the engine answers it (Pulumi names, numbers as floats),
+    with now and then a secret, a null, an unknown or a value of another shape."""
+    roll = rng.random()
+    if roll < 0.04:
+        return _with_secrets(rng, _random_plain(rng))
+    if roll < 0.06:
+        return rpc.UNKNOWN
+    value = _typed_output_of(rng, sdk_values.SDK_UNWRAP_OPTIONAL_TYPE(typ) if typ else typ, depth)
+    return rpc.wrap_rpc_secret(value) if rng.random() < 0.05 else value
+
+
+def _typed_output_of(rng: random.Random, typ: Any, depth: int) -> Any:
+    origin = typing.get_origin(typ)
+    if typ is None or typ is Any or depth > 5:
+        return _random_plain(rng, 3)
+    if origin in (Union, types.UnionType):
+        return _typed_output(rng, rng.choice(typing.get_args(typ)), depth)
+    if sdk_values._types.is_output_type(typ):
+        hints = sdk_values._types.output_type_types(typ)
+        fields = {
+            name: _typed_output(rng, hint, depth + 1)
+            for name, hint in hints.items()
+            if rng.random() < 0.6
+        }
+        if rng.random() < 0.1:
+            fields["somethingNew"] = "x"
+        return fields
+    if origin in (list, collections.abc.Sequence) or typ is list:
+        (element,) = typing.get_args(typ) or (Any,)
+        return [_typed_output(rng, element, depth + 1) for _ in range(rng.randrange(3))]
+    if origin in (dict, collections.abc.Mapping) or typ is dict:
+        _, element = typing.get_args(typ) or (str, Any)
+        return {f"key_{i}": _typed_output(rng, element, depth + 1) for i in range(rng.randrange(3))}
+    if isinstance(typ, type) and issubclass(typ, Enum):
+        return rng.choice(list(typ)).value
+    if typ in (int, float):
+        return float(rng.randrange(100))
+    if typ is bool:
+        return rng.random() < 0.5
+    return rng.choice(["", "s", "key_0"])
+
+
+@pulumi.output_type
+class _CatOutput(dict):
+    def __init__(__self__, *, meow_count: int):
+        pulumi.set(__self__, "meow_count", meow_count)
+
+    @property
+    @pulumi.getter(name="meowCount")
+    def meow_count(self) -> int:
+        return pulumi.get(self, "meow_count")
+
+
+@pulumi.output_type
+class _DogOutput(dict):
+    def __init__(__self__, *, bark_volume: str, good: bool | None = None):
+        pulumi.set(__self__, "bark_volume", bark_volume)
+        if good is not None:
+            pulumi.set(__self__, "good", good)
+
+    @property
+    @pulumi.getter(name="barkVolume")
+    def bark_volume(self) -> str:
+        return pulumi.get(self, "bark_volume")
+
+    @property
+    @pulumi.getter
+    def good(self) -> bool | None:
+        return pulumi.get(self, "good")
+
+
+# Outputs of discriminated unions of output types, alone, in lists and in maps: shapes the
+# program's resources lack.
+_PET = Union[_CatOutput, _DogOutput]  # noqa: UP007 - as generated
+_PET_OUTPUTS = {"pet": _PET, "pets": list[_PET], "byName": Mapping[str, _PET]}
+
+
+@pytest.mark.parametrize("by_type", [True, False], ids=["by type", "by transformer"])
+def test_translate_output_properties_builds_the_sdks_output_types(by_type):
+    # Every output of the resources the program registers, shaped by its annotation (output
+    # types nested in lists and maps, Enums, secrets, nulls, and values of another shape, which
+    # the SDK rejects or, asked to, answers None for): the same objects or the same error.
+    original = sdk_original(BY_NAME["translate_output_properties"])
+    rng = random.Random(31)
+    outcomes = collections.Counter()
+    every_hints = [sdk_values._types.resource_types(cls) for cls in _resource_classes()]
+    for hints in [*every_hints, _PET_OUTPUTS]:
+        for _ in range(40):
+            for name, hint in hints.items():
+                value = _typed_output(rng, hint)
+                none_on_mismatch = rng.random() < 0.3
+                path = rpc._Path(name, resource="r")
+                args = (value, str.upper, hint, by_type, path, none_on_mismatch)
+                ours = _translated(sdk_values.translate_output_properties, *args)
+                assert ours == _translated(original, *args), (name, value)
+                outcomes[ours[0][0]] += 1
+                outcomes["output types"] += ours[1]
+    assert outcomes["returns"] > 1000 and outcomes["raises"] > 20
+    assert outcomes["output types"] > 300
+
+
+def _translated(function: Callable[..., Any], *args: Any) -> tuple:
+    """(what `function(*args)` answers or how it fails, comparably; how many output-type
+    objects the answer holds)."""
+    try:
+        value = function(*args)
+    except Exception as error:  # the SDK's own failures count too
+        return ("raises", type(error).__name__, re.sub(r" at 0x[0-9a-f]+", "", str(error))), 0
+    return ("returns", _canonical(value)), _output_types_in(value)
+
+
+def _output_types_in(value: Any) -> int:
+    if sdk_values._types.is_output_type(type(value)):
+        return 1 + _output_types_in(sdk_values._types.output_type_to_dict(value))
+    if isinstance(value, dict):
+        return sum(_output_types_in(v) for v in value.values())
+    if isinstance(value, list):
+        return sum(_output_types_in(v) for v in value)
+    return 0
+
+
 # resolve_outputs
 
 
