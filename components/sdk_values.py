@@ -117,7 +117,8 @@ def plain_properties(struct: struct_pb2.Struct) -> dict[str, Any] | None:
 
 
 def _from_struct(struct: struct_pb2.Struct) -> dict[str, Any]:
-    """`rpc.deserialize_properties` of a map."""
+    """`rpc.deserialize_properties` of a map (a string, number or boolean inside read in
+    place, most values being one)."""
     fields = struct.fields
     if rpc._special_sig_key in fields:
         signature = fields[rpc._special_sig_key]
@@ -130,9 +131,21 @@ def _from_struct(struct: struct_pb2.Struct) -> dict[str, Any]:
         return rpc.wrap_rpc_secret(_from_value(fields["value"]))
     props = {}
     for key in fields:
-        value = _from_value(fields[key])
-        if value is not None:
-            props[key] = value
+        value = fields[key]
+        kind = value.WhichOneof("kind")
+        if kind == "string_value":
+            text = value.string_value
+            if text == rpc.UNKNOWN:
+                raise NotPlain
+            props[key] = text
+        elif kind == "number_value":
+            props[key] = value.number_value
+        elif kind == "bool_value":
+            props[key] = value.bool_value
+        elif kind != "null_value":
+            item = _from_value(value)
+            if item is not None:
+                props[key] = item
     return props
 
 
@@ -152,15 +165,24 @@ def _from_value(value: struct_pb2.Value) -> Any:
         return None
     if kind == "struct_value":
         props = _from_struct(value.struct_value)
-        if isinstance(props, dict) and any(rpc.is_rpc_secret(v) for v in props.values()):
+        if _holds_secret(props.values()):
             return rpc.wrap_rpc_secret({k: rpc.unwrap_rpc_secret(v) for k, v in props.items()})
         return props
     if kind == "list_value":
         values = [_from_value(item) for item in value.list_value.values]
-        if any(rpc.is_rpc_secret(v) for v in values):
+        if _holds_secret(values):
             return rpc.wrap_rpc_secret([rpc.unwrap_rpc_secret(v) for v in values])
         return values
     raise NotPlain  # a value with no kind set: the SDK's reading of it fails
+
+
+def _holds_secret(values: Any) -> bool:
+    """`any(rpc.is_rpc_secret(v) for v in values)` for values read by `_from_value`, where only
+    a dict can be a secret (a loop: a generator is a frame per call)."""
+    for v in values:  # noqa: SIM110
+        if type(v) is dict and rpc.is_rpc_secret(v):
+            return True
+    return False
 
 
 def translate_output_properties(
@@ -236,7 +258,8 @@ def _translate_container(
         ]
     if typ is not None and _IS_DISCRIMINATED_UNION(typ):
         typ = _types.reduce_discriminated_union(typ, output, _pulumi_name)
-    get_type: Callable[[str], Any] = _no_type
+    types: dict[str, Any] | None = None  # each value's type by its key, if any
+    value_type = None  # else the one type of every value
     translate = output_transformer
     if typ is not None:
         if _IS_OUTPUT_TYPE(typ):
@@ -250,11 +273,7 @@ def _translate_container(
         if typ is dict or origin in _MAPPING_ORIGINS:
             args = typing.get_args(typ)
             if len(args) == 2 and args[0] is str:
-                element_type = args[1]
-
-                def get_type(k: str) -> Any:
-                    return element_type
-
+                value_type = args[1]
                 if by_type:
                     translate = _same_name
         elif none_on_mismatch:
@@ -262,7 +281,7 @@ def _translate_container(
         else:
             raise _Mismatch
     return {
-        translate(k): _translate_item(v, output_transformer, get_type(k), by_type, none_on_mismatch)
+        translate(k): _translate_item(v, output_transformer, value_type, by_type, none_on_mismatch)
         for k, v in output.items()
     }
 
@@ -276,7 +295,7 @@ def _translate_item(
 ) -> Any:
     kind = type(value)
     if kind in SCALARS:
-        return _translate_scalar(value, kind, typ)
+        return value if typ is None else _translate_scalar(value, kind, typ)
     if (kind is dict and not rpc.is_rpc_secret(value)) or kind is list:
         return _translate_container(value, kind, output_transformer, typ, by_type, none_on_mismatch)
     return rpc.translate_output_properties(
@@ -440,34 +459,46 @@ def _container(
     """The SDK's `serialize_property` of a list, tuple, dict or read-only map, without awaiting:
     the same checks of `typ`, the same key translation and the same annotation for each value,
     line for line. A value of another kind gets a None in its place and is added to `pending`
-    in the order the SDK's walk meets it."""
-    typ = _types.unwrap_type(typ) if typ else typ
+    in the order the SDK's walk meets it. (A string, number, boolean or None inside is placed
+    here, its annotation unwrapped as the SDK's call for it does first, which raises for a
+    malformed one: most values are one.)"""
+    typ = unwrap_type(typ) if typ else typ
     if typ is Any:
         typ = None
     if kind is list or kind is tuple:
         element_type = rpc._get_list_element_type(typ)
+        if element_type and value:
+            unwrap_type(element_type)
         items: list[Any] = []
         for element in value:
-            items.append(None)
-            _item(
-                items,
-                len(items) - 1,
-                element,
-                element_type,
-                input_transformer,
-                property_key,
-                pending,
-            )
+            element_kind = type(element)
+            if element_kind in SCALARS:
+                items.append(element)
+            elif element_kind in _CONTAINERS:
+                items.append(
+                    _container(
+                        element,
+                        element_kind,
+                        element_type,
+                        input_transformer,
+                        property_key,
+                        pending,
+                    )
+                )
+            else:
+                items.append(None)
+                pending.append((items, len(items) - 1, element, element_type, property_key))
         return items
-    get_type: Callable[[str], Any] = _no_type
+    types: dict[str, Any] | None = None  # each value's annotation by its key, if any
+    value_type = None  # else the one annotation of every value
     translate = input_transformer
     if typ is not None:
         case = _types.reduce_discriminated_union(typ, value, _types._py_name_for)
         if case is not None:
             typ = case
         if _types.is_input_type(typ):
-            py_name_to_pulumi_name = _types.input_type_py_to_pulumi_names(typ)
-            get_type = _types.input_type_types(typ).get
+            py_name_to_pulumi_name = _INPUT_TYPE_PY_TO_PULUMI_NAMES(typ)
+            types = _INPUT_TYPE_TYPES(typ)
 
             def translate(k: str) -> str:
                 return py_name_to_pulumi_name.get(k) or k
@@ -477,48 +508,28 @@ def _container(
             if typ is dict or origin in _MAPPING_ORIGINS:
                 args = typing.get_args(typ)
                 if len(args) == 2 and args[0] is str:
-                    element_type = args[1]
-
-                    def get_type(k: str) -> Any:
-                        return element_type
-
+                    value_type = args[1]
                     translate = None
             else:
                 translate = None
     obj: dict[Any, Any] = {}
     for k in value:
         transformed_key = k if translate is None else translate(k)
-        obj[transformed_key] = None
-        _item(
-            obj, transformed_key, value[k], get_type(transformed_key), input_transformer, k, pending
-        )
+        item = value[k]
+        item_type = value_type if types is None else types.get(transformed_key)
+        item_kind = type(item)
+        if item_kind in SCALARS:
+            if item_type:
+                unwrap_type(item_type)
+            obj[transformed_key] = item
+        elif item_kind in _CONTAINERS:
+            obj[transformed_key] = _container(
+                item, item_kind, item_type, input_transformer, k, pending
+            )
+        else:
+            obj[transformed_key] = None
+            pending.append((obj, transformed_key, item, item_type, k))
     return obj
-
-
-def _item(
-    holder: Any,
-    slot: Any,
-    value: Any,
-    typ: Any,
-    input_transformer: Callable[[str], str] | None,
-    property_key: str | None,
-    pending: list[_Pending],
-) -> None:
-    """`holder[slot]`: the SDK's serialization of one value inside a container, or None and the
-    value added to `pending` when it is none of the kinds `_container` answers."""
-    kind = type(value)
-    if kind in SCALARS:
-        if typ:
-            _types.unwrap_type(typ)
-        holder[slot] = value
-    elif kind in _CONTAINERS:
-        holder[slot] = _container(value, kind, typ, input_transformer, property_key, pending)
-    else:
-        pending.append((holder, slot, value, typ, property_key))
-
-
-def _no_type(_key: str) -> None:
-    return None
 
 
 _REQUEST = resource_pb2.RegisterResourceRequest
@@ -611,9 +622,12 @@ def resource_pulumi_to_py_names(resource_cls: type) -> dict[str, str]:
     return dict(_RESOURCE_PULUMI_TO_PY_NAMES(resource_cls))
 
 
-# Of an annotation alone, remembered (the SDK builds `output_type_types` afresh, a dict and an
-# `unwrap_type` per property, for every output-type value it reads: every nested object of a
-# Job's spec). The dict is read here only, never handed out.
+# Answers of an annotation alone, remembered for the two walks above (the SDK builds an input
+# or output type's names and types afresh, a dict and an `unwrap_type` per property, for every
+# value of that type it meets: every nested object of a Job's spec). The walks only read the
+# dicts, never hand them out.
 _IS_DISCRIMINATED_UNION = _ByIdentity(_types.is_discriminated_union)
+_INPUT_TYPE_PY_TO_PULUMI_NAMES = _ByIdentity(_types.input_type_py_to_pulumi_names)
+_INPUT_TYPE_TYPES = _ByIdentity(_types.input_type_types)
 _IS_OUTPUT_TYPE = _ByIdentity(_types.is_output_type)
 _OUTPUT_TYPE_TYPES = _ByIdentity(_types.output_type_types)
