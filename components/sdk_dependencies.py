@@ -33,7 +33,7 @@ import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from pulumi import ComponentResource, Resource
+from pulumi import ComponentResource, CustomResource, Resource
 from pulumi.runtime import resource_cycle_breaker, rpc
 
 # The module, which `pulumi.runtime`'s attribute of that name (a function) hides.
@@ -139,7 +139,16 @@ async def expand_dependencies(deps: Iterable[Any], from_resource: Any | None) ->
     dependency."""
     expanded: dict[str, Any] = {}
     for dependency in deps:
-        for found in _aggregated(dependency, from_resource):
+        if isinstance(dependency, CustomResource) and (
+            not from_resource or dependency in resource_cycle_breaker._deps(from_resource)
+        ):
+            # What `_aggregated` answers without a walk: a custom resource stands for itself,
+            # and one already declared declares nothing new (most: a step's machine, met
+            # again for each input that carries it).
+            found_resources: Iterable[Any] = (dependency,)
+        else:
+            found_resources = _aggregated(dependency, from_resource)
+        for found in found_resources:
             urn = await found.urn.future()
             if urn:
                 expanded[urn] = found

@@ -225,14 +225,29 @@ def translate_output_properties(
 
 
 def _translate_scalar(output: Any, kind: type, typ: Any) -> Any:
-    typ = unwrap_optional_type(typ) if typ else typ
-    if typ is Any or output is None:
+    """A string, number, boolean or None of type `typ`, by the rule for that type
+    (`_scalar_rule`, remembered by annotation)."""
+    known = _SCALAR_RULES.get(id(typ))
+    rule = known[1] if known is not None and known[0] is typ else _SCALAR_RULE(typ)
+    if rule is _AS_IS or output is None:
         return output
+    if rule is int:
+        return int(output) if kind is float else output
+    return rule(output)
+
+
+_AS_IS = object()
+
+
+def _scalar_rule(typ: Any) -> Any:
+    """What the SDK makes of a string, number or boolean of type `typ`: an Enum class makes a
+    member (the class), a float typed `int` an int (`int`), anything else stays (`_AS_IS`)."""
+    typ = unwrap_optional_type(typ) if typ else typ
+    if typ is Any:
+        return _AS_IS
     if typ and inspect.isclass(typ) and issubclass(typ, Enum):
-        return typ(output)
-    if kind is float and typ is int:
-        return int(output)
-    return output
+        return typ
+    return int if typ is int else _AS_IS
 
 
 def _translate_container(
@@ -627,6 +642,8 @@ def resource_pulumi_to_py_names(resource_cls: type) -> dict[str, str]:
 # value of that type it meets: every nested object of a Job's spec). The walks only read the
 # dicts, never hand them out.
 _IS_DISCRIMINATED_UNION = _ByIdentity(_types.is_discriminated_union)
+_SCALAR_RULE = _ByIdentity(_scalar_rule)
+_SCALAR_RULES = _SCALAR_RULE.answers
 _INPUT_TYPE_PY_TO_PULUMI_NAMES = _ByIdentity(_types.input_type_py_to_pulumi_names)
 _INPUT_TYPE_TYPES = _ByIdentity(_types.input_type_types)
 _IS_OUTPUT_TYPE = _ByIdentity(_types.is_output_type)
