@@ -266,7 +266,7 @@ def _translate_container(
     if typ is Any:
         typ = None
     if kind is list:
-        element_type = rpc._get_list_element_type(typ)
+        element_type = _LIST_ELEMENT_TYPE(typ)
         return [
             _translate_item(v, output_transformer, element_type, by_type, none_on_mismatch)
             for v in output
@@ -284,13 +284,10 @@ def _translate_container(
                 for k, v in output.items()
             }
             return _types.output_type_from_dict(typ, translated_values)
-        origin = typing.get_origin(typ)
-        if typ is dict or origin in _MAPPING_ORIGINS:
-            args = typing.get_args(typ)
-            if len(args) == 2 and args[0] is str:
-                value_type = args[1]
-                if by_type:
-                    translate = _same_name
+        mapping, typed, value_type = _MAPPING_RULE(typ)
+        if mapping:
+            if typed and by_type:
+                translate = _same_name
         elif none_on_mismatch:
             return None
         else:
@@ -451,6 +448,19 @@ async def serialize_property(
     )
 
 
+def _mapping_rule(typ: Any) -> tuple[bool, bool, Any]:
+    """How both SDK walks read a map of type `typ` that is not an input or output type:
+    whether `typ` is a map type at all, whether it is one keyed by `str` (its keys are then
+    the user's own), and the type of its values if so."""
+    origin = typing.get_origin(typ)
+    if typ is dict or origin in _MAPPING_ORIGINS:
+        args = typing.get_args(typ)
+        if len(args) == 2 and args[0] is str:
+            return True, True, args[1]
+        return True, False, None
+    return False, False, None
+
+
 # The containers `serialize_property` walks itself: the SDK's `abc.Sequence` (but a string)
 # and `abc.Mapping` cases, for the types of both a program passes; none of them is an unknown,
 # a resource, an asset, an archive, an awaitable, an Output or an input type, the checks the
@@ -481,7 +491,7 @@ def _container(
     if typ is Any:
         typ = None
     if kind is list or kind is tuple:
-        element_type = rpc._get_list_element_type(typ)
+        element_type = _LIST_ELEMENT_TYPE(typ)
         if element_type and value:
             unwrap_type(element_type)
         items: list[Any] = []
@@ -508,9 +518,10 @@ def _container(
     value_type = None  # else the one annotation of every value
     translate = input_transformer
     if typ is not None:
-        case = _types.reduce_discriminated_union(typ, value, _types._py_name_for)
-        if case is not None:
-            typ = case
+        if _IS_DISCRIMINATED_UNION(typ):  # else the SDK's reduction answers None
+            case = _types.reduce_discriminated_union(typ, value, _types._py_name_for)
+            if case is not None:
+                typ = case
         if _types.is_input_type(typ):
             py_name_to_pulumi_name = _INPUT_TYPE_PY_TO_PULUMI_NAMES(typ)
             types = _INPUT_TYPE_TYPES(typ)
@@ -519,13 +530,8 @@ def _container(
                 return py_name_to_pulumi_name.get(k) or k
 
         else:
-            origin = typing.get_origin(typ)
-            if typ is dict or origin in _MAPPING_ORIGINS:
-                args = typing.get_args(typ)
-                if len(args) == 2 and args[0] is str:
-                    value_type = args[1]
-                    translate = None
-            else:
+            mapping, typed, value_type = _MAPPING_RULE(typ)
+            if typed or not mapping:
                 translate = None
     obj: dict[Any, Any] = {}
     for k in value:
@@ -643,6 +649,8 @@ def resource_pulumi_to_py_names(resource_cls: type) -> dict[str, str]:
 # dicts, never hand them out.
 _IS_DISCRIMINATED_UNION = _ByIdentity(_types.is_discriminated_union)
 _SCALAR_RULE = _ByIdentity(_scalar_rule)
+_LIST_ELEMENT_TYPE = _ByIdentity(rpc._get_list_element_type)
+_MAPPING_RULE = _ByIdentity(_mapping_rule)
 _SCALAR_RULES = _SCALAR_RULE.answers
 _INPUT_TYPE_PY_TO_PULUMI_NAMES = _ByIdentity(_types.input_type_py_to_pulumi_names)
 _INPUT_TYPE_TYPES = _ByIdentity(_types.input_type_types)

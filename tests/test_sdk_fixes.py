@@ -579,10 +579,10 @@ class _DogOutput(dict):
         return pulumi.get(self, "good")
 
 
-# Outputs of discriminated unions of output types, alone, in lists and in maps: shapes the
-# program's resources lack.
+# Outputs of discriminated unions of output types, alone, in lists and in maps, and a map typed
+# `dict` alone (its keys are translated): shapes the program's resources lack.
 _PET = Union[_CatOutput, _DogOutput]  # noqa: UP007 - as generated
-_PET_OUTPUTS = {"pet": _PET, "pets": list[_PET], "byName": Mapping[str, _PET]}
+_PET_OUTPUTS = {"pet": _PET, "pets": list[_PET], "byName": Mapping[str, _PET], "loose": dict}
 
 
 @pytest.mark.parametrize("by_type", [True, False], ids=["by type", "by transformer"])
