@@ -40,6 +40,8 @@ from pulumi.runtime import resource_cycle_breaker, rpc
 _depends_on = importlib.import_module("pulumi.runtime._depends_on")
 
 
+# Where `resource_cycle_breaker` keeps a resource's declared dependencies (read by its `_deps`).
+_DECLARED = resource_cycle_breaker._DEPENDENCIES_PROPERTY
 # A resource's dependents: the resources whose declared dependencies point at it directly.
 _DEPENDENTS = "_gpu_cluster_dependents"
 # A resource's place in a topological order of the declared edges: every resource is placed
@@ -140,7 +142,7 @@ async def expand_dependencies(deps: Iterable[Any], from_resource: Any | None) ->
     expanded: dict[str, Any] = {}
     for dependency in deps:
         if isinstance(dependency, CustomResource) and (
-            not from_resource or dependency in resource_cycle_breaker._deps(from_resource)
+            not from_resource or dependency in getattr(from_resource, _DECLARED, ())
         ):
             # What `_aggregated` answers without a walk: a custom resource stands for itself,
             # and one already declared declares nothing new (most: a step's machine, met

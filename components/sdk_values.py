@@ -581,32 +581,40 @@ def _with_request(messages: ModuleType) -> ModuleType:
 RESOURCE_PB2 = _with_request(resource_pb2)
 
 
-class _ByIdentity:
-    """The answers of a function of one hashable-or-not object, remembered by that object's
+class _Remembered(typing.Protocol):
+    """A function of one object, its answers by that object's identity in `answers`."""
+
+    answers: dict[int, tuple[Any, Any]]
+
+    def __call__(self, value: Any, /) -> Any: ...
+
+
+def _by_identity(function: Callable[[Any], Any], limit: int = 4096) -> _Remembered:
+    """`function` of one hashable-or-not object, its answers remembered by that object's
     identity (each entry keeps its object alive, so no other object takes its id); at most
-    `limit` of them, after which it starts again (the same `answers` dict, which
-    `unwrap_type` reads directly)."""
+    `limit` of them, after which it starts again (the same `answers` dict, which the callers on
+    the hottest paths read directly). A closure, not an object with `__call__`: the SDK calls
+    these thousands of times per node, and calling an object costs a method lookup more."""
+    answers: dict[int, tuple[Any, Any]] = {}
 
-    def __init__(self, function: Callable[[Any], Any], limit: int = 4096):
-        self.function = function
-        self.limit = limit
-        self.answers: dict[int, tuple[Any, Any]] = {}
-
-    def __call__(self, value: Any) -> Any:
-        known = self.answers.get(id(value))
+    def remembered(value: Any) -> Any:
+        known = answers.get(id(value))
         if known is not None and known[0] is value:
             return known[1]
-        answer = self.function(value)
-        if len(self.answers) >= self.limit:
-            self.answers.clear()
-        self.answers[id(value)] = (value, answer)
+        answer = function(value)
+        if len(answers) >= limit:
+            answers.clear()
+        answers[id(value)] = (value, answer)
         return answer
 
+    remembered.answers = answers  # type: ignore[attr-defined]
+    return typing.cast(_Remembered, remembered)
 
-_UNWRAP_TYPE = _ByIdentity(SDK_UNWRAP_TYPE)
-_UNWRAP_OPTIONAL_TYPE = _ByIdentity(SDK_UNWRAP_OPTIONAL_TYPE)
+
+_UNWRAP_TYPE = _by_identity(SDK_UNWRAP_TYPE)
+_UNWRAP_OPTIONAL_TYPE = _by_identity(SDK_UNWRAP_OPTIONAL_TYPE)
 # Read here first: the SDK asks over a thousand times per node, nearly always of an annotation
-# it asked before, and a call of `_ByIdentity` costs more than the lookup it makes.
+# it asked before, and a call costs more than the lookup it makes.
 _UNWRAPPED = _UNWRAP_TYPE.answers
 _UNWRAPPED_OPTIONAL = _UNWRAP_OPTIONAL_TYPE.answers
 
@@ -628,8 +636,8 @@ def unwrap_optional_type(val: type) -> type:
     return _UNWRAP_OPTIONAL_TYPE(val)
 
 
-_RESOURCE_TYPES = _ByIdentity(SDK_RESOURCE_TYPES)
-_RESOURCE_PULUMI_TO_PY_NAMES = _ByIdentity(SDK_RESOURCE_PULUMI_TO_PY_NAMES)
+_RESOURCE_TYPES = _by_identity(SDK_RESOURCE_TYPES)
+_RESOURCE_PULUMI_TO_PY_NAMES = _by_identity(SDK_RESOURCE_PULUMI_TO_PY_NAMES)
 
 
 def resource_types(resource_cls: type) -> dict[str, type]:
@@ -647,12 +655,12 @@ def resource_pulumi_to_py_names(resource_cls: type) -> dict[str, str]:
 # or output type's names and types afresh, a dict and an `unwrap_type` per property, for every
 # value of that type it meets: every nested object of a Job's spec). The walks only read the
 # dicts, never hand them out.
-_IS_DISCRIMINATED_UNION = _ByIdentity(_types.is_discriminated_union)
-_SCALAR_RULE = _ByIdentity(_scalar_rule)
-_LIST_ELEMENT_TYPE = _ByIdentity(rpc._get_list_element_type)
-_MAPPING_RULE = _ByIdentity(_mapping_rule)
+_IS_DISCRIMINATED_UNION = _by_identity(_types.is_discriminated_union)
+_SCALAR_RULE = _by_identity(_scalar_rule)
+_LIST_ELEMENT_TYPE = _by_identity(rpc._get_list_element_type)
+_MAPPING_RULE = _by_identity(_mapping_rule)
 _SCALAR_RULES = _SCALAR_RULE.answers
-_INPUT_TYPE_PY_TO_PULUMI_NAMES = _ByIdentity(_types.input_type_py_to_pulumi_names)
-_INPUT_TYPE_TYPES = _ByIdentity(_types.input_type_types)
-_IS_OUTPUT_TYPE = _ByIdentity(_types.is_output_type)
-_OUTPUT_TYPE_TYPES = _ByIdentity(_types.output_type_types)
+_INPUT_TYPE_PY_TO_PULUMI_NAMES = _by_identity(_types.input_type_py_to_pulumi_names)
+_INPUT_TYPE_TYPES = _by_identity(_types.input_type_types)
+_IS_OUTPUT_TYPE = _by_identity(_types.is_output_type)
+_OUTPUT_TYPE_TYPES = _by_identity(_types.output_type_types)
