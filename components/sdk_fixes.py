@@ -27,8 +27,9 @@ hand every other to the SDK's own function (`wraps`).
 - The replacements of the walks through the dependency graph (`resource_cycle_breaker`,
   `rpc._expand_dependencies`, `_depends_on`) are in `components/sdk_dependencies.py`.
 - The replacements of the functions that carry every value between the program and the engine
-  (serializing inputs, reading outputs, the types both go by) are in
-  `components/sdk_values.py`.
+  are in `components/sdk_inputs.py` (serializing inputs, building the request),
+  `components/sdk_values.py` (reading the answers) and `components/sdk_types.py` (the types
+  both go by).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from pulumi import _types
 from pulumi.runtime import known_types, resource, resource_cycle_breaker, rpc
 from pulumi.runtime.proto import resource_pb2, source_pb2
 
-from components import sdk_dependencies, sdk_values
+from components import sdk_dependencies, sdk_inputs, sdk_types, sdk_values
 from components.sdk_values import SCALARS
 
 # The modules, which `pulumi.runtime`'s attributes of those names (functions) hide.
@@ -349,7 +350,7 @@ REPLACEMENTS = (
     Replacement(
         resource,
         "resource_pb2",
-        sdk_values.RESOURCE_PB2,
+        sdk_inputs.RESOURCE_PB2,
         # Every use of `RegisterResourceRequest` in `resource`.
         ("register_resource", "_create_custom_timeouts", "_prepare_resource_hooks"),
         "1c8e9ce9867c5d437f538d95ed2e000f15636a7ff8ea945f46f5ca15893f0270",
@@ -365,15 +366,15 @@ REPLACEMENTS = (
     Replacement(
         rpc,
         "serialize_property",
-        sdk_values.serialize_property,
+        sdk_inputs.serialize_property,
         ("serialize_property", "isLegalProtobufValue"),
         "4601221a122a1fda80d4ce8d6c817cf6199d369798696287ed94ff4c062ffbf1",
-        wraps=sdk_values.SDK_SERIALIZE_PROPERTY,
+        wraps=sdk_inputs.SDK_SERIALIZE_PROPERTY,
     ),
     Replacement(
         _types,
         "unwrap_type",
-        sdk_values.unwrap_type,
+        sdk_types.unwrap_type,
         (
             "unwrap_type",
             "unwrap_optional_type",
@@ -382,20 +383,20 @@ REPLACEMENTS = (
             "is_input_type",
         ),
         "ec7e1948ca28c72d62a18fb14df715dd151c7260603c2750acf9d8b6a94967c2",
-        wraps=sdk_values.SDK_UNWRAP_TYPE,
+        wraps=sdk_types.SDK_UNWRAP_TYPE,
     ),
     Replacement(
         _types,
         "unwrap_optional_type",
-        sdk_values.unwrap_optional_type,
+        sdk_types.unwrap_optional_type,
         ("unwrap_optional_type", "_is_optional_type", "_is_union_type"),
         "b1b64f280f60867acaf12fb6e6413398f1582d4972c5569d46a650c3d0b5acdd",
-        wraps=sdk_values.SDK_UNWRAP_OPTIONAL_TYPE,
+        wraps=sdk_types.SDK_UNWRAP_OPTIONAL_TYPE,
     ),
     Replacement(
         _types,
         "resource_types",
-        sdk_values.resource_types,
+        sdk_types.resource_types,
         (
             "resource_types",
             "_types_from_annotations",
@@ -406,12 +407,12 @@ REPLACEMENTS = (
             "_globals_for_cls",
         ),
         "5b9db583223234d14576c133ca2ba0a6d5b6f8ea0f0054cd0eb5b9249e971023",
-        wraps=sdk_values.SDK_RESOURCE_TYPES,
+        wraps=sdk_types.SDK_RESOURCE_TYPES,
     ),
     Replacement(
         _types,
         "resource_pulumi_to_py_names",
-        sdk_values.resource_pulumi_to_py_names,
+        sdk_types.resource_pulumi_to_py_names,
         (
             "resource_pulumi_to_py_names",
             "_pulumi_to_py_names_from_annotations",
@@ -420,7 +421,7 @@ REPLACEMENTS = (
             "_py_properties",
         ),
         "17a3a274e09df4048a378406a4750b36fb88c7203fde204fdd5f3be56afe8352",
-        wraps=sdk_values.SDK_RESOURCE_PULUMI_TO_PY_NAMES,
+        wraps=sdk_types.SDK_RESOURCE_PULUMI_TO_PY_NAMES,
     ),
 )
 

@@ -1,4 +1,4 @@
-"""The Pulumi Python SDK's functions that carry every value between the program and the engine,
+"""The Pulumi Python SDK's functions that read what the engine answers for every registration,
 replaced (by components/sdk_fixes.py, over the exact source each was written against) by ones
 that answer the same and cost less. Each answers the common case, plain data, itself and hands
 every other case to the SDK's own function (`SDK_*`, taken before any replacement is installed).
@@ -17,15 +17,6 @@ every other case to the SDK's own function (`SDK_*`, taken before any replacemen
   walks a map (not a secret) or a list itself by the SDK's rules, with the answers that depend
   on the type alone remembered; anything else, and a value the walk fails on, goes to the SDK,
   so a failure is reported as the SDK reports it.
-- `rpc.serialize_property` is called for every input of every registration and again for
-  every value inside a map or list, a coroutine each, and takes each through a dozen checks (a
-  sequence, an unknown, a resource, an asset, an archive, an awaitable, an Output, an input
-  type, a mapping, a protobuf value) before it returns a string, number, boolean or None as it
-  is. The replacement returns those at once, walks lists, tuples, dicts and read-only maps
-  itself by the SDK's rules (key translation, each value's annotation), and hands every other
-  value, in the order the SDK's walk meets it, to the SDK. (Its digest pins `rpc`'s
-  definitions only: that none of those types is an unknown, a resource, an asset or an input
-  type is the word of `known_types` and `_types`, which it cannot pin, as of 3.272.0.)
 - `rpc.resolve_outputs` combines the engine's answer with the inputs: every output, then each
   input the answer lacks. To find those it reads every input's value first
   (`list(serialized_props.items())`: protobuf's `Struct.items` makes a Python value of each,
@@ -34,52 +25,34 @@ every other case to the SDK's own function (`SDK_*`, taken before any replacemen
   function with that loop reading a value only for an input the answer lacks: the same keys
   in the same order, the same values for those. (A `Struct` the SDK serialized has a kind set
   on every value, so the reads the SDK made and the replacement leaves out could not fail.)
-- `resource.register_resource` builds the request for every registration with the
-  serialized inputs as a constructor argument: `resource_pb2.RegisterResourceRequest(...,
-  object=serialized_props, ...)`. protobuf copies a message given to a constructor by
-  serializing it to bytes and parsing them back (protocolbuffers/protobuf `python/message.c`:
-  `PyUpb_Message_InitMessageAttribute` calls `_PyUpb_Message_MergeFrom_LockHeld`), three
-  passes over every rendered script. `resource` reads `resource_pb2` from its globals at each
-  call; the replacement is that module with `RegisterResourceRequest` in place of the message
-  class: it builds the request without `object`, then copies the Struct in with `CopyFrom`
-  (`upb_Message_DeepCopy`, one pass). The nested message classes `resource` reads from it
-  (`CustomTimeouts`, `PropertyDependencies`, `ResourceHooksBinding`) are the message's own.
-- `_types.unwrap_type` and `_types.unwrap_optional_type` take a type annotation apart with
-  `typing.get_origin` and `get_args` each time the SDK serializes or reads a value against its
-  type: about a thousand annotation objects in all, over 100,000 times at 256 nodes. Their answer
-  depends on the annotation alone; the replacements remember it by the annotation object
-  (identity, not equality: `Union[int, str] == Union[str, int]`, but the SDK reads the order).
-- `_types.resource_types` and `_types.resource_pulumi_to_py_names` build, for every
-  registration, the resource class's property types (`typing.get_type_hints` on a class made
-  for the purpose) and names, which depend on the class alone (the SDK itself keeps the half
-  read from property getters per class, `_raw_return_hints` under `functools.cache`). The
-  replacements build them once per class and hand each caller its own copy. (They assume what
-  the SDK's cache does: a resource class's annotations, and the module names its string
-  annotations refer to, do not change once it has registered a resource.)
+- What the program sends (the inputs serialized, the request built) is in
+  `components/sdk_inputs.py`; the SDK's answers about annotations and classes that the walks
+  of both ask for every value are in `components/sdk_types.py`, remembered.
 """
 
 from __future__ import annotations
 
-import inspect
-import typing
-from collections import abc
 from collections.abc import Callable
-from enum import Enum
-from types import MappingProxyType, ModuleType
 from typing import Any
 
 from google.protobuf import struct_pb2
 from pulumi import _types, log
 from pulumi.runtime import rpc, settings
-from pulumi.runtime.proto import resource_pb2
+
+from components.sdk_types import (
+    AS_IS,
+    IS_DISCRIMINATED_UNION,
+    IS_OUTPUT_TYPE,
+    LIST_ELEMENT_TYPE,
+    MAPPING_RULE,
+    OUTPUT_TYPE_TYPES,
+    SCALAR_RULE,
+    SCALAR_RULES,
+    unwrap_optional_type,
+)
 
 SDK_DESERIALIZE_PROPERTIES = rpc.deserialize_properties
 SDK_TRANSLATE_OUTPUT_PROPERTIES = rpc.translate_output_properties
-SDK_SERIALIZE_PROPERTY = rpc.serialize_property
-SDK_UNWRAP_TYPE = _types.unwrap_type
-SDK_UNWRAP_OPTIONAL_TYPE = _types.unwrap_optional_type
-SDK_RESOURCE_TYPES = _types.resource_types
-SDK_RESOURCE_PULUMI_TO_PY_NAMES = _types.resource_pulumi_to_py_names
 
 # The types of plain values besides maps and lists: what the engine's answers hold, and of
 # which no value is an `Unknown` (a plain class of pulumi.output).
@@ -227,27 +200,13 @@ def translate_output_properties(
 def _translate_scalar(output: Any, kind: type, typ: Any) -> Any:
     """A string, number, boolean or None of type `typ`, by the rule for that type
     (`_scalar_rule`, remembered by annotation)."""
-    known = _SCALAR_RULES.get(id(typ))
-    rule = known[1] if known is not None and known[0] is typ else _SCALAR_RULE(typ)
-    if rule is _AS_IS or output is None:
+    known = SCALAR_RULES.get(id(typ))
+    rule = known[1] if known is not None and known[0] is typ else SCALAR_RULE(typ)
+    if rule is AS_IS or output is None:
         return output
     if rule is int:
         return int(output) if kind is float else output
     return rule(output)
-
-
-_AS_IS = object()
-
-
-def _scalar_rule(typ: Any) -> Any:
-    """What the SDK makes of a string, number or boolean of type `typ`: an Enum class makes a
-    member (the class), a float typed `int` an int (`int`), anything else stays (`_AS_IS`)."""
-    typ = unwrap_optional_type(typ) if typ else typ
-    if typ is Any:
-        return _AS_IS
-    if typ and inspect.isclass(typ) and issubclass(typ, Enum):
-        return typ
-    return int if typ is int else _AS_IS
 
 
 def _translate_container(
@@ -266,25 +225,25 @@ def _translate_container(
     if typ is Any:
         typ = None
     if kind is list:
-        element_type = _LIST_ELEMENT_TYPE(typ)
+        element_type = LIST_ELEMENT_TYPE(typ)
         return [
             _translate_item(v, output_transformer, element_type, by_type, none_on_mismatch)
             for v in output
         ]
-    if typ is not None and _IS_DISCRIMINATED_UNION(typ):
+    if typ is not None and IS_DISCRIMINATED_UNION(typ):
         typ = _types.reduce_discriminated_union(typ, output, _pulumi_name)
     types: dict[str, Any] | None = None  # each value's type by its key, if any
     value_type = None  # else the one type of every value
     translate = output_transformer
     if typ is not None:
-        if _IS_OUTPUT_TYPE(typ):
-            types = _OUTPUT_TYPE_TYPES(typ)
+        if IS_OUTPUT_TYPE(typ):
+            types = OUTPUT_TYPE_TYPES(typ)
             translated_values = {
                 k: _translate_item(v, output_transformer, types.get(k), by_type, none_on_mismatch)
                 for k, v in output.items()
             }
             return _types.output_type_from_dict(typ, translated_values)
-        mapping, typed, value_type = _MAPPING_RULE(typ)
+        mapping, typed, value_type = MAPPING_RULE(typ)
         if mapping:
             if typed and by_type:
                 translate = _same_name
@@ -391,276 +350,3 @@ def resolve_outputs(
     rpc.resolve_properties(
         resolvers, all_properties, translated_deps, custom, resolve_missing_as_unknown
     )
-
-
-async def serialize_property(
-    value: Any,
-    deps: list[Any] | None,
-    property_key: str | None,
-    resource_obj: Any = None,
-    input_transformer: Callable[[str], str] | None = None,
-    typ: type | None = None,
-    keep_output_values: bool = False,
-    exclude_resource_refs_from_deps: bool = False,
-    return_protobuf_value: bool = False,
-) -> Any:
-    """The SDK's `rpc.serialize_property`: a string, number, boolean or None as it is (what the
-    SDK's walk through every other kind of value ends with for them); a list, tuple, dict or
-    read-only map walked at once (`_serialize_containers`), each value in it that is none of
-    those handed to the SDK in the order the SDK's walk meets it; anything else, and any value
-    wanted as a protobuf `Value`, by the SDK."""
-    kind = type(value)
-    if kind in SCALARS and not return_protobuf_value:
-        if typ:
-            _types.unwrap_type(typ)  # as the SDK does first: a malformed annotation raises
-        return value
-    if kind in _CONTAINERS and not return_protobuf_value and not settings.excessive_debug_output:
-        pending: list[_Pending] = []
-        try:
-            serialized = _container(value, kind, typ, input_transformer, property_key, pending)
-        except Exception:
-            # The walk changes nothing (it reads the value and the types): the SDK's own walk
-            # from the start meets the same failure, after the values before it, as it would.
-            pending = []
-        else:
-            for holder, slot, item, item_type, key in pending:
-                holder[slot] = await serialize_property(
-                    item,
-                    deps,
-                    key,
-                    resource_obj,
-                    input_transformer,
-                    item_type,
-                    keep_output_values,
-                    exclude_resource_refs_from_deps,
-                )
-            return serialized
-    return await SDK_SERIALIZE_PROPERTY(
-        value,
-        deps,
-        property_key,
-        resource_obj,
-        input_transformer,
-        typ,
-        keep_output_values,
-        exclude_resource_refs_from_deps,
-        return_protobuf_value,
-    )
-
-
-def _mapping_rule(typ: Any) -> tuple[bool, bool, Any]:
-    """How both SDK walks read a map of type `typ` that is not an input or output type:
-    whether `typ` is a map type at all, whether it is one keyed by `str` (its keys are then
-    the user's own), and the type of its values if so."""
-    origin = typing.get_origin(typ)
-    if typ is dict or origin in _MAPPING_ORIGINS:
-        args = typing.get_args(typ)
-        if len(args) == 2 and args[0] is str:
-            return True, True, args[1]
-        return True, False, None
-    return False, False, None
-
-
-# The containers `serialize_property` walks itself: the SDK's `abc.Sequence` (but a string)
-# and `abc.Mapping` cases, for the types of both a program passes; none of them is an unknown,
-# a resource, an asset, an archive, an awaitable, an Output or an input type, the checks the
-# SDK makes before those two.
-_CONTAINERS = frozenset({list, tuple, dict, MappingProxyType})
-_MAPPING_ORIGINS = [dict, typing.Dict, abc.Mapping, typing.Mapping]  # noqa: UP006 - the SDK's
-
-# A value inside a container that the SDK serializes: where its answer goes (the container
-# and the index or key), the value, its annotation and the property key the SDK passes with it.
-_Pending = tuple[Any, Any, Any, Any, Any]
-
-
-def _container(
-    value: Any,
-    kind: type,
-    typ: Any,
-    input_transformer: Callable[[str], str] | None,
-    property_key: str | None,
-    pending: list[_Pending],
-) -> Any:
-    """The SDK's `serialize_property` of a list, tuple, dict or read-only map, without awaiting:
-    the same checks of `typ`, the same key translation and the same annotation for each value,
-    line for line. A value of another kind gets a None in its place and is added to `pending`
-    in the order the SDK's walk meets it. (A string, number, boolean or None inside is placed
-    here, its annotation unwrapped as the SDK's call for it does first, which raises for a
-    malformed one: most values are one.)"""
-    typ = unwrap_type(typ) if typ else typ
-    if typ is Any:
-        typ = None
-    if kind is list or kind is tuple:
-        element_type = _LIST_ELEMENT_TYPE(typ)
-        if element_type and value:
-            unwrap_type(element_type)
-        items: list[Any] = []
-        for element in value:
-            element_kind = type(element)
-            if element_kind in SCALARS:
-                items.append(element)
-            elif element_kind in _CONTAINERS:
-                items.append(
-                    _container(
-                        element,
-                        element_kind,
-                        element_type,
-                        input_transformer,
-                        property_key,
-                        pending,
-                    )
-                )
-            else:
-                items.append(None)
-                pending.append((items, len(items) - 1, element, element_type, property_key))
-        return items
-    types: dict[str, Any] | None = None  # each value's annotation by its key, if any
-    value_type = None  # else the one annotation of every value
-    translate = input_transformer
-    if typ is not None:
-        if _IS_DISCRIMINATED_UNION(typ):  # else the SDK's reduction answers None
-            case = _types.reduce_discriminated_union(typ, value, _types._py_name_for)
-            if case is not None:
-                typ = case
-        if _types.is_input_type(typ):
-            py_name_to_pulumi_name = _INPUT_TYPE_PY_TO_PULUMI_NAMES(typ)
-            types = _INPUT_TYPE_TYPES(typ)
-
-            def translate(k: str) -> str:
-                return py_name_to_pulumi_name.get(k) or k
-
-        else:
-            mapping, typed, value_type = _MAPPING_RULE(typ)
-            if typed or not mapping:
-                translate = None
-    obj: dict[Any, Any] = {}
-    for k in value:
-        transformed_key = k if translate is None else translate(k)
-        item = value[k]
-        item_type = value_type if types is None else types.get(transformed_key)
-        item_kind = type(item)
-        if item_kind in SCALARS:
-            if item_type:
-                unwrap_type(item_type)
-            obj[transformed_key] = item
-        elif item_kind in _CONTAINERS:
-            obj[transformed_key] = _container(
-                item, item_kind, item_type, input_transformer, k, pending
-            )
-        else:
-            obj[transformed_key] = None
-            pending.append((obj, transformed_key, item, item_type, k))
-    return obj
-
-
-_REQUEST = resource_pb2.RegisterResourceRequest
-
-
-def register_resource_request(*, object: Any = None, **fields: Any) -> Any:
-    """`resource_pb2.RegisterResourceRequest(**fields)`, with a Struct as `object` copied in by
-    `CopyFrom` rather than by the constructor (which serializes and parses it)."""
-    if type(object) is not struct_pb2.Struct:
-        return _REQUEST(object=object, **fields)
-    request = _REQUEST(**fields)
-    request.object.CopyFrom(object)
-    return request
-
-
-for _name in ("DESCRIPTOR", *_REQUEST.DESCRIPTOR.nested_types_by_name):
-    setattr(register_resource_request, _name, getattr(_REQUEST, _name))
-
-
-def _with_request(messages: ModuleType) -> ModuleType:
-    """A module with every attribute of `messages`, `RegisterResourceRequest` replaced."""
-    module = ModuleType(messages.__name__, messages.__doc__)
-    vars(module).update(vars(messages))
-    module.RegisterResourceRequest = register_resource_request
-    return module
-
-
-RESOURCE_PB2 = _with_request(resource_pb2)
-
-
-class _Remembered(typing.Protocol):
-    """A function of one object, its answers by that object's identity in `answers`."""
-
-    answers: dict[int, tuple[Any, Any]]
-
-    def __call__(self, value: Any, /) -> Any: ...
-
-
-def _by_identity(function: Callable[[Any], Any], limit: int = 4096) -> _Remembered:
-    """`function` of one hashable-or-not object, its answers remembered by that object's
-    identity (each entry keeps its object alive, so no other object takes its id); at most
-    `limit` of them, after which it starts again (the same `answers` dict, which the callers on
-    the hottest paths read directly). A closure, not an object with `__call__`: the SDK calls
-    these thousands of times per node, and calling an object costs a method lookup more."""
-    answers: dict[int, tuple[Any, Any]] = {}
-
-    def remembered(value: Any) -> Any:
-        known = answers.get(id(value))
-        if known is not None and known[0] is value:
-            return known[1]
-        answer = function(value)
-        if len(answers) >= limit:
-            answers.clear()
-        answers[id(value)] = (value, answer)
-        return answer
-
-    remembered.answers = answers  # type: ignore[attr-defined]
-    return typing.cast(_Remembered, remembered)
-
-
-_UNWRAP_TYPE = _by_identity(SDK_UNWRAP_TYPE)
-_UNWRAP_OPTIONAL_TYPE = _by_identity(SDK_UNWRAP_OPTIONAL_TYPE)
-# Read here first: the SDK asks over a thousand times per node, nearly always of an annotation
-# it asked before, and a call costs more than the lookup it makes.
-_UNWRAPPED = _UNWRAP_TYPE.answers
-_UNWRAPPED_OPTIONAL = _UNWRAP_OPTIONAL_TYPE.answers
-
-
-def unwrap_type(val: type) -> type:
-    """The SDK's `_types.unwrap_type` (T of `Output[T]`, `Input[T]`, `InputType[T]`,
-    `Optional[T]`), remembered by annotation."""
-    known = _UNWRAPPED.get(id(val))
-    if known is not None and known[0] is val:
-        return known[1]
-    return _UNWRAP_TYPE(val)
-
-
-def unwrap_optional_type(val: type) -> type:
-    """The SDK's `_types.unwrap_optional_type` (T of `Optional[T]`), remembered by annotation."""
-    known = _UNWRAPPED_OPTIONAL.get(id(val))
-    if known is not None and known[0] is val:
-        return known[1]
-    return _UNWRAP_OPTIONAL_TYPE(val)
-
-
-_RESOURCE_TYPES = _by_identity(SDK_RESOURCE_TYPES)
-_RESOURCE_PULUMI_TO_PY_NAMES = _by_identity(SDK_RESOURCE_PULUMI_TO_PY_NAMES)
-
-
-def resource_types(resource_cls: type) -> dict[str, type]:
-    """The SDK's `_types.resource_types`, built once per class; a copy for each caller."""
-    return dict(_RESOURCE_TYPES(resource_cls))
-
-
-def resource_pulumi_to_py_names(resource_cls: type) -> dict[str, str]:
-    """The SDK's `_types.resource_pulumi_to_py_names`, built once per class; a copy for each
-    caller."""
-    return dict(_RESOURCE_PULUMI_TO_PY_NAMES(resource_cls))
-
-
-# Answers of an annotation alone, remembered for the two walks above (the SDK builds an input
-# or output type's names and types afresh, a dict and an `unwrap_type` per property, for every
-# value of that type it meets: every nested object of a Job's spec). The walks only read the
-# dicts, never hand them out.
-_IS_DISCRIMINATED_UNION = _by_identity(_types.is_discriminated_union)
-_SCALAR_RULE = _by_identity(_scalar_rule)
-_LIST_ELEMENT_TYPE = _by_identity(rpc._get_list_element_type)
-_MAPPING_RULE = _by_identity(_mapping_rule)
-_SCALAR_RULES = _SCALAR_RULE.answers
-_INPUT_TYPE_PY_TO_PULUMI_NAMES = _by_identity(_types.input_type_py_to_pulumi_names)
-_INPUT_TYPE_TYPES = _by_identity(_types.input_type_types)
-_IS_OUTPUT_TYPE = _by_identity(_types.is_output_type)
-_OUTPUT_TYPE_TYPES = _by_identity(_types.output_type_types)

@@ -31,7 +31,7 @@ from pulumi.runtime import resource, resource_cycle_breaker, rpc
 from pulumi.runtime.proto import alias_pb2, resource_pb2, source_pb2
 from pulumi.runtime.sync_await import _sync_await
 
-from components import sdk_dependencies, sdk_fixes, sdk_values
+from components import sdk_dependencies, sdk_fixes, sdk_inputs, sdk_types, sdk_values
 from components.sdk_fixes import REPLACEMENTS, Replacement
 from tests.test_recorder import _random_plain, _sdk_struct, _typed, _with_secrets
 from tools.harness.stacks import run_program
@@ -515,7 +515,7 @@ def _typed_output(rng: random.Random, typ: Any, depth: int = 0) -> Any:
         return _with_secrets(rng, _random_plain(rng))
     if roll < 0.06:
         return rpc.UNKNOWN
-    value = _typed_output_of(rng, sdk_values.SDK_UNWRAP_OPTIONAL_TYPE(typ) if typ else typ, depth)
+    value = _typed_output_of(rng, sdk_types.SDK_UNWRAP_OPTIONAL_TYPE(typ) if typ else typ, depth)
     return rpc.wrap_rpc_secret(value) if rng.random() < 0.05 else value
 
 
@@ -751,7 +751,7 @@ def test_the_request_is_built_as_the_sdk_builds_it():
         inputs = rng.choice([_sdk_struct(state), struct_pb2.Struct(), None, state])
         kinds[type(inputs).__name__] += 1
         fields = _request_fields(rng, inputs)
-        ours = sdk_values.register_resource_request(**dict(fields))
+        ours = sdk_inputs.register_resource_request(**dict(fields))
         sdk = resource_pb2.RegisterResourceRequest(**fields)
         assert type(ours) is type(sdk)
         assert ours == sdk
@@ -764,7 +764,7 @@ def test_the_request_is_built_as_the_sdk_builds_it():
 
 
 def test_the_request_module_is_the_sdks_but_for_the_request():
-    replaced = sdk_values.RESOURCE_PB2
+    replaced = sdk_inputs.RESOURCE_PB2
     assert replaced.__name__ == resource_pb2.__name__
     different = {
         name
@@ -798,7 +798,7 @@ def test_serialize_property_answers_scalars_as_the_sdk_does():
     for typ in _TYPES:
         for value in [*_SCALARS, rpc.UNKNOWN, _Colour.RED, [1, "a"], {"a": None}]:
             for as_protobuf in (False, True):
-                ours = _serialized(sdk_values.serialize_property, value, typ, as_protobuf)
+                ours = _serialized(sdk_inputs.serialize_property, value, typ, as_protobuf)
                 assert ours == _serialized(original, value, typ, as_protobuf), (value, typ)
 
 
@@ -833,7 +833,7 @@ class _Typed:
 
     def plain(self, typ: Any, depth: int) -> Any:
         rng = self.rng
-        typ = sdk_values.SDK_UNWRAP_TYPE(typ) if typ else typ
+        typ = sdk_types.SDK_UNWRAP_TYPE(typ) if typ else typ
         origin = typing.get_origin(typ)
         if typ is None or typ is Any:
             return random_value(rng, 2)
@@ -1009,7 +1009,7 @@ def test_serialize_property_serializes_the_args_of_the_programs_types_as_the_sdk
     outcomes = collections.Counter()
     for seed in range(60):
         for args in [*_args_classes(), _PetsArgs]:
-            ours = _serialized_properties(sdk_values.serialize_property, seed, args, transformer)
+            ours = _serialized_properties(sdk_inputs.serialize_property, seed, args, transformer)
             theirs = _serialized_properties(original, seed, args, transformer)
             assert ours == theirs, (seed, args)
             outcomes.update(outcome[0] for _, outcome, _, _ in ours)
@@ -1057,7 +1057,7 @@ def _types_module():
 @pytest.mark.parametrize("name", ["unwrap_type", "unwrap_optional_type"])
 def test_the_unwrapped_type_is_the_sdks_for_every_annotation(name: str):
     original = sdk_original(BY_NAME[name])
-    ours = getattr(sdk_values, name)
+    ours = getattr(sdk_types, name)
     annotations = _annotations()
     assert len(annotations) > 100
     for _ in range(2):  # the second time from what was remembered
@@ -1072,12 +1072,12 @@ def test_unions_equal_but_ordered_otherwise_are_unwrapped_each_by_its_own_order(
     assert first == second
     original = sdk_original(BY_NAME["unwrap_type"])
     for annotation in (first, second, first, second):
-        assert sdk_values.unwrap_type(annotation) is original(annotation)
+        assert sdk_types.unwrap_type(annotation) is original(annotation)
 
 
 def test_remembered_answers_are_bounded_and_still_right():
     calls: list[Any] = []
-    remembered = sdk_values._by_identity(lambda value: calls.append(value) or id(value), limit=3)
+    remembered = sdk_types._by_identity(lambda value: calls.append(value) or id(value), limit=3)
     values = [object() for _ in range(7)]
     for value in values + values:
         assert remembered(value) == id(value)
@@ -1099,7 +1099,7 @@ def test_a_resource_classs_types_and_names_are_the_sdks_and_each_callers_own(nam
     from components.gpu_node import GpuNode
 
     original = sdk_original(BY_NAME[name])
-    ours = getattr(sdk_values, name)
+    ours = getattr(sdk_types, name)
     classes = [
         aws.ec2.Instance,
         command.remote.Command,

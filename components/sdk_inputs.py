@@ -1,0 +1,222 @@
+"""The Pulumi Python SDK's functions that carry every input of every registration to the engine,
+replaced (by components/sdk_fixes.py, over the exact source each was written against) by ones
+that answer the same and cost less. Each answers the common case, plain data, itself and hands
+every other case to the SDK's own function (`SDK_*`, taken before any replacement is installed).
+
+- `rpc.serialize_property` is called for every input of every registration and again for
+  every value inside a map or list, a coroutine each, and takes each through a dozen checks (a
+  sequence, an unknown, a resource, an asset, an archive, an awaitable, an Output, an input
+  type, a mapping, a protobuf value) before it returns a string, number, boolean or None as it
+  is. The replacement returns those at once, walks lists, tuples, dicts and read-only maps
+  itself by the SDK's rules (key translation, each value's annotation), and hands every other
+  value, in the order the SDK's walk meets it, to the SDK. (Its digest pins `rpc`'s
+  definitions only: that none of those types is an unknown, a resource, an asset or an input
+  type is the word of `known_types` and `_types`, which it cannot pin, as of 3.272.0.)
+- `resource.register_resource` builds the request for every registration with the
+  serialized inputs as a constructor argument: `resource_pb2.RegisterResourceRequest(...,
+  object=serialized_props, ...)`. protobuf copies a message given to a constructor by
+  serializing it to bytes and parsing them back (protocolbuffers/protobuf `python/message.c`:
+  `PyUpb_Message_InitMessageAttribute` calls `_PyUpb_Message_MergeFrom_LockHeld`), three
+  passes over every rendered script. `resource` reads `resource_pb2` from its globals at each
+  call; the replacement is that module with `RegisterResourceRequest` in place of the message
+  class: it builds the request without `object`, then copies the Struct in with `CopyFrom`
+  (`upb_Message_DeepCopy`, one pass). The nested message classes `resource` reads from it
+  (`CustomTimeouts`, `PropertyDependencies`, `ResourceHooksBinding`) are the message's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import MappingProxyType, ModuleType
+from typing import Any
+
+from google.protobuf import struct_pb2
+from pulumi import _types
+from pulumi.runtime import rpc, settings
+from pulumi.runtime.proto import resource_pb2
+
+from components.sdk_types import (
+    INPUT_TYPE_PY_TO_PULUMI_NAMES,
+    INPUT_TYPE_TYPES,
+    IS_DISCRIMINATED_UNION,
+    LIST_ELEMENT_TYPE,
+    MAPPING_RULE,
+    unwrap_type,
+)
+from components.sdk_values import SCALARS
+
+SDK_SERIALIZE_PROPERTY = rpc.serialize_property
+
+
+async def serialize_property(
+    value: Any,
+    deps: list[Any] | None,
+    property_key: str | None,
+    resource_obj: Any = None,
+    input_transformer: Callable[[str], str] | None = None,
+    typ: type | None = None,
+    keep_output_values: bool = False,
+    exclude_resource_refs_from_deps: bool = False,
+    return_protobuf_value: bool = False,
+) -> Any:
+    """The SDK's `rpc.serialize_property`: a string, number, boolean or None as it is (what the
+    SDK's walk through every other kind of value ends with for them); a list, tuple, dict or
+    read-only map walked at once (`_serialize_containers`), each value in it that is none of
+    those handed to the SDK in the order the SDK's walk meets it; anything else, and any value
+    wanted as a protobuf `Value`, by the SDK."""
+    kind = type(value)
+    if kind in SCALARS and not return_protobuf_value:
+        if typ:
+            _types.unwrap_type(typ)  # as the SDK does first: a malformed annotation raises
+        return value
+    if kind in _CONTAINERS and not return_protobuf_value and not settings.excessive_debug_output:
+        pending: list[_Pending] = []
+        try:
+            serialized = _container(value, kind, typ, input_transformer, property_key, pending)
+        except Exception:
+            # The walk changes nothing (it reads the value and the types): the SDK's own walk
+            # from the start meets the same failure, after the values before it, as it would.
+            pending = []
+        else:
+            for holder, slot, item, item_type, key in pending:
+                holder[slot] = await serialize_property(
+                    item,
+                    deps,
+                    key,
+                    resource_obj,
+                    input_transformer,
+                    item_type,
+                    keep_output_values,
+                    exclude_resource_refs_from_deps,
+                )
+            return serialized
+    return await SDK_SERIALIZE_PROPERTY(
+        value,
+        deps,
+        property_key,
+        resource_obj,
+        input_transformer,
+        typ,
+        keep_output_values,
+        exclude_resource_refs_from_deps,
+        return_protobuf_value,
+    )
+
+
+# The containers `serialize_property` walks itself: the SDK's `abc.Sequence` (but a string)
+# and `abc.Mapping` cases, for the types of both a program passes; none of them is an unknown,
+# a resource, an asset, an archive, an awaitable, an Output or an input type, the checks the
+# SDK makes before those two.
+_CONTAINERS = frozenset({list, tuple, dict, MappingProxyType})
+
+# A value inside a container that the SDK serializes: where its answer goes (the container
+# and the index or key), the value, its annotation and the property key the SDK passes with it.
+_Pending = tuple[Any, Any, Any, Any, Any]
+
+
+def _container(
+    value: Any,
+    kind: type,
+    typ: Any,
+    input_transformer: Callable[[str], str] | None,
+    property_key: str | None,
+    pending: list[_Pending],
+) -> Any:
+    """The SDK's `serialize_property` of a list, tuple, dict or read-only map, without awaiting:
+    the same checks of `typ`, the same key translation and the same annotation for each value,
+    line for line. A value of another kind gets a None in its place and is added to `pending`
+    in the order the SDK's walk meets it. (A string, number, boolean or None inside is placed
+    here, its annotation unwrapped as the SDK's call for it does first, which raises for a
+    malformed one: most values are one.)"""
+    typ = unwrap_type(typ) if typ else typ
+    if typ is Any:
+        typ = None
+    if kind is list or kind is tuple:
+        element_type = LIST_ELEMENT_TYPE(typ)
+        if element_type and value:
+            unwrap_type(element_type)
+        items: list[Any] = []
+        for element in value:
+            element_kind = type(element)
+            if element_kind in SCALARS:
+                items.append(element)
+            elif element_kind in _CONTAINERS:
+                items.append(
+                    _container(
+                        element,
+                        element_kind,
+                        element_type,
+                        input_transformer,
+                        property_key,
+                        pending,
+                    )
+                )
+            else:
+                items.append(None)
+                pending.append((items, len(items) - 1, element, element_type, property_key))
+        return items
+    types: dict[str, Any] | None = None  # each value's annotation by its key, if any
+    value_type = None  # else the one annotation of every value
+    translate = input_transformer
+    if typ is not None:
+        if IS_DISCRIMINATED_UNION(typ):  # else the SDK's reduction answers None
+            case = _types.reduce_discriminated_union(typ, value, _types._py_name_for)
+            if case is not None:
+                typ = case
+        if _types.is_input_type(typ):
+            py_name_to_pulumi_name = INPUT_TYPE_PY_TO_PULUMI_NAMES(typ)
+            types = INPUT_TYPE_TYPES(typ)
+
+            def translate(k: str) -> str:
+                return py_name_to_pulumi_name.get(k) or k
+
+        else:
+            mapping, typed, value_type = MAPPING_RULE(typ)
+            if typed or not mapping:
+                translate = None
+    obj: dict[Any, Any] = {}
+    for k in value:
+        transformed_key = k if translate is None else translate(k)
+        item = value[k]
+        item_type = value_type if types is None else types.get(transformed_key)
+        item_kind = type(item)
+        if item_kind in SCALARS:
+            if item_type:
+                unwrap_type(item_type)
+            obj[transformed_key] = item
+        elif item_kind in _CONTAINERS:
+            obj[transformed_key] = _container(
+                item, item_kind, item_type, input_transformer, k, pending
+            )
+        else:
+            obj[transformed_key] = None
+            pending.append((obj, transformed_key, item, item_type, k))
+    return obj
+
+
+_REQUEST = resource_pb2.RegisterResourceRequest
+
+
+def register_resource_request(*, object: Any = None, **fields: Any) -> Any:
+    """`resource_pb2.RegisterResourceRequest(**fields)`, with a Struct as `object` copied in by
+    `CopyFrom` rather than by the constructor (which serializes and parses it)."""
+    if type(object) is not struct_pb2.Struct:
+        return _REQUEST(object=object, **fields)
+    request = _REQUEST(**fields)
+    request.object.CopyFrom(object)
+    return request
+
+
+for _name in ("DESCRIPTOR", *_REQUEST.DESCRIPTOR.nested_types_by_name):
+    setattr(register_resource_request, _name, getattr(_REQUEST, _name))
+
+
+def _with_request(messages: ModuleType) -> ModuleType:
+    """A module with every attribute of `messages`, `RegisterResourceRequest` replaced."""
+    module = ModuleType(messages.__name__, messages.__doc__)
+    vars(module).update(vars(messages))
+    module.RegisterResourceRequest = register_resource_request
+    return module
+
+
+RESOURCE_PB2 = _with_request(resource_pb2)
