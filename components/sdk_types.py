@@ -1,7 +1,7 @@
 """The Pulumi Python SDK's answers about annotations and classes, which depend on the annotation
 or the class alone, remembered: the replacements of two `_types` functions (installed by
 components/sdk_fixes.py, over the exact source each was written against), and the rules the
-walks of components/sdk_values.py read for every value they meet.
+walks of components/sdk_inputs.py and sdk_values.py read for every value they meet.
 
 - `_types.unwrap_type` and `_types.unwrap_optional_type` take a type annotation apart with
   `typing.get_origin` and `get_args` each time the SDK serializes or reads a value against its
@@ -15,13 +15,13 @@ walks of components/sdk_values.py read for every value they meet.
   replacements build them once per class and hand each caller its own copy. (They assume what
   the SDK's cache does: a resource class's annotations, and the module names its string
   annotations refer to, do not change once it has registered a resource.)
-- The walks of `sdk_values` ask, for every list, map and typed scalar they meet, what its
-  annotation makes of it: a list's element type (`rpc._get_list_element_type`), whether a map
-  type is one at all and of what (`mapping_rule`), whether a union is a discriminated one, what
-  a string or number of a type becomes (`scalar_rule`), an input or output type's names and
-  property types (which the SDK builds afresh, a dict and an `unwrap_type` per property, for
-  every value of that type: every nested object of a Job's spec). Each is remembered by
-  annotation; the walks only read the dicts, never hand them out.
+- The walks of `sdk_inputs` and `sdk_values` ask, for every list, map and typed scalar they
+  meet, what its annotation makes of it: a list's element type (`rpc._get_list_element_type`),
+  whether a map type is one at all and of what (`mapping_rule`), whether a union is a
+  discriminated one, what a string or number of a type becomes (`scalar_rule`), an input or
+  output type's names and property types (which the SDK builds afresh, a dict and an
+  `unwrap_type` per property, for every value of that type: every nested object of a Job's
+  spec). Each is remembered by annotation; the walks only read the dicts, never hand them out.
 """
 
 from __future__ import annotations
@@ -141,10 +141,7 @@ def mapping_rule(typ: Any) -> tuple[bool, bool, Any]:
     return False, False, None
 
 
-# Answers of an annotation alone, remembered for the walks of `sdk_values` (the SDK builds an input
-# or output type's names and types afresh, a dict and an `unwrap_type` per property, for every
-# value of that type it meets: every nested object of a Job's spec). The walks only read the
-# dicts, never hand them out.
+# Answers of an annotation alone, remembered for the walks of `sdk_inputs` and `sdk_values`.
 IS_DISCRIMINATED_UNION = _by_identity(_types.is_discriminated_union)
 SCALAR_RULE = _by_identity(scalar_rule)
 LIST_ELEMENT_TYPE = _by_identity(rpc._get_list_element_type)
