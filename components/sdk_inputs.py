@@ -36,11 +36,8 @@ from pulumi.runtime import rpc, settings
 from pulumi.runtime.proto import resource_pb2
 
 from components.sdk_types import (
-    INPUT_TYPE_PY_TO_PULUMI_NAMES,
-    INPUT_TYPE_TYPES,
-    IS_DISCRIMINATED_UNION,
+    INPUT_MAP_PLAN,
     LIST_ELEMENT_TYPE,
-    MAPPING_RULE,
     unwrap_type,
 )
 from components.sdk_values import SCALARS
@@ -155,28 +152,25 @@ def _container(
                 items.append(None)
                 pending.append((items, len(items) - 1, element, element_type, property_key))
         return items
+    names: dict[str, str] | None = None  # an input type's Pulumi names by Python name
     types: dict[str, Any] | None = None  # each value's annotation by its key, if any
     value_type = None  # else the one annotation of every value
     translate = input_transformer
     if typ is not None:
-        if IS_DISCRIMINATED_UNION(typ):  # else the SDK's reduction answers None
+        plan = INPUT_MAP_PLAN(typ)
+        if plan[0]:  # a discriminated union: the member the keys select, if one
             case = _types.reduce_discriminated_union(typ, value, _types._py_name_for)
             if case is not None:
-                typ = case
-        if _types.is_input_type(typ):
-            py_name_to_pulumi_name = INPUT_TYPE_PY_TO_PULUMI_NAMES(typ)
-            types = INPUT_TYPE_TYPES(typ)
-
-            def translate(k: str) -> str:
-                return py_name_to_pulumi_name.get(k) or k
-
-        else:
-            mapping, typed, value_type = MAPPING_RULE(typ)
-            if typed or not mapping:
-                translate = None
+                plan = INPUT_MAP_PLAN(case)
+        _, names, types, mapping, typed, value_type = plan
+        if names is None and (typed or not mapping):
+            translate = None
     obj: dict[Any, Any] = {}
     for k in value:
-        transformed_key = k if translate is None else translate(k)
+        if names is not None:
+            transformed_key = names.get(k) or k
+        else:
+            transformed_key = k if translate is None else translate(k)
         item = value[k]
         item_type = value_type if types is None else types.get(transformed_key)
         item_kind = type(item)

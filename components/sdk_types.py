@@ -141,13 +141,30 @@ def mapping_rule(typ: Any) -> tuple[bool, bool, Any]:
     return False, False, None
 
 
+def input_map_plan(typ: Any) -> tuple[bool, dict | None, dict | None, bool, bool, Any]:
+    """How the SDK serializes a map against annotation `typ` (not None): whether `typ` is a
+    discriminated union (its member is picked by the map's keys, then planned), an input
+    type's Pulumi names and annotations by name (else None, None), and `mapping_rule`."""
+    union = _types.is_discriminated_union(typ)
+    if _types.is_input_type(typ):
+        names = _types.input_type_py_to_pulumi_names(typ)
+        return union, names, _types.input_type_types(typ), False, False, None
+    return union, None, None, *mapping_rule(typ)
+
+
+def output_map_plan(typ: Any) -> tuple[bool, dict | None, bool, bool, Any]:
+    """How the SDK translates a map of annotation `typ` (not None): whether `typ` is a
+    discriminated union (its member is picked by the map's keys, then planned), an output
+    type's annotations by Pulumi name (else None), and `mapping_rule`."""
+    union = _types.is_discriminated_union(typ)
+    if _types.is_output_type(typ):
+        return union, _types.output_type_types(typ), False, False, None
+    return union, None, *mapping_rule(typ)
+
+
 # Answers of an annotation alone, remembered for the walks of `sdk_inputs` and `sdk_values`.
-IS_DISCRIMINATED_UNION = _by_identity(_types.is_discriminated_union)
 SCALAR_RULE = _by_identity(scalar_rule)
-LIST_ELEMENT_TYPE = _by_identity(rpc._get_list_element_type)
-MAPPING_RULE = _by_identity(mapping_rule)
 SCALAR_RULES = SCALAR_RULE.answers
-INPUT_TYPE_PY_TO_PULUMI_NAMES = _by_identity(_types.input_type_py_to_pulumi_names)
-INPUT_TYPE_TYPES = _by_identity(_types.input_type_types)
-IS_OUTPUT_TYPE = _by_identity(_types.is_output_type)
-OUTPUT_TYPE_TYPES = _by_identity(_types.output_type_types)
+LIST_ELEMENT_TYPE = _by_identity(rpc._get_list_element_type)
+INPUT_MAP_PLAN = _by_identity(input_map_plan)
+OUTPUT_MAP_PLAN = _by_identity(output_map_plan)

@@ -41,11 +41,8 @@ from pulumi.runtime import rpc, settings
 
 from components.sdk_types import (
     AS_IS,
-    IS_DISCRIMINATED_UNION,
-    IS_OUTPUT_TYPE,
     LIST_ELEMENT_TYPE,
-    MAPPING_RULE,
-    OUTPUT_TYPE_TYPES,
+    OUTPUT_MAP_PLAN,
     SCALAR_RULE,
     SCALAR_RULES,
     unwrap_optional_type,
@@ -230,20 +227,22 @@ def _translate_container(
             _translate_item(v, output_transformer, element_type, by_type, none_on_mismatch)
             for v in output
         ]
-    if typ is not None and IS_DISCRIMINATED_UNION(typ):
-        typ = _types.reduce_discriminated_union(typ, output, _pulumi_name)
-    types: dict[str, Any] | None = None  # each value's type by its key, if any
-    value_type = None  # else the one type of every value
+    value_type = None  # the one type of every value, if any
     translate = output_transformer
     if typ is not None:
-        if IS_OUTPUT_TYPE(typ):
-            types = OUTPUT_TYPE_TYPES(typ)
+        plan = OUTPUT_MAP_PLAN(typ)
+        if plan[0]:  # a discriminated union: the member the keys select, if one
+            typ = _types.reduce_discriminated_union(typ, output, _pulumi_name)
+            if typ is not None:
+                plan = OUTPUT_MAP_PLAN(typ)
+    if typ is not None:
+        _, types, mapping, typed, value_type = plan
+        if types is not None:  # an output type
             translated_values = {
                 k: _translate_item(v, output_transformer, types.get(k), by_type, none_on_mismatch)
                 for k, v in output.items()
             }
             return _types.output_type_from_dict(typ, translated_values)
-        mapping, typed, value_type = MAPPING_RULE(typ)
         if mapping:
             if typed and by_type:
                 translate = _same_name
