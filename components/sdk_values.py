@@ -87,9 +87,13 @@ def plain_properties(struct: struct_pb2.Struct) -> dict[str, Any] | None:
 
 
 def _from_struct(struct: struct_pb2.Struct) -> dict[str, Any]:
-    """`rpc.deserialize_properties` of a map (a string, number or boolean inside read in
-    place, most values being one)."""
-    fields = struct.fields
+    """`rpc.deserialize_properties` of a map."""
+    return _from_fields(struct.fields)[0]
+
+
+def _from_fields(fields: Any) -> tuple[dict[str, Any], bool]:
+    """A map's fields read (a string, number or boolean inside read in place, most values
+    being one), and whether a value inside is a secret (only a map read can be one)."""
     if rpc._special_sig_key in fields:
         signature = fields[rpc._special_sig_key]
         if (
@@ -98,8 +102,12 @@ def _from_struct(struct: struct_pb2.Struct) -> dict[str, Any]:
             or "value" not in fields
         ):
             raise NotPlain
-        return rpc.wrap_rpc_secret(_from_value(fields["value"]))
+        inner = _from_value(fields["value"])
+        # The secret's own map holds a secret only where its value is one (its signature is a
+        # string).
+        return rpc.wrap_rpc_secret(inner), type(inner) is dict and rpc.is_rpc_secret(inner)
     props = {}
+    holds_secret = False
     for key in fields:
         value = fields[key]
         kind = value.WhichOneof("kind")
@@ -116,7 +124,9 @@ def _from_struct(struct: struct_pb2.Struct) -> dict[str, Any]:
             item = _from_value(value)
             if item is not None:
                 props[key] = item
-    return props
+                if not holds_secret and type(item) is dict and rpc.is_rpc_secret(item):
+                    holds_secret = True
+    return props, holds_secret
 
 
 def _from_value(value: struct_pb2.Value) -> Any:
@@ -134,25 +144,22 @@ def _from_value(value: struct_pb2.Value) -> Any:
     if kind == "null_value":
         return None
     if kind == "struct_value":
-        props = _from_struct(value.struct_value)
-        if _holds_secret(props.values()):
+        props, holds_secret = _from_fields(value.struct_value.fields)
+        if holds_secret:
             return rpc.wrap_rpc_secret({k: rpc.unwrap_rpc_secret(v) for k, v in props.items()})
         return props
     if kind == "list_value":
-        values = [_from_value(item) for item in value.list_value.values]
-        if _holds_secret(values):
+        values = []
+        holds_secret = False
+        for item in value.list_value.values:
+            read = _from_value(item)
+            values.append(read)
+            if not holds_secret and type(read) is dict and rpc.is_rpc_secret(read):
+                holds_secret = True
+        if holds_secret:
             return rpc.wrap_rpc_secret([rpc.unwrap_rpc_secret(v) for v in values])
         return values
     raise NotPlain  # a value with no kind set: the SDK's reading of it fails
-
-
-def _holds_secret(values: Any) -> bool:
-    """`any(rpc.is_rpc_secret(v) for v in values)` for values read by `_from_value`, where only
-    a dict can be a secret (a loop: a generator is a frame per call)."""
-    for v in values:  # noqa: SIM110
-        if type(v) is dict and rpc.is_rpc_secret(v):
-            return True
-    return False
 
 
 def translate_output_properties(
