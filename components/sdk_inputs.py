@@ -58,7 +58,7 @@ async def serialize_property(
 ) -> Any:
     """The SDK's `rpc.serialize_property`: a string, number, boolean or None as it is (what the
     SDK's walk through every other kind of value ends with for them); a list, tuple, dict or
-    read-only map walked at once (`_serialize_containers`), each value in it that is none of
+    read-only map walked at once (`_container`), each value in it that is none of
     those handed to the SDK in the order the SDK's walk meets it; anything else, and any value
     wanted as a protobuf `Value`, by the SDK."""
     kind = type(value)

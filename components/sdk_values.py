@@ -203,7 +203,7 @@ def translate_output_properties(
 
 def _translate_scalar(output: Any, kind: type, typ: Any) -> Any:
     """A string, number, boolean or None of type `typ`, by the rule for that type
-    (`_scalar_rule`, remembered by annotation)."""
+    (`sdk_types.scalar_rule`, remembered by annotation)."""
     known = SCALAR_RULES.get(id(typ))
     rule = known[1] if known is not None and known[0] is typ else SCALAR_RULE(typ)
     if rule is AS_IS or output is None:
@@ -270,6 +270,7 @@ def _translate_item(
     by_type: bool,
     none_on_mismatch: bool,
 ) -> Any:
+    """One value inside a map or list, translated as the SDK's call for it would."""
     kind = type(value)
     if kind in SCALARS:
         return value if typ is None else _translate_scalar(value, kind, typ)
