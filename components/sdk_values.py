@@ -81,14 +81,9 @@ def plain_properties(struct: struct_pb2.Struct) -> dict[str, Any] | None:
     secrets inside unwrapped; None when there is anything else (an unknown, an asset or archive,
     a resource reference, an output value)."""
     try:
-        return _from_struct(struct)
+        return _from_fields(struct.fields)[0]
     except NotPlain:
         return None
-
-
-def _from_struct(struct: struct_pb2.Struct) -> dict[str, Any]:
-    """`rpc.deserialize_properties` of a map."""
-    return _from_fields(struct.fields)[0]
 
 
 def _from_fields(fields: Any) -> tuple[dict[str, Any], bool]:

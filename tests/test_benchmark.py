@@ -100,29 +100,16 @@ def test_the_same_types_register_each_type_a_node_adds():
 
     from tools import benchmark
 
-    def types(nodes: int) -> Counter:
-        graph = run_program("dev", config=benchmark.config_for(nodes), record_inputs=False)
+    def registered(program=benchmark.PROGRAM, nodes: int = 1) -> Counter:
+        config = benchmark.config_for(nodes)
+        graph = run_program("dev", config=config, program=program, record_inputs=False)
         return Counter(r.type for r in graph)
 
-    per_node = types(2) - types(1)
+    per_node = registered(nodes=2) - registered(nodes=1)
     assert per_node["kubernetes:batch/v1:Job"] == 1 and per_node["command:remote:Command"] > 10
-    same = run_program(
-        "dev",
-        config=benchmark.config_for(1),
-        program=benchmark.same_types_program(list(per_node.elements())),
-        record_inputs=False,
-    )
-    registered = Counter(r.type for r in same) - Counter(r.type for r in run_program_nothing())
-    assert registered == per_node
-
-
-def run_program_nothing():
-    """What a program registering nothing leaves in the graph (the stack itself)."""
-    from tools import benchmark
-
-    return run_program(
-        "dev", config=benchmark.config_for(1), program=lambda: None, record_inputs=False
-    )
+    same_types = benchmark.same_types_program(list(per_node.elements()))
+    # Less what a program registering nothing leaves (the stack itself).
+    assert registered(same_types) - registered(lambda: None) == per_node
 
 
 def test_without_inputs_the_graph_keeps_types_names_and_dependencies():

@@ -497,7 +497,8 @@ def test_translate_output_properties_answers_scalars_as_the_sdk_does():
     assert compared == len(_TYPES) * len(_SCALARS)
 
 
-def test_translate_output_properties_hands_maps_and_lists_to_the_sdk():
+def test_translate_output_properties_translates_untyped_maps_and_lists_as_the_sdk_does():
+    # Maps and lists without a type (keys translated by the transformer), secrets inside.
     original = sdk_original(BY_NAME["translate_output_properties"])
     rng = random.Random(11)
     for _ in range(300):
