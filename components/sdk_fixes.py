@@ -50,7 +50,7 @@ from pulumi import _types
 from pulumi.runtime import known_types, resource, resource_cycle_breaker, rpc
 from pulumi.runtime.proto import resource_pb2, source_pb2
 
-from components import sdk_dependencies, sdk_inputs, sdk_types, sdk_values
+from components import sdk_dependencies, sdk_inputs, sdk_output_types, sdk_types, sdk_values
 from components.sdk_values import SCALARS
 
 # The modules, which `pulumi.runtime`'s attributes of those names (functions) hide.
@@ -422,6 +422,23 @@ REPLACEMENTS = (
         ),
         "17a3a274e09df4048a378406a4750b36fb88c7203fde204fdd5f3be56afe8352",
         wraps=sdk_types.SDK_RESOURCE_PULUMI_TO_PY_NAMES,
+    ),
+    Replacement(
+        _types,
+        "output_type_from_dict",
+        sdk_output_types.output_type_from_dict,
+        # What `cls(**args)` stores: through `set` and `_translate_name`, for the classes
+        # `output_type` marks, by the names `_py_properties` reads.
+        (
+            "output_type_from_dict",
+            "_py_properties",
+            "set",
+            "_translate_name",
+            "output_type",
+            "is_output_type",
+        ),
+        "c7b305c1d1ec03ed8ee900c2ed9b5fe1f9c4ee673d50e31d28545b6059883748",
+        wraps=sdk_output_types.SDK_OUTPUT_TYPE_FROM_DICT,
     ),
 )
 
