@@ -31,7 +31,7 @@ from types import MappingProxyType, ModuleType
 from typing import Any
 
 from google.protobuf import struct_pb2
-from pulumi import _types
+from pulumi import Output, _types
 from pulumi.runtime import rpc, settings
 from pulumi.runtime.proto import resource_pb2
 
@@ -66,6 +66,8 @@ async def serialize_property(
         if typ:
             _types.unwrap_type(typ)  # as the SDK does first: a malformed annotation raises
         return value
+    if kind is Output and not keep_output_values and not return_protobuf_value:
+        return await _output(value, deps, property_key, resource_obj, input_transformer, typ)
     if kind in _CONTAINERS and not return_protobuf_value and not settings.excessive_debug_output:
         pending: list[_Pending] = []
         try:
@@ -99,6 +101,52 @@ async def serialize_property(
         return_protobuf_value,
     )
 
+
+async def _output(
+    output: Output[Any],
+    deps: list[Any] | None,
+    property_key: str | None,
+    resource_obj: Any,
+    input_transformer: Callable[[str], str] | None,
+    typ: Any,
+) -> Any:
+    """The SDK's `serialize_property` of an Output (without `keep_output_values`), line for
+    line: its resources added to `deps`, its value serialized (None when it holds an unknown),
+    what that found added to `deps` and to the Output's own resources (as the SDK does), and
+    the value, the unknown sentinel, or either wrapped as a secret. The SDK reaches it after
+    nine checks that an Output fails (a sequence? an unknown? a resource? an asset? ...)."""
+    typ = unwrap_type(typ) if typ else typ
+    if typ is Any:
+        typ = None
+    data = await output._data
+    value_resources = data.resources
+    if deps is not None:
+        deps.extend(value_resources)
+    is_known = data.is_known
+    is_secret = data.is_secret
+    promise_deps: list[Any] = []
+    value = await rpc.serialize_property(
+        None if rpc.contains_unknowns(data.value) else data.value,
+        promise_deps,
+        property_key,
+        resource_obj,
+        input_transformer,
+        typ,
+        keep_output_values=False,
+    )
+    if deps is not None:
+        deps.extend(promise_deps)
+    value_resources.update(promise_deps)
+    if not is_known:
+        if is_secret and settings.monitor_supports_feature(_SECRETS):
+            return {rpc._special_sig_key: rpc._special_secret_sig, "value": rpc.UNKNOWN}
+        return rpc.UNKNOWN
+    if is_secret and settings.monitor_supports_feature(_SECRETS):
+        return {rpc._special_sig_key: rpc._special_secret_sig, "value": value}
+    return value
+
+
+_SECRETS = resource_pb2.RESOURCE_MONITOR_FEATURE_SECRETS
 
 # The containers `serialize_property` walks itself: the SDK's `abc.Sequence` (but a string)
 # and `abc.Mapping` cases, for the types of both a program passes; none of them is an unknown,
