@@ -50,7 +50,14 @@ from pulumi import _types
 from pulumi.runtime import known_types, resource, resource_cycle_breaker, rpc
 from pulumi.runtime.proto import resource_pb2, source_pb2
 
-from components import sdk_dependencies, sdk_inputs, sdk_output_types, sdk_types, sdk_values
+from components import (
+    sdk_dependencies,
+    sdk_inputs,
+    sdk_output_types,
+    sdk_struct,
+    sdk_types,
+    sdk_values,
+)
 from components.sdk_values import SCALARS
 
 # The modules, which `pulumi.runtime`'s attributes of those names (functions) hide.
@@ -362,6 +369,13 @@ REPLACEMENTS = (
         sdk_values.resolve_outputs,
         ("resolve_outputs",),
         "18f65c1be3ad95f4d7f679ac3f75c555e3eef738627e50fd0146440477d387e8",
+    ),
+    Replacement(
+        rpc,
+        "serialize_properties",
+        sdk_struct.serialize_properties,
+        ("serialize_properties",),
+        "d101e72bd9ececa92586e13cddd7d0d28d97b0418b28cab0e7e688d86f7cfeff",
     ),
     Replacement(
         rpc,

@@ -26,6 +26,7 @@ from pulumi.runtime.proto import resource_pb2
 from pulumi.runtime.stack import massage, run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
+from components.sdk_struct import set_item
 from components.sdk_values import SCALARS, NotPlain, deserialize_properties, plain_properties
 from tools.harness.graph import Graph, Resource, Secret
 
@@ -273,7 +274,7 @@ def plain_struct(
                 continue
             value = _plain(state[key])
             if value is not None:
-                struct[key] = value
+                set_item(struct, key, value)
     except NotPlain:
         struct.Clear()
         return None
