@@ -211,3 +211,17 @@ def test_explicit_pool_taints_give_exact_tolerations():
 )
 def test_toleration_matching_follows_kubernetes(toleration, taint, expected):
     assert manifests.tolerates([toleration], taint) is expected, f"{toleration} vs {taint}"
+
+
+@pytest.mark.skipif(not yaml.__with_libyaml__, reason="PyYAML built without libyaml")
+@pytest.mark.parametrize(
+    ("mig_strategy", "replicas"),
+    [("none", 1), ("single", 1), ("mixed", 1), ("none", 2), ("none", 64)],
+)
+def test_libyaml_writes_the_plugin_config_as_pyyaml_does(monkeypatch, mig_strategy, replicas):
+    settings = DevicePlugin(mig_strategy=mig_strategy, time_slicing=TimeSlicing(replicas=replicas))
+    assert manifests._SafeDumper is yaml.CSafeDumper
+    text = manifests.device_plugin_config(settings)
+    monkeypatch.setattr(manifests, "_SafeDumper", yaml.SafeDumper)
+    assert manifests.device_plugin_config(settings) == text
+    assert yaml.safe_load(text)["flags"]["migStrategy"] == mig_strategy
