@@ -71,7 +71,9 @@ def declare_dependency(from_resource: Any, to_resource: Any) -> bool:
     (`rpc`'s copy of the function is this one too), so every resource in one is placed, and
     each edge is also kept the other way round, on its target. A dependency already declared
     answers True at once (the graph has no cycle, so it cannot close one)."""
-    if to_resource in resource_cycle_breaker._deps(from_resource):
+    # `_deps(from_resource)`, read here: a call less on every declaration.
+    declared = getattr(from_resource, _DECLARED, None)
+    if declared is not None and to_resource in declared:
         return True
     to_place = getattr(to_resource, _PLACE, None)
     if to_place is None:
@@ -85,7 +87,8 @@ def declare_dependency(from_resource: Any, to_resource: Any) -> bool:
         setattr(from_resource, _PLACE, from_place)
     if to_place >= from_place and not _reorder(from_resource, to_resource, from_place, to_place):
         return False
-    resource_cycle_breaker._add_dep(from_resource, to_resource)
+    # `_add_dep`: a new set, as the SDK's (the old one may be in someone's hands).
+    setattr(from_resource, _DECLARED, (declared or set()) | {to_resource})
     dependents = getattr(to_resource, _DEPENDENTS, None)
     if dependents is None:
         dependents = set()
@@ -141,13 +144,18 @@ async def expand_dependencies(deps: Iterable[Any], from_resource: Any | None) ->
     dependency."""
     expanded: dict[str, Any] = {}
     for dependency in deps:
-        if isinstance(dependency, CustomResource) and (
-            not from_resource or dependency in getattr(from_resource, _DECLARED, ())
-        ):
+        if isinstance(dependency, CustomResource):
             # What `_aggregated` answers without a walk: a custom resource stands for itself,
-            # and one already declared declares nothing new (most: a step's machine, met
-            # again for each input that carries it).
+            # declared as a dependency of `from_resource` unless it already is (most: a step's
+            # machine, met again for each input that carries it).
             found_resources: Iterable[Any] = (dependency,)
+            if (
+                from_resource
+                and dependency not in getattr(from_resource, _DECLARED, ())
+                and not rpc.declare_dependency(from_resource, dependency)
+                and _skips_cycle(dependency)
+            ):
+                found_resources = ()
         else:
             found_resources = _aggregated(dependency, from_resource)
         for found in found_resources:
@@ -169,21 +177,27 @@ def _aggregated(dependency: Any, from_resource: Any | None) -> list[Any]:
         if not isinstance(res, Resource):
             raise TypeError(f"'depends_on' was passed a value {res} that was not a Resource.")
         # Through `rpc`'s global, as the SDK's: the installed `declare_dependency`.
-        if from_resource and not rpc.declare_dependency(from_resource, res):
-            cycles_fail = os.getenv(rpc.ERROR_ON_DEPENDENCY_CYCLES_VAR, "true").lower() == "true"
-            if not cycles_fail:
-                continue
-            raise RuntimeError(
-                "We have detected a circular dependency involving a resource of type"
-                + f" {res._type} named {res._name}.\n"
-                + "Please review any `depends_on`, `parent` or other dependency relationships "
-                + "between your resources to ensure no cycles have been introduced in your program."
-            )
+        if from_resource and not rpc.declare_dependency(from_resource, res) and _skips_cycle(res):
+            continue
         if isinstance(res, ComponentResource) and not res._remote:
             pending.extend(res._childResources)
         else:
             found.append(res)
     return found
+
+
+def _skips_cycle(res: Any) -> bool:
+    """For a dependency on `res` that would close a cycle: True when the SDK skips it (the
+    environment says cycles do not fail), else the SDK's error."""
+    cycles_fail = os.getenv(rpc.ERROR_ON_DEPENDENCY_CYCLES_VAR, "true").lower() == "true"
+    if not cycles_fail:
+        return True
+    raise RuntimeError(
+        "We have detected a circular dependency involving a resource of type"
+        + f" {res._type} named {res._name}.\n"
+        + "Please review any `depends_on`, `parent` or other dependency relationships "
+        + "between your resources to ensure no cycles have been introduced in your program."
+    )
 
 
 SDK_RESOLVE_DEPENDS_ON = _depends_on._resolve_depends_on
