@@ -84,8 +84,13 @@ def _contains_unknowns(val: Any, seen_ids: set[int]) -> bool:
     # skipped without a call (most values are strings), in a loop rather than `any` over a
     # generator, which is a frame per value.
     if isinstance(val, dict):
+        kind = type(val)
+        # A generated output type's `val[k]` checks `k` against its camelCase names to warn
+        # (an if-chain per read) before `dict.__getitem__`: read as the dict it is unless `k`
+        # is one it warns for (`sdk_output_types.warning_keys`, remembered per class).
+        warns = None if kind is dict else WARNING_KEYS(kind)
         for k in val:
-            item = val[k]
+            item = val[k] if warns is None or k in warns else _DICT_GET(val, k)
             if type(item) not in SCALARS and _contains_unknowns(item, seen_ids):
                 return True
         return False
@@ -95,6 +100,10 @@ def _contains_unknowns(val: Any, seen_ids: set[int]) -> bool:
                 return True
         return False
     return False
+
+
+_DICT_GET = dict.__getitem__
+WARNING_KEYS = sdk_types._by_identity(sdk_output_types.warning_keys)
 
 
 # File name -> its `file:` URI, or None where the SDK gives no position (an empty or relative

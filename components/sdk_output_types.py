@@ -254,3 +254,134 @@ def _default_of(statement: ast.stmt) -> tuple[str, Any] | None:
     ):
         return name, assign.value.value
     return None
+
+
+def warning_keys(cls: type) -> frozenset[str] | None:
+    """For a dict subclass whose `cls[key]` is `dict.__getitem__` or the generated one that
+    warns first (pulumi `pkg/codegen/python`: `Cls.__key_warning(key)`, then
+    `super().__getitem__(key)`, the warning an if-chain of `key == "<camelCase name>"`): the
+    keys whose reading warns (none for the first). None for any other class: read it through
+    its own `__getitem__`."""
+    if not isinstance(cls, type) or cls.__mro__ != (cls, dict, object):
+        return None
+    getitem = cls.__dict__.get("__getitem__")
+    if getitem is None:
+        return frozenset()
+    warning = cls.__dict__.get(f"_{cls.__name__}__key_warning")
+    if not inspect.isfunction(getitem) or not isinstance(warning, staticmethod):
+        return None
+    getitem_tree = _definition(getitem)
+    warning_tree = _definition(warning.__func__)
+    if getitem_tree is None or warning_tree is None or not _warns_then_reads(getitem_tree, cls):
+        return None
+    return _warned_keys(warning_tree)
+
+
+def _definition(function: Any) -> ast.FunctionDef | None:
+    """The parsed definition of `function`, None without a source or with decorators (a
+    staticmethod's decorator is taken off by reading its function)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    definition = tree.body[0] if len(tree.body) == 1 else None
+    if not isinstance(definition, ast.FunctionDef):
+        return None
+    if any(
+        not (isinstance(d, ast.Name) and d.id == "staticmethod") for d in definition.decorator_list
+    ):
+        return None
+    return definition
+
+
+def _warns_then_reads(definition: ast.FunctionDef, cls: type) -> bool:
+    """Whether `definition` is `def __getitem__(self, key): Cls.__key_warning(key); return
+    super().__getitem__(key)`."""
+    args = definition.args
+    if len(args.args) != 2 or args.vararg or args.kwarg or args.kwonlyargs or args.defaults:
+        return False
+    key = args.args[1].arg
+    body = definition.body
+    if len(body) != 2 or not isinstance(body[0], ast.Expr) or not isinstance(body[1], ast.Return):
+        return False
+    warn, read = body[0].value, body[1].value
+    return (
+        isinstance(warn, ast.Call)
+        and isinstance(warn.func, ast.Attribute)
+        and warn.func.attr == "__key_warning"
+        and isinstance(warn.func.value, ast.Name)
+        and warn.func.value.id == cls.__name__
+        and _is_name_only(warn, key)
+        and isinstance(read, ast.Call)
+        and isinstance(read.func, ast.Attribute)
+        and read.func.attr == "__getitem__"
+        and isinstance(read.func.value, ast.Call)
+        and isinstance(read.func.value.func, ast.Name)
+        and read.func.value.func.id == "super"
+        and not read.func.value.args
+        and not read.func.value.keywords
+        and _is_name_only(read, key)
+    )
+
+
+def _is_name_only(call: ast.Call, name: str) -> bool:
+    return (
+        not call.keywords
+        and len(call.args) == 1
+        and isinstance(call.args[0], ast.Name)
+        and call.args[0].id == name
+    )
+
+
+def _warned_keys(definition: ast.FunctionDef) -> frozenset[str] | None:
+    """The keys `def __key_warning(key): suggest = None; if key == "a": suggest = "b" elif ...;
+    if suggest: pulumi.log.warn(...)` warns for; None for any other body."""
+    args = definition.args
+    if len(args.args) != 1 or args.vararg or args.kwarg or args.kwonlyargs or args.defaults:
+        return None
+    key = args.args[0].arg
+    body = definition.body
+    if len(body) != 3 or not _assigns(body[0], "suggest", lambda value: value is None):
+        return None
+    keys: set[str] = set()
+    branch: list[ast.stmt] = [body[1]]
+    while branch:
+        if len(branch) != 1 or not isinstance(branch[0], ast.If):
+            return None
+        test = branch[0].test
+        if not (
+            isinstance(test, ast.Compare)
+            and isinstance(test.left, ast.Name)
+            and test.left.id == key
+            and len(test.ops) == 1
+            and isinstance(test.ops[0], ast.Eq)
+            and isinstance(test.comparators[0], ast.Constant)
+            and isinstance(test.comparators[0].value, str)
+            and len(branch[0].body) == 1
+            and _assigns(branch[0].body[0], "suggest", lambda value: isinstance(value, str))
+        ):
+            return None
+        if branch[0].body[0].value.value:  # type: ignore[attr-defined]  # a suggestion warns
+            keys.add(test.comparators[0].value)
+        branch = branch[0].orelse
+    last = body[2]
+    if not (
+        isinstance(last, ast.If)
+        and isinstance(last.test, ast.Name)
+        and last.test.id == "suggest"
+        and not last.orelse
+    ):
+        return None
+    return frozenset(keys)
+
+
+def _assigns(statement: ast.stmt, name: str, accepts: Callable[[Any], bool]) -> bool:
+    """Whether `statement` is `<name> = <constant>` with a constant `accepts` takes."""
+    return (
+        isinstance(statement, ast.Assign)
+        and len(statement.targets) == 1
+        and isinstance(statement.targets[0], ast.Name)
+        and statement.targets[0].id == name
+        and isinstance(statement.value, ast.Constant)
+        and accepts(statement.value.value)
+    )

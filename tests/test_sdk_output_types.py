@@ -5,6 +5,7 @@ same order; every class of another shape is left to the SDK."""
 
 from __future__ import annotations
 
+import collections
 import importlib
 import random
 import typing
@@ -13,12 +14,14 @@ from typing import Any
 import pulumi
 import pytest
 from pulumi import _types
+from pulumi.output import UNKNOWN
 
-from components import sdk_output_types
+from components import sdk_fixes, sdk_output_types
 from components.sdk_output_types import (
     SDK_OUTPUT_TYPE_FROM_DICT,
     output_type_from_dict,
     stored_properties,
+    warning_keys,
 )
 from tests.test_sdk_fixes import _resource_classes
 
@@ -278,3 +281,106 @@ def test_what_the_sdk_refuses_is_refused_as_there(cls, output):
         SDK_OUTPUT_TYPE_FROM_DICT(cls, output)
     with pytest.raises(AssertionError):
         output_type_from_dict(cls, output)
+
+
+# Reading generated output types as dicts (contains_unknowns)
+
+DICT_OUTPUT_TYPES = [cls for cls in ALL_OUTPUT_TYPES if issubclass(cls, dict)]
+
+
+def test_the_providers_output_types_read_as_generated():
+    assert len(DICT_OUTPUT_TYPES) > 900
+    assert [cls.__qualname__ for cls in DICT_OUTPUT_TYPES if warning_keys(cls) is None] == []
+
+
+@pytest.mark.parametrize("module_name", OUTPUT_MODULES)
+def test_a_read_warns_exactly_for_the_keys_found(module_name, monkeypatch):
+    warned: list[str] = []
+    monkeypatch.setattr(pulumi.log, "warn", lambda message, *args, **kwargs: warned.append(message))
+    for cls in _output_types(module_name):
+        if not issubclass(cls, dict):
+            continue
+        keys = warning_keys(cls)
+        names = {n for p in _types._py_properties(cls) for n in p[:2]} | {"other"}
+        obj = dict.__new__(cls)
+        dict.update(obj, {name: name for name in names})
+        for name in sorted(names):
+            warned.clear()
+            assert obj[name] == name
+            assert bool(warned) == (name in keys), (cls.__qualname__, name)
+
+
+@pulumi.output_type
+class _ReadsOtherwise(dict):
+    @staticmethod
+    def __key_warning(key: str):
+        suggest = None
+        if key == "someName":
+            suggest = "some_name"
+        if suggest:
+            pulumi.log.warn(f"use {suggest}")
+
+    def __getitem__(self, key: str) -> Any:
+        _ReadsOtherwise.__key_warning(key)
+        return super().__getitem__(key.lower())
+
+
+@pulumi.output_type
+class _WarnsOtherwise(dict):
+    @staticmethod
+    def __key_warning(key: str):
+        suggest = None
+        if key == "someName" or key == "other":
+            suggest = "some_name"
+        if suggest:
+            pulumi.log.warn(f"use {suggest}")
+
+    def __getitem__(self, key: str) -> Any:
+        _WarnsOtherwise.__key_warning(key)
+        return super().__getitem__(key)
+
+
+class _Mixin:
+    pass
+
+
+@pulumi.output_type
+class _Mixed(_Mixin, dict):
+    pass
+
+
+@pytest.mark.parametrize("cls", [_ReadsOtherwise, _WarnsOtherwise, _Mixed], ids=str)
+def test_a_class_read_otherwise_is_read_through_its_own_getitem(cls):
+    assert warning_keys(cls) is None
+
+
+def test_contains_unknowns_reads_output_types_as_the_sdk_does(monkeypatch):
+    # Every output of the program's resources, translated into output types, holding
+    # unknowns now and then; read by the SDK's walk and the replacement, with the warnings
+    # each emits (objects with camelCase keys too, which warn).
+    from tests.test_sdk_fixes import BY_NAME, _typed_output, sdk_original
+
+    original = sdk_original(BY_NAME["contains_unknowns"])
+    translate = sdk_original(BY_NAME["translate_output_properties"])
+    warned: list[str] = []
+    monkeypatch.setattr(pulumi.log, "warn", lambda message, *args, **kwargs: warned.append(message))
+    rng = random.Random(12)
+    outcomes = collections.Counter()
+    for resource_class in _resource_classes():
+        for _ in range(20):
+            for name, hint in _types.resource_types(resource_class).items():
+                try:
+                    value = translate(_typed_output(rng, hint), str.upper, hint, True, None, True)
+                except Exception:
+                    continue
+                if isinstance(value, dict) and rng.random() < 0.2:
+                    dict.update(value, {"hostKey": "k", "someCamelName": UNKNOWN})
+                warned.clear()
+                theirs = original(value)
+                their_warnings = list(warned)
+                warned.clear()
+                assert sdk_fixes.contains_unknowns(value) == theirs, (name, value)
+                assert warned == their_warnings
+                outcomes[theirs] += 1
+                outcomes["warned"] += bool(warned)
+    assert outcomes[True] > 20 and outcomes[False] > 200 and outcomes["warned"] > 0
