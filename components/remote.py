@@ -36,7 +36,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from types import MappingProxyType
 from typing import Any
 
 import pulumi
@@ -44,6 +43,7 @@ import pulumi_command as command
 from pydantic import SecretStr
 
 from components.host_scripts import render_script
+from components.sdk_inputs import FrozenMap
 from components.settings import Bastion, Settings, Ssh
 from components.steps import Identity, OnUpdate, Step
 
@@ -88,7 +88,7 @@ class Host:
         by field through `Output.all` (pulumi/output.py `from_input`): for every step, an Output
         per field and the ones joining them. It unwraps only Outputs, input types, dicts, lists
         and tuples; any other value is taken as it is. So the fields are resolved here once per
-        host and handed over in a `MappingProxyType`, a Mapping that is not a dict. The engine
+        host and handed over in a `FrozenMap`, a Mapping that is not a dict. The engine
         receives the same: `rpc.serialize_property` serializes any `Mapping` and, the property
         being typed `ConnectionArgs`, translates its keys by that type's names, as it does the
         args' own fields (tests/test_remote_connection.py compares the two). Measured at 256
@@ -140,8 +140,10 @@ class Login:
 
 def read_only(args: Any) -> Mapping[str, Any]:
     """The fields an args object (ConnectionArgs, ProxyConnectionArgs: the ones it was given and
-    its defaults) as a read-only mapping by their Python names, nested args likewise."""
-    return MappingProxyType(
+    its defaults) as a read-only mapping by their Python names, nested args likewise: a
+    `FrozenMap`, which cannot change, so the SDK's serialization walks it once for all the steps
+    on the host (components/sdk_inputs.py)."""
+    return FrozenMap(
         {name: read_only(value) if _is_args(value) else value for name, value in vars(args).items()}
     )
 

@@ -26,7 +26,7 @@ every other case to the SDK's own function (`SDK_*`, taken before any replacemen
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType, ModuleType
 from typing import Any
 
@@ -148,11 +148,105 @@ async def _output(
 
 _SECRETS = resource_pb2.RESOURCE_MONITOR_FEATURE_SECRETS
 
+
+class FrozenMap(Mapping[str, Any]):
+    """A read-only map of strings, numbers, booleans, None and other FrozenMaps, which no one can
+    change once made (its own copy of the items, no way to write): what the SDK serializes as
+    any Mapping (`rpc.serialize_property`, `abc.Mapping`), and `Output.from_input` takes as it
+    is. Being unable to change, its serialized form is the same every time for one annotation
+    and key translator: `serialize_property` walks it once for each and hands out copies (a
+    machine's connection, sent by every step on it)."""
+
+    __slots__ = ("_items", "_serialized")
+
+    def __init__(self, items: Mapping[str, Any]):
+        copied = dict(items)
+        for key, value in copied.items():
+            if type(key) is not str or not (type(value) in SCALARS or type(value) is FrozenMap):
+                raise TypeError(
+                    f"FrozenMap holds strings, numbers, booleans, None and FrozenMaps by string "
+                    f"keys, not {key!r}: {type(value).__name__}"
+                )
+        object.__setattr__(self, "_items", copied)
+        # (annotation, key translator) -> the serialized form, walked once for each.
+        object.__setattr__(self, "_serialized", {})
+
+    def __getitem__(self, key: str) -> Any:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"a FrozenMap cannot change ({name})")
+
+    def __repr__(self) -> str:
+        return f"FrozenMap({self._items!r})"
+
+
+def _frozen(
+    value: FrozenMap,
+    typ: Any,
+    input_transformer: Callable[[str], str] | None,
+    property_key: str | None,
+) -> dict[str, Any]:
+    """`_container` of a FrozenMap: walked once per annotation and key translator (nothing in
+    it is left for the SDK: it holds plain data only), a copy of that each time. A walk that
+    never asked the translator (the annotation names every key, as `ConnectionArgs` does) is
+    remembered for any translator: each resource hands its own (a bound method)."""
+    memo = value._serialized
+    known = memo.get((id(typ), id(_ANY_TRANSLATOR)))
+    if known is None or known[0] is not typ:
+        known = memo.get((id(typ), id(input_transformer)))
+        if known is None or known[0] is not typ or known[1] is not input_transformer:
+            known = _walk_frozen(value, typ, input_transformer, property_key)
+            memo[(id(typ), id(known[1]))] = known
+    return _copied(known[2])
+
+
+# Remembered with a walk of a FrozenMap that never asked its key translator.
+_ANY_TRANSLATOR = object()
+
+
+def _walk_frozen(
+    value: FrozenMap,
+    typ: Any,
+    input_transformer: Callable[[str], str] | None,
+    property_key: str | None,
+) -> tuple[Any, Any, dict[str, Any]]:
+    """(typ, the translator or _ANY_TRANSLATOR when none was asked, the serialized form)."""
+    asked: list[str] = []
+    translate = None
+    if input_transformer is not None:
+
+        def translate(key: str) -> str:
+            asked.append(key)
+            return input_transformer(key)
+
+    pending: list[_Pending] = []
+    serialized = _container(value, dict, typ, translate, property_key, pending)
+    if pending:  # cannot be: a FrozenMap holds plain data only
+        raise TypeError(f"a FrozenMap holding other than plain data: {value!r}")
+    return typ, input_transformer if asked else _ANY_TRANSLATOR, serialized
+
+
+def _copied(serialized: dict[str, Any]) -> dict[str, Any]:
+    """A copy of a FrozenMap's serialized form (maps inside copied too: the caller's own)."""
+    copy = dict(serialized)
+    for key, value in copy.items():
+        if type(value) is dict:
+            copy[key] = _copied(value)
+    return copy
+
+
 # The containers `serialize_property` walks itself: the SDK's `abc.Sequence` (but a string)
 # and `abc.Mapping` cases, for the types of both a program passes; none of them is an unknown,
 # a resource, an asset, an archive, an awaitable, an Output or an input type, the checks the
 # SDK makes before those two.
-_CONTAINERS = frozenset({list, tuple, dict, MappingProxyType})
+_CONTAINERS = frozenset({list, tuple, dict, MappingProxyType, FrozenMap})
 
 # A value inside a container that the SDK serializes: where its answer goes (the container
 # and the index or key), the value, its annotation and the property key the SDK passes with it.
@@ -173,6 +267,8 @@ def _container(
     in the order the SDK's walk meets it. (A string, number, boolean or None inside is placed
     here, its annotation unwrapped as the SDK's call for it does first, which raises for a
     malformed one: most values are one.)"""
+    if kind is FrozenMap:
+        return _frozen(value, typ, input_transformer, property_key)
     typ = unwrap_type(typ) if typ else typ
     if typ is Any:
         typ = None
