@@ -33,7 +33,7 @@ import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from pulumi import ComponentResource, CustomResource, Resource
+from pulumi import ComponentResource, CustomResource, Output, Resource
 from pulumi.runtime import resource_cycle_breaker, rpc
 
 # The module, which `pulumi.runtime`'s attribute of that name (a function) hides.
@@ -159,10 +159,30 @@ async def expand_dependencies(deps: Iterable[Any], from_resource: Any | None) ->
         else:
             found_resources = _aggregated(dependency, from_resource)
         for found in found_resources:
-            urn = await found.urn.future()
+            urn = _known_urn(found.urn)
+            if urn is _PENDING:
+                urn = await found.urn.future()
             if urn:
                 expanded[urn] = found
     return expanded
+
+
+# Not read without awaiting: the URN's Output has not resolved yet.
+_PENDING = object()
+
+
+def _known_urn(urn: Any) -> Any:
+    """What `await urn.future()` answers, when that needs no waiting: once the URN Output's
+    data is done (awaiting a done future returns at once, without yielding to the loop, or
+    raises what it failed with, as `result()` does), its value, None where that holds an
+    unknown (pulumi/output.py `Output.future`); else _PENDING."""
+    if type(urn) is not Output:
+        return _PENDING
+    data = urn._data
+    if not data.done():
+        return _PENDING
+    value = data.result().value
+    return None if rpc.contains_unknowns(value) else value
 
 
 def _aggregated(dependency: Any, from_resource: Any | None) -> list[Any]:

@@ -313,15 +313,20 @@ class _Component(_Ordered, pulumi.ComponentResource):
 def _forest(rng: random.Random, size: int) -> list[Any]:
     """`size` resources that are not constructed (no engine): custom resources, local and
     remote components, some with children (a custom resource's too, which the SDK does not
-    walk), each with a URN that is known, empty or unknown."""
+    walk), each with a URN that is known, empty, unknown or failing."""
     kinds = (_Custom, _Component, _Component)
     nodes = []
     for index in range(size):
         node = object.__new__(rng.choice(kinds))
         node._type, node._name = "test:index:Node", f"n{index}"
         node._remote = isinstance(node, pulumi.ComponentResource) and rng.random() < 0.3
-        urn = rng.choice([f"urn:n{index}"] * 4 + ["", UNKNOWN])
-        node.__dict__["urn"] = pulumi.Output.from_input(urn)  # as Resource.__init__ keeps it
+        urn = rng.choice([f"urn:n{index}"] * 4 + ["", UNKNOWN, None])
+        if urn is None:  # a URN that fails to resolve
+            failed = asyncio.get_running_loop().create_future()
+            failed.set_exception(LookupError(f"no URN for n{index}"))
+            node.__dict__["urn"] = pulumi.Output(set(), failed, _done(True))
+        else:
+            node.__dict__["urn"] = pulumi.Output.from_input(urn)  # as Resource.__init__ keeps it
         nodes.append(node)
     for index, node in enumerate(nodes):
         later = nodes[index + 1 :]
@@ -337,6 +342,8 @@ def _expanded(expand, seed: int, size: int, cycles_fail: bool, monkeypatch) -> t
 
     async def expand_some():
         nodes = _forest(rng, size)
+        if rng.random() < 0.5:
+            await asyncio.sleep(0)  # the URNs resolved before the expansion (else while it runs)
         deps = rng.sample(nodes, rng.randrange(size + 1))
         if rng.random() < 0.1:
             deps.insert(rng.randrange(len(deps) + 1), "not a resource")
@@ -347,7 +354,7 @@ def _expanded(expand, seed: int, size: int, cycles_fail: bool, monkeypatch) -> t
         try:
             answer = await expand(deps, from_resource)
             outcome = [(urn, res._name) for urn, res in answer.items()]
-        except (TypeError, RuntimeError) as error:
+        except (TypeError, RuntimeError, LookupError) as error:
             outcome = [(type(error).__name__, str(error))]
         edges = {(n._name, d._name) for n in nodes for d in resource_cycle_breaker._deps(n)}
         return outcome, edges
@@ -365,10 +372,11 @@ def test_expand_dependencies_answers_and_declares_as_the_sdk_does(monkeypatch, c
         sdk = _expanded(original, seed, size, cycles_fail, monkeypatch)
         assert ours == sdk, seed
         answer = ours[0]
-        failed = answer and answer[0][0] in ("TypeError", "RuntimeError")
+        failed = answer and answer[0][0] in ("TypeError", "RuntimeError", "LookupError")
         outcomes[answer[0][0] if failed else "ok"] += 1
-    # Every path was taken: answers, the wrong type, and (when cycles fail) a cycle.
-    assert outcomes["ok"] > 100 and outcomes["TypeError"] > 5
+    # Every path was taken: answers, the wrong type, a URN that fails, and (when cycles fail) a
+    # cycle.
+    assert outcomes["ok"] > 100 and outcomes["TypeError"] > 5 and outcomes["LookupError"] > 5
     assert (outcomes["RuntimeError"] > 50) == cycles_fail
 
 

@@ -141,6 +141,8 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             else:
                 self.resources[response.urn] = registered._replace(state={})
         timeouts = request.customTimeouts
+        # By key, not `.items()`: a protobuf map's items view is the Mapping ABC's, in Python.
+        by_property = request.propertyDependencies
         self.recorded.append(
             Resource(
                 type=request.type,
@@ -149,9 +151,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 parent=request.parent or None,
                 custom=request.custom,
                 dependencies=set(request.dependencies),
-                property_dependencies={
-                    key: set(deps.urns) for key, deps in request.propertyDependencies.items()
-                },
+                property_dependencies={key: set(by_property[key].urns) for key in by_property},
                 provider=request.provider or None,
                 inputs=decode(request.object, self._strings) if self.record_inputs else {},
                 custom_timeouts={
