@@ -70,6 +70,8 @@ def contains_unknowns(val: Any) -> bool:
     `rpc.contains_unknowns` without its per-call closure."""
     if type(val) in SCALARS:
         return False
+    if not isinstance(val, dict | list):  # what the walk answers for a value it cannot enter
+        return known_types.is_unknown(val)
     return _contains_unknowns(val, set())
 
 
@@ -103,7 +105,7 @@ def _contains_unknowns(val: Any, seen_ids: set[int]) -> bool:
 
 
 _DICT_GET = dict.__getitem__
-WARNING_KEYS = sdk_types._by_identity(sdk_output_types.warning_keys)
+WARNING_KEYS = sdk_types.by_identity(sdk_output_types.warning_keys)
 
 
 # File name -> its `file:` URI, or None where the SDK gives no position (an empty or relative

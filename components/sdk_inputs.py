@@ -26,18 +26,22 @@ every other case to the SDK's own function (`SDK_*`, taken before any replacemen
 
 from __future__ import annotations
 
+import types
+from collections import abc
 from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType, ModuleType
 from typing import Any
 
 from google.protobuf import struct_pb2
-from pulumi import Output, _types
+from pulumi import Archive, Asset, Output, Resource, _types
+from pulumi.output import Unknown
 from pulumi.runtime import rpc, settings
 from pulumi.runtime.proto import resource_pb2
 
 from components.sdk_types import (
     INPUT_MAP_PLAN,
     LIST_ELEMENT_TYPE,
+    by_identity,
     unwrap_type,
 )
 from components.sdk_values import SCALARS
@@ -62,7 +66,7 @@ async def serialize_property(
     those handed to the SDK in the order the SDK's walk meets it; anything else, and any value
     wanted as a protobuf `Value`, by the SDK."""
     kind = type(value)
-    if kind in SCALARS and not return_protobuf_value:
+    if (kind in SCALARS or PLAIN_SUBCLASS(kind)) and not return_protobuf_value:
         if typ:
             _types.unwrap_type(typ)  # as the SDK does first: a malformed annotation raises
         return value
@@ -100,6 +104,30 @@ async def serialize_property(
         exclude_resource_refs_from_deps,
         return_protobuf_value,
     )
+
+
+def plain_subclass(kind: type) -> bool:
+    """Whether the SDK's `serialize_property` answers a value of class `kind`, a subclass of
+    str, int or float (an Enum of those: a step's `Logging`), as it is: none of its checks
+    before `isLegalProtobufValue` holds for the class (a sequence but a string, an unknown, a
+    resource, an asset, an archive, an awaitable, an Output, an input type, a mapping, a
+    protobuf Value), and the SDK keeps what passes that one unchanged."""
+    if kind in SCALARS or not issubclass(kind, str | int | float):
+        return False
+    not_a_string = (str, range, memoryview, bytes, bytearray)
+    return not (
+        (issubclass(kind, abc.Sequence) and not issubclass(kind, not_a_string))
+        or issubclass(kind, _KNOWN_TYPES)
+        or issubclass(kind, types.CoroutineType | types.GeneratorType | abc.Awaitable)
+        or _types.is_input_type(kind)
+        or issubclass(kind, abc.Mapping)
+        or issubclass(kind, struct_pb2.Value)
+    )
+
+
+# The classes `known_types` checks a value against (it imports them lazily, as these are).
+_KNOWN_TYPES = (Unknown, Resource, Asset, Archive, Output)
+PLAIN_SUBCLASS = by_identity(plain_subclass)
 
 
 async def _output(
@@ -292,6 +320,10 @@ def _container(
                         pending,
                     )
                 )
+            elif PLAIN_SUBCLASS(element_kind):
+                if element_type:
+                    unwrap_type(element_type)
+                items.append(element)
             else:
                 items.append(None)
                 pending.append((items, len(items) - 1, element, element_type, property_key))
@@ -326,6 +358,10 @@ def _container(
             obj[transformed_key] = _container(
                 item, item_kind, item_type, input_transformer, k, pending
             )
+        elif PLAIN_SUBCLASS(item_kind):
+            if item_type:
+                unwrap_type(item_type)
+            obj[transformed_key] = item
         else:
             obj[transformed_key] = None
             pending.append((obj, transformed_key, item, item_type, k))

@@ -52,7 +52,7 @@ class _Remembered(typing.Protocol):
     def __call__(self, value: Any, /) -> Any: ...
 
 
-def _by_identity(function: Callable[[Any], Any], limit: int = 4096) -> _Remembered:
+def by_identity(function: Callable[[Any], Any], limit: int = 4096) -> _Remembered:
     """`function` of one hashable-or-not object, its answers remembered by that object's
     identity (each entry keeps its object alive, so no other object takes its id); at most
     `limit` of them, after which it starts again (the same `answers` dict, which the callers on
@@ -74,8 +74,8 @@ def _by_identity(function: Callable[[Any], Any], limit: int = 4096) -> _Remember
     return typing.cast(_Remembered, remembered)
 
 
-_UNWRAP_TYPE = _by_identity(SDK_UNWRAP_TYPE)
-_UNWRAP_OPTIONAL_TYPE = _by_identity(SDK_UNWRAP_OPTIONAL_TYPE)
+_UNWRAP_TYPE = by_identity(SDK_UNWRAP_TYPE)
+_UNWRAP_OPTIONAL_TYPE = by_identity(SDK_UNWRAP_OPTIONAL_TYPE)
 # Read here first: the SDK asks over a thousand times per node, nearly always of an annotation
 # it asked before, and a call costs more than the lookup it makes.
 _UNWRAPPED = _UNWRAP_TYPE.answers
@@ -99,8 +99,8 @@ def unwrap_optional_type(val: type) -> type:
     return _UNWRAP_OPTIONAL_TYPE(val)
 
 
-_RESOURCE_TYPES = _by_identity(SDK_RESOURCE_TYPES)
-_RESOURCE_PULUMI_TO_PY_NAMES = _by_identity(SDK_RESOURCE_PULUMI_TO_PY_NAMES)
+_RESOURCE_TYPES = by_identity(SDK_RESOURCE_TYPES)
+_RESOURCE_PULUMI_TO_PY_NAMES = by_identity(SDK_RESOURCE_PULUMI_TO_PY_NAMES)
 
 
 def resource_types(resource_cls: type) -> dict[str, type]:
@@ -163,8 +163,8 @@ def output_map_plan(typ: Any) -> tuple[bool, dict | None, bool, bool, Any]:
 
 
 # Answers of an annotation alone, remembered for the walks of `sdk_inputs` and `sdk_values`.
-SCALAR_RULE = _by_identity(scalar_rule)
+SCALAR_RULE = by_identity(scalar_rule)
 SCALAR_RULES = SCALAR_RULE.answers
-LIST_ELEMENT_TYPE = _by_identity(rpc._get_list_element_type)
-INPUT_MAP_PLAN = _by_identity(input_map_plan)
-OUTPUT_MAP_PLAN = _by_identity(output_map_plan)
+LIST_ELEMENT_TYPE = by_identity(rpc._get_list_element_type)
+INPUT_MAP_PLAN = by_identity(input_map_plan)
+OUTPUT_MAP_PLAN = by_identity(output_map_plan)

@@ -86,14 +86,20 @@ def plain_properties(struct: struct_pb2.Struct) -> dict[str, Any] | None:
         return None
 
 
+# The SDK's constants (`rpc`): a secret's signature key and value, the unknown sentinel.
+_SIG_KEY = rpc._special_sig_key
+_SECRET_SIG = rpc._special_secret_sig
+_UNKNOWN = rpc.UNKNOWN
+
+
 def _from_fields(fields: Any) -> tuple[dict[str, Any], bool]:
     """A map's fields read (a string, number or boolean inside read in place, most values
     being one), and whether a value inside is a secret (only a map read can be one)."""
-    if rpc._special_sig_key in fields:
-        signature = fields[rpc._special_sig_key]
+    if _SIG_KEY in fields:
+        signature = fields[_SIG_KEY]
         if (
             signature.WhichOneof("kind") != "string_value"
-            or signature.string_value != rpc._special_secret_sig
+            or signature.string_value != _SECRET_SIG
             or "value" not in fields
         ):
             raise NotPlain
@@ -108,7 +114,7 @@ def _from_fields(fields: Any) -> tuple[dict[str, Any], bool]:
         kind = value.WhichOneof("kind")
         if kind == "string_value":
             text = value.string_value
-            if text == rpc.UNKNOWN:
+            if text == _UNKNOWN:
                 raise NotPlain
             props[key] = text
         elif kind == "number_value":
@@ -129,7 +135,7 @@ def _from_value(value: struct_pb2.Value) -> Any:
     kind = value.WhichOneof("kind")
     if kind == "string_value":
         text = value.string_value
-        if text == rpc.UNKNOWN:
+        if text == _UNKNOWN:
             raise NotPlain
         return text
     if kind == "number_value":
@@ -301,7 +307,8 @@ def resolve_outputs(
     resolve_missing_as_unknown: bool = False,
 ) -> None:
     """The SDK's `rpc.resolve_outputs` (3.272.0), line for line, except that an input's value
-    is read only when the engine's answer lacks that input."""
+    is read only when the engine's answer lacks that input, and the resource's name is
+    formatted once."""
     all_properties = {}
     resource_cls = type(res)
     types = _types.resource_types(resource_cls)
@@ -318,6 +325,7 @@ def resolve_outputs(
         def translate_to_pass(prop: str) -> str:
             return prop
 
+    resource_name = f"{res._name}"  # the SDK formats it for every property
     for key, value in rpc.deserialize_properties(outputs, keep_unknowns).items():
         translated_key = translate(key)
         translated_value = rpc.translate_output_properties(
@@ -325,7 +333,7 @@ def resolve_outputs(
             translate_to_pass,
             types.get(key),
             transform_using_type_metadata,
-            path=rpc._Path(translated_key, resource=f"{res._name}"),
+            path=rpc._Path(translated_key, resource=resource_name),
         )
         if settings.excessive_debug_output:
             log.debug(f"incoming output property translated: {key} -> {translated_key}")
@@ -345,7 +353,7 @@ def resolve_outputs(
                     translate_to_pass,
                     types.get(key),
                     transform_using_type_metadata,
-                    path=rpc._Path(translated_key, resource=f"{res._name}"),
+                    path=rpc._Path(translated_key, resource=resource_name),
                     return_none_on_dict_type_mismatch=True,
                 )
 

@@ -1086,7 +1086,7 @@ def test_unions_equal_but_ordered_otherwise_are_unwrapped_each_by_its_own_order(
 
 def test_remembered_answers_are_bounded_and_still_right():
     calls: list[Any] = []
-    remembered = sdk_types._by_identity(lambda value: calls.append(value) or id(value), limit=3)
+    remembered = sdk_types.by_identity(lambda value: calls.append(value) or id(value), limit=3)
     values = [object() for _ in range(7)]
     for value in values + values:
         assert remembered(value) == id(value)
