@@ -154,24 +154,26 @@ def get_stack_trace() -> source_pb2.StackTrace:
     # locals is a reference cycle (the frame holds its locals), which keeps every caller's
     # frame and locals (the resource's args and options) alive until the garbage collector
     # runs; in a 16-node evaluation that was 40,820 objects of garbage.
-    calls: list[tuple[CodeType, bytes]] = []
+    codes: list[CodeType] = []
+    entries: list[bytes] = []
     frame = sys._getframe(0)  # the SDK's stack starts at its own function's frame
     limit = getattr(sys, "tracebacklimit", None)
-    while frame is not None and (limit is None or len(calls) < limit):
+    while frame is not None and (limit is None or len(codes) < limit):
         code = frame.f_code
         key = (id(code), frame.f_lasti)
         entry = _ENTRIES.get(key)
         if entry is None:
             entry = _ENTRIES[key] = _frame_entry(code.co_filename, frame.f_lineno)
             _CODES[id(code)] = code
-        calls.append((code, entry))
+        codes.append(code)
+        entries.append(entry)
         frame = frame.f_back
     del frame
-    outside = _outside_constructor(calls)
-    if outside is None:
+    start = _outside_constructor(codes)
+    if start is None:
         return source_pb2.StackTrace()
     # A repeated field's entries, serialized one after another, parse as the whole field.
-    return source_pb2.StackTrace.FromString(b"".join(entry for _, entry in outside))
+    return source_pb2.StackTrace.FromString(b"".join(entries[start:]))
 
 
 def _frame_entry(filename: str, line: int | None) -> bytes:
@@ -185,16 +187,15 @@ def _frame_entry(filename: str, line: int | None) -> bytes:
     return source_pb2.StackTrace(frames=[frame]).SerializeToString()
 
 
-def _outside_constructor(
-    calls: list[tuple[CodeType, bytes]],
-) -> list[tuple[CodeType, bytes]] | None:
-    """The calls after the third `__init__` of `calls` (innermost first), None without one."""
+def _outside_constructor(codes: list[CodeType]) -> int | None:
+    """Where the calls after the third `__init__` of `codes` (innermost first) start, None
+    without one."""
     inits = 0
-    for index, (code, _) in enumerate(calls):
+    for index, code in enumerate(codes):
         if code.co_name == "__init__":
             inits += 1
             if inits == 3:
-                return calls[index + 1 :]
+                return index + 1
     return None
 
 
