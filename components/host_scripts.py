@@ -89,14 +89,35 @@ def _assignments(params: Mapping[str, str]) -> str:
     return "".join(lines)
 
 
-def render_script(name: str, params: Mapping[str, str]) -> str:
+def render_script(name: str, params: Mapping[str, str], *, remember: bool = True) -> str:
     """One bash program: shebang, sorted NAME='value' inputs, common.sh, the script body, the
     last two without comments and blank lines (`strip_comments`).
 
-    The same name and params always give byte-identical text.
+    The same name and params always give byte-identical text: the same string object while it
+    is among the last renders remembered (`_rendered`). Most steps of a node render exactly
+    what the same step of every other node does (their inputs are versions and settings, not
+    the node), and a fleet then holds one copy of each, not one per node. `remember=False`
+    for a program that holds a secret: it is not kept past its use.
     """
     if name == COMMON_LIB:
         raise ValueError(f"{COMMON_LIB} is a library, not a node script")
+    if remember:
+        items = tuple(sorted(params.items()))
+        if all(type(key) is str and type(value) is str for key, value in items):
+            return _rendered(name, items)
+    return _render(name, params)  # refuses a parameter that is not a string, as it says why
+
+
+# Renders remembered: a node's own ones pass through, the ones every node shares stay.
+_RENDERS_REMEMBERED = 256
+
+
+@functools.lru_cache(maxsize=_RENDERS_REMEMBERED)
+def _rendered(name: str, items: tuple[tuple[str, str], ...]) -> str:
+    return _render(name, dict(items))
+
+
+def _render(name: str, params: Mapping[str, str]) -> str:
     body = stripped_script(name)
     common = stripped_script(COMMON_LIB)
     return "".join(

@@ -202,7 +202,8 @@ def _render_later(
     names, secret_names = sorted(params), sorted(secret_params)
 
     def render(values: list[str]) -> str:
-        return render_script(script, dict(zip(names + secret_names, values, strict=True)))
+        rendered = dict(zip(names + secret_names, values, strict=True))
+        return render_script(script, rendered, remember=not secret_names)
 
     stdin = pulumi.Output.all(
         *[params[n] for n in names], *[secret_params[n] for n in secret_names]

@@ -151,6 +151,44 @@ def test_render_rejects_unknown_scripts_and_the_library():
         render_script("lib/common.sh", {})
 
 
+def test_a_render_is_remembered_for_the_same_inputs_only():
+    params = {"KUBERNETES_MINOR": "1.31"}
+    first = render_script("install-kube-tools.sh", params)
+    assert render_script("install-kube-tools.sh", dict(params)) is first
+    assert render_script("install-kube-tools.sh", params, remember=False) == first
+    assert render_script("install-kube-tools.sh", params, remember=False) is not first
+    other = render_script("install-kube-tools.sh", {"KUBERNETES_MINOR": "1.32"})
+    assert other != first and "KUBERNETES_MINOR=1.32" in other
+    assert render_script("wait-ready.sh", params) != first
+
+
+@pytest.mark.parametrize("value", [1, None, ["x"]], ids=repr)
+def test_render_rejects_a_value_that_is_not_a_string(value):
+    # Remembered or not, the same refusal (an unhashable value included).
+    for remember in (True, False):
+        with pytest.raises(TypeError, match="KUBERNETES_MINOR must be a string"):
+            render_script("install-kube-tools.sh", {"KUBERNETES_MINOR": value}, remember=remember)
+
+
+def test_a_program_with_a_secret_is_not_remembered(monkeypatch):
+    # remote._render_later renders a program with a secret (a join token) without keeping it.
+    from components import host_scripts
+    from tools.harness.stacks import run_program
+
+    before = host_scripts._rendered.cache_info().currsize
+    render_script("join-node.sh", {"JOIN_TOKEN": "abcdef.0123456789abcdef"}, remember=False)
+    assert host_scripts._rendered.cache_info().currsize == before
+    remembered: list[str] = []
+    rendered = host_scripts._rendered
+    monkeypatch.setattr(
+        host_scripts,
+        "_rendered",
+        lambda name, items: remembered.extend(k for k, _ in items) or rendered(name, items),
+    )
+    run_program("dev")
+    assert "KUBERNETES_MINOR" in remembered and "JOIN_TOKEN" not in remembered
+
+
 # ---- behaviour shared by every node script ----------------------------------------
 
 REQUIRED = {
