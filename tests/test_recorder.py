@@ -21,6 +21,7 @@ from pulumi.runtime.sync_await import _sync_await
 from components import sdk_values
 from tools.harness import recorder
 from tools.harness.graph import Secret
+from tools.harness.mocks import Mocks
 from tools.harness.stacks import run_program
 
 # pulumi 3.272.0 `MockMonitor.RegisterResource`, which `RecordingMonitor.answer` follows.
@@ -55,10 +56,10 @@ def test_every_registration_is_answered_as_the_sdks_mock_monitor_does(monkeypatc
         answered.append((f"{request.type}::{request.name}", same))
         return answer
 
-    def reading(struct):
-        props = sdk_values.plain_properties(struct)
-        read.append(props is not None)
-        return props
+    def reading(self, struct):
+        answer = read_inputs(self, struct)
+        read.append(answer is not None)
+        return answer
 
     def writing(state, struct=None, sent=None):
         struct = plain_struct(state, struct, sent)
@@ -67,8 +68,9 @@ def test_every_registration_is_answered_as_the_sdks_mock_monitor_does(monkeypatc
         return struct
 
     plain_struct = recorder.plain_struct
+    read_inputs = recorder.RecordingMonitor._read_inputs
     monkeypatch.setattr(recorder.RecordingMonitor, "answer", both)
-    monkeypatch.setattr(recorder, "plain_properties", reading)
+    monkeypatch.setattr(recorder.RecordingMonitor, "_read_inputs", reading)
     monkeypatch.setattr(recorder, "plain_struct", writing)
     graph = run_program(stack)
     assert len(answered) > len(graph)  # the root stack's and every resource's
@@ -116,22 +118,52 @@ def test_plain_state_serializes_as_the_sdks_serializer_does():
         assert ours == _sdk_struct(state), state
 
 
+def _monitor() -> recorder.RecordingMonitor:
+    return recorder.RecordingMonitor(Mocks(), record_inputs=False)
+
+
+def test_inputs_are_read_as_the_sdk_reads_them_first_and_remembered():
+    # The stand-in reads each map or list once per serialized form: the same answer as
+    # `plain_properties`, read afresh or remembered (the same objects again).
+    rng = random.Random(43)
+    monitor = _monitor()
+    remembered = 0
+    for _ in range(600):
+        state = {f"p{i}": _with_secrets(rng, _random_plain(rng)) for i in range(rng.randrange(6))}
+        request = _sdk_struct(state)
+        expected = sdk_values.plain_properties(request)
+        first, again = monitor._read_inputs(request), monitor._read_inputs(request)
+        if expected is None:
+            assert first is again is None
+            continue
+        assert _typed(first[0]) == _typed(again[0]) == _typed(expected), state
+        assert first[1].keys() == again[1].keys()
+        remembered += sum(
+            1
+            for key, value in first[0].items()
+            if type(value) in (dict, list) and again[0][key] is value
+        )
+    assert remembered > 200
+
+
 def test_values_passed_on_are_answered_as_the_sdks_mock_monitor_answers_them():
     # The mock monitor reads the request, a mock passes values on, the SDK writes them back:
     # what `_sent_as_read` copies from the request instead must be what that writes.
     rng = random.Random(41)
+    monitor = _monitor()
     copied = rewritten = 0
     for _ in range(600):
         state = {f"p{i}": _with_secrets(rng, _random_plain(rng)) for i in range(rng.randrange(6))}
         request = _sdk_struct(state)
-        inputs = sdk_values.plain_properties(request)
-        if inputs is None:  # an unknown among them: read and written by the SDK
+        read = monitor._read_inputs(request)
+        if read is None:  # an unknown among them: read and written by the SDK
             continue
+        inputs, as_written = read
         passed_on = dict(inputs)
         if passed_on and rng.random() < 0.3:  # a mock changes one, with an equal-looking value
             key = rng.choice(list(passed_on))
             passed_on[key] = copy.deepcopy(passed_on[key])
-        sent = recorder._sent_as_read(request, inputs, passed_on)
+        sent = recorder._sent_as_read(inputs, as_written, passed_on)
         answer = recorder.plain_struct(passed_on, None, sent)
         expected = _sdk_struct(passed_on)
         assert answer.SerializeToString(deterministic=True) == expected.SerializeToString(
@@ -142,8 +174,8 @@ def test_values_passed_on_are_answered_as_the_sdks_mock_monitor_answers_them():
     assert copied > 300 and rewritten > 100
     # A secret with more than its signature and value reads as the two alone.
     request = _sdk_struct({"p": {**rpc.wrap_rpc_secret("v"), "more": "x"}})
-    inputs = sdk_values.plain_properties(request)
-    assert recorder._sent_as_read(request, inputs, dict(inputs)) == {}
+    inputs, as_written = monitor._read_inputs(request)
+    assert recorder._sent_as_read(inputs, as_written, dict(inputs)) == {}
 
 
 def test_secret_markers_are_plain_data_serialized_as_they_are():

@@ -27,12 +27,13 @@ from pulumi.runtime.stack import massage, run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 from components.sdk_struct import set_item
-from components.sdk_values import SCALARS, NotPlain, deserialize_properties, plain_properties
+from components.sdk_values import SCALARS, NotPlain, _from_value, deserialize_properties
 from tools.harness.graph import Graph, Resource, Secret
 
 # How the SDK marks a secret value in a serialized struct.
 _SECRET_SIG = rpc._special_secret_sig
 _SIG_KEY = rpc._special_sig_key
+_UNKNOWN = rpc.UNKNOWN
 
 ROOT_STACK_TYPE = "pulumi:pulumi:Stack"
 # Strings at least this long (rendered host scripts, manifests) are kept once: the recorded
@@ -73,6 +74,8 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         # inputs, the mocks, serializing state, recording): work the program's own process does
         # not do under `pulumi up`, where the engine is another process.
         self.engine_cpu_seconds = 0.0
+        # Maps and lists of the requests read, by their serialized form (`_read_inputs`).
+        self._read: dict[bytes, tuple[Any, bool]] = {}
 
     def make_urn(self, parent: str, type_: str, name: str) -> str:
         if type_ == ROOT_STACK_TYPE:
@@ -95,8 +98,8 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
     def answer(self, request):
         """The SDK's `MockMonitor.RegisterResource` (pulumi/runtime/mocks.py), answering the same,
         but reading the inputs and writing the mock's state straight from and to protobuf when
-        they are plain data (`components.sdk_values.deserialize_properties`, `plain_struct`),
-        whether or not the program installed its SDK replacements. The SDK's serializer ran its
+        they are plain data (`_read_inputs`, `plain_struct`), whether or not the program
+        installed its SDK replacements. The SDK's serializer ran its
         own event loop to completion for every registration (half of this stand-in's time), and
         its deserializer reads every value through protobuf's Python Struct wrappers."""
         urn = self.make_urn(request.parent, request.type, request.name)
@@ -104,10 +107,9 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             return resource_pb2.RegisterResourceResponse(urn=urn)
         # Deserializing a resource reference needs an event loop on this thread.
         pulumi_mocks._ensure_event_loop()
-        inputs = plain_properties(request.object)
-        plain = inputs is not None
-        if not plain:
-            inputs = deserialize_properties(request.object)
+        read = self._read_inputs(request.object)
+        plain = read is not None
+        inputs, as_written = read if plain else (deserialize_properties(request.object), {})
         resource_args = pulumi_mocks.MockResourceArgs(
             typ=request.type,
             name=request.name,
@@ -124,11 +126,59 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         # `_PyUpb_Message_MergeFrom_LockHeld`), three passes over every rendered script.
         response = resource_pb2.RegisterResourceResponse(urn=urn, id=id_)
         response.object.SetInParent()  # present, even empty, as the SDK's answer has it
-        sent = _sent_as_read(request.object, inputs, state) if plain else {}
+        sent = _sent_as_read(inputs, as_written, state)
         if plain_struct(state, response.object, sent) is None:
             response.object.CopyFrom(_sync_await(rpc.serialize_properties(state, {})))
         self.resources[urn] = pulumi_mocks.MockMonitor.ResourceRegistration(urn, id_, state)
         return response
+
+    def _read_inputs(
+        self, struct: struct_pb2.Struct
+    ) -> tuple[dict[str, Any], dict[str, struct_pb2.Value]] | None:
+        """`sdk_values.plain_properties(struct)` (None for anything but plain data), with the
+        Values that write back as they are read (`_as_written`) by key. A map or list is read
+        once per serialized form among the last ones read (`_READ_KEPT`), and answered with
+        the same objects again (the mocks change none in place): every step on a machine sends
+        the same connection."""
+        fields = struct.fields
+        if _SIG_KEY in fields:
+            return None  # a secret as a whole: never a resource's inputs; the SDK's way
+        inputs: dict[str, Any] = {}
+        as_written: dict[str, struct_pb2.Value] = {}
+        read = self._read
+        try:
+            for key in fields:
+                value = fields[key]
+                kind = value.WhichOneof("kind")
+                if kind == "string_value":
+                    text = value.string_value
+                    if text == _UNKNOWN:
+                        return None
+                    inputs[key] = text
+                elif kind == "number_value":
+                    inputs[key] = value.number_value
+                elif kind == "bool_value":
+                    inputs[key] = value.bool_value
+                elif kind == "null_value":
+                    continue  # left out of a map, as the SDK reads one
+                else:
+                    raw = value.SerializeToString()
+                    known = read.get(raw)
+                    if known is None:
+                        known = (_from_value(value), _as_written(value, raw))
+                        if len(raw) <= _READ_BYTES:
+                            if len(read) >= _READ_KEPT:
+                                del read[next(iter(read))]
+                            read[raw] = known
+                    item, written = known
+                    if item is not None:
+                        inputs[key] = item
+                    if not written:
+                        continue
+                as_written[key] = value
+        except NotPlain:
+            return None
+        return inputs, as_written
 
     def _register(self, request):
         response = self.answer(request)
@@ -218,32 +268,33 @@ _SECRET_BYTES = _SECRET_SIG.encode()
 
 
 def _sent_as_read(
-    request: struct_pb2.Struct, inputs: dict[str, Any], state: dict[str, Any]
+    inputs: dict[str, Any], as_written: dict[str, struct_pb2.Value], state: dict[str, Any]
 ) -> dict[str, struct_pb2.Value]:
     """The values of `state` that are inputs as read (the same objects: a mock passes them on
-    and changes none in place) and that `plain_struct` would write as the request has them:
-    each by the request's own Value, which `plain_struct` copies instead of writing the value
-    again. The reading of plain data (`sdk_values.plain_properties`) changes a value only by
-    leaving out the nulls of a map and by lifting a secret inside a map or list to the whole;
-    a Value whose bytes hold neither a null map entry nor a secret signature but the one of a
-    secret that is the whole value reads and writes back as it is (bytes that only look like
-    one of those leave the value to be written, which is never wrong)."""
-    sent = {}
-    fields = request.fields
-    for key, value in state.items():
-        if key not in inputs or inputs[key] is not value:
-            continue
-        field = fields[key]
-        kind = field.WhichOneof("kind")
-        if kind == "struct_value" or kind == "list_value":
-            raw = field.SerializeToString()
-            if _NULL_IN_MAP in raw:
-                continue
-            secrets = raw.count(_SECRET_BYTES)
-            if secrets and not (secrets == 1 and _is_whole_secret(field)):
-                continue
-        sent[key] = field
-    return sent
+    and changes none in place) and write back as the request has them: each by the request's
+    own Value, which `plain_struct` copies instead of writing the value again."""
+    return {
+        key: as_written[key] for key in state if key in as_written and inputs[key] is state[key]
+    }
+
+
+def _as_written(value: struct_pb2.Value, raw: bytes) -> bool:
+    """Whether a map or list Value (serialized: `raw`) writes back as `plain_properties` reads
+    it. The reading changes a value only by leaving out the nulls of a map and by lifting a
+    secret inside a map or list to the whole: a Value whose bytes hold neither a null map
+    entry nor a secret signature but the one of a secret that is the whole value reads and
+    writes back as it is (bytes that only look like one of those leave the value to be
+    written, which is never wrong)."""
+    if _NULL_IN_MAP in raw:
+        return False
+    secrets = raw.count(_SECRET_BYTES)
+    return not secrets or (secrets == 1 and _is_whole_secret(value))
+
+
+# Maps and lists read remembered by their serialized form: at most this many, of at most this
+# many bytes each (a connection is about 700; a Job's spec, met once, 3,000).
+_READ_KEPT = 4096
+_READ_BYTES = 4096
 
 
 def _is_whole_secret(value: struct_pb2.Value) -> bool:
