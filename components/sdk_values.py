@@ -295,6 +295,52 @@ def _same_name(key: str) -> str:
     return key
 
 
+def _answered(outputs: struct_pb2.Struct, keep_unknowns: bool) -> dict[str, Any]:
+    """`rpc.deserialize_properties(outputs, keep_unknowns)` for `resolve_outputs`, which only
+    translates what it reads (every map and list into new ones): a map or list is read once
+    per serialized form among the last ones read (`_ANSWERED_KEPT`) and the same objects are
+    handed on again. Every step on a machine is answered its connection and its triggers."""
+    fields = outputs.fields
+    if rpc.deserialize_properties is not deserialize_properties or _SIG_KEY in fields:
+        return rpc.deserialize_properties(outputs, keep_unknowns)
+    read = _ANSWERED
+    props: dict[str, Any] = {}
+    try:
+        for key in fields:
+            value = fields[key]
+            kind = value.WhichOneof("kind")
+            if kind == "string_value":
+                text = value.string_value
+                if text == _UNKNOWN:
+                    raise NotPlain
+                props[key] = text
+            elif kind == "number_value":
+                props[key] = value.number_value
+            elif kind == "bool_value":
+                props[key] = value.bool_value
+            elif kind != "null_value":
+                raw = value.SerializeToString()
+                item = read.get(raw, read)
+                if item is read:
+                    item = _from_value(value)
+                    if len(raw) <= _ANSWERED_BYTES:
+                        if len(read) >= _ANSWERED_KEPT:
+                            del read[next(iter(read))]
+                        read[raw] = item
+                if item is not None:
+                    props[key] = item
+    except NotPlain:
+        return SDK_DESERIALIZE_PROPERTIES(outputs, keep_unknowns, True)
+    return props
+
+
+# Maps and lists of answers read, by their serialized form: at most this many, of at most this
+# many bytes each (a step's connection is about 700).
+_ANSWERED: dict[bytes, Any] = {}
+_ANSWERED_KEPT = 4096
+_ANSWERED_BYTES = 4096
+
+
 def resolve_outputs(
     res: Any,
     serialized_props: struct_pb2.Struct,
@@ -326,7 +372,7 @@ def resolve_outputs(
             return prop
 
     resource_name = f"{res._name}"  # the SDK formats it for every property
-    for key, value in rpc.deserialize_properties(outputs, keep_unknowns).items():
+    for key, value in _answered(outputs, keep_unknowns).items():
         translated_key = translate(key)
         translated_value = rpc.translate_output_properties(
             value,

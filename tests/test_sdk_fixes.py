@@ -714,6 +714,72 @@ def test_resolve_outputs_combines_outputs_and_inputs_as_the_sdk_does(monkeypatch
     assert outcomes["an input the answer lacks"] > 100
 
 
+def _containers(value: Any, found: list[Any]) -> list[Any]:
+    """Every map, list and output-type object in `value` (kept: their ids are compared)."""
+    if isinstance(value, dict | list):
+        found.append(value)
+        for item in dict.values(value) if isinstance(value, dict) else value:
+            _containers(item, found)
+    elif sdk_values._types.is_output_type(type(value)):
+        found.append(value)
+        _containers(dict(vars(value)), found)
+    return found
+
+
+def test_an_answer_read_again_is_resolved_into_objects_of_its_own(monkeypatch):
+    # resolve_outputs reads a map or list once per serialized form and hands it on again: the
+    # translation makes new ones, so two resources answered alike share no object, and each
+    # resolves as the SDK's does.
+    rng = random.Random(29)
+    original = lambda: sdk_original(BY_NAME["resolve_outputs"])  # noqa: E731 - after the spy
+    read = []
+    from_value = sdk_values._from_value
+    monkeypatch.setattr(sdk_values, "_from_value", lambda v: read.append(v) or from_value(v))
+    # As the program runs: both readings the replacements' (the SDK's translation makes new
+    # objects of anything anyway).
+    monkeypatch.setattr(rpc, "deserialize_properties", sdk_values.deserialize_properties)
+    monkeypatch.setattr(rpc, "translate_output_properties", sdk_values.translate_output_properties)
+    shared = 0
+    for cls in _resource_classes():
+        names = [*sdk_values._types.resource_types(cls), "p0"]
+        for _ in range(60):
+            # Maps and lists of every kind, an untyped one among them.
+            state = {**_engine_state(rng, names), "p0": {"k": [_random_plain(rng)], "m": {}}}
+            answer = _sdk_struct(state)
+            handed = []
+            for index in range(2):
+                res = cls.__new__(cls)
+                res._name = f"r{index}"
+                args = (res, struct_pb2.Struct(), answer, {}, {}, True, False, False, False)
+                ours = _resolved_outputs(lambda: sdk_values.resolve_outputs, monkeypatch, *args)
+                assert ours == _resolved_outputs(original, monkeypatch, *args)
+                handed.append(ours)
+            for_first, for_second = [], []
+            monkeypatch.setattr(
+                rpc,
+                "resolve_properties",
+                lambda r, props, d, c, m=False, found=for_first: _containers(props, found),
+            )
+            res = cls.__new__(cls)
+            res._name = "a"
+            if handed[0][0][0] == "raises":  # an answer of another shape: nothing resolved
+                continue
+            sdk_values.resolve_outputs(res, struct_pb2.Struct(), answer, {}, {}, True)
+            monkeypatch.setattr(
+                rpc,
+                "resolve_properties",
+                lambda r, props, d, c, m=False, found=for_second: _containers(props, found),
+            )
+            plain = sdk_values.plain_properties(answer) is not None  # else the SDK reads it
+            before = len(read)
+            sdk_values.resolve_outputs(res, struct_pb2.Struct(), answer, {}, {}, True)
+            if plain:
+                assert len(read) == before  # read before, not again
+                shared += bool(for_second)
+            assert not {id(c) for c in for_first} & {id(c) for c in for_second}
+    assert shared > 20  # read once, resolved twice into objects of their own
+
+
 # RegisterResourceRequest
 
 
