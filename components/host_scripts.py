@@ -102,9 +102,10 @@ def render_script(name: str, params: Mapping[str, str], *, remember: bool = True
     if name == COMMON_LIB:
         raise ValueError(f"{COMMON_LIB} is a library, not a node script")
     if remember:
-        items = tuple(sorted(params.items()))
-        if all(type(key) is str and type(value) is str for key, value in items):
-            return _rendered(name, items)
+        kinds = set(map(type, params))
+        kinds.update(map(type, params.values()))
+        if kinds <= {str}:  # names and values all strings (else refused below)
+            return _rendered(name, tuple(sorted(params.items())))
     return _render(name, params)  # refuses a parameter that is not a string, as it says why
 
 

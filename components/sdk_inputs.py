@@ -66,7 +66,7 @@ async def serialize_property(
     those handed to the SDK in the order the SDK's walk meets it; anything else, and any value
     wanted as a protobuf `Value`, by the SDK."""
     kind = type(value)
-    if (kind in SCALARS or PLAIN_SUBCLASS(kind)) and not return_protobuf_value:
+    if kind in SCALARS and not return_protobuf_value:
         if typ:
             _types.unwrap_type(typ)  # as the SDK does first: a malformed annotation raises
         return value
@@ -93,6 +93,10 @@ async def serialize_property(
                     exclude_resource_refs_from_deps,
                 )
             return serialized
+    if PLAIN_SUBCLASS(kind) and not return_protobuf_value:  # an Enum member, as it is
+        if typ:
+            _types.unwrap_type(typ)
+        return value
     return await SDK_SERIALIZE_PROPERTY(
         value,
         deps,

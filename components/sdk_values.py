@@ -353,8 +353,8 @@ def resolve_outputs(
     resolve_missing_as_unknown: bool = False,
 ) -> None:
     """The SDK's `rpc.resolve_outputs` (3.272.0), line for line, except that an input's value
-    is read only when the engine's answer lacks that input, and the resource's name is
-    formatted once."""
+    is read only when the engine's answer lacks that input, and what is the same for every
+    property (the resource's name, the debug setting) is read once."""
     all_properties = {}
     resource_cls = type(res)
     types = _types.resource_types(resource_cls)
@@ -362,8 +362,9 @@ def resolve_outputs(
         res.translate_output_property,
         res.translate_output_property,
     )
+    names = None  # the Python names by Pulumi name, translated here without a call
     if transform_using_type_metadata:
-        pulumi_to_py_names = _types.resource_pulumi_to_py_names(resource_cls)
+        pulumi_to_py_names = names = _types.resource_pulumi_to_py_names(resource_cls)
 
         def translate(prop: str) -> str:
             return pulumi_to_py_names.get(prop) or prop
@@ -372,8 +373,9 @@ def resolve_outputs(
             return prop
 
     resource_name = f"{res._name}"  # the SDK formats it for every property
+    debug = settings.excessive_debug_output  # the SDK reads it for every property
     for key, value in _answered(outputs, keep_unknowns).items():
-        translated_key = translate(key)
+        translated_key = (names.get(key) or key) if names is not None else translate(key)
         translated_value = rpc.translate_output_properties(
             value,
             translate_to_pass,
@@ -381,7 +383,7 @@ def resolve_outputs(
             transform_using_type_metadata,
             path=rpc._Path(translated_key, resource=resource_name),
         )
-        if settings.excessive_debug_output:
+        if debug:
             log.debug(f"incoming output property translated: {key} -> {translated_key}")
             log.debug(f"incoming output value translated: {value} -> {translated_value}")
         all_properties[translated_key] = translated_value
@@ -392,7 +394,7 @@ def resolve_outputs(
 
     if not settings.is_dry_run() or settings.is_legacy_apply_enabled():
         for key in list(serialized_props):  # the SDK: list(serialized_props.items())
-            translated_key = translate(key)
+            translated_key = (names.get(key) or key) if names is not None else translate(key)
             if translated_key not in all_properties:
                 all_properties[translated_key] = rpc.translate_output_properties(
                     rpc.deserialize_property(serialized_props[key]),
