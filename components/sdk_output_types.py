@@ -244,15 +244,8 @@ def _default_of(statement: ast.stmt) -> tuple[str, Any] | None:
     if name is None or len(statement.body) != 1:  # type: ignore[attr-defined]
         return None
     assign = statement.body[0]  # type: ignore[attr-defined]
-    if (
-        isinstance(assign, ast.Assign)
-        and len(assign.targets) == 1
-        and isinstance(assign.targets[0], ast.Name)
-        and assign.targets[0].id == name
-        and isinstance(assign.value, ast.Constant)
-        and assign.value.value is not None
-    ):
-        return name, assign.value.value
+    if _assigns(assign, name, lambda value: value is not None):
+        return name, assign.value.value  # type: ignore[attr-defined]
     return None
 
 

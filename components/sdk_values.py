@@ -75,15 +75,46 @@ def deserialize_properties(
     return SDK_DESERIALIZE_PROPERTIES(props_struct, keep_unknowns, keep_internal)
 
 
-def plain_properties(struct: struct_pb2.Struct) -> dict[str, Any] | None:
+def plain_properties(
+    struct: struct_pb2.Struct,
+    remembered: dict[bytes, Any] | None = None,
+    raws: dict[str, bytes] | None = None,
+) -> dict[str, Any] | None:
     """`rpc.deserialize_properties(struct)` for plain data: values as they are, nulls left out of
     maps but kept in lists, a map or list holding a secret made a secret as a whole with the
     secrets inside unwrapped; None when there is anything else (an unknown, an asset or archive,
-    a resource reference, an output value)."""
+    a resource reference, an output value).
+
+    With `remembered`, each map or list of `struct` is read once per serialized form among the
+    last `REMEMBERED_KEPT` read into it (of at most `REMEMBERED_BYTES` each), and the same
+    objects are answered again: for a reader that changes none of them (every step on a
+    machine is sent and answered its connection and triggers). `raws` then gets each one's
+    serialized form by key."""
     try:
-        return _from_fields(struct.fields)[0]
+        return _from_fields(struct.fields, remembered, raws)[0]
     except NotPlain:
         return None
+
+
+REMEMBERED_KEPT = 4096
+REMEMBERED_BYTES = 4096  # a step's connection is about 700 bytes, a Job's spec 3,000
+
+
+def _remembered_value(
+    value: struct_pb2.Value, key: str, remembered: dict[bytes, Any], raws: dict | None
+) -> Any:
+    """`_from_value(value)`, read once per serialized form into `remembered`."""
+    raw = value.SerializeToString()
+    if raws is not None:
+        raws[key] = raw
+    item = remembered.get(raw, remembered)
+    if item is remembered:
+        item = _from_value(value)
+        if len(raw) <= REMEMBERED_BYTES:
+            if len(remembered) >= REMEMBERED_KEPT:
+                del remembered[next(iter(remembered))]
+            remembered[raw] = item
+    return item
 
 
 # The SDK's constants (`rpc`): a secret's signature key and value, the unknown sentinel.
@@ -92,9 +123,12 @@ _SECRET_SIG = rpc._special_secret_sig
 _UNKNOWN = rpc.UNKNOWN
 
 
-def _from_fields(fields: Any) -> tuple[dict[str, Any], bool]:
+def _from_fields(
+    fields: Any, remembered: dict[bytes, Any] | None = None, raws: dict | None = None
+) -> tuple[dict[str, Any], bool]:
     """A map's fields read (a string, number or boolean inside read in place, most values
-    being one), and whether a value inside is a secret (only a map read can be one)."""
+    being one), and whether a value inside is a secret (only a map read can be one); its maps
+    and lists remembered as `plain_properties` says, with `remembered`."""
     if _SIG_KEY in fields:
         signature = fields[_SIG_KEY]
         if (
@@ -122,7 +156,10 @@ def _from_fields(fields: Any) -> tuple[dict[str, Any], bool]:
         elif kind == "bool_value":
             props[key] = value.bool_value
         elif kind != "null_value":
-            item = _from_value(value)
+            if remembered is None:
+                item = _from_value(value)
+            else:
+                item = _remembered_value(value, key, remembered, raws)
             if item is not None:
                 props[key] = item
                 if not holds_secret and type(item) is dict and rpc.is_rpc_secret(item):
@@ -297,48 +334,17 @@ def _same_name(key: str) -> str:
 
 def _answered(outputs: struct_pb2.Struct, keep_unknowns: bool) -> dict[str, Any]:
     """`rpc.deserialize_properties(outputs, keep_unknowns)` for `resolve_outputs`, which only
-    translates what it reads (every map and list into new ones): a map or list is read once
-    per serialized form among the last ones read (`_ANSWERED_KEPT`) and the same objects are
-    handed on again. Every step on a machine is answered its connection and its triggers."""
-    fields = outputs.fields
-    if rpc.deserialize_properties is not deserialize_properties or _SIG_KEY in fields:
-        return rpc.deserialize_properties(outputs, keep_unknowns)
-    read = _ANSWERED
-    props: dict[str, Any] = {}
-    try:
-        for key in fields:
-            value = fields[key]
-            kind = value.WhichOneof("kind")
-            if kind == "string_value":
-                text = value.string_value
-                if text == _UNKNOWN:
-                    raise NotPlain
-                props[key] = text
-            elif kind == "number_value":
-                props[key] = value.number_value
-            elif kind == "bool_value":
-                props[key] = value.bool_value
-            elif kind != "null_value":
-                raw = value.SerializeToString()
-                item = read.get(raw, read)
-                if item is read:
-                    item = _from_value(value)
-                    if len(raw) <= _ANSWERED_BYTES:
-                        if len(read) >= _ANSWERED_KEPT:
-                            del read[next(iter(read))]
-                        read[raw] = item
-                if item is not None:
-                    props[key] = item
-    except NotPlain:
-        return SDK_DESERIALIZE_PROPERTIES(outputs, keep_unknowns, True)
-    return props
+    translates what it reads (every map and list into new ones): its maps and lists remembered
+    (`plain_properties`)."""
+    if rpc.deserialize_properties is deserialize_properties:
+        props = plain_properties(outputs, _ANSWERED)
+        if props is not None:
+            return props
+    return rpc.deserialize_properties(outputs, keep_unknowns)
 
 
-# Maps and lists of answers read, by their serialized form: at most this many, of at most this
-# many bytes each (a step's connection is about 700).
+# Maps and lists of the answers read, by their serialized form.
 _ANSWERED: dict[bytes, Any] = {}
-_ANSWERED_KEPT = 4096
-_ANSWERED_BYTES = 4096
 
 
 def resolve_outputs(

@@ -27,13 +27,12 @@ from pulumi.runtime.stack import massage, run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 from components.sdk_struct import set_item
-from components.sdk_values import SCALARS, NotPlain, _from_value, deserialize_properties
+from components.sdk_values import SCALARS, NotPlain, deserialize_properties, plain_properties
 from tools.harness.graph import Graph, Resource, Secret
 
 # How the SDK marks a secret value in a serialized struct.
 _SECRET_SIG = rpc._special_secret_sig
 _SIG_KEY = rpc._special_sig_key
-_UNKNOWN = rpc.UNKNOWN
 
 ROOT_STACK_TYPE = "pulumi:pulumi:Stack"
 # Strings at least this long (rendered host scripts, manifests) are kept once: the recorded
@@ -75,7 +74,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         # not do under `pulumi up`, where the engine is another process.
         self.engine_cpu_seconds = 0.0
         # Maps and lists of the requests read, by their serialized form (`_read_inputs`).
-        self._read: dict[bytes, tuple[Any, bool]] = {}
+        self._read: dict[bytes, Any] = {}
 
     def make_urn(self, parent: str, type_: str, name: str) -> str:
         if type_ == ROOT_STACK_TYPE:
@@ -135,49 +134,22 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
     def _read_inputs(
         self, struct: struct_pb2.Struct
     ) -> tuple[dict[str, Any], dict[str, struct_pb2.Value]] | None:
-        """`sdk_values.plain_properties(struct)` (None for anything but plain data), with the
-        Values that write back as they are read (`_as_written`) by key. A map or list is read
-        once per serialized form among the last ones read (`_READ_KEPT`), and answered with
-        the same objects again (the mocks change none in place): every step on a machine sends
-        the same connection."""
+        """`sdk_values.plain_properties(struct)` (None for anything but plain data), each map
+        or list read once per serialized form (the mocks change none in place: every step on
+        a machine sends the same connection), with the Values that write back as they are
+        read (`_as_written`) by key."""
         fields = struct.fields
         if _SIG_KEY in fields:
             return None  # a secret as a whole: never a resource's inputs; the SDK's way
-        inputs: dict[str, Any] = {}
-        as_written: dict[str, struct_pb2.Value] = {}
-        read = self._read
-        try:
-            for key in fields:
-                value = fields[key]
-                kind = value.WhichOneof("kind")
-                if kind == "string_value":
-                    text = value.string_value
-                    if text == _UNKNOWN:
-                        return None
-                    inputs[key] = text
-                elif kind == "number_value":
-                    inputs[key] = value.number_value
-                elif kind == "bool_value":
-                    inputs[key] = value.bool_value
-                elif kind == "null_value":
-                    continue  # left out of a map, as the SDK reads one
-                else:
-                    raw = value.SerializeToString()
-                    known = read.get(raw)
-                    if known is None:
-                        known = (_from_value(value), _as_written(value, raw))
-                        if len(raw) <= _READ_BYTES:
-                            if len(read) >= _READ_KEPT:
-                                del read[next(iter(read))]
-                            read[raw] = known
-                    item, written = known
-                    if item is not None:
-                        inputs[key] = item
-                    if not written:
-                        continue
-                as_written[key] = value
-        except NotPlain:
+        raws: dict[str, bytes] = {}
+        inputs = plain_properties(struct, self._read, raws)
+        if inputs is None:
             return None
+        as_written = {
+            key: fields[key]
+            for key in inputs
+            if key not in raws or _as_written(fields[key], raws[key])
+        }
         return inputs, as_written
 
     def _register(self, request):
@@ -289,12 +261,6 @@ def _as_written(value: struct_pb2.Value, raw: bytes) -> bool:
         return False
     secrets = raw.count(_SECRET_BYTES)
     return not secrets or (secrets == 1 and _is_whole_secret(value))
-
-
-# Maps and lists read remembered by their serialized form: at most this many, of at most this
-# many bytes each (a connection is about 700; a Job's spec, met once, 3,000).
-_READ_KEPT = 4096
-_READ_BYTES = 4096
 
 
 def _is_whole_secret(value: struct_pb2.Value) -> bool:
