@@ -100,20 +100,12 @@ REMEMBERED_KEPT = 4096
 REMEMBERED_BYTES = 4096  # a step's connection is about 700 bytes, a Job's spec 3,000
 
 
-def _remembered_value(
-    value: struct_pb2.Value, key: str, remembered: dict[bytes, Any], raws: dict | None
-) -> Any:
-    """`_from_value(value)`, read once per serialized form into `remembered`."""
-    raw = value.SerializeToString()
-    if raws is not None:
-        raws[key] = raw
-    item = remembered.get(raw, remembered)
-    if item is remembered:
-        item = _from_value(value)
-        if len(raw) <= REMEMBERED_BYTES:
-            if len(remembered) >= REMEMBERED_KEPT:
-                del remembered[next(iter(remembered))]
-            remembered[raw] = item
+def _remember(remembered: dict[bytes, Any], raw: bytes, item: Any) -> Any:
+    """`item`, read from `raw`, kept in `remembered` (the oldest out first) if small enough."""
+    if len(raw) <= REMEMBERED_BYTES:
+        if len(remembered) >= REMEMBERED_KEPT:
+            del remembered[next(iter(remembered))]
+        remembered[raw] = item
     return item
 
 
@@ -158,8 +150,13 @@ def _from_fields(
         elif kind != "null_value":
             if remembered is None:
                 item = _from_value(value)
-            else:
-                item = _remembered_value(value, key, remembered, raws)
+            else:  # read once per serialized form, as `plain_properties` says
+                raw = value.SerializeToString()
+                if raws is not None:
+                    raws[key] = raw
+                item = remembered.get(raw, remembered)
+                if item is remembered:
+                    item = _remember(remembered, raw, _from_value(value))
             if item is not None:
                 props[key] = item
                 if not holds_secret and type(item) is dict and rpc.is_rpc_secret(item):

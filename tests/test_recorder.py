@@ -137,7 +137,7 @@ def test_inputs_are_read_as_the_sdk_reads_them_first_and_remembered():
             assert first is again is None
             continue
         assert _typed(first[0]) == _typed(again[0]) == _typed(expected), state
-        assert first[1].keys() == again[1].keys()
+        assert first[1] == again[1]
         remembered += sum(
             1
             for key, value in first[0].items()
@@ -158,12 +158,12 @@ def test_values_passed_on_are_answered_as_the_sdks_mock_monitor_answers_them():
         read = monitor._read_inputs(request)
         if read is None:  # an unknown among them: read and written by the SDK
             continue
-        inputs, as_written = read
+        inputs, raws = read
         passed_on = dict(inputs)
         if passed_on and rng.random() < 0.3:  # a mock changes one, with an equal-looking value
             key = rng.choice(list(passed_on))
             passed_on[key] = copy.deepcopy(passed_on[key])
-        sent = recorder._sent_as_read(inputs, as_written, passed_on)
+        sent = monitor._sent_as_read(request, inputs, raws, passed_on)
         answer = recorder.plain_struct(passed_on, None, sent)
         expected = _sdk_struct(passed_on)
         assert answer.SerializeToString(deterministic=True) == expected.SerializeToString(
@@ -174,8 +174,8 @@ def test_values_passed_on_are_answered_as_the_sdks_mock_monitor_answers_them():
     assert copied > 300 and rewritten > 100
     # A secret with more than its signature and value reads as the two alone.
     request = _sdk_struct({"p": {**rpc.wrap_rpc_secret("v"), "more": "x"}})
-    inputs, as_written = monitor._read_inputs(request)
-    assert recorder._sent_as_read(inputs, as_written, dict(inputs)) == {}
+    inputs, raws = monitor._read_inputs(request)
+    assert monitor._sent_as_read(request, inputs, raws, dict(inputs)) == {}
 
 
 def test_secret_markers_are_plain_data_serialized_as_they_are():

@@ -27,7 +27,13 @@ from pulumi.runtime.stack import massage, run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
 from components.sdk_struct import set_item
-from components.sdk_values import SCALARS, NotPlain, deserialize_properties, plain_properties
+from components.sdk_values import (
+    REMEMBERED_KEPT,
+    SCALARS,
+    NotPlain,
+    deserialize_properties,
+    plain_properties,
+)
 from tools.harness.graph import Graph, Resource, Secret
 
 # How the SDK marks a secret value in a serialized struct.
@@ -75,6 +81,8 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         self.engine_cpu_seconds = 0.0
         # Maps and lists of the requests read, by their serialized form (`_read_inputs`).
         self._read: dict[bytes, Any] = {}
+        # Whether each of those writes back as read (`_as_written`), by the same form.
+        self._written: dict[bytes, bool] = {}
 
     def make_urn(self, parent: str, type_: str, name: str) -> str:
         if type_ == ROOT_STACK_TYPE:
@@ -108,7 +116,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         pulumi_mocks._ensure_event_loop()
         read = self._read_inputs(request.object)
         plain = read is not None
-        inputs, as_written = read if plain else (deserialize_properties(request.object), {})
+        inputs, raws = read if plain else (deserialize_properties(request.object), {})
         resource_args = pulumi_mocks.MockResourceArgs(
             typ=request.type,
             name=request.name,
@@ -125,7 +133,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         # `_PyUpb_Message_MergeFrom_LockHeld`), three passes over every rendered script.
         response = resource_pb2.RegisterResourceResponse(urn=urn, id=id_)
         response.object.SetInParent()  # present, even empty, as the SDK's answer has it
-        sent = _sent_as_read(inputs, as_written, state)
+        sent = self._sent_as_read(request.object, inputs, raws, state) if plain else {}
         if plain_struct(state, response.object, sent) is None:
             response.object.CopyFrom(_sync_await(rpc.serialize_properties(state, {})))
         self.resources[urn] = pulumi_mocks.MockMonitor.ResourceRegistration(urn, id_, state)
@@ -133,24 +141,44 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
 
     def _read_inputs(
         self, struct: struct_pb2.Struct
-    ) -> tuple[dict[str, Any], dict[str, struct_pb2.Value]] | None:
+    ) -> tuple[dict[str, Any], dict[str, bytes]] | None:
         """`sdk_values.plain_properties(struct)` (None for anything but plain data), each map
         or list read once per serialized form (the mocks change none in place: every step on
-        a machine sends the same connection), with the Values that write back as they are
-        read (`_as_written`) by key."""
-        fields = struct.fields
-        if _SIG_KEY in fields:
+        a machine sends the same connection), with each one's serialized form by key."""
+        if _SIG_KEY in struct.fields:
             return None  # a secret as a whole: never a resource's inputs; the SDK's way
         raws: dict[str, bytes] = {}
         inputs = plain_properties(struct, self._read, raws)
-        if inputs is None:
-            return None
-        as_written = {
-            key: fields[key]
-            for key in inputs
-            if key not in raws or _as_written(fields[key], raws[key])
-        }
-        return inputs, as_written
+        return None if inputs is None else (inputs, raws)
+
+    def _sent_as_read(
+        self,
+        struct: struct_pb2.Struct,
+        inputs: dict[str, Any],
+        raws: dict[str, bytes],
+        state: dict[str, Any],
+    ) -> dict[str, struct_pb2.Value]:
+        """The values of `state` that are inputs as read (the same objects: a mock passes them
+        on and changes none in place) and write back as the request has them (`_as_written`,
+        decided once per serialized form of a map or list): each by the request's own Value,
+        which `plain_struct` copies instead of writing the value again."""
+        fields = struct.fields
+        written = self._written
+        sent = {}
+        for key in state:
+            if key not in inputs or inputs[key] is not state[key]:
+                continue
+            raw = raws.get(key)
+            if raw is not None:
+                writes_back = written.get(raw)
+                if writes_back is None:
+                    if len(written) >= REMEMBERED_KEPT:
+                        del written[next(iter(written))]
+                    writes_back = written[raw] = _as_written(fields[key], raw)
+                if not writes_back:
+                    continue
+            sent[key] = fields[key]
+        return sent
 
     def _register(self, request):
         response = self.answer(request)
@@ -237,17 +265,6 @@ def _plain(value: Any) -> Any:
 # `null_value` (field 1, varint 0). Reading a map leaves its nulls out.
 _NULL_IN_MAP = b"\x12\x02\x08\x00"
 _SECRET_BYTES = _SECRET_SIG.encode()
-
-
-def _sent_as_read(
-    inputs: dict[str, Any], as_written: dict[str, struct_pb2.Value], state: dict[str, Any]
-) -> dict[str, struct_pb2.Value]:
-    """The values of `state` that are inputs as read (the same objects: a mock passes them on
-    and changes none in place) and write back as the request has them: each by the request's
-    own Value, which `plain_struct` copies instead of writing the value again."""
-    return {
-        key: as_written[key] for key in state if key in as_written and inputs[key] is state[key]
-    }
 
 
 def _as_written(value: struct_pb2.Value, raw: bytes) -> bool:
