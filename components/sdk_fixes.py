@@ -28,8 +28,10 @@ hand every other to the SDK's own function (`wraps`).
   `rpc._expand_dependencies`, `_depends_on`) are in `components/sdk_dependencies.py`.
 - The replacements of the functions that carry every value between the program and the engine
   are in `components/sdk_inputs.py` (serializing inputs, building the request),
-  `components/sdk_values.py` (reading the answers) and `components/sdk_types.py` (the types
-  both go by).
+  `components/sdk_struct.py` (writing them into the request's Struct),
+  `components/sdk_values.py` (reading the answers), `components/sdk_output_types.py`
+  (building the answers' output-type objects) and `components/sdk_types.py` (the types all of
+  them go by).
 """
 
 from __future__ import annotations

@@ -7,9 +7,11 @@ every other case to the SDK's own function (`SDK_*`, taken before any replacemen
   every value inside a map or list, a coroutine each, and takes each through a dozen checks (a
   sequence, an unknown, a resource, an asset, an archive, an awaitable, an Output, an input
   type, a mapping, a protobuf value) before it returns a string, number, boolean or None as it
-  is. The replacement returns those at once, walks lists, tuples, dicts and read-only maps
-  itself by the SDK's rules (key translation, each value's annotation), and hands every other
-  value, in the order the SDK's walk meets it, to the SDK. (Its digest pins `rpc`'s
+  is. The replacement returns those at once (and Enum members, `plain_subclass`), takes an
+  Output through the SDK's own lines for it (`_output`), walks lists, tuples, dicts and
+  read-only maps itself by the SDK's rules (key translation, each value's annotation; a
+  `FrozenMap` once per annotation), and hands every other value, in the order the SDK's walk
+  meets it, to the SDK. (Its digest pins `rpc`'s
   definitions only: that none of those types is an unknown, a resource, an asset or an input
   type is the word of `known_types` and `_types`, which it cannot pin, as of 3.272.0.)
 - `resource.register_resource` builds the request for every registration with the
