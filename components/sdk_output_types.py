@@ -26,6 +26,8 @@ from typing import Any
 import pulumi
 from pulumi import _types
 
+from components.sdk_types import by_identity
+
 SDK_OUTPUT_TYPE_FROM_DICT = _types.output_type_from_dict
 
 # A property's schema default is absent.
@@ -36,19 +38,11 @@ _NO_DEFAULT = object()
 # and whether it is stored when None (a required property).
 _Stored = tuple[str, str, Any, bool]
 
-# Each output type met so far: how to build it, or None where the SDK builds it.
-_BUILDERS: dict[type, Callable[[dict[str, Any]], Any] | None] = {}
-
 
 def output_type_from_dict(cls: type, output: dict[str, Any]) -> Any:
     """The SDK's `_types.output_type_from_dict`: `cls` built from the engine's map `output`
     (Pulumi names), as `cls(**{python name: output.get(Pulumi name) for every property})`."""
-    try:
-        build = _BUILDERS[cls]
-    except KeyError:
-        build = _BUILDERS[cls] = builder(cls)
-    except TypeError:  # an unhashable `cls`: the SDK's assertion fails as it would
-        build = None
+    build = BUILDER(cls)
     if build is None or type(output) is not dict:
         return SDK_OUTPUT_TYPE_FROM_DICT(cls, output)
     return build(output)
@@ -89,6 +83,10 @@ def builder(cls: type) -> Callable[[dict[str, Any]], Any] | None:
     return build
 
 
+# How to build each output type met so far, or None where the SDK builds it.
+BUILDER = by_identity(builder)
+
+
 def stored_properties(cls: type) -> tuple[_Stored, ...] | None:
     """What `cls(**args)` stores, in order, for an output type whose construction is the
     generated one: made by `type.__call__` with `dict.__new__` or `object.__new__`, stored by
@@ -112,12 +110,8 @@ def stored_properties(cls: type) -> tuple[_Stored, ...] | None:
     pulumi_names: dict[str, str] = {}
     for python_name, pulumi_name, _ in _types._py_properties(cls):
         pulumi_names[python_name] = pulumi_name  # as `args[python_name] = ...`: the last wins
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(init)))
-    except (OSError, TypeError, SyntaxError):
-        return None
-    definition = tree.body[0] if len(tree.body) == 1 else None
-    if not isinstance(definition, ast.FunctionDef) or definition.decorator_list:
+    definition = _definition(init)
+    if definition is None:
         return None
     parameters = _keyword_parameters(definition.args)
     if parameters is None or set(parameters[1]) != set(pulumi_names):
@@ -213,10 +207,10 @@ def _stored_by(statement: ast.stmt, self_name: str) -> str | None:
     return None
 
 
-def _compared_with_none(statement: ast.stmt, operator: type) -> str | None:
-    """p of `if p is None:` (operator ast.Is) or `if p is not None:` (ast.IsNot) with no
-    `else`, else None."""
-    if not isinstance(statement, ast.If) or statement.orelse:
+def _guarded(statement: ast.stmt, operator: type) -> tuple[str, ast.stmt] | None:
+    """(p, the one statement it guards) of `if p is None:` (operator ast.Is) or `if p is not
+    None:` (ast.IsNot) with one statement and no `else`, else None."""
+    if not isinstance(statement, ast.If) or statement.orelse or len(statement.body) != 1:
         return None
     test = statement.test
     if (
@@ -226,24 +220,24 @@ def _compared_with_none(statement: ast.stmt, operator: type) -> str | None:
         and type(test.ops[0]) is operator
         and _is_none(test.comparators[0])
     ):
-        return test.left.id
+        return test.left.id, statement.body[0]
     return None
 
 
 def _stored_unless_none(statement: ast.stmt, self_name: str) -> str | None:
     """p of `if p is not None: pulumi.set(<self>, "p", p)`, else None."""
-    name = _compared_with_none(statement, ast.IsNot)
-    if name is None or len(statement.body) != 1:  # type: ignore[attr-defined]
+    guarded = _guarded(statement, ast.IsNot)
+    if guarded is None or _stored_by(guarded[1], self_name) != guarded[0]:
         return None
-    return name if _stored_by(statement.body[0], self_name) == name else None  # type: ignore[attr-defined]
+    return guarded[0]
 
 
 def _default_of(statement: ast.stmt) -> tuple[str, Any] | None:
     """(p, c) of `if p is None: p = c` with c a constant, else None."""
-    name = _compared_with_none(statement, ast.Is)
-    if name is None or len(statement.body) != 1:  # type: ignore[attr-defined]
+    guarded = _guarded(statement, ast.Is)
+    if guarded is None:
         return None
-    assign = statement.body[0]  # type: ignore[attr-defined]
+    name, assign = guarded
     if _assigns(assign, name, lambda value: value is not None):
         return name, assign.value.value  # type: ignore[attr-defined]
     return None

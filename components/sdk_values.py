@@ -100,7 +100,7 @@ REMEMBERED_KEPT = 4096
 REMEMBERED_BYTES = 4096  # a step's connection is about 700 bytes, a Job's spec 3,000
 
 
-def _remember(remembered: dict[bytes, Any], raw: bytes, item: Any) -> Any:
+def remember(remembered: dict[bytes, Any], raw: bytes, item: Any) -> Any:
     """`item`, read from `raw`, kept in `remembered` (the oldest out first) if small enough."""
     if len(raw) <= REMEMBERED_BYTES:
         if len(remembered) >= REMEMBERED_KEPT:
@@ -156,7 +156,7 @@ def _from_fields(
                     raws[key] = raw
                 item = remembered.get(raw, remembered)
                 if item is remembered:
-                    item = _remember(remembered, raw, _from_value(value))
+                    item = remember(remembered, raw, _from_value(value))
             if item is not None:
                 props[key] = item
                 if not holds_secret and type(item) is dict and rpc.is_rpc_secret(item):

@@ -28,11 +28,11 @@ from pulumi.runtime.sync_await import _sync_await
 
 from components.sdk_struct import set_item
 from components.sdk_values import (
-    REMEMBERED_KEPT,
     SCALARS,
     NotPlain,
     deserialize_properties,
     plain_properties,
+    remember,
 )
 from tools.harness.graph import Graph, Resource, Secret
 
@@ -106,9 +106,9 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         """The SDK's `MockMonitor.RegisterResource` (pulumi/runtime/mocks.py), answering the same,
         but reading the inputs and writing the mock's state straight from and to protobuf when
         they are plain data (`_read_inputs`, `plain_struct`), whether or not the program
-        installed its SDK replacements. The SDK's serializer ran its
-        own event loop to completion for every registration (half of this stand-in's time), and
-        its deserializer reads every value through protobuf's Python Struct wrappers."""
+        installed its SDK replacements. The SDK's serializer ran its own event loop to
+        completion for every registration (half of this stand-in's time), and its deserializer
+        reads every value through protobuf's Python Struct wrappers."""
         urn = self.make_urn(request.parent, request.type, request.name)
         if request.type == ROOT_STACK_TYPE:
             return resource_pb2.RegisterResourceResponse(urn=urn)
@@ -172,9 +172,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             if raw is not None:
                 writes_back = written.get(raw)
                 if writes_back is None:
-                    if len(written) >= REMEMBERED_KEPT:
-                        del written[next(iter(written))]
-                    writes_back = written[raw] = _as_written(fields[key], raw)
+                    writes_back = remember(written, raw, _as_written(fields[key], raw))
                 if not writes_back:
                     continue
             sent[key] = fields[key]
