@@ -36,6 +36,7 @@ import pulumi_tls as tls
 import yaml
 
 from components.settings import ExistingControlPlane, Settings
+from components.yaml_dumper import SAFE_DUMPER
 
 # What the provider stores as `userData` for a machine booted without user data: nothing, or the
 # SHA-1 of the empty string (ec2_instance.go treats the two as equal in its DiffSuppressFunc).
@@ -68,11 +69,8 @@ def generate(machine: str, *, parent: pulumi.Resource) -> HostKey:
     )
 
 
-# libyaml's emitter (PyYAML's wheels carry it; PyYAML is pinned) writes this document byte for
-# byte as PyYAML's own (tests/test_host_keys.py compares them) in an eighth of the time: the
-# pure-Python emitter, which reads the private key character by character, was 3 % of what the
-# program spends per node. Where PyYAML was built without libyaml, its own.
-_SafeDumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+# libyaml's emitter, byte for byte PyYAML's own (components/yaml_dumper.py).
+_SafeDumper = SAFE_DUMPER
 
 
 class _LiteralDumper(_SafeDumper):

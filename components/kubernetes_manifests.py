@@ -23,6 +23,7 @@ import yaml
 
 from components.labels import GPU_PRESENT_LABEL
 from components.settings import DevicePlugin, Taint
+from components.yaml_dumper import SAFE_DUMPER
 
 DEVICE_PLUGIN_NAMESPACE = "nvidia-device-plugin"
 DEVICE_PLUGIN_NAME = "nvidia-device-plugin"  # the DaemonSet: `kubectl -n ... logs ds/<this>`
@@ -38,10 +39,8 @@ VALIDATION_CONTAINER = "cuda-validation"
 # point their ENTRYPOINT at this symlink; the vectoradd tag runs vectorAdd.
 CUDA_SAMPLE_BINARY = "/cuda-samples/sample"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-cluster"}
-# libyaml's emitter (PyYAML's wheels carry it) writes the plugin's config byte for byte as
-# PyYAML's own (tests/test_kubernetes_manifests.py compares them) at a fraction of the cost;
-# where PyYAML was built without libyaml, its own.
-_SafeDumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+# libyaml's emitter, byte for byte PyYAML's own (components/yaml_dumper.py).
+_SafeDumper = SAFE_DUMPER
 # How the plugin passes a container's GPUs to the runtime (k8s-device-plugin README:
 # envvar | volume-mounts | cdi-annotations | cdi-cri). Not `envvar`: the runtime would have to
 # trust NVIDIA_VISIBLE_DEVICES, which any pod can set.
