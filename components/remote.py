@@ -95,29 +95,56 @@ class Host:
         nodes (pulumi 3.272.0, pulumi-command 1.2.1): 19.2 s -> 16.3 s of evaluation.
 
         In a preview of a machine not yet created, its connection is unknown as a whole, as it
-        was before: a machine of the stack pins a host key generated with it (`_build`)."""
+        was before: a machine of the stack pins a host key generated with it (`_settled`)."""
         if dial_error_limit not in self._built:
-            args = self._build(dial_error_limit)
-            self._built[dial_error_limit] = pulumi.Output.from_input(args).apply(read_only)
+            self._built[dial_error_limit] = _settled(self.args(dial_error_limit))
         return self._built[dial_error_limit]
 
-    def _build(self, dial_error_limit: int) -> pulumi.Input[command.remote.ConnectionArgs]:
+    def args(self, dial_error_limit: int) -> command.remote.ConnectionArgs:
+        """The connection as pulumi-command's `ConnectionArgs` (its defaults filled in), Outputs
+        among its fields: the address, the private key, a host key generated with the machine."""
         proxy = None
         if self._proxy is not None:
             proxy = command.remote.ProxyConnectionArgs(
                 **self._proxy, dial_error_limit=dial_error_limit
             )
-        settings = {**self._connection, "dial_error_limit": dial_error_limit, "proxy": proxy}
-        host_key = settings.pop("host_key", None)
-        if host_key is None or isinstance(host_key, str):
-            return command.remote.ConnectionArgs(**settings, host_key=host_key)
+        return command.remote.ConnectionArgs(
+            **self._connection, dial_error_limit=dial_error_limit, proxy=proxy
+        )
 
-        # Known only once the machine is (a machine older than its generated key has none): a
-        # connection without a key leaves `hostKey` out, as before, rather than sending null.
-        def with_key(key: str | None) -> command.remote.ConnectionArgs:
-            return command.remote.ConnectionArgs(**settings, **({"host_key": key} if key else {}))
 
-        return pulumi.Output.from_input(host_key).apply(with_key)
+def _settled(args: command.remote.ConnectionArgs) -> pulumi.Output[Mapping[str, Any]]:
+    """`args` once every Output among its fields (its proxy's too) has resolved, read-only
+    (`read_only`): one `Output.all` of those Outputs, where `Output.from_input(args)` makes an
+    Output of every field and joins them, the proxy's apart, for the same value, secrecy,
+    resources and unknowns (pulumi/output.py `from_input`: an input type's `__dict__` through
+    `Output.all`, then `type(**fields)`, whose defaults are already filled in).
+
+    A host key generated with the machine is known only once the machine is, and a machine
+    older than its generated key has none: a connection whose key resolves to none leaves
+    `hostKey` out, as the steps have always sent it, rather than sending null."""
+    paths: list[tuple[str, ...]] = []
+    outputs: list[pulumi.Output[Any]] = []
+
+    def find(args: Any, path: tuple[str, ...]) -> None:
+        for name, value in vars(args).items():
+            if _is_args(value):
+                find(value, (*path, name))
+            elif isinstance(value, pulumi.Output):
+                paths.append((*path, name))
+                outputs.append(value)
+
+    find(args, ())
+
+    def frozen(values: list[Any]) -> Mapping[str, Any]:
+        resolved = dict(zip(paths, values, strict=True))
+        omitted = {_HOST_KEY} if _HOST_KEY in resolved and not resolved[_HOST_KEY] else set()
+        return read_only(args, resolved, omitted)
+
+    return pulumi.Output.all(*outputs).apply(frozen)
+
+
+_HOST_KEY = ("host_key",)
 
 
 @dataclass(frozen=True)
@@ -138,14 +165,28 @@ class Login:
         )
 
 
-def read_only(args: Any) -> Mapping[str, Any]:
+def read_only(
+    args: Any,
+    resolved: Mapping[tuple[str, ...], Any] | None = None,
+    omitted: set[tuple[str, ...]] | frozenset[tuple[str, ...]] = frozenset(),
+    path: tuple[str, ...] = (),
+) -> Mapping[str, Any]:
     """The fields an args object (ConnectionArgs, ProxyConnectionArgs: the ones it was given and
-    its defaults) as a read-only mapping by their Python names, nested args likewise: a
+    its defaults) holds, as a read-only mapping by their Python names, nested args likewise: a
     `FrozenMap`, which cannot change, so the SDK's serialization walks it once for all the steps
-    on the host (components/sdk_inputs.py)."""
-    return FrozenMap(
-        {name: read_only(value) if _is_args(value) else value for name, value in vars(args).items()}
-    )
+    on the host (components/sdk_inputs.py). With `resolved`, the value of each Output among
+    them, by its path of names; the fields at a path in `omitted` are left out."""
+    items = {}
+    for name, value in vars(args).items():
+        here = (*path, name)
+        if here in omitted:
+            continue
+        if _is_args(value):
+            value = read_only(value, resolved, omitted, here)
+        elif resolved is not None and here in resolved:
+            value = resolved[here]
+        items[name] = value
+    return FrozenMap(items)
 
 
 def _is_args(value: Any) -> bool:
