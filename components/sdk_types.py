@@ -152,14 +152,20 @@ def input_map_plan(typ: Any) -> tuple[bool, dict | None, dict | None, bool, bool
     return union, None, None, *mapping_rule(typ)
 
 
-def output_map_plan(typ: Any) -> tuple[bool, dict | None, bool, bool, Any]:
+def output_map_plan(typ: Any) -> tuple[bool, dict | None, dict | None, bool, bool, Any]:
     """How the SDK translates a map of annotation `typ` (not None): whether `typ` is a
     discriminated union (its member is picked by the map's keys, then planned), an output
-    type's annotations by Pulumi name (else None), and `mapping_rule`."""
+    type's annotations by Pulumi name (else None) and the `scalar_rule` of each of those that
+    is not `AS_IS` (what a string, number or boolean of that name becomes), and
+    `mapping_rule`."""
     union = _types.is_discriminated_union(typ)
     if _types.is_output_type(typ):
-        return union, _types.output_type_types(typ), False, False, None
-    return union, None, *mapping_rule(typ)
+        types = _types.output_type_types(typ)
+        rules = {
+            name: rule for name, hint in types.items() if (rule := SCALAR_RULE(hint)) is not AS_IS
+        }
+        return union, types, rules, False, False, None
+    return union, None, None, *mapping_rule(typ)
 
 
 # Answers of an annotation alone, remembered for the walks of `sdk_inputs` and `sdk_values`.

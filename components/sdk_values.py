@@ -209,31 +209,51 @@ def translate_output_properties(
     makes it (an Enum type makes a member of it, a float typed `int` an int, anything else
     stays as it is); a map (not a secret) or a list walked at once (`_translate_container`);
     anything else, and any value the walk fails on, by the SDK, whose errors name the path."""
+    translated = _translated(
+        output,
+        output_transformer,
+        typ,
+        transform_using_type_metadata,
+        return_none_on_dict_type_mismatch,
+    )
+    if translated is _BY_SDK:
+        return SDK_TRANSLATE_OUTPUT_PROPERTIES(
+            output,
+            output_transformer,
+            typ,
+            transform_using_type_metadata,
+            path,
+            return_none_on_dict_type_mismatch,
+        )
+    return translated
+
+
+# What `_translated` answers for a value it leaves to the SDK.
+_BY_SDK = object()
+
+
+def _translated(
+    output: Any,
+    output_transformer: Callable[[str], str],
+    typ: Any,
+    by_type: bool,
+    none_on_mismatch: bool,
+) -> Any:
+    """`translate_output_properties` without the path, which only the SDK's function reads (for
+    its errors): `_BY_SDK` where that function is to take the value."""
     kind = type(output)
     if kind in SCALARS:
         return _translate_scalar(output, kind, typ)
     if (kind is dict and not rpc.is_rpc_secret(output)) or kind is list:
         try:
             return _translate_container(
-                output,
-                kind,
-                output_transformer,
-                typ,
-                transform_using_type_metadata,
-                return_none_on_dict_type_mismatch,
+                output, kind, output_transformer, typ, by_type, none_on_mismatch
             )
         except Exception:
             # The walk changes nothing and builds only what the SDK builds (output types,
             # Enum members): the SDK's walk from the start fails as it would have.
             pass
-    return SDK_TRANSLATE_OUTPUT_PROPERTIES(
-        output,
-        output_transformer,
-        typ,
-        transform_using_type_metadata,
-        path,
-        return_none_on_dict_type_mismatch,
-    )
+    return _BY_SDK
 
 
 def _translate_scalar(output: Any, kind: type, typ: Any) -> Any:
@@ -278,12 +298,23 @@ def _translate_container(
             if typ is not None:
                 plan = OUTPUT_MAP_PLAN(typ)
     if typ is not None:
-        _, types, mapping, typed, value_type = plan
+        _, types, rules, mapping, typed, value_type = plan
         if types is not None:  # an output type
-            translated_values = {
-                k: _translate_item(v, output_transformer, types.get(k), by_type, none_on_mismatch)
-                for k, v in output.items()
-            }
+            translated_values = {}
+            for k, v in output.items():
+                kind = type(v)
+                if kind in SCALARS:  # `_translate_scalar`, its rule read from the plan
+                    rule = rules.get(k)
+                    if rule is None or v is None:
+                        translated_values[k] = v
+                    elif rule is int:
+                        translated_values[k] = int(v) if kind is float else v
+                    else:
+                        translated_values[k] = rule(v)
+                else:
+                    translated_values[k] = _translate_item(
+                        v, output_transformer, types.get(k), by_type, none_on_mismatch
+                    )
             return _types.output_type_from_dict(typ, translated_values)
         if mapping:
             if typed and by_type:
@@ -356,8 +387,9 @@ def resolve_outputs(
     resolve_missing_as_unknown: bool = False,
 ) -> None:
     """The SDK's `rpc.resolve_outputs` (3.272.0), line for line, except that an input's value
-    is read only when the engine's answer lacks that input, and what is the same for every
-    property (the resource's name, the debug setting) is read once."""
+    is read only when the engine's answer lacks that input, what is the same for every
+    property (the resource's name, the debug setting) is read once, and a property's path (for
+    the errors of the SDK's translation) is made only for a value that translation takes."""
     all_properties = {}
     resource_cls = type(res)
     types = _types.resource_types(resource_cls)
@@ -377,15 +409,29 @@ def resolve_outputs(
 
     resource_name = f"{res._name}"  # the SDK formats it for every property
     debug = settings.excessive_debug_output  # the SDK reads it for every property
+    # This module's `translate_output_properties` (unless another replaced it) without the
+    # path, an object per property that only the SDK's function reads (for its errors): made
+    # only for a value `_translated` leaves to that function.
+    translate_value = rpc.translate_output_properties
+    ours = translate_value is translate_output_properties
+    if ours:
+        translate_value = SDK_TRANSLATE_OUTPUT_PROPERTIES
     for key, value in _answered(outputs, keep_unknowns).items():
         translated_key = (names.get(key) or key) if names is not None else translate(key)
-        translated_value = rpc.translate_output_properties(
-            value,
-            translate_to_pass,
-            types.get(key),
-            transform_using_type_metadata,
-            path=rpc._Path(translated_key, resource=resource_name),
-        )
+        typ = types.get(key)
+        translated_value = _BY_SDK
+        if ours:
+            translated_value = _translated(
+                value, translate_to_pass, typ, transform_using_type_metadata, False
+            )
+        if translated_value is _BY_SDK:
+            translated_value = translate_value(
+                value,
+                translate_to_pass,
+                typ,
+                transform_using_type_metadata,
+                path=rpc._Path(translated_key, resource=resource_name),
+            )
         if debug:
             log.debug(f"incoming output property translated: {key} -> {translated_key}")
             log.debug(f"incoming output value translated: {value} -> {translated_value}")

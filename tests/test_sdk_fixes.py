@@ -588,10 +588,41 @@ class _DogOutput(dict):
         return pulumi.get(self, "good")
 
 
-# Outputs of discriminated unions of output types, alone, in lists and in maps, and a map typed
-# `dict` alone (its keys are translated): shapes the program's resources lack.
+@pulumi.output_type
+class _CollarOutput(dict):
+    def __init__(__self__, *, colour: _Colour, size: _Size | None = None, holes: int):
+        pulumi.set(__self__, "colour", colour)
+        if size is not None:
+            pulumi.set(__self__, "size", size)
+        pulumi.set(__self__, "holes", holes)
+
+    @property
+    @pulumi.getter
+    def colour(self) -> _Colour:
+        return pulumi.get(self, "colour")
+
+    @property
+    @pulumi.getter
+    def size(self) -> _Size | None:
+        return pulumi.get(self, "size")
+
+    @property
+    @pulumi.getter
+    def holes(self) -> int:
+        return pulumi.get(self, "holes")
+
+
+# Outputs of discriminated unions of output types, alone, in lists and in maps, a map typed
+# `dict` alone (its keys are translated), and an output type with Enum and `int` fields: shapes
+# the program's resources lack.
 _PET = Union[_CatOutput, _DogOutput]  # noqa: UP007 - as generated
-_PET_OUTPUTS = {"pet": _PET, "pets": list[_PET], "byName": Mapping[str, _PET], "loose": dict}
+_PET_OUTPUTS = {
+    "pet": _PET,
+    "pets": list[_PET],
+    "byName": Mapping[str, _PET],
+    "loose": dict,
+    "collar": _CollarOutput,
+}
 
 
 @pytest.mark.parametrize("by_type", [True, False], ids=["by type", "by transformer"])
