@@ -121,7 +121,8 @@ async def serialize_properties(
     exclude_resource_refs_from_deps: bool = False,
 ) -> struct_pb2.Struct:
     """The SDK's `rpc.serialize_properties`, line for line, each serialized value written into
-    the Struct by `set_item` instead of `struct[name] = result`."""
+    the Struct by `set_item` instead of `struct[name] = result`; and the long strings sent for
+    a resource kept with it (`remember_sent`)."""
     get_type: Callable[[str], type | None] = lambda k: None  # noqa: E731 - the SDK's
     translate = input_transformer
     if typ is not None:
@@ -131,6 +132,7 @@ async def serialize_properties(
         get_type = lambda k: types.get(translate(k))  # type: ignore  # noqa: E731
 
     struct = struct_pb2.Struct()
+    sent: Sent = {}
     for k in inputs:
         v = inputs[k]
         deps: list[Any] = []
@@ -163,5 +165,35 @@ async def serialize_properties(
                     log.debug(f"top-level input property translated: {k} -> {translated_name}")
             set_item(struct, translated_name, result)
             property_deps[translated_name] = deps
+            if type(result) is str and len(result) >= SENT_CHARS:
+                sent[translated_name] = (struct.fields[translated_name], result)
 
+    if sent and resource_obj is not None:
+        remember_sent(resource_obj, struct, sent)
     return struct
+
+
+# Top-level strings at least this long (a step's stdin: every script starts with the ~19 KB
+# of lib/common.sh) are kept with the resource they were sent for, until its answer is read.
+SENT_CHARS = 256
+_SENT = "_gpu_cluster_sent"
+
+# A property's value as written into a Struct, and the string written.
+Sent = dict[str, tuple[struct_pb2.Value, str]]
+
+
+def remember_sent(resource_obj: Any, struct: struct_pb2.Struct, sent: Sent) -> None:
+    """Keep the long strings just written into `struct` (the inputs of `resource_obj`), by
+    property with the `Value` each was written into, on the resource (replacing any kept
+    before), for `sent_strings`."""
+    setattr(resource_obj, _SENT, (struct, sent))
+
+
+def sent_strings(resource_obj: Any, struct: struct_pb2.Struct) -> Sent | None:
+    """What `remember_sent` kept for `resource_obj` when written into `struct` (none when
+    written into another Struct), no longer kept. Read from the resource's own attributes: a
+    resource sent no long string (most) answers without an AttributeError made and caught."""
+    kept = getattr(resource_obj, "__dict__", {}).pop(_SENT, None)
+    if kept is None or kept[0] is not struct:
+        return None
+    return kept[1]

@@ -39,6 +39,7 @@ from google.protobuf import struct_pb2
 from pulumi import _types, log
 from pulumi.runtime import rpc, settings
 
+from components.sdk_struct import sent_strings
 from components.sdk_types import (
     AS_IS,
     LIST_ELEMENT_TYPE,
@@ -79,6 +80,7 @@ def plain_properties(
     struct: struct_pb2.Struct,
     remembered: dict[bytes, Any] | None = None,
     raws: dict[str, bytes] | None = None,
+    sent: dict[str, tuple[struct_pb2.Value, str]] | None = None,
 ) -> dict[str, Any] | None:
     """`rpc.deserialize_properties(struct)` for plain data: values as they are, nulls left out of
     maps but kept in lists, a map or list holding a secret made a secret as a whole with the
@@ -89,9 +91,13 @@ def plain_properties(
     last `REMEMBERED_KEPT` read into it (of at most `REMEMBERED_BYTES` each), and the same
     objects are answered again: for a reader that changes none of them (every step on a
     machine is sent and answered its connection and triggers). `raws` then gets each one's
-    serialized form by key."""
+    serialized form by key.
+
+    With `sent`, a top-level string equal to the `Value` given for its key there (compared in
+    protobuf's C, without reading it into Python) is answered as the string given with it: an
+    answer that echoes a long input (every step's stdin) is not read again."""
     try:
-        return _from_fields(struct.fields, remembered, raws)[0]
+        return _from_fields(struct.fields, remembered, raws, sent)[0]
     except NotPlain:
         return None
 
@@ -116,7 +122,10 @@ _UNKNOWN = rpc.UNKNOWN
 
 
 def _from_fields(
-    fields: Any, remembered: dict[bytes, Any] | None = None, raws: dict | None = None
+    fields: Any,
+    remembered: dict[bytes, Any] | None = None,
+    raws: dict | None = None,
+    sent: dict[str, tuple[Any, str]] | None = None,
 ) -> tuple[dict[str, Any], bool]:
     """A map's fields read (a string, number or boolean inside read in place, most values
     being one), and whether a value inside is a secret (only a map read can be one); its maps
@@ -139,10 +148,13 @@ def _from_fields(
         value = fields[key]
         kind = value.WhichOneof("kind")
         if kind == "string_value":
-            text = value.string_value
-            if text == _UNKNOWN:
-                raise NotPlain
-            props[key] = text
+            if sent is not None and key in sent and value == sent[key][0]:
+                props[key] = sent[key][1]  # the string sent, answered unchanged
+            else:
+                text = value.string_value
+                if text == _UNKNOWN:
+                    raise NotPlain
+                props[key] = text
         elif kind == "number_value":
             props[key] = value.number_value
         elif kind == "bool_value":
@@ -360,12 +372,16 @@ def _same_name(key: str) -> str:
     return key
 
 
-def _answered(outputs: struct_pb2.Struct, keep_unknowns: bool) -> dict[str, Any]:
+def _answered(
+    res: Any, serialized_props: struct_pb2.Struct, outputs: struct_pb2.Struct, keep_unknowns: bool
+) -> dict[str, Any]:
     """`rpc.deserialize_properties(outputs, keep_unknowns)` for `resolve_outputs`, which only
-    translates what it reads (every map and list into new ones): its maps and lists remembered
-    (`plain_properties`)."""
+    translates what it reads (every map and list into new ones): its maps and lists remembered,
+    and a long string the resource was sent and is answered unchanged answered as the string
+    sent (`plain_properties`; `sdk_struct.sent_strings`)."""
+    sent = sent_strings(res, serialized_props)
     if rpc.deserialize_properties is deserialize_properties:
-        props = plain_properties(outputs, _ANSWERED)
+        props = plain_properties(outputs, _ANSWERED, sent=sent)
         if props is not None:
             return props
     return rpc.deserialize_properties(outputs, keep_unknowns)
@@ -416,7 +432,7 @@ def resolve_outputs(
     ours = translate_value is translate_output_properties
     if ours:
         translate_value = SDK_TRANSLATE_OUTPUT_PROPERTIES
-    for key, value in _answered(outputs, keep_unknowns).items():
+    for key, value in _answered(res, serialized_props, outputs, keep_unknowns).items():
         translated_key = (names.get(key) or key) if names is not None else translate(key)
         typ = types.get(key)
         translated_value = _BY_SDK

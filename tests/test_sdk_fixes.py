@@ -31,7 +31,14 @@ from pulumi.runtime import resource, resource_cycle_breaker, rpc
 from pulumi.runtime.proto import alias_pb2, resource_pb2, source_pb2
 from pulumi.runtime.sync_await import _sync_await
 
-from components import sdk_dependencies, sdk_fixes, sdk_inputs, sdk_types, sdk_values
+from components import (
+    sdk_dependencies,
+    sdk_fixes,
+    sdk_inputs,
+    sdk_struct,
+    sdk_types,
+    sdk_values,
+)
 from components.sdk_fixes import REPLACEMENTS, Replacement
 from tests.test_recorder import _random_plain, _sdk_struct, _typed, _with_secrets
 from tools.harness.stacks import run_program
@@ -809,6 +816,49 @@ def test_an_answer_read_again_is_resolved_into_objects_of_its_own(monkeypatch):
                 shared += bool(for_second)
             assert not {id(c) for c in for_first} & {id(c) for c in for_second}
     assert shared > 20  # read once, resolved twice into objects of their own
+
+
+def test_a_long_string_answered_as_sent_is_the_string_sent(monkeypatch):
+    # A step's stdin comes back in its answer: read, it would be a second copy of every
+    # script. Answered unchanged, the resource gets the string it was sent (the same object);
+    # changed, or sent for another Struct, the answer's own, as the SDK reads it.
+    import pulumi_command as command
+
+    monkeypatch.setattr(rpc, "deserialize_properties", sdk_values.deserialize_properties)
+    original = lambda: sdk_original(BY_NAME["resolve_outputs"])  # noqa: E731 - after the spy
+    script = "#!/bin/bash\n" + "echo step\n" * 100
+    other = "x" * sdk_struct.SENT_CHARS
+    inputs = {"stdin": script, "create": other, "update": "true", "delete": None}
+    cases = {
+        "echoed": {**inputs, "stdout": ""},
+        "changed": {**inputs, "stdin": script + "#", "create": other[:-1] + "y"},
+        "left out": {"update": "true"},
+    }
+    for case, state in cases.items():
+        res = command.remote.Command.__new__(command.remote.Command)
+        res._name = "r"
+        serialized = _sync_await(sdk_struct.serialize_properties(inputs, {}, res))
+        answer = _sdk_struct(state)
+        args = (res, serialized, answer, {}, {}, True, False, True, False)
+        ours = _resolved_outputs(lambda: sdk_values.resolve_outputs, monkeypatch, *args)
+        assert ours == _resolved_outputs(original, monkeypatch, *args), case
+        handed: list[dict[str, Any]] = []
+        monkeypatch.setattr(
+            rpc, "resolve_properties", lambda r, props, *_, found=handed: found.append(props)
+        )
+        res.__dict__.pop("_gpu_cluster_sent", None)
+        serialized = _sync_await(sdk_struct.serialize_properties(inputs, {}, res))
+        sdk_values.resolve_outputs(res, serialized, _sdk_struct(state), {}, {}, True)
+        (props,) = handed
+        assert (props.get("stdin") is script) == (case == "echoed"), case
+        assert (props.get("create") is other) == (case == "echoed"), case
+        assert not hasattr(res, "_gpu_cluster_sent")  # kept until read, not after
+        # Kept for another Struct: read as it is.
+        elsewhere = struct_pb2.Struct(fields={"stdin": struct_pb2.Value(string_value=script)})
+        sdk_struct.remember_sent(res, elsewhere, {"stdin": (elsewhere.fields["stdin"], script)})
+        sdk_values.resolve_outputs(res, serialized, _sdk_struct(state), {}, {}, True)
+        assert "stdin" not in handed[1] or handed[1]["stdin"] is not script
+        assert handed[1] == props
 
 
 # RegisterResourceRequest
