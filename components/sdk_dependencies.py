@@ -159,30 +159,22 @@ async def expand_dependencies(deps: Iterable[Any], from_resource: Any | None) ->
         else:
             found_resources = _aggregated(dependency, from_resource)
         for found in found_resources:
-            urn = _known_urn(found.urn)
-            if urn is _PENDING:
-                urn = await found.urn.future()
+            # What `await found.urn.future()` answers, read without awaiting once the URN
+            # Output's data is done (awaiting a done future returns at once, without yielding
+            # to the loop, or raises what it failed with, as `result()` does): its value, None
+            # where that holds an unknown (pulumi/output.py `Output.future`; a URN is a string
+            # once known, which `contains_unknowns` answers False for at once).
+            output = found.urn
+            data = output._data if type(output) is Output else None
+            if data is not None and data.done():
+                urn = data.result().value
+                if type(urn) is not str and rpc.contains_unknowns(urn):
+                    urn = None
+            else:
+                urn = await output.future()
             if urn:
                 expanded[urn] = found
     return expanded
-
-
-# Not read without awaiting: the URN's Output has not resolved yet.
-_PENDING = object()
-
-
-def _known_urn(urn: Any) -> Any:
-    """What `await urn.future()` answers, when that needs no waiting: once the URN Output's
-    data is done (awaiting a done future returns at once, without yielding to the loop, or
-    raises what it failed with, as `result()` does), its value, None where that holds an
-    unknown (pulumi/output.py `Output.future`); else _PENDING."""
-    if type(urn) is not Output:
-        return _PENDING
-    data = urn._data
-    if not data.done():
-        return _PENDING
-    value = data.result().value
-    return None if rpc.contains_unknowns(value) else value
 
 
 def _aggregated(dependency: Any, from_resource: Any | None) -> list[Any]:
