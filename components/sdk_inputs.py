@@ -337,6 +337,7 @@ def _container(
     names: dict[str, str] | None = None  # an input type's Pulumi names by Python name
     types: dict[str, Any] | None = None  # each value's annotation by its key, if any
     value_type = None  # else the one annotation of every value
+    unwraps = True  # every annotation of a value is known to unwrap (no need to again)
     translate = input_transformer
     if typ is not None:
         plan = INPUT_MAP_PLAN(typ)
@@ -344,7 +345,7 @@ def _container(
             case = _types.reduce_discriminated_union(typ, value, _types._py_name_for)
             if case is not None:
                 plan = INPUT_MAP_PLAN(case)
-        _, names, types, mapping, typed, value_type = plan
+        _, names, types, mapping, typed, value_type, unwraps = plan
         if names is None and (typed or not mapping):
             translate = None
     obj: dict[Any, Any] = {}
@@ -357,15 +358,15 @@ def _container(
         item_type = value_type if types is None else types.get(transformed_key)
         item_kind = type(item)
         if item_kind in SCALARS:
-            if item_type:
-                unwrap_type(item_type)
+            if item_type and not unwraps:
+                unwrap_type(item_type)  # raises, as the SDK's call for the value would
             obj[transformed_key] = item
         elif item_kind in _CONTAINERS:
             obj[transformed_key] = _container(
                 item, item_kind, item_type, input_transformer, k, pending
             )
         elif PLAIN_SUBCLASS(item_kind):
-            if item_type:
+            if item_type and not unwraps:
                 unwrap_type(item_type)
             obj[transformed_key] = item
         else:

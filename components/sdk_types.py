@@ -141,15 +141,31 @@ def mapping_rule(typ: Any) -> tuple[bool, bool, Any]:
     return False, False, None
 
 
-def input_map_plan(typ: Any) -> tuple[bool, dict | None, dict | None, bool, bool, Any]:
+def input_map_plan(typ: Any) -> tuple[bool, dict | None, dict | None, bool, bool, Any, bool]:
     """How the SDK serializes a map against annotation `typ` (not None): whether `typ` is a
     discriminated union (its member is picked by the map's keys, then planned), an input
-    type's Pulumi names and annotations by name (else None, None), and `mapping_rule`."""
+    type's Pulumi names and annotations by name (else None, None), `mapping_rule`, and whether
+    every annotation a value of the map can get (the type's, or the map's one) unwraps: the
+    SDK's call for each value unwraps its annotation first, which raises only for a malformed
+    one, the same every time."""
     union = _types.is_discriminated_union(typ)
     if _types.is_input_type(typ):
         names = _types.input_type_py_to_pulumi_names(typ)
-        return union, names, _types.input_type_types(typ), False, False, None
-    return union, None, None, *mapping_rule(typ)
+        types = _types.input_type_types(typ)
+        return union, names, types, False, False, None, _unwraps(types.values())
+    mapping, typed, value_type = mapping_rule(typ)
+    return union, None, None, mapping, typed, value_type, _unwraps([value_type])
+
+
+def _unwraps(annotations: Any) -> bool:
+    """Whether `unwrap_type` answers for every one of `annotations` (None for no annotation)."""
+    try:
+        for annotation in annotations:
+            if annotation:
+                unwrap_type(annotation)
+    except Exception:
+        return False
+    return True
 
 
 def output_map_plan(typ: Any) -> tuple[bool, dict | None, dict | None, bool, bool, Any]:

@@ -958,6 +958,22 @@ def test_serialize_property_answers_scalars_as_the_sdk_does():
                 assert ours == _serialized(original, value, typ, as_protobuf), (value, typ)
 
 
+# An annotation the SDK's `unwrap_type` fails on (an Output of two types).
+_MALFORMED = types.GenericAlias(pulumi.Output, (int, str))
+
+
+def test_serialize_property_fails_on_a_malformed_annotation_as_the_sdk_does():
+    # The SDK's call for each value inside a map unwraps its annotation first; the walk skips
+    # that for a map whose annotations are known to unwrap, and must still fail where one
+    # does not, for a value that has it only.
+    original = sdk_original(BY_NAME["serialize_property"])
+    typ = dict[str, _MALFORMED]  # type: ignore[valid-type]
+    for value in [{}, {"a": 1}, {"a": _Colour.RED}, {"a": [1]}]:
+        ours = _serialized(sdk_inputs.serialize_property, value, typ)
+        assert ours == _serialized(original, value, typ), value
+        assert (ours[0][0] == "raises") == bool(value), (value, ours)
+
+
 class _Typed:
     """Random values of given annotations as a program passes them: scalars, Enum members,
     lists and tuples, maps and read-only maps, input types as objects or as maps of their Python
