@@ -25,6 +25,9 @@ every other case to the SDK's own function (`SDK_*`, taken before any replacemen
   function with that loop reading a value only for an input the answer lacks: the same keys
   in the same order, the same values for those. (A `Struct` the SDK serialized has a kind set
   on every value, so the reads the SDK made and the replacement leaves out could not fail.)
+  And the answer echoes every input: a long string (a step's stdin) that equals the one sent
+  (compared by protobuf, in C) is answered as the string sent, not read into a second one
+  (`sdk_struct.serialize_properties` keeps those with the resource until its answer).
 - What the program sends (the inputs serialized, the request built) is in
   `components/sdk_inputs.py`; the SDK's answers about annotations and classes that the walks
   of both ask for every value are in `components/sdk_types.py`, remembered.
