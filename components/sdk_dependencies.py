@@ -88,7 +88,9 @@ def declare_dependency(from_resource: Any, to_resource: Any) -> bool:
     if to_place >= from_place and not _reorder(from_resource, to_resource, from_place, to_place):
         return False
     # `_add_dep`: a new set, as the SDK's (the old one may be in someone's hands).
-    setattr(from_resource, _DECLARED, (declared or set()) | {to_resource})
+    added = set(declared) if declared else set()
+    added.add(to_resource)
+    setattr(from_resource, _DECLARED, added)
     dependents = getattr(to_resource, _DEPENDENTS, None)
     if dependents is None:
         dependents = set()

@@ -440,9 +440,13 @@ def resolve_outputs(
         typ = types.get(key)
         translated_value = _BY_SDK
         if ours:
-            translated_value = _translated(
-                value, translate_to_pass, typ, transform_using_type_metadata, False
-            )
+            kind = type(value)
+            if kind in SCALARS:  # most properties: `_translated`'s first case, without a call
+                translated_value = _translate_scalar(value, kind, typ)
+            else:
+                translated_value = _translated(
+                    value, translate_to_pass, typ, transform_using_type_metadata, False
+                )
         if translated_value is _BY_SDK:
             translated_value = translate_value(
                 value,
