@@ -65,12 +65,13 @@ def declare_dependency(from_resource: Any, to_resource: Any) -> bool:
     `from_resource`: a dependency on a step's machine walks the network and the control plane,
     and a step on the step before it walks the whole chain before that. Here, a dependency
     placed before the resource in the order of the edges declared so far cannot close a cycle,
-    whatever their paths (every edge points back in the order). Otherwise `_reorder` walks the
-    resources placed between the two, finds the cycle or places the dependency and what it
-    depends on before the resource and what depends on it. Every edge is declared here
-    (`rpc`'s copy of the function is this one too), so every resource in one is placed, and
-    each edge is also kept the other way round, on its target. A dependency already declared
-    answers True at once (the graph has no cycle, so it cannot close one)."""
+    whatever their paths (every edge points back in the order). Otherwise a resource nothing
+    depends on yet cannot be reached from another either, and moves above every other;
+    else `_reorder` walks the resources placed between the two, finds the cycle or places the
+    dependency and what it depends on before the resource and what depends on it. Every edge
+    is declared here (`rpc`'s copy of the function is this one too), so every resource in one
+    is placed, and each edge is also kept the other way round, on its target. A dependency
+    already declared answers True at once (the graph has no cycle, so it cannot close one)."""
     # `_deps(from_resource)`, read here: a call less on every declaration.
     declared = getattr(from_resource, _DECLARED, None)
     if declared is not None and to_resource in declared:
@@ -85,8 +86,15 @@ def declare_dependency(from_resource: Any, to_resource: Any) -> bool:
         _Ends.highest += 1
         from_place = _Ends.highest
         setattr(from_resource, _PLACE, from_place)
-    if to_place >= from_place and not _reorder(from_resource, to_resource, from_place, to_place):
-        return False
+    if to_place >= from_place:
+        if to_resource is not from_resource and not getattr(from_resource, _DEPENDENTS, None):
+            # Nothing depends on it yet (most: the resource being registered), so nothing it
+            # depends on reaches it: it moves above every other, where all its edges point
+            # back, without a walk.
+            _Ends.highest += 1
+            setattr(from_resource, _PLACE, _Ends.highest)
+        elif not _reorder(from_resource, to_resource, from_place, to_place):
+            return False
     # `_add_dep`: a new set, as the SDK's (the old one may be in someone's hands).
     added = set(declared) if declared else set()
     added.add(to_resource)
