@@ -121,21 +121,25 @@ async def serialize_properties(
     exclude_resource_refs_from_deps: bool = False,
 ) -> struct_pb2.Struct:
     """The SDK's `rpc.serialize_properties`, line for line, each serialized value written into
-    the Struct by `set_item` instead of `struct[name] = result`; and the long strings sent for
-    a resource kept with it (`remember_sent`)."""
-    get_type: Callable[[str], type | None] = lambda k: None  # noqa: E731 - the SDK's
-    translate = input_transformer
+    the Struct by `set_item` instead of `struct[name] = result` (a string, most values,
+    written in place), an input type's name for each key looked up once for its annotation
+    and its name (the SDK's two lambdas look it up twice); and the long strings sent for a
+    resource kept with it (`remember_sent`)."""
+    names = types = None
     if typ is not None:
-        py_name_to_pulumi_name = _types.input_type_py_to_pulumi_names(typ)
+        names = _types.input_type_py_to_pulumi_names(typ)
         types = _types.input_type_types(typ)
-        translate = lambda k: py_name_to_pulumi_name.get(k) or k  # noqa: E731
-        get_type = lambda k: types.get(translate(k))  # type: ignore  # noqa: E731
 
     struct = struct_pb2.Struct()
+    fields = struct.fields
+    in_place = set_item is _set_item  # else `struct[name] = result`, by protobuf
     sent: Sent = {}
     for k in inputs:
         v = inputs[k]
         deps: list[Any] = []
+        pulumi_name = None
+        if names is not None:
+            pulumi_name = names.get(k) or k
         try:
             result = await rpc.serialize_property(
                 v,
@@ -143,7 +147,7 @@ async def serialize_properties(
                 k,
                 resource_obj,
                 input_transformer,
-                get_type(k),
+                None if types is None else types.get(pulumi_name),
                 keep_output_values,
                 exclude_resource_refs_from_deps,
             )
@@ -159,14 +163,18 @@ async def serialize_properties(
             ) from e
         if result is not None:
             translated_name = k
-            if translate is not None:
-                translated_name = translate(k)
+            if names is not None or input_transformer is not None:  # the SDK's `translate`
+                translated_name = pulumi_name if names is not None else input_transformer(k)
                 if settings.excessive_debug_output:
                     log.debug(f"top-level input property translated: {k} -> {translated_name}")
-            set_item(struct, translated_name, result)
+            if in_place and type(result) is str:
+                value = fields[translated_name]
+                value.string_value = result
+                if len(result) >= SENT_CHARS:
+                    sent[translated_name] = (value, result)
+            else:
+                set_item(struct, translated_name, result)
             property_deps[translated_name] = deps
-            if type(result) is str and len(result) >= SENT_CHARS:
-                sent[translated_name] = (struct.fields[translated_name], result)
 
     if sent and resource_obj is not None:
         remember_sent(resource_obj, struct, sent)

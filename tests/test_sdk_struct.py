@@ -120,3 +120,25 @@ def test_serialize_properties_answers_as_the_sdk_does(monkeypatch, transformer):
             assert ours == _serialized_struct(original, seed, args, transformer), (seed, args)
             outcomes[ours[0]] += 1
     assert outcomes["returns"] > 100 and outcomes["raises"] > 10
+
+
+@pytest.mark.parametrize("transformer", [None, str.upper], ids=["no translator", "translator"])
+def test_serialize_properties_without_a_type_answers_as_the_sdk_does(monkeypatch, transformer):
+    # A resource registered without an args type (a component, a bare CustomResource): its keys
+    # translated by the resource's translator, if any, and only for the values it writes.
+    monkeypatch.setattr(sdk_struct.rpc, "serialize_property", sdk_inputs.serialize_property)
+    original = sdk_original(BY_NAME["serialize_properties"])
+    asked: list[str] = []
+
+    def translate(key: str) -> str:
+        asked.append(key)
+        return transformer(key) if transformer else key
+
+    inputs = {"a_b": "x", "count": 1, "script": "#!" * 200, "gone": None, "m": {"k": [1, "v"]}}
+    answers = []
+    for serialize in (sdk_struct.serialize_properties, original):
+        property_deps: dict[str, list[Any]] = {}
+        struct = _run(serialize(inputs, property_deps, None, translate if transformer else None))
+        answers.append((struct.SerializeToString(deterministic=True), property_deps, list(asked)))
+        asked.clear()
+    assert answers[0] == answers[1]
