@@ -97,7 +97,12 @@ def test_contains_unknowns_answers_as_the_sdk_does():
     class Text(str):  # a subclass of a plain type takes the walk, not the shortcut
         pass
 
+    class Hidden(dict):  # iterates its own way: the walk meets only the keys it yields
+        def __iter__(self):
+            return iter([k for k in dict.keys(self) if k != "hidden"])
+
     values += [UNKNOWN, [], {}, {"a": shared, "b": shared}, looped, [looped, UNKNOWN], Text("t")]
+    values += [Hidden(hidden=UNKNOWN, seen=1), Hidden(hidden=1, seen=[UNKNOWN])]
     assert any(original(v) for v in values) and not all(original(v) for v in values)
     assert [sdk_fixes.contains_unknowns(v) for v in values] == [original(v) for v in values]
 
