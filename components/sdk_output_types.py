@@ -247,11 +247,9 @@ def warning_keys(cls: type) -> frozenset[str] | None:
     """For a dict subclass whose `cls[key]` is `dict.__getitem__` or the generated one that
     warns first (pulumi `pkg/codegen/python`: `Cls.__key_warning(key)`, then
     `super().__getitem__(key)`, the warning an if-chain of `key == "<camelCase name>"`): the
-    keys whose reading warns (none for the first). None for any other class, and for one that
-    iterates its own way: read it through its own `__iter__` and `__getitem__`."""
+    keys whose reading warns (none for the first). None for any other class: read it through
+    its own `__getitem__`."""
     if not isinstance(cls, type) or cls.__mro__ != (cls, dict, object):
-        return None
-    if "__iter__" in cls.__dict__:
         return None
     getitem = cls.__dict__.get("__getitem__")
     if getitem is None:
