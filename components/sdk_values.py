@@ -171,7 +171,7 @@ def _from_fields(
                     raws[key] = raw
                 item = remembered.get(raw, remembered)
                 if item is remembered:
-                    item = remember(remembered, raw, _from_value(value))
+                    item = remember(remembered, raw, _from_value(value, remembered))
             if item is not None:
                 props[key] = item
                 if not holds_secret and type(item) is dict and rpc.is_rpc_secret(item):
@@ -179,8 +179,10 @@ def _from_fields(
     return props, holds_secret
 
 
-def _from_value(value: struct_pb2.Value) -> Any:
-    """`rpc.deserialize_property` of one value."""
+def _from_value(value: struct_pb2.Value, remembered: dict[bytes, Any] | None = None) -> Any:
+    """`rpc.deserialize_property` of one value; with `remembered`, each map or list inside read
+    once per serialized form too (a Job's spec differs from node to node by a few names, its
+    containers, tolerations and security settings not at all)."""
     kind = value.WhichOneof("kind")
     if kind == "string_value":
         text = value.string_value
@@ -194,7 +196,7 @@ def _from_value(value: struct_pb2.Value) -> Any:
     if kind == "null_value":
         return None
     if kind == "struct_value":
-        props, holds_secret = _from_fields(value.struct_value.fields)
+        props, holds_secret = _from_fields(value.struct_value.fields, remembered)
         if holds_secret:
             return rpc.wrap_rpc_secret({k: rpc.unwrap_rpc_secret(v) for k, v in props.items()})
         return props
@@ -202,7 +204,13 @@ def _from_value(value: struct_pb2.Value) -> Any:
         values = []
         holds_secret = False
         for item in value.list_value.values:
-            read = _from_value(item)
+            if remembered is not None and item.WhichOneof("kind") in _CONTAINER_KINDS:
+                raw = item.SerializeToString()
+                read = remembered.get(raw, remembered)
+                if read is remembered:
+                    read = remember(remembered, raw, _from_value(item, remembered))
+            else:
+                read = _from_value(item, remembered)
             values.append(read)
             if not holds_secret and type(read) is dict and rpc.is_rpc_secret(read):
                 holds_secret = True
@@ -210,6 +218,10 @@ def _from_value(value: struct_pb2.Value) -> Any:
             return rpc.wrap_rpc_secret([rpc.unwrap_rpc_secret(v) for v in values])
         return values
     raise NotPlain  # a value with no kind set: the SDK's reading of it fails
+
+
+# The kinds of a Value that hold a map or a list.
+_CONTAINER_KINDS = frozenset({"struct_value", "list_value"})
 
 
 def translate_output_properties(

@@ -777,7 +777,9 @@ def test_an_answer_read_again_is_resolved_into_objects_of_its_own(monkeypatch):
     original = lambda: sdk_original(BY_NAME["resolve_outputs"])  # noqa: E731 - after the spy
     read = []
     from_value = sdk_values._from_value
-    monkeypatch.setattr(sdk_values, "_from_value", lambda v: read.append(v) or from_value(v))
+    monkeypatch.setattr(
+        sdk_values, "_from_value", lambda v, kept=None: read.append(v) or from_value(v, kept)
+    )
     # As the program runs: both readings the replacements' (the SDK's translation makes new
     # objects of anything anyway).
     monkeypatch.setattr(rpc, "deserialize_properties", sdk_values.deserialize_properties)
@@ -821,6 +823,34 @@ def test_an_answer_read_again_is_resolved_into_objects_of_its_own(monkeypatch):
                 shared += bool(for_second)
             assert not {id(c) for c in for_first} & {id(c) for c in for_second}
     assert shared > 20  # read once, resolved twice into objects of their own
+
+
+def test_a_map_inside_is_read_once_for_every_answer_that_holds_it(monkeypatch):
+    # Each node's Job spec differs by its node's name, its containers not at all: read with
+    # the answers remembered, a map or list inside one answer is not read again inside the
+    # next, and each answer reads as the SDK's deserialization does.
+    original = sdk_original(BY_NAME["deserialize_properties"])
+    read: list[Any] = []
+    from_value = sdk_values._from_value
+    monkeypatch.setattr(
+        sdk_values, "_from_value", lambda v, kept=None: read.append(v) or from_value(v, kept)
+    )
+    containers = [{"name": "cuda", "command": ["sh", "-c", "nvidia-smi"], "n": 2}]
+    secret = {rpc._special_sig_key: rpc._special_secret_sig, "value": "token"}
+    remembered: dict[bytes, Any] = {}
+    counts = []
+    for node in ("gpu-0", "gpu-1", "gpu-2"):
+        spec = {
+            "template": {"labels": {"node": node}, "containers": containers, "env": [secret]},
+            "tolerations": [{"key": "gpu", "effect": "NoSchedule"}, None],
+        }
+        answer = _sdk_struct({"spec": spec, "name": node})
+        before = len(read)
+        assert sdk_values.plain_properties(answer, remembered) == original(answer)
+        counts.append(len(read) - before)
+    # The first reads everything; the others only the maps that hold the node's name.
+    assert counts[0] > counts[1] == counts[2] > 0
+    assert counts[1] <= 4  # spec, template, labels, and nothing under containers again
 
 
 def test_a_long_string_answered_as_sent_is_the_string_sent(monkeypatch):
