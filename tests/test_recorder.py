@@ -64,13 +64,19 @@ def test_every_registration_is_answered_as_the_sdks_mock_monitor_does(monkeypatc
     def writing(state, struct=None, sent=None):
         struct = plain_struct(state, struct, sent)
         written.append(struct is not None)
-        copied.append(len(sent or ()))
         return struct
+
+    def sending(self, *args):
+        sent = sent_as_read(self, *args)
+        copied.append(len(sent))
+        return sent
 
     plain_struct = recorder.plain_struct
     read_inputs = recorder.RecordingMonitor._read_inputs
+    sent_as_read = recorder.RecordingMonitor._sent_as_read
     monkeypatch.setattr(recorder.RecordingMonitor, "answer", both)
     monkeypatch.setattr(recorder.RecordingMonitor, "_read_inputs", reading)
+    monkeypatch.setattr(recorder.RecordingMonitor, "_sent_as_read", sending)
     monkeypatch.setattr(recorder, "plain_struct", writing)
     graph = run_program(stack)
     assert len(answered) > len(graph)  # the root stack's and every resource's

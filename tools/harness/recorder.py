@@ -134,7 +134,17 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         response = resource_pb2.RegisterResourceResponse(urn=urn, id=id_)
         response.object.SetInParent()  # present, even empty, as the SDK's answer has it
         sent = self._sent_as_read(request.object, inputs, raws, state) if plain else {}
-        if plain_struct(state, response.object, sent) is None:
+        written = None
+        if sent and len(sent) == len(request.object.fields):
+            # Every input goes back as it came (most answers): the request's whole map at
+            # once, then what the mock added.
+            response.object.CopyFrom(request.object)
+            written = plain_struct(
+                {k: v for k, v in state.items() if k not in sent}, response.object
+            )
+        else:
+            written = plain_struct(state, response.object, sent)
+        if written is None:
             response.object.CopyFrom(_sync_await(rpc.serialize_properties(state, {})))
         self.resources[urn] = pulumi_mocks.MockMonitor.ResourceRegistration(urn, id_, state)
         return response
