@@ -158,19 +158,27 @@ async def _output(
         deps.extend(value_resources)
     is_known = data.is_known
     is_secret = data.is_secret
-    promise_deps: list[Any] = []
-    value = await rpc.serialize_property(
-        None if rpc.contains_unknowns(data.value) else data.value,
-        promise_deps,
-        property_key,
-        resource_obj,
-        input_transformer,
-        typ,
-        keep_output_values=False,
-    )
-    if deps is not None:
-        deps.extend(promise_deps)
-    value_resources.update(promise_deps)
+    value = data.value
+    if type(value) in SCALARS and rpc.serialize_property is serialize_property:
+        # What this module's `serialize_property` answers for a string, number, boolean or
+        # None (never an unknown), without a coroutine for it: the value, its annotation
+        # unwrapped first; nothing found in it.
+        if typ:
+            _types.unwrap_type(typ)
+    else:
+        promise_deps: list[Any] = []
+        value = await rpc.serialize_property(
+            None if rpc.contains_unknowns(value) else value,
+            promise_deps,
+            property_key,
+            resource_obj,
+            input_transformer,
+            typ,
+            keep_output_values=False,
+        )
+        if deps is not None:
+            deps.extend(promise_deps)
+        value_resources.update(promise_deps)
     if not is_known:
         if is_secret and settings.monitor_supports_feature(_SECRETS):
             return {rpc._special_sig_key: rpc._special_secret_sig, "value": rpc.UNKNOWN}
