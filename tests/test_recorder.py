@@ -170,7 +170,7 @@ def test_values_passed_on_are_answered_as_the_sdks_mock_monitor_answers_them():
             key = rng.choice(list(passed_on))
             passed_on[key] = copy.deepcopy(passed_on[key])
         sent = monitor._sent_as_read(request, inputs, raws, passed_on)
-        answer = recorder.plain_struct(passed_on, None, sent)
+        answer = recorder.plain_struct(passed_on, None, {k: request.fields[k] for k in sent})
         expected = _sdk_struct(passed_on)
         assert answer.SerializeToString(deterministic=True) == expected.SerializeToString(
             deterministic=True
@@ -181,7 +181,7 @@ def test_values_passed_on_are_answered_as_the_sdks_mock_monitor_answers_them():
     # A secret with more than its signature and value reads as the two alone.
     request = _sdk_struct({"p": {**rpc.wrap_rpc_secret("v"), "more": "x"}})
     inputs, raws = monitor._read_inputs(request)
-    assert monitor._sent_as_read(request, inputs, raws, dict(inputs)) == {}
+    assert monitor._sent_as_read(request, inputs, raws, dict(inputs)) == set()
 
 
 def test_secret_markers_are_plain_data_serialized_as_they_are():

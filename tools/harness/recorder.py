@@ -133,9 +133,9 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         # `_PyUpb_Message_MergeFrom_LockHeld`), three passes over every rendered script.
         response = resource_pb2.RegisterResourceResponse(urn=urn, id=id_)
         response.object.SetInParent()  # present, even empty, as the SDK's answer has it
-        sent = self._sent_as_read(request.object, inputs, raws, state) if plain else {}
-        written = None
-        if sent and len(sent) == len(request.object.fields):
+        fields = request.object.fields
+        sent = self._sent_as_read(request.object, inputs, raws, state) if plain else set()
+        if sent and len(sent) == len(fields):
             # Every input goes back as it came (most answers): the request's whole map at
             # once, then what the mock added.
             response.object.CopyFrom(request.object)
@@ -143,7 +143,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 {k: v for k, v in state.items() if k not in sent}, response.object
             )
         else:
-            written = plain_struct(state, response.object, sent)
+            written = plain_struct(state, response.object, {k: fields[k] for k in sent})
         if written is None:
             response.object.CopyFrom(_sync_await(rpc.serialize_properties(state, {})))
         self.resources[urn] = pulumi_mocks.MockMonitor.ResourceRegistration(urn, id_, state)
@@ -167,14 +167,14 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         inputs: dict[str, Any],
         raws: dict[str, bytes],
         state: dict[str, Any],
-    ) -> dict[str, struct_pb2.Value]:
-        """The values of `state` that are inputs as read (the same objects: a mock passes them
-        on and changes none in place) and write back as the request has them (`_as_written`,
-        decided once per serialized form of a map or list): each by the request's own Value,
-        which `plain_struct` copies instead of writing the value again."""
+    ) -> set[str]:
+        """The keys of `state` whose values are inputs as read (the same objects: a mock passes
+        them on and changes none in place) and write back as the request has them
+        (`_as_written`, decided once per serialized form of a map or list): the answer copies
+        the request's own values for those instead of writing them again."""
         fields = struct.fields
         written = self._written
-        sent = {}
+        sent = set()
         for key in state:
             if key not in inputs or inputs[key] is not state[key]:
                 continue
@@ -185,7 +185,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     writes_back = remember(written, raw, _as_written(fields[key], raw))
                 if not writes_back:
                     continue
-            sent[key] = fields[key]
+            sent.add(key)
         return sent
 
     def _register(self, request):
