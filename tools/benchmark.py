@@ -18,7 +18,10 @@ of each ratio on the same SDK. Timings on shared 2-core machines vary by a third
 The result is our own cost: program time over same-types time ("own"). Both register the same
 resources through the same SDK, so the SDK's per-type cost (it grows with each type's number of
 properties: an Instance costs far more than a trivial resource) cancels out and what is left is
-what our code adds (settings, rendering scripts and manifests, Outputs we create). Both times
+what our code adds (settings, rendering scripts and manifests, Outputs we create). So the
+ratio falls only with work the program does beyond the same types (its inputs' leaves, its
+dependencies, its own code): making the SDK's share cheaper (per resource, per property of a
+type) lowers both sides alike and raises it. Both times
 also hold the harness's stand-in for the engine (the recording mock monitor deserializes every
 input, answers, writes the state back, copying from the request what the mocks pass on as it
 came, and records it), which under `pulumi up` is another process; "own, program side" is the
