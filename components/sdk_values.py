@@ -312,6 +312,14 @@ def _translate_container(
         typ = None
     if kind is list:
         element_type = LIST_ELEMENT_TYPE(typ)
+        if element_type is None or SCALAR_RULE(element_type) is AS_IS:
+            # A string, number, boolean or None inside stays as it is (`_translate_scalar`).
+            return [
+                v
+                if type(v) in SCALARS
+                else _translate_item(v, output_transformer, element_type, by_type, none_on_mismatch)
+                for v in output
+            ]
         return [
             _translate_item(v, output_transformer, element_type, by_type, none_on_mismatch)
             for v in output
@@ -350,6 +358,14 @@ def _translate_container(
             return None
         else:
             raise _Mismatch
+    if value_type is None or SCALAR_RULE(value_type) is AS_IS:
+        # A string, number, boolean or None inside stays as it is (`_translate_scalar`).
+        return {
+            translate(k): v
+            if type(v) in SCALARS
+            else _translate_item(v, output_transformer, value_type, by_type, none_on_mismatch)
+            for k, v in output.items()
+        }
     return {
         translate(k): _translate_item(v, output_transformer, value_type, by_type, none_on_mismatch)
         for k, v in output.items()

@@ -634,6 +634,9 @@ _PET_OUTPUTS = {
     "byName": Mapping[str, _PET],
     "loose": dict,
     "collar": _CollarOutput,
+    "sizes": list[_Size],
+    "colours": Mapping[str, _Colour],
+    "counts": list[int],
 }
 
 
