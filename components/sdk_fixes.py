@@ -29,9 +29,9 @@ hand every other to the SDK's own function (`wraps`).
 - The replacements of the functions that carry every value between the program and the engine
   are in `components/sdk_inputs.py` (serializing inputs, building the request),
   `components/sdk_struct.py` (writing them into the request's Struct),
-  `components/sdk_values.py` (reading the answers), `components/sdk_output_types.py`
-  (building the answers' output-type objects) and `components/sdk_types.py` (the types all of
-  them go by).
+  `components/sdk_values.py` (reading the answers), `components/sdk_outputs.py` (combining
+  them with the inputs), `components/sdk_output_types.py` (building the answers' output-type
+  objects) and `components/sdk_types.py` (the types all of them go by).
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ from components import (
     sdk_dependencies,
     sdk_inputs,
     sdk_output_types,
+    sdk_outputs,
     sdk_struct,
     sdk_types,
     sdk_values,
@@ -380,7 +381,7 @@ REPLACEMENTS = (
     Replacement(
         rpc,
         "resolve_outputs",
-        sdk_values.resolve_outputs,
+        sdk_outputs.resolve_outputs,
         ("resolve_outputs",),
         "18f65c1be3ad95f4d7f679ac3f75c555e3eef738627e50fd0146440477d387e8",
     ),

@@ -35,6 +35,7 @@ from components import (
     sdk_dependencies,
     sdk_fixes,
     sdk_inputs,
+    sdk_outputs,
     sdk_struct,
     sdk_types,
     sdk_values,
@@ -751,7 +752,7 @@ def test_resolve_outputs_combines_outputs_and_inputs_as_the_sdk_does(monkeypatch
             deps = {name: {f"dep-{name}"} for name in rng.sample(names, 2)}
             flags = [rng.random() < 0.5 for _ in range(4)]
             args = (res, inputs, outputs, deps, {}, *flags)
-            ours = _resolved_outputs(lambda: sdk_values.resolve_outputs, monkeypatch, *args)
+            ours = _resolved_outputs(lambda: sdk_outputs.resolve_outputs, monkeypatch, *args)
             original = lambda: sdk_original(BY_NAME["resolve_outputs"])  # noqa: E731
             assert ours == _resolved_outputs(original, monkeypatch, *args), (cls, args)
             outcomes[ours[0][0]] += 1
@@ -799,7 +800,7 @@ def test_an_answer_read_again_is_resolved_into_objects_of_its_own(monkeypatch):
                 res = cls.__new__(cls)
                 res._name = f"r{index}"
                 args = (res, struct_pb2.Struct(), answer, {}, {}, True, False, False, False)
-                ours = _resolved_outputs(lambda: sdk_values.resolve_outputs, monkeypatch, *args)
+                ours = _resolved_outputs(lambda: sdk_outputs.resolve_outputs, monkeypatch, *args)
                 assert ours == _resolved_outputs(original, monkeypatch, *args)
                 handed.append(ours)
             for_first, for_second = [], []
@@ -812,7 +813,7 @@ def test_an_answer_read_again_is_resolved_into_objects_of_its_own(monkeypatch):
             res._name = "a"
             if handed[0][0][0] == "raises":  # an answer of another shape: nothing resolved
                 continue
-            sdk_values.resolve_outputs(res, struct_pb2.Struct(), answer, {}, {}, True)
+            sdk_outputs.resolve_outputs(res, struct_pb2.Struct(), answer, {}, {}, True)
             monkeypatch.setattr(
                 rpc,
                 "resolve_properties",
@@ -820,7 +821,7 @@ def test_an_answer_read_again_is_resolved_into_objects_of_its_own(monkeypatch):
             )
             plain = sdk_values.plain_properties(answer) is not None  # else the SDK reads it
             before = len(read)
-            sdk_values.resolve_outputs(res, struct_pb2.Struct(), answer, {}, {}, True)
+            sdk_outputs.resolve_outputs(res, struct_pb2.Struct(), answer, {}, {}, True)
             if plain:
                 assert len(read) == before  # read before, not again
                 shared += bool(for_second)
@@ -878,7 +879,7 @@ def test_a_long_string_answered_as_sent_is_the_string_sent(monkeypatch):
         serialized = _sync_await(sdk_struct.serialize_properties(inputs, {}, res))
         answer = _sdk_struct(state)
         args = (res, serialized, answer, {}, {}, True, False, True, False)
-        ours = _resolved_outputs(lambda: sdk_values.resolve_outputs, monkeypatch, *args)
+        ours = _resolved_outputs(lambda: sdk_outputs.resolve_outputs, monkeypatch, *args)
         assert ours == _resolved_outputs(original, monkeypatch, *args), case
         handed: list[dict[str, Any]] = []
         monkeypatch.setattr(
@@ -886,7 +887,7 @@ def test_a_long_string_answered_as_sent_is_the_string_sent(monkeypatch):
         )
         res.__dict__.pop("_gpu_cluster_sent", None)
         serialized = _sync_await(sdk_struct.serialize_properties(inputs, {}, res))
-        sdk_values.resolve_outputs(res, serialized, _sdk_struct(state), {}, {}, True)
+        sdk_outputs.resolve_outputs(res, serialized, _sdk_struct(state), {}, {}, True)
         (props,) = handed
         assert (props.get("stdin") is script) == (case == "echoed"), case
         assert (props.get("create") is other) == (case == "echoed"), case
@@ -894,7 +895,7 @@ def test_a_long_string_answered_as_sent_is_the_string_sent(monkeypatch):
         # Kept for another Struct: read as it is.
         elsewhere = struct_pb2.Struct(fields={"stdin": struct_pb2.Value(string_value=script)})
         sdk_struct.remember_sent(res, elsewhere, {"stdin": (elsewhere.fields["stdin"], script)})
-        sdk_values.resolve_outputs(res, serialized, _sdk_struct(state), {}, {}, True)
+        sdk_outputs.resolve_outputs(res, serialized, _sdk_struct(state), {}, {}, True)
         assert "stdin" not in handed[1] or handed[1]["stdin"] is not script
         assert handed[1] == props
 
