@@ -275,3 +275,18 @@ def test_long_strings_are_shared_with_the_stand_ins_copy():
     decoded = recorder.decode(_sdk_struct({"stdin": copy, "list": [copy]}), shared)
     assert decoded["stdin"] is script and decoded["list"][0] is script
     assert recorder.decode(_sdk_struct({"stdin": copy}))["stdin"] is not script
+
+
+def test_the_stand_in_answers_one_registration_at_a_time(monkeypatch):
+    # The SDK registers from several executor threads at once; the stand-in's memories of what
+    # it read drop their oldest entry once full, which two threads at once would both try.
+    held = []
+    new_resource = Mocks.new_resource
+
+    def checking(self, args):
+        held.append(recorder.runtime_settings.get_monitor().answering.locked())
+        return new_resource(self, args)
+
+    monkeypatch.setattr(Mocks, "new_resource", checking)
+    graph = run_program("dev", record_inputs=False)
+    assert len(held) == len(graph) and all(held)

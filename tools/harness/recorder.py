@@ -14,6 +14,7 @@ the SDK's source it follows and compares the two answers for every resource of e
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -83,6 +84,11 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         self._read: dict[bytes, Any] = {}
         # Whether each of those writes back as read (`_as_written`), by the same form.
         self._written: dict[bytes, bool] = {}
+        # The SDK calls RegisterResource from its executor's threads, several at once: one
+        # request is answered at a time, so the memories above (which drop their oldest entry
+        # once full) and the CPU count are never changed by two threads together. (At 256
+        # nodes two threads dropped the same entry: a KeyError.)
+        self.answering = threading.Lock()
 
     def make_urn(self, parent: str, type_: str, name: str) -> str:
         if type_ == ROOT_STACK_TYPE:
@@ -96,11 +102,12 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         )
 
     def RegisterResource(self, request):
-        started = time.thread_time()
-        try:
-            return self._register(request)
-        finally:
-            self.engine_cpu_seconds += time.thread_time() - started
+        with self.answering:
+            started = time.thread_time()
+            try:
+                return self._register(request)
+            finally:
+                self.engine_cpu_seconds += time.thread_time() - started
 
     def answer(self, request):
         """The SDK's `MockMonitor.RegisterResource` (pulumi/runtime/mocks.py), answering the same,
