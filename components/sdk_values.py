@@ -156,12 +156,9 @@ def _from_fields(
             if remembered is None:
                 item = _from_value(value)
             else:  # read once per serialized form, as `plain_properties` says
-                raw = value.SerializeToString()
+                item, raw = _remembered(value, remembered)
                 if raws is not None:
                     raws[key] = raw
-                item = remembered.get(raw, remembered)
-                if item is remembered:
-                    item = remember(remembered, raw, _from_value(value, remembered))
             if item is not None:
                 props[key] = item
                 if not holds_secret and type(item) is dict and rpc.is_rpc_secret(item):
@@ -195,10 +192,7 @@ def _from_value(value: struct_pb2.Value, remembered: dict[bytes, Any] | None = N
         holds_secret = False
         for item in value.list_value.values:
             if remembered is not None and item.WhichOneof("kind") in _CONTAINER_KINDS:
-                raw = item.SerializeToString()
-                read = remembered.get(raw, remembered)
-                if read is remembered:
-                    read = remember(remembered, raw, _from_value(item, remembered))
+                read = _remembered(item, remembered)[0]
             else:
                 read = _from_value(item, remembered)
             values.append(read)
@@ -208,6 +202,15 @@ def _from_value(value: struct_pb2.Value, remembered: dict[bytes, Any] | None = N
             return rpc.wrap_rpc_secret([rpc.unwrap_rpc_secret(v) for v in values])
         return values
     raise NotPlain  # a value with no kind set: the SDK's reading of it fails
+
+
+def _remembered(value: struct_pb2.Value, remembered: dict[bytes, Any]) -> tuple[Any, bytes]:
+    """A map or list value read once per serialized form (`plain_properties`), and that form."""
+    raw = value.SerializeToString()
+    item = remembered.get(raw, remembered)
+    if item is remembered:
+        item = remember(remembered, raw, _from_value(value, remembered))
+    return item, raw
 
 
 # The kinds of a Value that hold a map or a list.
