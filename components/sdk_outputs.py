@@ -26,9 +26,7 @@ from pulumi.runtime import rpc, settings
 from components.sdk_struct import sent_strings
 from components.sdk_values import (
     _BY_SDK,
-    SCALARS,
     SDK_TRANSLATE_OUTPUT_PROPERTIES,
-    _translate_scalar,
     _translated,
     deserialize_properties,
     plain_properties,
@@ -101,13 +99,9 @@ def resolve_outputs(
         typ = types.get(key)
         translated_value = _BY_SDK
         if ours:
-            kind = type(value)
-            if kind in SCALARS:  # most properties: `_translated`'s first case, without a call
-                translated_value = _translate_scalar(value, kind, typ)
-            else:
-                translated_value = _translated(
-                    value, translate_to_pass, typ, transform_using_type_metadata, False
-                )
+            translated_value = _translated(
+                value, translate_to_pass, typ, transform_using_type_metadata, False
+            )
         if translated_value is _BY_SDK:
             translated_value = translate_value(
                 value,
