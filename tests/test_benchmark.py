@@ -135,9 +135,11 @@ def test_without_inputs_the_graph_keeps_types_names_and_dependencies():
     assert states and all(state == {} for state in states)
 
 
-def test_repeated_runs_interleave_and_keep_the_fastest_of_each(monkeypatch):
+def test_repeated_runs_interleave_keep_the_fastest_figures_and_pair_the_ratios(monkeypatch):
     """With --repeat, the program, same-types and bare children alternate (a slow spell of the
-    machine falls on all three), and each figure comes from its own fastest run."""
+    machine falls on all three), each figure comes from its own fastest run, and the own cost
+    is the median of each program run over the same-types run after it, not the fastest
+    program run over a same-types run from another spell (7 / 4)."""
     import tools.benchmark as benchmark
 
     calls: list[str] = []
@@ -175,7 +177,20 @@ def test_repeated_runs_interleave_and_keep_the_fastest_of_each(monkeypatch):
     assert (row.seconds, row.peak_mib) == (7.0, 70.0)  # figures of the same, fastest run
     assert (row.same_types_seconds, row.same_types_peak_mib) == (4.0, 40.0)
     assert row.bare_seconds == 1.0
-    assert row.own_ratio == 7.0 / 4.0
+    assert row.paired_own == (9.0 / 5.0, 7.0 / 6.0, 8.0 / 4.0)
+    assert row.own_ratio == 9.0 / 5.0
+    assert row.own_range == "1.17-2.00"
+    # CPU less the stand-in's (1.0 and 0.5 s), pair by pair.
+    assert row.paired_own_program_side == (8.0 / 4.5, 6.0 / 5.5, 7.0 / 3.5)
+    assert row.own_program_side_ratio == 8.0 / 4.5
+    [line] = benchmark.missed_targets([benchmark.Row(**{**row.__dict__, "nodes": 64})])
+    assert "own cost 1.80" in line and "median of 3 pairs, 1.17-2.00" in line
+
+
+def test_one_run_is_its_own_pair():
+    measured = row(64, seconds=6.0, same_types=5.0)
+    assert measured.paired_own == () and measured.own_range == "-"
+    assert measured.own_ratio == 6.0 / 5.0
 
 
 # --instructions

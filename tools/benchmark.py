@@ -2,7 +2,7 @@
 
     python -m tools.benchmark                 # 1, 8, 64, 256 and 1000 nodes
     python -m tools.benchmark --nodes 1 1000  # any counts
-    python -m tools.benchmark --repeat 3      # each run three times, the fastest kept
+    python -m tools.benchmark --repeat 3      # three runs each: fastest figures, median ratio
     python -m tools.benchmark --instructions  # 8 and 64 nodes, instructions counted, not timed
 
 For each count N the real program runs (tools.harness run_program, the dev stack with one pool of
@@ -13,7 +13,13 @@ same types run after a 1,000-node program took a third longer than on their own)
 runs the program for one node, so every child, the same types and bare included, runs on the SDK
 as the program sets it up (components/sdk_fixes.py, the GC thresholds of __main__.py): both sides
 of each ratio on the same SDK. Timings on shared 2-core machines vary by a third from run to run;
-`--repeat K` runs the three children K times, interleaved, and keeps the fastest run of each.
+`--repeat K` runs the three children K times, interleaved. The absolute figures (seconds, peak
+memory) come from the fastest run of each child. The own-cost ratio is the median of the K
+ratios of a program run over the same-types run right after it: a slow spell of the machine falls
+on both runs of a pair, where the fastest program run and the fastest same-types run may come
+from different spells. Measured at 64 nodes, on one commit, on such a machine: the ratio of the
+fastest runs gave 1.33 of 4 pairs, 1.78 of 10 and 1.51 of 20; the median of the pairs' ratios
+1.31, 1.39 and 1.37.
 
 The result is our own cost: program time over same-types time ("own"). Both register the same
 resources through the same SDK, so the SDK's per-type cost (it grows with each type's number of
@@ -59,6 +65,7 @@ import math
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -108,6 +115,10 @@ class Row:
     same_types_cpu_seconds: float = math.nan
     same_types_engine_cpu_seconds: float = math.nan
     same_types_peak_mib: float = math.nan
+    # With --repeat: each pair's own-cost ratios (a program run over the same-types run after
+    # it), in wall and in program-side CPU seconds.
+    paired_own: tuple[float, ...] = ()
+    paired_own_program_side: tuple[float, ...] = ()
 
     @property
     def ms_per_node(self) -> float:
@@ -129,14 +140,31 @@ class Row:
     @property
     def own_program_side_ratio(self) -> float:
         """`own_ratio` in CPU seconds, without the harness's stand-in for the engine."""
-        program = self.cpu_seconds - self.engine_cpu_seconds
-        return program / (self.same_types_cpu_seconds - self.same_types_engine_cpu_seconds)
+        if self.paired_own_program_side:
+            return statistics.median(self.paired_own_program_side)
+        return _program_side(self.cpu_seconds, self.engine_cpu_seconds) / _program_side(
+            self.same_types_cpu_seconds, self.same_types_engine_cpu_seconds
+        )
 
     @property
     def own_ratio(self) -> float:
         """Program time over registering the same resource types with minimal inputs: the cost
-        of our code alone."""
+        of our code alone. Of repeated runs, the median of the pairs' ratios."""
+        if self.paired_own:
+            return statistics.median(self.paired_own)
         return self.seconds / self.same_types_seconds
+
+    @property
+    def own_range(self) -> str:
+        """The lowest and highest of the pairs' own-cost ratios ("-" for one run)."""
+        if len(self.paired_own) < 2:
+            return "-"
+        return f"{min(self.paired_own):.2f}-{max(self.paired_own):.2f}"
+
+
+def _program_side(cpu_seconds: float, engine_cpu_seconds: float) -> float:
+    """A run's CPU seconds less those of the harness's stand-in for the engine."""
+    return cpu_seconds - engine_cpu_seconds
 
 
 @dataclass(frozen=True)
@@ -351,7 +379,8 @@ def _fastest(runs: list[dict], seconds: str) -> dict:
 def measure_isolated(nodes: int, repeat: int = 1) -> Row:
     """The program for `nodes` nodes, the same types and the bare program, each in a fresh
     interpreter; with `repeat` > 1 each is run that many times (interleaved, so a slow spell of
-    the machine falls on all three) and the fastest run of each is kept."""
+    the machine falls on all three): the fastest run of each gives the figures, and each
+    program run over the same-types run after it one own-cost ratio."""
     programs, sames, bares = [], [], []
     with tempfile.TemporaryDirectory() as scratch:
         types_file = str(Path(scratch) / "types.json")
@@ -362,7 +391,20 @@ def measure_isolated(nodes: int, repeat: int = 1) -> Row:
     program = _fastest(programs, "seconds")
     same = _fastest(sames, "same_types_seconds")
     bare = _fastest(bares, "bare_seconds")
-    return Row(**program, **same, **bare)
+    pairs = list(zip(programs, sames, strict=True)) if repeat > 1 else []
+    paired_own = tuple(p["seconds"] / s["same_types_seconds"] for p, s in pairs)
+    paired_own_program_side = tuple(
+        _program_side(p["cpu_seconds"], p["engine_cpu_seconds"])
+        / _program_side(s["same_types_cpu_seconds"], s["same_types_engine_cpu_seconds"])
+        for p, s in pairs
+    )
+    return Row(
+        **program,
+        **same,
+        **bare,
+        paired_own=paired_own,
+        paired_own_program_side=paired_own_program_side,
+    )
 
 
 def measure_instructions(nodes: int) -> InstructionRow:
@@ -424,6 +466,7 @@ TIME_COLUMNS: list[Column] = [
     ("program s", 10, lambda r: f"{r.seconds:.2f}"),
     ("same-types s", 13, lambda r: f"{r.same_types_seconds:.2f}"),
     ("own", 5, lambda r: f"{r.own_ratio:.2f}"),
+    ("own range", 10, lambda r: r.own_range),
     ("own, program side", 18, lambda r: f"{r.own_program_side_ratio:.2f}"),
     ("bare s", 7, lambda r: f"{r.bare_seconds:.2f}"),
     ("bare ratio", 11, lambda r: f"{r.bare_ratio:.2f}"),
@@ -445,9 +488,14 @@ def missed_targets(rows: list[Row]) -> list[str]:
     first = rows[0]
     for row in rows:
         if row.nodes >= OWN_RATIO_FROM_NODES and row.own_ratio > MAX_OWN_RATIO:
+            measured = (
+                f"median of {len(row.paired_own)} pairs, {row.own_range}"
+                if row.paired_own
+                else f"{row.seconds:.2f} s vs {row.same_types_seconds:.2f} s"
+            )
             missed.append(
                 f"own cost {row.own_ratio:.2f} x the same types > {MAX_OWN_RATIO} at "
-                f"{row.nodes} node(s) ({row.seconds:.2f} s vs {row.same_types_seconds:.2f} s)"
+                f"{row.nodes} node(s) ({measured})"
             )
         if (row.max_join_depth, row.graph_depth) != (first.max_join_depth, first.graph_depth):
             missed.append(
@@ -491,8 +539,9 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=1,
         metavar="K",
-        help="run each measurement K times and keep the fastest (timings on shared machines "
-        "vary by a third from run to run; default: 1)",
+        help="run each measurement K times: the fastest run's figures, the median of the K "
+        "paired own-cost ratios (timings on shared machines vary by a third from run to run; "
+        "default: 1)",
     )
     # The children of measure_isolated: each warms up (imports, a first registration), then
     # measures once and prints its figures as one JSON line.
@@ -524,7 +573,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = _each(counts, lambda nodes: measure_isolated(nodes, args.repeat), "measured")
     return _report(
         f"Python {sys.version.split()[0]}, {os.cpu_count()} CPU(s), one process per run, "
-        f"fastest of {args.repeat} run(s) per figure",
+        f"fastest of {args.repeat} run(s) per figure"
+        + (f", own cost the median of {args.repeat} pairs" if args.repeat > 1 else ""),
         format_table(rows),
         missed_targets(rows),
         f"OK: own cost <= {MAX_OWN_RATIO} x the same types from {OWN_RATIO_FROM_NODES} nodes, "
