@@ -57,10 +57,10 @@ The two modes disagree, and where is known in part. At 64 nodes the program's in
 what callgrind can simulate: with `--cache-sim=yes --branch-sim=yes` at 16 nodes, the main
 thread's cache misses (first level, and last level at 256 MiB and at 2 MiB) and mispredicted
 branches stand to the same types' as its instructions do, within a few percent. Not in the
-kernel (0.04 s of the 0.5 s) nor in the collector (the program's takes less). It goes with
-CPython's small-object allocator: run with PYTHONMALLOC=malloc, where both sides are a quarter
-slower, the timed ratio was 1.23 (median of 8 pairs, interleaved with 8 of the usual: 1.39),
-while the main thread's instructions at 16 nodes stay at 1.21 (1.22 with pymalloc). Sampled
+kernel (0.04 s of the 0.5 s) nor in the collector (the program's takes less). The allocator
+moves it: run with PYTHONMALLOC=malloc (the program a quarter slower, the same types half), the
+timed ratio was 1.23 (median of 8 pairs, interleaved with 8 of the usual: 1.39), while the main
+thread's instructions at 16 nodes stay at 1.21 (1.22 with pymalloc). Sampled
 (`perf record -e cpu-clock`, the main thread of three measured runs a side at 64 nodes) against
 counted, function by function: 1.32 samples for 1.16 instructions in all; freeing a small
 object 1.81 for 1.14 (a free reads the header of the object's pool: the likely miss, not
