@@ -283,6 +283,12 @@ def _translate_scalar(output: Any, kind: type, typ: Any) -> Any:
     rule = known[1] if known is not None and known[0] is typ else SCALAR_RULE(typ)
     if rule is AS_IS or output is None:
         return output
+    return _by_rule(output, kind, rule)
+
+
+def _by_rule(output: Any, kind: type, rule: Any) -> Any:
+    """A string, number or boolean (not None) of `kind` by a rule other than AS_IS: an int
+    annotation makes a float an int, any other (an Enum, a float) is called with it."""
     if rule is int:
         return int(output) if kind is float else output
     return rule(output)
@@ -305,16 +311,11 @@ def _translate_container(
         typ = None
     if kind is list:
         element_type = LIST_ELEMENT_TYPE(typ)
-        if element_type is None or SCALAR_RULE(element_type) is AS_IS:
-            # A string, number, boolean or None inside stays as it is (`_translate_scalar`).
-            return [
-                v
-                if type(v) in SCALARS
-                else _translate_item(v, output_transformer, element_type, by_type, none_on_mismatch)
-                for v in output
-            ]
+        as_is = _scalars_as_is(element_type)
         return [
-            _translate_item(v, output_transformer, element_type, by_type, none_on_mismatch)
+            v
+            if as_is and type(v) in SCALARS
+            else _translate_item(v, output_transformer, element_type, by_type, none_on_mismatch)
             for v in output
         ]
     value_type = None  # the one type of every value, if any
@@ -335,10 +336,8 @@ def _translate_container(
                     rule = rules.get(k)
                     if rule is None or v is None:
                         translated_values[k] = v
-                    elif rule is int:
-                        translated_values[k] = int(v) if kind is float else v
                     else:
-                        translated_values[k] = rule(v)
+                        translated_values[k] = _by_rule(v, kind, rule)
                 else:
                     translated_values[k] = _translate_item(
                         v, output_transformer, types.get(k), by_type, none_on_mismatch
@@ -351,18 +350,19 @@ def _translate_container(
             return None
         else:
             raise _Mismatch
-    if value_type is None or SCALAR_RULE(value_type) is AS_IS:
-        # A string, number, boolean or None inside stays as it is (`_translate_scalar`).
-        return {
-            translate(k): v
-            if type(v) in SCALARS
-            else _translate_item(v, output_transformer, value_type, by_type, none_on_mismatch)
-            for k, v in output.items()
-        }
+    as_is = _scalars_as_is(value_type)
     return {
-        translate(k): _translate_item(v, output_transformer, value_type, by_type, none_on_mismatch)
+        translate(k): v
+        if as_is and type(v) in SCALARS
+        else _translate_item(v, output_transformer, value_type, by_type, none_on_mismatch)
         for k, v in output.items()
     }
+
+
+def _scalars_as_is(typ: Any) -> bool:
+    """Whether a string, number, boolean or None of type `typ` inside a map or list stays as it
+    is (`_translate_scalar`), so that the walk keeps it without a call."""
+    return typ is None or SCALAR_RULE(typ) is AS_IS
 
 
 def _translate_item(
