@@ -66,7 +66,12 @@ counted, function by function: 1.32 samples for 1.16 instructions in all; freein
 object 1.81 for 1.14 (a free reads the header of the object's pool: the likely miss, not
 measured), allocating one 1.43 for 1.14, the interpreter loop 1.34 for 1.14; glibc's large
 blocks (request and answer arenas, the scripts' strings) 4 to 12 for 2 to 3, about a fifth of
-the gap.
+the gap. Nor does it go with these, each tried at 64 nodes as the median of 8 to 10 pairs,
+interleaved with as many usual pairs (whose medians came to 1.31 to 1.48 in the four sets):
+the threads (the SDK's executor run inline, the stand-in in the main thread: 1.44), the cores
+(the process held to one core with `taskset`: 1.31), the interpreter's build (Debian's
+python3.11 instead of this machine's source build without PGO: 1.43), the scripts' size (every
+step sent without lib/common.sh, four fifths of a node's stdin: 1.28).
 
 Targets (the run exits non-zero when one is missed): own cost at most 1.2 x from 64 nodes up;
 both depths the same at every N (nodes never wait on each other); 1,000 nodes in under 60 s and
