@@ -98,7 +98,12 @@ class GpuNodePool(pulumi.ComponentResource):
         super().__init__("gpu-cluster:index:GpuNodePool", name, None, opts)
         pool, network = args.pool, args.network
         self.pool = pool
-        if pool.image == "baked":
+        image: machines.MachineImage | None
+        if pool.image == "baked" and not pool.count:
+            # No node boots from it, and gpu_image.baked_images builds no image for an empty
+            # pool: scaling a baked pool to 0 is a plan, not an error.
+            image = None
+        elif pool.image == "baked":
             if args.image_ami is None:
                 raise ValueError(f"pool {pool.name}: image: baked needs the GpuImage's AMI id")
             image = machines.MachineImage(

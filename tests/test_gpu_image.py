@@ -93,6 +93,21 @@ def test_pools_with_the_same_key_share_one_image_and_a_different_driver_builds_a
     assert len(other.of_type(IMAGE_TYPE)) == 2
 
 
+def test_a_baked_pool_scaled_to_zero_builds_no_image_and_plans():
+    """An empty pool boots nothing, so it gets no image (baked_images skips it), and the pool
+    itself must not ask for one: the plan goes on, the other pool's image is built."""
+    graph = baked(
+        dev_pool(name="idle", image="baked", count=0),
+        dev_pool(name="old", image="baked", driverVersion="570", count=1),
+    )
+    [ami] = graph.of_type(AMI_TYPE)
+    assert ami.plain_inputs()["tags"]["gpu-cluster.io/driver_branch"] == "570", ami.urn
+    assert graph.named("dev-gpu-idle").type == "gpu-cluster:index:GpuNodePool"
+    nodes = [r.name for r in graph.of_type(INSTANCE_TYPE) if r.name.startswith("dev-gpu-")]
+    assert "dev-gpu-old-0" in nodes
+    assert not [name for name in nodes if name.startswith("dev-gpu-idle-")]
+
+
 def test_an_image_another_stack_built_is_reused_and_this_stacks_own_is_kept():
     settings = load_stack_settings("dev", config={"nodePools": [dev_pool(image="baked")]})
     key = gpu_image.image_key(settings.node_pools[0], settings, gpu_node.NVIDIA_CTK_VERSION)
