@@ -552,6 +552,25 @@ def test_user_sets_a_passphrase_protected_key(key):
     assert key.splitlines()[1] not in str(caught.value), "key material in the message"
 
 
+# Public keys as `ssh-keygen -t rsa` and `-t ed25519` print them (comments with spaces kept).
+RSA_PUBLIC_KEY = (
+    "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAAAgQDXTNs8HIeyub2cbnGotZOReeOKtAyHDZI0ON/uQuXYvj267EsDM1Uf"
+    "Zjz6e+h/rsD6qqjUV3CXz7unCPJ8beapIloK1M0Qx1wTbusMqQDSTMzWAKovxFHgywb3ZvN4iA4fs7IVr9W5/PN261p"
+    "xQuuqPY98ms5QKy/MQzAREt0UhQ== ops team@laptop"
+)
+ED25519_PUBLIC_KEY = (
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAINs2Dxzfq9kRrQHiqtRbPBP2tOjA6R6zrl7yywi4+pz1 ops@example"
+)
+
+
+@pytest.mark.parametrize("key", [RSA_PUBLIC_KEY, ED25519_PUBLIC_KEY], ids=["rsa", "ed25519"])
+def test_user_sets_a_login_key_ec2_imports(key):
+    """Kept exactly as given: the key pairs are created from it, and a rewritten value would
+    replace them."""
+    ssh = {"user": "ubuntu", "publicKey": key}
+    assert load_stack_settings(config={"ssh": ssh}).ssh.public_key == key
+
+
 def test_user_pastes_the_public_key_as_the_private_key():
     expected = _problem("sshPrivateKey", secrets={"sshPrivateKey": PUBLIC_KEY})
     assert "private key" in expected, expected

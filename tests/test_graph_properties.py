@@ -67,7 +67,10 @@ def stacks(draw):
     config = {
         "clusterName": draw(DNS),
         "kubernetesVersion": draw(st.sampled_from(SUPPORTED_KUBERNETES_MINORS)),
-        "ssh": {"publicKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIM0a7 ops@example"},
+        "ssh": {
+            "publicKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI"
+            "INTIjGyr13HQLAMEix1wpOhWub0XPBWDPSSbpsKUm8F ops@example"
+        },
         "nodePools": draw(pools()),
     }
     bastion = {"host": "198.51.100.7"} if draw(st.booleans()) else None

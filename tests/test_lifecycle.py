@@ -21,7 +21,9 @@ from tools.lifecycle import Action
 
 INSTANCE = "aws:ec2/instance:Instance"
 COMMAND = "command:remote:Command"
-NEW_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIRotatedRotatedRotatedRotatedRotated ops@example"
+NEW_KEY = (
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAILLhP4TTP//n0PsiX2Sb5Mbjjg1dvJO5U5OTAbqoytet ops@example"
+)
 
 
 def pools_with(stack: str, **changes: dict) -> dict:

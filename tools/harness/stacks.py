@@ -43,7 +43,10 @@ TEST_SECRETS = {"sshPrivateKey": _test_private_key()}
 # connects from has no default: it is theirs to name.
 MINIMAL_STACK = {
     "gpu-cluster:clusterName": "mini",
-    "gpu-cluster:ssh": {"publicKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA ops@example"},
+    "gpu-cluster:ssh": {
+        "publicKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI"
+        "ACaToBN0UdiKlqbTp6/sOn8o3Yjr3ArJbTXVaL+N9MQ ops@example"
+    },
     "gpu-cluster:nodePools": [{"name": "a", "instanceType": "g5.xlarge", "count": 1}],
     "gpu-cluster:network": {"sshAllowedCidrs": ["203.0.113.0/24"]},
     "gpu-cluster:controlPlane": {"mode": "managed", "apiAllowedCidrs": ["203.0.113.0/24"]},
