@@ -350,6 +350,46 @@ def test_missing_graphviz_skips_only_the_picture_with_one_notice(monkeypatch, ca
     assert not (out / "graph.svg").exists() and not (out / "graph.png").exists()
 
 
+def _fake_dot(tmp_path, body: str) -> str:
+    """An executable standing in for Graphviz's `dot`, running `body` (bash)."""
+    fake = tmp_path / "bin" / "dot"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/usr/bin/env bash\n{body}\n")
+    fake.chmod(0o755)
+    return str(fake)
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        (
+            'echo "Error: trouble in line 7" >&2; exit 3',
+            "`dot -Tsvg` failed (exit 3: Error: trouble",
+        ),
+        ('echo partial > "$3"; exec sleep 10', "took longer than 1 s"),
+    ],
+    ids=["fails", "too-slow"],
+)
+def test_a_dot_that_cannot_draw_skips_only_the_picture(monkeypatch, capsys, tmp_path, body, says):
+    """A fleet's graph can take `dot` minutes, and a broken Graphviz fails: either way the plan
+    is printed, with one notice, and no half-drawn picture is left."""
+    fake = _fake_dot(tmp_path, body)
+    real_which = shutil.which
+    monkeypatch.setattr(
+        graph_picture.shutil, "which", lambda cmd: fake if cmd == "dot" else real_which(cmd)
+    )
+    monkeypatch.setattr(graph_picture, "DOT_TIMEOUT_SECONDS", 1)
+    code = preview.main(["dev", "--out", str(tmp_path / "build")])
+    captured = capsys.readouterr()
+    assert code == 0, f"exit code {code}: {captured.err}"
+    assert "Chains:" in captured.out and "Traceback" not in captured.err, captured.err
+    notices = [line for line in captured.out.splitlines() if "graph picture skipped" in line]
+    assert len(notices) == 1 and says in notices[0], captured.out
+    out = tmp_path / "build" / "dev"
+    assert (out / "graph.dot").is_file(), "the DOT file is written anyway"
+    assert not (out / "graph.svg").exists() and not (out / "graph.png").exists()
+
+
 def test_out_refuses_a_directory_it_did_not_create(capsys, tmp_path):
     mine = tmp_path / "dev"
     mine.mkdir()

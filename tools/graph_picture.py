@@ -20,6 +20,8 @@ from pathlib import Path
 from tools.harness.graph import Graph, Resource
 
 INSTALL_HINT = "apt-get install -y graphviz"
+# `dot` draws the dev stack in about a second; a fleet of hundreds of nodes can take it minutes.
+DOT_TIMEOUT_SECONDS = 120
 
 
 @dataclass
@@ -70,7 +72,10 @@ def to_dot(graph: Graph, chains: Mapping[str, Sequence[Resource]]) -> str:
 
 
 def render(dot_text: str, out_dir: Path, stem: str = "graph") -> Picture:
-    """Write <stem>.dot into out_dir, and <stem>.svg and <stem>.png when `dot` is installed."""
+    """Write <stem>.dot into out_dir, and <stem>.svg and <stem>.png when `dot` is installed and
+    draws them in time. A picture `dot` cannot draw (it fails, or a fleet's graph takes it
+    longer than DOT_TIMEOUT_SECONDS) is skipped with a notice, like a missing `dot`: the plan
+    never depends on it."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"dot": out_dir / f"{stem}.dot"}
     paths["dot"].write_text(dot_text, encoding="utf-8")
@@ -81,12 +86,28 @@ def render(dot_text: str, out_dir: Path, stem: str = "graph") -> Picture:
             f"graph picture skipped: Graphviz `dot` is not installed ({INSTALL_HINT}); "
             f"the graph is in {paths['dot'].name}",
         )
+    drawn = dict(paths)
     for fmt in ("svg", "png"):
-        paths[fmt] = out_dir / f"{stem}.{fmt}"
-        subprocess.run(
-            [dot, f"-T{fmt}", "-o", str(paths[fmt]), str(paths["dot"])],
-            check=True,
-            capture_output=True,
-            timeout=120,
-        )
-    return Picture(paths)
+        drawn[fmt] = out_dir / f"{stem}.{fmt}"
+        try:
+            subprocess.run(
+                [dot, f"-T{fmt}", "-o", str(drawn[fmt]), str(paths["dot"])],
+                check=True,
+                capture_output=True,
+                text=True,
+                timeout=DOT_TIMEOUT_SECONDS,
+            )
+        except subprocess.TimeoutExpired:
+            why = f"Graphviz `dot` took longer than {DOT_TIMEOUT_SECONDS} s to draw it"
+        except subprocess.CalledProcessError as failed:
+            said = failed.stderr.strip().splitlines()
+            why = f"Graphviz `dot -T{fmt}` failed (exit {failed.returncode}" + (
+                f": {said[0]})" if said else ")"
+            )
+        else:
+            continue
+        for kind, path in drawn.items():
+            if kind != "dot":
+                path.unlink(missing_ok=True)  # no half-drawn picture beside the notice
+        return Picture(paths, f"graph picture skipped: {why}; the graph is in {paths['dot'].name}")
+    return Picture(drawn)
