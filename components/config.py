@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from components.config_errors import SECRET_KEYS, Problem, aliases, problems_of, show, unknown_key
 from components.settings import PROJECT, Settings
+from components.settings.fields import ZONE_NAME
 
 OBJECT_KEYS = frozenset(
     {
@@ -85,9 +86,37 @@ def load_settings(config: pulumi.Config | None = None) -> Settings:
         settings = Settings.model_validate(raw)
     except ValidationError as exc:
         found.extend(p for p in problems_of(exc) if p.key not in unreadable)
+    else:
+        found.extend(_zones_outside(settings.network.availability_zones, _aws_region()))
     if found:
         raise ConfigError(sorted(set(found), key=lambda p: p.key))
     return settings
+
+
+def _aws_region() -> str | None:
+    """The region the AWS provider works in: `aws:region`, else the environment the provider
+    reads when that is unset (AWS_REGION, then AWS_DEFAULT_REGION); None when neither says."""
+    return (
+        pulumi.Config("aws").get("region")
+        or os.environ.get("AWS_REGION")
+        or os.environ.get("AWS_DEFAULT_REGION")
+    )
+
+
+def _zones_outside(zones: list[str], region: str | None) -> list[Problem]:
+    """A problem per zone that is not in `region`: AWS refuses a subnet there, at `up`, after
+    the VPC exists."""
+    if region is None:
+        return []
+    return [
+        Problem(
+            f"{PROJECT}:network.availabilityZones[{index}]",
+            show(("network",), zone),
+            f"a zone of the stack's region {region} (aws:region), like {region}a",
+        )
+        for index, zone in enumerate(zones)
+        if (match := ZONE_NAME.match(zone)) is None or match["region"] != region
+    ]
 
 
 def _is_secret(full_key: str) -> bool:

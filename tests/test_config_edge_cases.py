@@ -433,6 +433,22 @@ def test_user_creates_a_small_vpc_over_more_zones():
     assert len(subnets) == 3, [s.name for s in subnets]
 
 
+def test_user_names_zones_of_the_stacks_region_local_zones_included():
+    """Zones are checked against the stack's own aws:region (dev: us-west-2, staging:
+    us-east-2), a Local Zone being one of its region's."""
+    network = {
+        "create": True,
+        "sshAllowedCidrs": ["203.0.113.0/24"],
+        "availabilityZones": ["us-west-2a", "us-west-2-lax-1a"],
+    }
+    zones = load_stack_settings(config={"network": network}).network.availability_zones
+    assert zones == ["us-west-2a", "us-west-2-lax-1a"]
+    expected = _problem(
+        "network.availabilityZones[0]", stack="staging", config={"network": network}
+    )
+    assert "us-east-2" in expected, expected
+
+
 def test_user_spreads_small_pools_that_all_start_in_the_first_subnet():
     """Two pools of 11 in two /28 subnets: each pool puts 6 nodes in the first subnet."""
     network = {"create": True, "cidr": "10.42.0.0/24", "sshAllowedCidrs": ["203.0.113.0/24"]}

@@ -29,6 +29,10 @@ _HOSTNAME = re.compile(
     r"^(?=.{1,253}$)[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*$"
 )
 _UNIX_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+# An availability zone's name: its region (us-west-2, us-gov-west-1), then a letter, or for a
+# Local or Wavelength Zone a dash and the zone's own part (us-west-2-lax-1a,
+# us-east-1-wl1-bos-wlz-1). Not a zone id (usw2-az1): the subnets take names.
+ZONE_NAME = re.compile(r"^(?P<region>[a-z]{2}(-[a-z]+)+-[0-9]+)([a-z]|(-[a-z0-9]+)+)$")
 _CAPACITY_RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{17}$")
 _AMI_ID = re.compile(r"^ami-[0-9a-f]{8}([0-9a-f]{9})?$")
 _VPC_ID = re.compile(r"^vpc-[0-9a-f]{8}([0-9a-f]{9})?$")
@@ -234,6 +238,10 @@ SubnetId = Annotated[
     str, _pattern(_SUBNET_ID, "subnet_id", "a subnet id like subnet-0123456789abcdef0")
 ]
 UnixUser = Annotated[str, _pattern(_UNIX_USER, "unix_user", "a Unix user name like ubuntu")]
+AvailabilityZone = Annotated[
+    str,
+    _pattern(ZONE_NAME, "availability_zone", "an availability zone name like us-west-2a"),
+]
 # pulumi-command offers only the pinned key's own type as host key algorithm
 # (`connection.go`: `HostKeyAlgorithms = []string{publicKey.Type()}`): for an RSA key that is
 # "ssh-rsa" (SHA-1), which OpenSSH servers refuse since 8.8, so RSA host keys cannot be pinned.

@@ -18,6 +18,7 @@ from components.settings.constants import (
 )
 from components.settings.fields import (
     AmiId,
+    AvailabilityZone,
     Cidr,
     Endpoint,
     Found,
@@ -81,10 +82,13 @@ class Network(Model):
         default_factory=list,
         description="Subnets of the existing VPC the nodes are spread over (with create: false)",
     )
-    availability_zones: list[str] = Field(
+    availability_zones: list[AvailabilityZone] = Field(
         default_factory=list,
         max_length=6,
-        description="Zones for the created VPC's subnets (default: the region's first zones)",
+        description=(
+            "Zones of the stack's aws:region for the created VPC's subnets, each once "
+            "(default: the region's first zones)"
+        ),
     )
     ssh_allowed_cidrs: list[Cidr] = Field(
         default_factory=list,
@@ -132,6 +136,14 @@ class Network(Model):
                 )
         if len(set(self.subnet_ids)) != len(self.subnet_ids):
             found.append(("subnetIds", self.subnet_ids, "each subnet id once"))
+        if len(set(self.availability_zones)) != len(self.availability_zones):
+            found.append(
+                (
+                    "availabilityZones",
+                    self.availability_zones,
+                    "each zone once (the created VPC has one subnet per zone)",
+                )
+            )
         if found:
             raise problems(found)
         return self
