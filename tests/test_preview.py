@@ -390,6 +390,18 @@ def test_a_dot_that_cannot_draw_skips_only_the_picture(monkeypatch, capsys, tmp_
     assert not (out / "graph.svg").exists() and not (out / "graph.png").exists()
 
 
+@pytest.mark.parametrize("key", ["sshPrivateKey", "gpu-cluster:sshPrivateKey"])
+def test_set_refuses_a_secret_instead_of_dropping_it(capsys, tmp_path, key):
+    """The preview stands in a placeholder for every secret: a value given with --set would be
+    dropped in silence, so it is refused, saying how a secret is set."""
+    code = preview.main(["dev", "--out", str(tmp_path), "--set", f"{key}=not-a-secret"])
+    err = capsys.readouterr().err
+    assert code == 1, f"exit code {code} for --set {key}"
+    assert "pulumi config set --secret gpu-cluster:sshPrivateKey" in err, err
+    assert "not-a-secret" not in err, "the value is echoed"
+    assert not (tmp_path / "dev").exists(), "a preview was written"
+
+
 def test_out_refuses_a_directory_it_did_not_create(capsys, tmp_path):
     mine = tmp_path / "dev"
     mine.mkdir()

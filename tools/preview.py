@@ -34,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from components.config_errors import SECRET_KEYS
 from tools import graph_picture, lifecycle
 from tools.harness import mocks, stacks
 from tools.harness.graph import Graph, Resource, Secret, unwrap
@@ -481,6 +482,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         key, sep, raw = item.partition("=")
         if not sep:
             print(f"error: --set {item!r}: expected KEY=VALUE", file=sys.stderr)
+            return 1
+        if key.removeprefix(f"{PROJECT}:") in SECRET_KEYS:
+            # The preview always runs with a placeholder for a secret, so a value given here
+            # would be dropped in silence; `pulumi up` refuses it as a plain value anyway.
+            print(
+                f"error: --set {key}: a secret is not taken from the command line (the preview "
+                f"shows it as a placeholder); set it with `pulumi config set --secret "
+                f"{PROJECT}:{key.removeprefix(f'{PROJECT}:')}`",
+                file=sys.stderr,
+            )
             return 1
         overrides[key] = raw
         if raw.lstrip().startswith(("{", "[")):
