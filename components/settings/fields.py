@@ -219,8 +219,25 @@ PortSpan = Annotated[
     ),
 ]
 _RBAC_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9:._-]{0,61}[A-Za-z0-9])?$")
+
+
+def _own_group(value: str) -> str:
+    """Not a `system:` group: Kubernetes keeps that prefix for itself, and `system:masters` is
+    let through by the API server before RBAC is asked, so deleting the binding would revoke
+    nothing (kubeadm moved its own admin.conf off that group for this reason)."""
+    if value.startswith("system:"):
+        raise PydanticCustomError(
+            "rbac_group",
+            "a group of your own like gpu-cluster:operators, not a system: group (Kubernetes "
+            "keeps them; system:masters bypasses RBAC, so its access could not be revoked)",
+        )
+    return value
+
+
 RbacGroup = Annotated[
-    str, _pattern(_RBAC_NAME, "rbac_name", "a group name like gpu-cluster:operators (ASCII)")
+    str,
+    _pattern(_RBAC_NAME, "rbac_name", "a group name like gpu-cluster:operators (ASCII)"),
+    AfterValidator(_own_group),
 ]
 RbacRole = Annotated[
     str, _pattern(_RBAC_NAME, "rbac_name", "a ClusterRole name like cluster-admin or view")

@@ -86,7 +86,7 @@ class Network(Model):
         default_factory=list,
         max_length=6,
         description=(
-            "Zones of the stack's aws:region for the created VPC's subnets, each once "
+            "Zones of the stack's aws:region for the created VPC's subnets, one subnet each "
             "(default: the region's first zones)"
         ),
     )
@@ -136,14 +136,6 @@ class Network(Model):
                 )
         if len(set(self.subnet_ids)) != len(self.subnet_ids):
             found.append(("subnetIds", self.subnet_ids, "each subnet id once"))
-        if len(set(self.availability_zones)) != len(self.availability_zones):
-            found.append(
-                (
-                    "availabilityZones",
-                    self.availability_zones,
-                    "each zone once (the created VPC has one subnet per zone)",
-                )
-            )
         if found:
             raise problems(found)
         return self
