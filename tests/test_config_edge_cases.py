@@ -22,6 +22,8 @@ from tools.harness.stacks import load_stack_settings, run_program, stack_file
 POOL = {"name": "a", "instanceType": "g5.xlarge", "count": 1}
 PUBLIC_KEY = stack_file("dev")["gpu-cluster:ssh"]["publicKey"]
 JOB_TYPE = "kubernetes:batch/v1:Job"
+# An existing VPC, the one kind a bastion reaches into.
+EXISTING_VPC = {"vpcId": "vpc-0a1b2c3d4e5f60718", "subnetIds": ["subnet-0a1b2c3d4e5f60710"]}
 INSTANCE_TYPE = "aws:ec2/instance:Instance"
 
 
@@ -348,12 +350,7 @@ def test_user_allows_an_ipv6_source(key, config):
 
 def test_user_reaches_nodes_through_a_bastion_by_dns_name_on_a_custom_port():
     bastion = {"host": "bastion.example.com", "port": 2222, "user": "jump"}
-    graph = run_program(
-        "dev",
-        config={
-            "network": {"create": True, "sshAllowedCidrs": ["203.0.113.0/24"], "bastion": bastion}
-        },
-    )
+    graph = run_program("dev", config={"network": {**EXISTING_VPC, "bastion": bastion}})
     steps = graph.find(lambda r: r.type == "command:remote:Command")
     assert steps, "no host steps"
     for step in steps:
@@ -598,7 +595,7 @@ def test_user_names_the_last_tcp_port_for_an_endpoint_or_a_bastion(port):
     settings = load_stack_settings("prod", config={"controlPlane": control_plane})
     assert settings.control_plane.endpoint == f"cp:{port}"
     bastion = {"host": "bastion.example.com", "port": port, "user": "jump"}
-    network = {"create": True, "sshAllowedCidrs": ["203.0.113.0/24"], "bastion": bastion}
+    network = {**EXISTING_VPC, "bastion": bastion}
     assert load_stack_settings(config={"network": network}).network.bastion.port == port
 
 

@@ -73,14 +73,13 @@ def stacks(draw):
         },
         "nodePools": draw(pools()),
     }
-    bastion = {"host": "198.51.100.7"} if draw(st.booleans()) else None
     if draw(st.booleans()):
         config["network"] = {"create": True, "sshAllowedCidrs": ["203.0.113.0/24"]}
     else:
         subnets = [f"subnet-0a1b2c3d4e5f6071{i}" for i in range(draw(st.integers(1, 3)))]
         config["network"] = {"vpcId": "vpc-0a1b2c3d4e5f60718", "subnetIds": subnets}
-    if bastion:
-        config["network"]["bastion"] = bastion
+        if draw(st.booleans()):  # a bastion reaches into an existing VPC only
+            config["network"]["bastion"] = {"host": "198.51.100.7"}
     if draw(st.booleans()):
         config["controlPlane"] = {"mode": "managed", "apiAllowedCidrs": ["203.0.113.0/24"]}
     else:

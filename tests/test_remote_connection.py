@@ -19,8 +19,8 @@ from components.remote import DELETE_DIAL_ATTEMPTS, DIAL_FOREVER, Host, Login, r
 from tools.harness.graph import Secret
 from tools.harness.stacks import load_stack_settings, run_program, stack_file
 
-HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHostKeyOfTheMachine"
-BASTION_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHostKeyOfTheBastion"
+HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAINzylqnLwaBjyHvwd2xYxV4T9XBFQc1m1og9AYYPbi5J"
+BASTION_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAINd9c8wDaat3wdYpxt6R+HixjgmKSwOeS2Os/j/1DCf9"
 
 
 def _login(shape: str) -> Login:

@@ -95,7 +95,9 @@ class Network(Model):
         description="Sources allowed to reach SSH (22) on the hosts from outside the VPC",
     )
     bastion: Bastion | None = Field(
-        default=None, description="SSH jump host; hosts are then reached on their private addresses"
+        default=None,
+        description="SSH jump host into an existing VPC (vpcId + subnetIds); hosts are then "
+        "reached on their private addresses",
     )
     public_ips: bool | None = Field(
         default=None,
@@ -136,6 +138,19 @@ class Network(Model):
                 )
         if len(set(self.subnet_ids)) != len(self.subnet_ids):
             found.append(("subnetIds", self.subnet_ids, "each subnet id once"))
+        if self.bastion is not None and self.creates_vpc:
+            # Through a bastion the hosts are dialled on their private addresses, and SSH is
+            # open to the VPC's own block only (components/network.py): a bastion must sit in
+            # the VPC or be routed into it, which a VPC this stack is about to create is not.
+            found.append(
+                (
+                    "bastion",
+                    {"host": self.bastion.host},
+                    "no bastion with a VPC the stack creates (its hosts get public addresses "
+                    "and are reached on them): remove bastion, or give vpcId + subnetIds of an "
+                    "existing VPC the bastion reaches",
+                )
+            )
         if found:
             raise problems(found)
         return self
