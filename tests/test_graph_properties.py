@@ -82,11 +82,17 @@ def stacks(draw):
             config["network"]["bastion"] = {"host": "198.51.100.7"}
     if draw(st.booleans()):
         config["controlPlane"] = {"mode": "managed", "apiAllowedCidrs": ["203.0.113.0/24"]}
-    else:
+    elif "vpcId" in config["network"]:
         config["controlPlane"] = {
             "mode": "existing",
             "host": "10.9.0.5",
             "endpoint": "10.9.0.5:6443",
+        }
+    else:  # a VPC the stack creates reaches an existing control plane on a public address
+        config["controlPlane"] = {
+            "mode": "existing",
+            "host": "cp.example.com",
+            "endpoint": "cp.example.com:6443",
         }
     mig = draw(st.sampled_from(["none", "single", "mixed"]))
     replicas = 1 if mig != "none" else draw(st.integers(1, 4))

@@ -16,7 +16,7 @@ from components.settings.constants import (
     SUBNETS_IN_NEW_VPC,
 )
 from components.settings.fields import Found
-from components.settings.sections import ManagedControlPlane
+from components.settings.sections import ExistingControlPlane, ManagedControlPlane
 
 if TYPE_CHECKING:
     from components.settings.model import Settings
@@ -181,6 +181,38 @@ def created_vpc_gives_public_ips(settings: Settings) -> list[Found]:
     ]
 
 
+# Addresses only a private network routes (RFC 1918, and RFC 6598's shared space).
+_PRIVATE_BLOCKS = tuple(
+    ipaddress.ip_network(block)
+    for block in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10")
+)
+
+
+def existing_control_plane_reachable_from_created_vpc(settings: Settings) -> list[Found]:
+    """Nodes in a VPC the stack creates reach the internet and their own VPC only (its one
+    route table: the VPC's block, then the internet gateway; components/network.py), so they
+    cannot join an existing control plane at a private address."""
+    cp, network = settings.control_plane, settings.network
+    if not isinstance(cp, ExistingControlPlane) or not network.creates_vpc or not cp.endpoint:
+        return []
+    host = cp.endpoint.rpartition(":")[0]
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return []  # a DNS name: where it points is not known here
+    if not any(address in block for block in _PRIVATE_BLOCKS):
+        return []
+    return [
+        (
+            "controlPlane.endpoint",
+            cp.endpoint,
+            "an endpoint the nodes can reach: a VPC this stack creates has no route to the "
+            f"private address {host}; give network.vpcId + subnetIds of the control plane's "
+            "VPC (or one routed to it), or a public endpoint",
+        )
+    ]
+
+
 CROSS_SECTION_RULES: tuple[Callable[[Settings], list[Found]], ...] = (
     node_names_fit,
     cluster_blocks_outside_created_vpc,
@@ -190,4 +222,5 @@ CROSS_SECTION_RULES: tuple[Callable[[Settings], list[Found]], ...] = (
     public_hosts_name_ssh_sources,
     public_api_names_its_sources,
     created_vpc_gives_public_ips,
+    existing_control_plane_reachable_from_created_vpc,
 )
