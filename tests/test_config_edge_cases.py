@@ -430,6 +430,27 @@ def test_user_creates_a_small_vpc_over_more_zones():
     assert len(subnets) == 3, [s.name for s in subnets]
 
 
+def test_user_puts_an_efa_pool_in_a_small_created_vpc():
+    """An EFA pool's nodes all sit in the first subnet, with an address per `efa` interface
+    (p4d: 4; p5: 1, its further ones being `efa-only`). /24: /28 subnets of 11 addresses, the
+    managed control plane taking one."""
+    network = {"create": True, "cidr": "10.42.0.0/24", "sshAllowedCidrs": ["203.0.113.0/24"]}
+
+    def pool(instance_type: str, count: int) -> dict:
+        return {"name": "fab", "instanceType": instance_type, "count": count}
+
+    load_stack_settings(config={"network": network, "nodePools": [pool("p4d.24xlarge", 2)]})
+    load_stack_settings(config={"network": network, "nodePools": [pool("p5.48xlarge", 10)]})
+    expected = _problem(
+        "network.cidr", config={"network": network, "nodePools": [pool("p4d.24xlarge", 3)]}
+    )
+    assert "would need 13" in expected and "one address per EFA interface" in expected, expected
+    expected = _problem(
+        "network.cidr", config={"network": network, "nodePools": [pool("p5.48xlarge", 11)]}
+    )
+    assert "would need 12" in expected, expected
+
+
 def test_user_names_zones_of_the_stacks_region_local_zones_included():
     """Zones are checked against the stack's own aws:region (dev: us-west-2, staging:
     us-east-2), a Local Zone being one of its region's."""

@@ -20,6 +20,7 @@ from components.settings.sections import ExistingControlPlane, ManagedControlPla
 
 if TYPE_CHECKING:
     from components.settings.model import Settings
+    from components.settings.node_pool import NodePool
 
 
 def node_names_fit(settings: Settings) -> list[Found]:
@@ -76,9 +77,20 @@ def node_ranges_in_pod_cidr(settings: Settings) -> list[Found]:
     ]
 
 
+def _addresses_in_first_subnet(pool: NodePool, zones: int) -> int:
+    """A pool's private addresses in the created VPC's first subnet. Its nodes go round-robin
+    over the subnets from the first, one address each; an EFA pool's nodes all go into the
+    first (a cluster placement group lives in one zone; components/fabric.py), one address per
+    `efa` interface (an `efa-only` one has none; catalog.GpuInstanceType.efa_layout)."""
+    if pool.uses_efa:
+        per_node = sum(1 for card in pool.gpu_type.efa_layout if card.interface_type == "efa")
+        return pool.count * per_node
+    return -(-pool.count // zones)
+
+
 def room_in_created_subnets(settings: Settings) -> list[Found]:
-    """Each pool's nodes go round-robin over the subnets from the first, which also holds
-    the managed control plane: the first subnet fills up first."""
+    """The first subnet of a created VPC holds the managed control plane and the most nodes:
+    it fills up first."""
     network = settings.network
     if not network.creates_vpc:
         return []
@@ -86,18 +98,21 @@ def room_in_created_subnets(settings: Settings) -> list[Found]:
     prefix = ipaddress.ip_network(network.cidr).prefixlen + SUBNET_PREFIX_DIFF
     usable = 2 ** (32 - prefix) - AWS_RESERVED_PER_SUBNET
     nodes = sum(pool.count for pool in settings.node_pools)
-    first = sum(-(-pool.count // zones) for pool in settings.node_pools) + isinstance(
-        settings.control_plane, ManagedControlPlane
-    )
+    first = sum(
+        _addresses_in_first_subnet(pool, zones) for pool in settings.node_pools
+    ) + isinstance(settings.control_plane, ManagedControlPlane)
     if first <= usable:
         return []
+    efa = ""
+    if any(pool.uses_efa and pool.count for pool in settings.node_pools):
+        efa = " (an EFA pool puts every node there, one address per EFA interface)"
     return [
         (
             "network.cidr",
             network.cidr,
             f"a block large enough for {nodes} node(s) and the control plane: it is split "
             f"into {zones} /{prefix} subnets of {usable} usable addresses each (AWS keeps "
-            f"{AWS_RESERVED_PER_SUBNET} per subnet), and the first would need {first}; "
+            f"{AWS_RESERVED_PER_SUBNET} per subnet), and the first would need {first}{efa}; "
             "use a larger block (down to /16) or more availabilityZones",
         )
     ]
