@@ -451,6 +451,65 @@ def test_user_puts_an_efa_pool_in_a_small_created_vpc():
     assert "would need 12" in expected, expected
 
 
+def _problem_keys(**kwargs) -> set[str]:
+    with pytest.raises(ConfigError) as caught:
+        load_stack_settings(**kwargs)
+    return {p.key.removeprefix("gpu-cluster:") for p in caught.value.problems}
+
+
+def test_user_sees_every_problem_of_a_pool_at_once():
+    """One message lists them all: a fix-one-run-again loop costs a preview per problem."""
+    pool = {
+        "name": "b200",
+        "instanceType": "p6-b200.48xlarge",
+        "count": 1,
+        "driverVersion": "535",
+        "kernelModules": "proprietary",
+        "market": "capacity-block",
+        "taints": [
+            {"key": "gpu", "value": "a", "effect": "NoSchedule"},
+            {"key": "gpu", "value": "b", "effect": "NoSchedule"},
+        ],
+        "image": "baked",
+        "amiId": "ami-0123456789abcdef0",
+        "labels": {"gpu-cluster.io/pool": "x"},
+    }
+    assert _problem_keys(config={"nodePools": [pool]}) == {
+        "nodePools[0].driverVersion",
+        "nodePools[0].kernelModules",
+        "nodePools[0].capacityReservationId",
+        "nodePools[0].taints",
+        "nodePools[0].image",
+        "nodePools[0].labels.gpu-cluster.io/pool",
+    }
+
+
+def test_user_sees_every_problem_of_a_control_plane_at_once():
+    managed = {
+        "mode": "managed",
+        "apiAllowedCidrs": ["203.0.113.0/24"],
+        "image": "baked",
+        "amiId": "ami-0123456789abcdef0",
+        "podCidr": "10.96.0.0/16",
+    }
+    assert _problem_keys(config={"controlPlane": managed}) == {
+        "controlPlane.image",
+        "controlPlane.serviceCidr",
+    }
+    existing = {
+        "mode": "existing",
+        "host": "cp.example.com",
+        "endpoint": "cp.example.com:6443",
+        "user": "Admin",
+        "podNetworkPorts": ["udp/9000-8000", "tcp/0", "udp/8472"],
+    }
+    assert _problem_keys(stack="prod", config={"controlPlane": existing}) == {
+        "controlPlane.user",
+        "controlPlane.podNetworkPorts[0]",
+        "controlPlane.podNetworkPorts[1]",
+    }
+
+
 def test_user_names_zones_of_the_stacks_region_local_zones_included():
     """Zones are checked against the stack's own aws:region (dev: us-west-2, staging:
     us-east-2), a Local Zone being one of its region's."""

@@ -48,16 +48,19 @@ def problem(key: str, given: Any, accepted: str) -> PydanticCustomError:
     return problems([(key, given, accepted)])
 
 
-def check_image_source(image: str, ami_id: str | None) -> None:
+def image_source_problems(image: str, ami_id: str | None) -> list[Found]:
     """`image: baked` is built from Canonical Ubuntu: it does not go with an `amiId` of one's own
-    (a section's model validator calls it, so `image` is relative to that section)."""
+    (for a section's model validator, so `image` is relative to that section)."""
     if image == "baked" and ami_id is not None:
-        raise problem(
-            "image",
-            image,
-            "stock with an amiId (your own image), or baked without one (the program "
-            "builds the image from Canonical Ubuntu): remove amiId or image",
-        )
+        return [
+            (
+                "image",
+                image,
+                "stock with an amiId (your own image), or baked without one (the program "
+                "builds the image from Canonical Ubuntu): remove amiId or image",
+            )
+        ]
+    return []
 
 
 def problems(items: list[Found]) -> PydanticCustomError:
@@ -210,6 +213,15 @@ SecurityGroupId = Annotated[
         "a security group id like sg-0123456789abcdef0",
     ),
 ]
+
+
+def _ports_in_range(value: str) -> str:
+    low, _sep, high = value.partition("/")[2].partition("-")
+    if not 0 < int(low) <= int(high or low) <= 65535:
+        raise PydanticCustomError("port_span", "ports from 1 to 65535, low-high")
+    return value
+
+
 PortSpan = Annotated[
     str,
     _pattern(
@@ -217,6 +229,7 @@ PortSpan = Annotated[
         "port_span",
         "protocol/port or protocol/low-high, like udp/8472",
     ),
+    AfterValidator(_ports_in_range),
 ]
 _RBAC_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9:._-]{0,61}[A-Za-z0-9])?$")
 
@@ -385,13 +398,6 @@ def _label_value(value: str) -> str:
 
 LabelKey = Annotated[str, AfterValidator(_label_key)]
 LabelValue = Annotated[str, AfterValidator(_label_value)]
-
-
-def bad_user(user: str | None) -> list[Found]:
-    """A problem for an optional `user` key that is not a Unix user name (like ssh.user)."""
-    if user is not None and not _UNIX_USER.match(user):
-        return [("user", user, "a Unix user name like ubuntu")]
-    return []
 
 
 def _tag_key(key: str) -> str:

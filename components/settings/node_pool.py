@@ -22,8 +22,7 @@ from components.settings.fields import (
     LabelKey,
     LabelValue,
     Model,
-    check_image_source,
-    problem,
+    image_source_problems,
     problems,
 )
 
@@ -165,7 +164,20 @@ class NodePool(Model):
         return value
 
     @model_validator(mode="after")
-    def _labels_the_kubelet_can_set(self) -> NodePool:
+    def _consistent(self) -> NodePool:
+        """Every cross-field problem of the pool at once: each check below adds its own, none
+        stops the others."""
+        found = [
+            *self._label_problems(),
+            *self._gpu_problems(),
+            *self._capacity_problems(),
+            *image_source_problems(self.image, self.ami_id),
+        ]
+        if found:
+            raise problems(found)
+        return self
+
+    def _label_problems(self) -> list[Found]:
         found: list[Found] = []
         for key, value in self.labels.items():
             namespace = key.rpartition("/")[0]
@@ -191,64 +203,73 @@ class NodePool(Model):
                         "(set node-role.kubernetes.io/* with kubectl label after the join)",
                     )
                 )
-        if found:
-            raise problems(found)
-        return self
+        return found
 
-    @model_validator(mode="after")
-    def _driver_supports_gpu(self) -> NodePool:
+    def _gpu_problems(self) -> list[Found]:
+        """The driver branch, kernel modules and EFA against what the instance type has."""
+        found: list[Found] = []
         gpu = catalog.CATALOG[self.instance_type].gpu
         branch = int(self.driver_version)
         if branch < gpu.min_driver_branch or (
             gpu.max_driver_branch is not None and branch > gpu.max_driver_branch
         ):
             newest = f" to {gpu.max_driver_branch}" if gpu.max_driver_branch else " or newer"
-            raise problem(
-                "driverVersion",
-                self.driver_version,
-                f"a branch that supports the {gpu.name} of {self.instance_type}: "
-                f"{gpu.min_driver_branch}{newest}",
+            found.append(
+                (
+                    "driverVersion",
+                    self.driver_version,
+                    f"a branch that supports the {gpu.name} of {self.instance_type}: "
+                    f"{gpu.min_driver_branch}{newest}",
+                )
             )
         arch = gpu.arch
         if self.kernel_modules is not None and self.kernel_modules not in arch.kernel_modules:
             only = " or ".join(arch.kernel_modules)
-            raise problem(
-                "kernelModules",
-                self.kernel_modules,
-                f"{only} for the {gpu.name} of {self.instance_type}: {arch.name} GPUs are driven "
-                f"by the {only} kernel modules only; set {only} or leave it unset",
+            found.append(
+                (
+                    "kernelModules",
+                    self.kernel_modules,
+                    f"{only} for the {gpu.name} of {self.instance_type}: {arch.name} GPUs are "
+                    f"driven by the {only} kernel modules only; set {only} or leave it unset",
+                )
             )
         if self.efa and not self.gpu_type.efa_interfaces:
-            raise problem(
-                "efa",
-                self.efa,
-                f"false or unset: {self.instance_type} has no EFA interface (types with EFA: "
-                f"{', '.join(_efa_families())})",
+            found.append(
+                (
+                    "efa",
+                    self.efa,
+                    f"false or unset: {self.instance_type} has no EFA interface (types with "
+                    f"EFA: {', '.join(_efa_families())})",
+                )
             )
+        return found
+
+    def _capacity_problems(self) -> list[Found]:
+        """The market against the reservation, and the taints."""
+        found: list[Found] = []
         if self.market == "capacity-block" and self.capacity_reservation_id is None:
-            raise problem(
-                "capacityReservationId",
-                None,
-                "the id of the Capacity Block (cr-...) with market: capacity-block",
+            found.append(
+                (
+                    "capacityReservationId",
+                    None,
+                    "the id of the Capacity Block (cr-...) with market: capacity-block",
+                )
             )
         if self.market == "spot" and self.capacity_reservation_id is not None:
-            raise problem(
-                "capacityReservationId",
-                self.capacity_reservation_id,
-                "unset with market: spot (a reservation holds on-demand or capacity-block "
-                "capacity)",
+            found.append(
+                (
+                    "capacityReservationId",
+                    self.capacity_reservation_id,
+                    "unset with market: spot (a reservation holds on-demand or capacity-block "
+                    "capacity)",
+                )
             )
         taint_keys = [(t.key, t.effect) for t in self.taints]
         if len(set(taint_keys)) != len(taint_keys):
-            raise problem(
-                "taints", [t.model_dump() for t in self.taints], "each key/effect pair once"
+            found.append(
+                ("taints", [t.model_dump() for t in self.taints], "each key/effect pair once")
             )
-        return self
-
-    @model_validator(mode="after")
-    def _image_source(self) -> NodePool:
-        check_image_source(self.image, self.ami_id)
-        return self
+        return found
 
     @property
     def gpu_type(self) -> catalog.GpuInstanceType:

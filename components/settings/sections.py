@@ -35,8 +35,7 @@ from components.settings.fields import (
     SubnetId,
     UnixUser,
     VpcId,
-    bad_user,
-    check_image_source,
+    image_source_problems,
     is_ipv6,
     problem,
     problems,
@@ -49,7 +48,7 @@ class Bastion(Model):
     host: Host = Field(
         description="Address of the SSH jump host that reaches nodes in private subnets"
     )
-    user: str | None = Field(
+    user: UnixUser | None = Field(
         default=None, description="SSH user on the bastion (default: ssh.user)"
     )
     port: int = Field(default=22, ge=1, le=65535, description="SSH port of the bastion")
@@ -58,12 +57,6 @@ class Bastion(Model):
         description="The bastion's SSH host public key ('ssh-ed25519 AAAA...'): every hop "
         "through it checks it (unset: not checked, and every preview warns)",
     )
-
-    @model_validator(mode="after")
-    def _user_name(self) -> Bastion:
-        if found := bad_user(self.user):
-            raise problems(found)
-        return self
 
 
 class Network(Model):
@@ -233,18 +226,19 @@ class ManagedControlPlane(Model):
     )
 
     @model_validator(mode="after")
-    def _image_source(self) -> ManagedControlPlane:
-        check_image_source(self.image, self.ami_id)
-        return self
-
-    @model_validator(mode="after")
-    def _cidrs_apart(self) -> ManagedControlPlane:
+    def _consistent(self) -> ManagedControlPlane:
+        """The image source and the cluster's blocks, every problem at once."""
+        found = image_source_problems(self.image, self.ami_id)
         if ipaddress.ip_network(self.pod_cidr).overlaps(ipaddress.ip_network(self.service_cidr)):
-            raise problem(
-                "serviceCidr",
-                self.service_cidr,
-                f"a block that does not overlap podCidr {self.pod_cidr}",
+            found.append(
+                (
+                    "serviceCidr",
+                    self.service_cidr,
+                    f"a block that does not overlap podCidr {self.pod_cidr}",
+                )
             )
+        if found:
+            raise problems(found)
         return self
 
 
@@ -259,7 +253,7 @@ class ExistingControlPlane(Model):
         default=None,
         description="API server address nodes join, host:port; required with mode: existing",
     )
-    user: str | None = Field(
+    user: UnixUser | None = Field(
         default=None, description="SSH user on the control-plane host (default: ssh.user)"
     )
     host_key: SshHostKey | None = Field(
@@ -281,7 +275,7 @@ class ExistingControlPlane(Model):
 
     @model_validator(mode="after")
     def _reachable(self) -> ExistingControlPlane:
-        found = bad_user(self.user)
+        found: list[Found] = []
         ipv4_only = (
             "an IPv4 address or DNS name: the nodes' security groups admit the control plane "
             "by its IPv4 address (the hosts are IPv4 only)"
@@ -306,10 +300,6 @@ class ExistingControlPlane(Model):
                     "the API server address as host:port, like 10.0.1.10:6443 (mode: existing)",
                 )
             )
-        for index, span in enumerate(self.pod_network_ports):
-            low, _sep, high = span.partition("/")[2].partition("-")
-            if not 0 < int(low) <= int(high or low) <= 65535:
-                found.append((f"podNetworkPorts[{index}]", span, "ports from 1 to 65535, low-high"))
         if found:
             raise problems(found)
         return self
