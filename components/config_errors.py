@@ -48,9 +48,9 @@ def problems_of(exc: ValidationError) -> list[Problem]:
         if error["type"] == "union_tag_invalid":
             parts = (*parts, "mode")
             expected = error["ctx"]["expected_tags"].replace("'", "")
-            out.append(
-                Problem(_format_path(parts), repr(error["ctx"]["tag"]), f"one of: {expected}")
-            )
+            given = error["input"]  # the section; pydantic's ctx holds str() of its mode
+            tag = given.get("mode") if isinstance(given, dict) else error["ctx"]["tag"]
+            out.append(Problem(_format_path(parts), show(parts, tag), f"one of: {expected}"))
             continue
         if error["type"] == "extra_forbidden":
             out.append(unknown_key(loc))
@@ -229,6 +229,8 @@ def show(parts: tuple[str | int, ...], value: Any) -> str:
         return "a secret value (not shown)"
     if value is None:
         return "nothing"
+    if isinstance(value, bool):
+        return "true" if value else "false"  # as a stack file spells it, not Python's True
     if isinstance(value, (dict, list)):
         text = json.dumps(value, sort_keys=True, default=str)
     else:

@@ -510,6 +510,21 @@ def test_user_sees_every_problem_of_a_control_plane_at_once():
     }
 
 
+def test_messages_spell_values_as_the_stack_file_does():
+    """A stack file says true and null, not Python's True and None, and an EFA refusal names
+    the sizes of the same family that do have EFA."""
+    with pytest.raises(ConfigError) as caught:
+        load_stack_settings(config={"controlPlane": {"mode": None}})
+    assert "controlPlane.mode: got nothing; expected one of: managed, existing" in str(caught.value)
+    pool = {**POOL, "efa": True}
+    with pytest.raises(ConfigError) as caught:
+        load_stack_settings(config={"nodePools": [pool]})
+    (problem,) = caught.value.problems
+    assert problem.given == "true", str(problem)
+    assert "of the g5 types, g5.8xlarge" in problem.expected, str(problem)
+    assert "g4dn" not in problem.expected, str(problem)
+
+
 def test_user_names_zones_of_the_stacks_region_local_zones_included():
     """Zones are checked against the stack's own aws:region (dev: us-west-2, staging:
     us-east-2), a Local Zone being one of its region's."""

@@ -238,8 +238,8 @@ class NodePool(Model):
                 (
                     "efa",
                     self.efa,
-                    f"false or unset: {self.instance_type} has no EFA interface (types with "
-                    f"EFA: {', '.join(_efa_families())})",
+                    f"false or unset: {self.instance_type} has no EFA interface "
+                    f"({_with_efa(self.gpu_type.family)})",
                 )
             )
         return found
@@ -288,5 +288,14 @@ class NodePool(Model):
         return self.efa and self.gpu_type.efa_interfaces > 0
 
 
-def _efa_families() -> list[str]:
-    return sorted({t.family for t in catalog.CATALOG.values() if t.efa_interfaces})
+def _with_efa(family: str) -> str:
+    """Which types have EFA: the sizes of `family` that do, else the families that do."""
+    sizes = [
+        name
+        for name, gpu_type in catalog.CATALOG.items()
+        if gpu_type.family == family and gpu_type.efa_interfaces
+    ]
+    if sizes:
+        return f"of the {family} types, {', '.join(sizes)} have EFA"
+    families = sorted({t.family for t in catalog.CATALOG.values() if t.efa_interfaces})
+    return f"families with EFA: {', '.join(families)}"
