@@ -83,7 +83,7 @@ def load_settings(config: pulumi.Config | None = None) -> Settings:
         raw[key] = value
     unreadable = {p.key for p in found}
     try:
-        settings = Settings.model_validate(raw)
+        settings = Settings.model_validate(raw, by_alias=True, by_name=False)
     except ValidationError as exc:
         found.extend(p for p in problems_of(exc) if p.key not in unreadable)
     else:
