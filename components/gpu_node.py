@@ -281,6 +281,7 @@ class GpuNode(pulumi.ComponentResource):
                 user_data=host_key.user_data,
                 launch_only=fabric.reservation_args(pool),
                 launch_only_inputs=fabric.LAUNCH_ONLY_INPUTS,
+                delete_before_replace=True,
             ),
             parent=self,
         )

@@ -228,6 +228,14 @@ class MachineArgs:
     # components/fabric.py), and the names a later `up` must then leave alone.
     launch_only: Mapping[str, Any] = field(default_factory=dict)
     launch_only_inputs: Sequence[str] = ()
+    # A replacement (a planned one: amiId, market, efa) terminates the machine before it
+    # launches the new one, after the steps that depend on it are deleted (their hooks drain
+    # and reset the node). The engine deletes a delete-before-replace resource's dependents
+    # that it replaces first, in reverse order (pulumi/pulumi tests/integration/
+    # delete_before_create). Created first instead, the new machine could not join under the
+    # node's name while the old one is still a Ready Node (mint-join-token.sh,
+    # clear_stale_node), nor take an EFA interface still attached to the old one.
+    delete_before_replace: bool = False
 
 
 def machine(name: str, args: MachineArgs, *, parent: pulumi.Resource) -> aws.ec2.Instance:
@@ -262,6 +270,7 @@ def machine(name: str, args: MachineArgs, *, parent: pulumi.Resource) -> aws.ec2
             ignore_changes=ignored,
             additional_secret_outputs=SECRET_OUTPUTS,
             protect=args.protect,
+            delete_before_replace=args.delete_before_replace,
         ),
     )
 

@@ -17,6 +17,7 @@ import yaml
 from components import rolling
 from components.catalog import CATALOG
 from components.remote import DELETE_DIAL_ATTEMPTS, DIAL_FOREVER
+from components.settings.constants import POOL_LABEL
 from components.steps import NODE_SIDE_STEPS, NODE_STEPS, ROLL_DRAIN
 from tools.harness.graph import (
     HOST_CHAIN,
@@ -490,6 +491,22 @@ def test_configured_ami_id_is_used_and_not_ignored():
     looked_up = graph("dev").named("dev-gpu-a10g-0")
     assert looked_up.plain_inputs()["ami"].startswith("ami-"), f"{looked_up.urn}"
     assert "ami" in looked_up.ignore_changes, f"{looked_up.urn}: new Canonical AMI must not replace"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_a_replaced_gpu_machine_goes_before_its_successor_comes(stack):
+    """A planned replacement (amiId, market, efa) deletes the node's steps (drain, reset), then
+    the machine, then launches the new one: created first, it could not join under the name of
+    a Node still Ready, nor take the old machine's EFA interfaces. The control plane keeps the
+    engine's default."""
+    machines = graph(stack).of_type(INSTANCE)
+    gpu_machines = [m for m in machines if POOL_LABEL in m.plain_inputs()["tags"]]
+    assert gpu_machines, f"{stack}: no GPU machines"
+    for machine in machines:
+        expected = machine in gpu_machines
+        assert machine.delete_before_replace is expected, (
+            f"{machine.urn}: delete before replace should be {expected}"
+        )
 
 
 # ---------------------------------------------------------------- network access
