@@ -82,40 +82,49 @@ def load_settings(config: pulumi.Config | None = None) -> Settings:
                 continue
         raw[key] = value
     unreadable = {p.key for p in found}
+    # Checked on the raw zones, so a zone of another region is reported with every other
+    # problem, not after they are fixed.
+    found.extend(_zones_outside(raw.get("network"), _aws_region()))
     try:
         settings = Settings.model_validate(raw, by_alias=True, by_name=False)
     except ValidationError as exc:
         found.extend(p for p in problems_of(exc) if p.key not in unreadable)
-    else:
-        found.extend(_zones_outside(settings.network.availability_zones, _aws_region()))
     if found:
         raise ConfigError(sorted(set(found), key=lambda p: p.key))
     return settings
 
 
-def _aws_region() -> str | None:
-    """The region the AWS provider works in: `aws:region`, else the environment the provider
-    reads when that is unset (AWS_REGION, then AWS_DEFAULT_REGION); None when neither says."""
-    return (
-        pulumi.Config("aws").get("region")
-        or os.environ.get("AWS_REGION")
-        or os.environ.get("AWS_DEFAULT_REGION")
-    )
+def _aws_region() -> tuple[str, str] | None:
+    """(region, where it was set) for the AWS provider: `aws:region`, else the environment the
+    provider reads when that is unset (AWS_REGION, then AWS_DEFAULT_REGION); None when neither
+    says."""
+    configured = pulumi.Config("aws").get("region")
+    if configured:
+        return configured, "aws:region"
+    for variable in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+        if os.environ.get(variable):
+            return os.environ[variable], variable
+    return None
 
 
-def _zones_outside(zones: list[str], region: str | None) -> list[Problem]:
-    """A problem per zone that is not in `region`: AWS refuses a subnet there, at `up`, after
-    the VPC exists."""
-    if region is None:
+def _zones_outside(network: Any, region: tuple[str, str] | None) -> list[Problem]:
+    """A problem per zone name of `network.availabilityZones` (as configured) that is not in
+    the provider's region: AWS refuses a subnet there, at `up`, after the VPC exists. A value
+    that is no zone name is left to the model, which says so."""
+    zones = network.get("availabilityZones") if isinstance(network, dict) else None
+    if region is None or not isinstance(zones, list):
         return []
+    name, source = region
     return [
         Problem(
             f"{PROJECT}:network.availabilityZones[{index}]",
             show(("network",), zone),
-            f"a zone of the stack's region {region} (aws:region), like {region}a",
+            f"a zone of the stack's region {name} (from {source}), like {name}a",
         )
         for index, zone in enumerate(zones)
-        if (match := ZONE_NAME.match(zone)) is None or match["region"] != region
+        if isinstance(zone, str)
+        and (match := ZONE_NAME.match(zone.strip())) is not None
+        and match["region"] != name
     ]
 
 

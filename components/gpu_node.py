@@ -98,19 +98,6 @@ class GpuNodePool(pulumi.ComponentResource):
         super().__init__("gpu-cluster:index:GpuNodePool", name, None, opts)
         pool, network = args.pool, args.network
         self.pool = pool
-        image: machines.MachineImage | None
-        if pool.image == "baked" and not pool.count:
-            # No node boots from it, and gpu_image.baked_images builds no image for an empty
-            # pool: scaling a baked pool to 0 is a plan, not an error.
-            image = None
-        elif pool.image == "baked":
-            if args.image_ami is None:
-                raise ValueError(f"pool {pool.name}: image: baked needs the GpuImage's AMI id")
-            image = machines.MachineImage(
-                pulumi.Output.from_input(args.image_ami), pinned=pool.ami_id is not None
-            )
-        else:
-            image = machines.machine_image(pool.os_version, pool.ami_id, parent=self)
         key = machines.key_pair(name, args.login.ssh.public_key, args.tags, parent=self)
         security_groups = [network.cluster_security_group_id, self._security_group(name, args).id]
         efa = None
@@ -118,28 +105,43 @@ class GpuNodePool(pulumi.ComponentResource):
             efa = fabric.pool_fabric(name, pool, args.tags, network, parent=self)
             security_groups.append(efa.security_group.id)
         self.nodes = []
-        for index in range(pool.count):
-            node = GpuNode(
-                f"{args.cluster_name}-{pool.name}-{index}",
-                GpuNodeArgs(
-                    pool=pool,
-                    image=image,
-                    key_name=key.key_name,
-                    subnet_id=network.subnet_ids[index % len(network.subnet_ids)],
-                    security_group_ids=security_groups,
-                    assigns_public_ips=args.assigns_public_ips,
-                    dials_public_ips=args.dials_public_ips,
-                    tags=args.tags,
-                    kubernetes_version=args.kubernetes_version,
-                    validation_timeout_seconds=args.validation_timeout_seconds,
-                    control_plane=args.control_plane,
-                    login=args.login,
-                    efa=efa,
-                ),
-                pulumi.ResourceOptions(parent=self),
-            )
-            self.nodes.append(node)
+        # An empty pool boots nothing, so it looks up no image (gpu_image.baked_images builds
+        # none for it either): scaling a baked pool to 0 is a plan, not an error.
+        if pool.count:
+            image = self._image(args)
+            for index in range(pool.count):
+                node = GpuNode(
+                    f"{args.cluster_name}-{pool.name}-{index}",
+                    GpuNodeArgs(
+                        pool=pool,
+                        image=image,
+                        key_name=key.key_name,
+                        subnet_id=network.subnet_ids[index % len(network.subnet_ids)],
+                        security_group_ids=security_groups,
+                        assigns_public_ips=args.assigns_public_ips,
+                        dials_public_ips=args.dials_public_ips,
+                        tags=args.tags,
+                        kubernetes_version=args.kubernetes_version,
+                        validation_timeout_seconds=args.validation_timeout_seconds,
+                        control_plane=args.control_plane,
+                        login=args.login,
+                        efa=efa,
+                    ),
+                    pulumi.ResourceOptions(parent=self),
+                )
+                self.nodes.append(node)
         self.register_outputs({"nodeNames": [node.node_name for node in self.nodes]})
+
+    def _image(self, args: GpuNodePoolArgs) -> machines.MachineImage:
+        """What the pool's machines boot from: its baked image, its amiId or Canonical's."""
+        pool = args.pool
+        if pool.image != "baked":
+            return machines.machine_image(pool.os_version, pool.ami_id, parent=self)
+        if args.image_ami is None:
+            raise ValueError(f"pool {pool.name}: image: baked needs the GpuImage's AMI id")
+        return machines.MachineImage(
+            pulumi.Output.from_input(args.image_ami), pinned=pool.ami_id is not None
+        )
 
     def _security_group(self, name: str, args: GpuNodePoolArgs) -> aws.ec2.SecurityGroup:
         """Kubelet (:10250) from the control plane only. SSH (from network.sshAllowedCidrs or the

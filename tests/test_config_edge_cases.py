@@ -451,6 +451,22 @@ def test_user_puts_an_efa_pool_in_a_small_created_vpc():
     assert "would need 12" in expected, expected
 
 
+def test_user_joins_an_existing_control_plane_inside_the_created_vpc():
+    """The created VPC routes its own block: a control plane launched into it later (its
+    endpoint in network.cidr) is reachable; another private address is not."""
+    network = {"create": True, "cidr": "10.42.0.0/16", "sshAllowedCidrs": ["203.0.113.0/24"]}
+
+    def control_plane(address: str) -> dict:
+        return {"mode": "existing", "host": address, "endpoint": f"{address}:6443"}
+
+    config = {"network": network, "controlPlane": control_plane("10.42.0.10")}
+    assert load_stack_settings(config=config).control_plane.endpoint == "10.42.0.10:6443"
+    config = {"network": network, "controlPlane": control_plane("10.43.0.10")}
+    assert "no route to the private address 10.43.0.10" in _problem(
+        "controlPlane.endpoint", config=config
+    )
+
+
 def _problem_keys(**kwargs) -> set[str]:
     with pytest.raises(ConfigError) as caught:
         load_stack_settings(**kwargs)

@@ -483,13 +483,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not sep:
             print(f"error: --set {item!r}: expected KEY=VALUE", file=sys.stderr)
             return 1
-        if key.removeprefix(f"{PROJECT}:") in SECRET_KEYS:
+        name = key.removeprefix(f"{PROJECT}:")
+        if name in SECRET_KEYS:
             # The preview always runs with a placeholder for a secret, so a value given here
             # would be dropped in silence; `pulumi up` refuses it as a plain value anyway.
             print(
                 f"error: --set {key}: a secret is not taken from the command line (the preview "
                 f"shows it as a placeholder); set it with `pulumi config set --secret "
-                f"{PROJECT}:{key.removeprefix(f'{PROJECT}:')}`",
+                f"{PROJECT}:{name}`",
                 file=sys.stderr,
             )
             return 1

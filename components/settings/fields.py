@@ -29,10 +29,11 @@ _HOSTNAME = re.compile(
     r"^(?=.{1,253}$)[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*$"
 )
 _UNIX_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
-# An availability zone's name: its region (us-west-2, us-gov-west-1), then a letter, or for a
-# Local or Wavelength Zone a dash and the zone's own part (us-west-2-lax-1a,
-# us-east-1-wl1-bos-wlz-1). Not a zone id (usw2-az1): the subnets take names.
-ZONE_NAME = re.compile(r"^(?P<region>[a-z]{2}(-[a-z]+)+-[0-9]+)([a-z]|(-[a-z0-9]+)+)$")
+# An availability zone's name: its region (us-west-2, us-gov-west-1, cn-north-1,
+# eusc-de-east-1), then a letter, or for a Local or Wavelength Zone a dash and the zone's own
+# part (us-west-2-lax-1a, us-east-1-wl1-bos-wlz-1). Not a zone id (usw2-az1): the subnets take
+# names.
+ZONE_NAME = re.compile(r"^(?P<region>[a-z]+(-[a-z]+)+-[0-9]+)([a-z]|(-[a-z0-9]+)+)$")
 _CAPACITY_RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{17}$")
 _AMI_ID = re.compile(r"^ami-[0-9a-f]{8}([0-9a-f]{9})?$")
 _VPC_ID = re.compile(r"^vpc-[0-9a-f]{8}([0-9a-f]{9})?$")
@@ -292,13 +293,10 @@ def _host_key(value: str) -> str:
         "/etc/ssh/ssh_host_ed25519_key.pub on that host (RSA cannot be pinned: it would be "
         "checked with ssh-rsa signatures, which current OpenSSH servers refuse)"
     )
-    fields = value.strip().split()
-    if not value.isascii() or len(fields) < 2 or fields[0] not in _HOST_KEY_TYPES:
+    key = _public_key(value, _HOST_KEY_TYPES)
+    if key is None:
         raise PydanticCustomError("ssh_host_key", expected)
-    parts = _key_blob(fields[1])
-    if not parts or parts[0] != fields[0].encode():
-        raise PydanticCustomError("ssh_host_key", expected)
-    return " ".join(fields[:2])
+    return " ".join(key[:2])
 
 
 SshHostKey = Annotated[str, AfterValidator(_host_key)]
@@ -318,21 +316,31 @@ def _login_key(value: str) -> str:
         "an OpenSSH ED25519 or RSA public key line like 'ssh-ed25519 AAAA... ops@example', "
         "as in ~/.ssh/id_ed25519.pub (EC2 key pairs take only those two types)"
     )
-    fields = value.split()
-    if not value.isascii() or len(fields) < 2 or fields[0] not in _LOGIN_KEY_SHAPES:
+    key = _public_key(value, tuple(_LOGIN_KEY_SHAPES))
+    if key is None:
         raise PydanticCustomError("ssh_public_key", expected)
-    parts = _key_blob(fields[1])
-    if (
-        not parts
-        or parts[0] != fields[0].encode()
-        or len(parts) != _LOGIN_KEY_SHAPES[fields[0]]
-        or (fields[0] == "ssh-ed25519" and len(parts[1]) != _ED25519_KEY_BYTES)
+    key_type, _text, parts = key
+    if len(parts) != _LOGIN_KEY_SHAPES[key_type] or (
+        key_type == "ssh-ed25519" and len(parts[1]) != _ED25519_KEY_BYTES
     ):
         raise PydanticCustomError("ssh_public_key", expected)
     return value
 
 
 SshPublicKey = Annotated[str, AfterValidator(_login_key)]
+
+
+def _public_key(value: str, types: tuple[str, ...]) -> tuple[str, str, list[bytes]] | None:
+    """(type, base64 text, the blob's fields) of a public key line `<type> <base64> [comment]`
+    whose type is one of `types` and whose blob decodes whole and names the same type; None
+    otherwise. The comment may be any text."""
+    fields = value.split(maxsplit=2)
+    if len(fields) < 2 or fields[0] not in types:
+        return None
+    parts = _key_blob(fields[1])
+    if not parts or parts[0] != fields[0].encode():
+        return None
+    return fields[0], fields[1], parts
 
 
 def _key_blob(text: str) -> list[bytes]:

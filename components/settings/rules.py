@@ -217,6 +217,8 @@ def existing_control_plane_reachable_from_created_vpc(settings: Settings) -> lis
         return []  # a DNS name: where it points is not known here
     if not any(address in block for block in _PRIVATE_BLOCKS):
         return []
+    if address in ipaddress.ip_network(network.cidr):
+        return []  # in the created VPC itself: its local route reaches it
     return [
         (
             "controlPlane.endpoint",
