@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
 # The NVIDIA Container Toolkit the nodes get (a baked image is keyed by it too).
 NVIDIA_CTK_VERSION = host_pins.NVIDIA_CTK_VERSION
+# The Instance input of its type, as the engine and replace_on_changes name it.
+INSTANCE_TYPE_INPUT = "instanceType"
 
 
 @dataclass(frozen=True)
@@ -284,6 +286,12 @@ class GpuNode(pulumi.ComponentResource):
                 launch_only=fabric.reservation_args(pool),
                 launch_only_inputs=fabric.LAUNCH_ONLY_INPUTS,
                 delete_before_replace=True,
+                # The provider changes a type in place by stopping and starting the machine
+                # (terraform-provider-aws ec2_instance.go, resourceInstanceUpdate:
+                # modifyInstanceAttributeWithStopStart): the node went down undrained, with the
+                # GPU count of the old type, and AWS refuses to stop a one-time spot machine.
+                # Replaced instead, it is drained and reset first, then boots as the new type.
+                replace_on_changes=[INSTANCE_TYPE_INPUT],
             ),
             parent=self,
         )

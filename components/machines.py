@@ -236,6 +236,8 @@ class MachineArgs:
     # node's name while the old one is still a Ready Node (mint-join-token.sh,
     # clear_stale_node), nor take an EFA interface still attached to the old one.
     delete_before_replace: bool = False
+    # Inputs whose change replaces the machine where the provider would change it in place.
+    replace_on_changes: Sequence[str] = ()
 
 
 def machine(name: str, args: MachineArgs, *, parent: pulumi.Resource) -> aws.ec2.Instance:
@@ -271,6 +273,7 @@ def machine(name: str, args: MachineArgs, *, parent: pulumi.Resource) -> aws.ec2
             additional_secret_outputs=SECRET_OUTPUTS,
             protect=args.protect,
             delete_before_replace=args.delete_before_replace,
+            replace_on_changes=list(args.replace_on_changes),
         ),
     )
 

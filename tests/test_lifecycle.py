@@ -199,6 +199,21 @@ def test_a_replaced_machine_cascades_to_its_own_chain_only(baseline):
             assert change.action is Action.REPLACE, f"{change.urn}: {change.action}"
 
 
+def test_a_new_instance_type_replaces_that_pools_machines_drained(baseline):
+    """The provider would stop and start each machine of the pool at once to change its type
+    (no drain, the old GPU count; a one-time spot machine cannot stop): the machine is replaced
+    instead, delete-first, so its node is drained and reset before it goes."""
+    after = run_program("prod", config=pools_with("prod", a10g={"instanceType": "g5.24xlarge"}))
+    plan = lifecycle.plan(baseline["prod"], after)
+    a10g = [n for n in lifecycle.node_names(after) if "-a10g-" in n]
+    assert a10g and sorted(replaced(plan, INSTANCE)) == sorted(a10g), lifecycle.render(plan)
+    for node, impact in plan.nodes.items():
+        expected = node in a10g
+        assert (impact.drained, impact.reset, impact.rejoined) == (expected,) * 3, impact
+    for node in a10g:
+        assert after.named(node).delete_before_replace, node
+
+
 def test_the_control_plane_machine_is_protected_and_a_switch_lifts_it(baseline):
     machine = [r for r in baseline["dev"].of_type(INSTANCE) if r.name.endswith("-control-plane")]
     assert machine and machine[0].protect, f"{machine}: not protected"
