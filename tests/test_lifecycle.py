@@ -171,6 +171,27 @@ def test_a_driver_change_updates_only_that_pools_driver_step(baseline):
             assert plan.named(step.resource_name(node)).action is Action.UNCHANGED
 
 
+def test_a_taint_change_warns_that_busy_nodes_are_re_validated_in_service(baseline):
+    """A new taint changes the GPU Jobs' tolerations, so each node's validation Job is replaced
+    at once, outside a roll, while the node runs work: the plan says so, for a reviewer to apply
+    it when the nodes are idle. Inside a roll (a driver change) it does not warn."""
+    taint = {"key": "team", "value": "ml", "effect": "NoSchedule"}
+    pools = copy.deepcopy(stack_file("prod")["gpu-cluster:nodePools"])
+    h100 = next(pool for pool in pools if pool["name"] == "h100")
+    h100["taints"] = [*h100.get("taints", []), taint]
+    after = run_program("prod", config={"nodePools": pools})
+    plan = lifecycle.plan(baseline["prod"], after)
+    nodes = [n for n in lifecycle.node_names(after) if "-h100-" in n]
+    for node in nodes:
+        assert "validation-job" in plan.nodes[node].revalidated, plan.nodes[node]
+    text = lifecycle.render(plan)
+    assert f"Warning: {len(nodes)} node(s) in service re-run their GPU Jobs at once" in text, text
+    rolled = run_program("prod", config=pools_with("prod", h100={"driverVersion": "570"}))
+    plan = lifecycle.plan(baseline["prod"], rolled)
+    assert not any(impact.revalidated for impact in plan.nodes.values()), lifecycle.render(plan)
+    assert "Warning" not in lifecycle.render(plan)
+
+
 def test_a_label_change_rejoins_nothing_and_reconciles_through_the_api(baseline):
     after = run_program("dev", config=pools_with("dev", a10g={"labels": {"team": "research"}}))
     plan = lifecycle.plan(baseline["dev"], after)

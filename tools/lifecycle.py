@@ -23,6 +23,7 @@ import enum
 import subprocess
 import sys
 import tempfile
+import textwrap
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,6 +115,9 @@ class NodeImpact:
     reset: bool = False
     rejoined: bool = False
     disrupted: list[str] = field(default_factory=list)  # disruptive steps re-run on the host
+    # GPU Jobs (CUDA validation, NCCL) replaced on a node that is neither new nor rolled: each
+    # requests every GPU of the node while it is in service.
+    revalidated: list[str] = field(default_factory=list)
 
     def summary(self) -> str:
         words = [w for w, on in (("drained", self.drained), ("reset", self.reset)) if on]
@@ -121,6 +125,8 @@ class NodeImpact:
             words.append("re-joined")
         if self.disrupted:
             words.append(f"re-runs {', '.join(self.disrupted)}")
+        if self.revalidated:
+            words.append(f"re-validated in service ({', '.join(self.revalidated)})")
         return ", ".join(words) or "untouched"
 
 
@@ -234,6 +240,11 @@ def node_names(graph: Graph) -> list[str]:
     return [name for pool in pools.values() for name in pool]
 
 
+# A node's GPU Jobs (__main__.py: `<node>-validation`, `<node>-nccl`), which request all of its
+# GPUs: replaced outside a roll, each waits for every GPU of a node in service.
+GPU_JOBS = ("validation-job", "nccl-job")
+
+
 def _node_impacts(before: Graph, after: Graph, changes: list[Change]) -> dict[str, NodeImpact]:
     by_name = {c.name: c for c in changes}
     names = list(dict.fromkeys([*node_names(before), *node_names(after)]))
@@ -254,6 +265,13 @@ def _node_impacts(before: Graph, after: Graph, changes: list[Change]) -> dict[st
                 change = by_name.get(step.resource_name(node))
                 if change is not None and change.action in (Action.RERUN, Action.REPLACE):
                     impact.disrupted.append(step.suffix)
+            if not (impact.reset or impact.disrupted):  # else the roll or a new machine
+                impact.revalidated = [
+                    job
+                    for job in GPU_JOBS
+                    if (change := by_name.get(f"{node}-{job}")) is not None
+                    and change.action is Action.REPLACE
+                ]
         impacts[node] = impact
     return impacts
 
@@ -281,6 +299,15 @@ def render(plan_: Plan, *, show_unchanged: bool = False) -> str:
     lines.append("Nodes:")
     for impact in plan_.nodes.values():
         lines.append(f"    {impact.node}: {impact.summary()}")
+    in_service = [impact.node for impact in plan_.nodes.values() if impact.revalidated]
+    if in_service:
+        warning = (
+            f"Warning: {len(in_service)} node(s) in service re-run their GPU Jobs at once, "
+            "outside a roll. Each Job requests every GPU of its node: on a busy node it waits "
+            "until its deadline and fails the update, or takes the GPUs as they free up. Apply "
+            "the change when those nodes are idle."
+        )
+        lines.append(textwrap.fill(warning, width=100, subsequent_indent="    "))
     return "\n".join(lines) + "\n"
 
 
