@@ -192,6 +192,17 @@ def test_a_taint_change_warns_that_busy_nodes_are_re_validated_in_service(baseli
     assert "Warning" not in lifecycle.render(plan)
 
 
+def test_a_new_ssh_user_warns_that_running_machines_lack_it(baseline):
+    """Every step re-runs as the new user, whom the machines never got: the plan says so."""
+    ssh = dict(stack_file("dev")["gpu-cluster:ssh"], user="admin")
+    plan = lifecycle.plan(baseline["dev"], run_program("dev", config={"ssh": ssh}))
+    reruns = plan.by_action(Action.RERUN)
+    assert reruns and all("connection.user" in c.changed for c in reruns), lifecycle.render(plan)
+    text = lifecycle.render(plan)
+    assert f"Warning: {len(reruns)} step(s) dial machines they ran on before as another" in text
+    assert "another SSH" not in lifecycle.render(lifecycle.plan(baseline["dev"], baseline["dev"]))
+
+
 def test_a_label_change_rejoins_nothing_and_reconciles_through_the_api(baseline):
     after = run_program("dev", config=pools_with("dev", a10g={"labels": {"team": "research"}}))
     plan = lifecycle.plan(baseline["dev"], after)

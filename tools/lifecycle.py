@@ -240,6 +240,9 @@ def node_names(graph: Graph) -> list[str]:
     return [name for pool in pools.values() for name in pool]
 
 
+# The login user of a Command's connection (pulumi-command ConnectionArgs `user`).
+_NEW_USER = "connection.user"
+
 # A node's GPU Jobs (__main__.py: `<node>-validation`, `<node>-nccl`), which request all of its
 # GPUs: replaced outside a roll, each waits for every GPU of a node in service.
 GPU_JOBS = ("validation-job", "nccl-job")
@@ -299,6 +302,18 @@ def render(plan_: Plan, *, show_unchanged: bool = False) -> str:
     lines.append("Nodes:")
     for impact in plan_.nodes.values():
         lines.append(f"    {impact.node}: {impact.summary()}")
+    new_user = [
+        c.name for c in plan_.changes if c.action is Action.RERUN and _NEW_USER in c.changed
+    ]
+    if new_user:
+        warning = (
+            f"Warning: {len(new_user)} step(s) dial machines they ran on before as another SSH "
+            "user (ssh.user, or controlPlane.user). A machine the stack launched has the users "
+            "it booted with (the AMI's default one): unless the new user exists there with the "
+            "key, every dial fails and the stack cannot update. Create the user on the hosts "
+            "first, or keep the user."
+        )
+        lines.append(textwrap.fill(warning, width=100, subsequent_indent="    "))
     in_service = [impact.node for impact in plan_.nodes.values() if impact.revalidated]
     if in_service:
         warning = (
