@@ -203,6 +203,18 @@ def test_a_new_ssh_user_warns_that_running_machines_lack_it(baseline):
     assert "another SSH" not in lifecycle.render(lifecycle.plan(baseline["dev"], baseline["dev"]))
 
 
+def test_a_smaller_root_volume_is_said_to_fail_and_a_larger_one_applies(baseline):
+    def with_root(gib: int) -> lifecycle.Plan:
+        after = run_program("dev", config=pools_with("dev", a10g={"rootVolumeGiB": gib}))
+        return lifecycle.plan(baseline["dev"], after)
+
+    size = stack_file("dev")["gpu-cluster:nodePools"][0]["rootVolumeGiB"]
+    smaller, larger = with_root(size - 50), with_root(size + 50)
+    assert len(smaller.refused) == len(lifecycle.node_names(baseline["dev"])), smaller.refused
+    assert f"cannot shrink from {size} to {size - 50} GiB" in lifecycle.render(smaller)
+    assert not larger.refused and larger.by_action(Action.UPDATE), lifecycle.render(larger)
+
+
 def test_a_label_change_rejoins_nothing_and_reconciles_through_the_api(baseline):
     after = run_program("dev", config=pools_with("dev", a10g={"labels": {"team": "research"}}))
     plan = lifecycle.plan(baseline["dev"], after)

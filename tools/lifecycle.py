@@ -134,6 +134,8 @@ class NodeImpact:
 class Plan:
     changes: list[Change]
     nodes: dict[str, NodeImpact]
+    # Updates the provider or the cloud will refuse, each said in a sentence.
+    refused: list[str] = field(default_factory=list)
 
     def by_action(self, *actions: Action) -> list[Change]:
         return [c for c in self.changes if c.action in actions]
@@ -232,7 +234,26 @@ def plan(before: Graph, after: Graph) -> Plan:
     for urn, old in before.by_urn.items():
         if urn not in after.by_urn:
             changes.append(Change(urn, old.name, old.type, Action.DELETE))
-    return Plan(changes, _node_impacts(before, after, changes))
+    return Plan(changes, _node_impacts(before, after, changes), _refused(before, after, changes))
+
+
+def _refused(before: Graph, after: Graph, changes: list[Change]) -> list[str]:
+    """Updates that fail at `up`: a smaller root volume (EBS ModifyVolume only grows a volume;
+    terraform-provider-aws updates root_block_device.volume_size in place with it)."""
+    found = []
+    for change in changes:
+        if change.action is not Action.UPDATE or _ROOT_VOLUME_SIZE not in change.changed:
+            continue
+        old, new = (
+            graph.by_urn[change.urn].plain_inputs()["rootBlockDevice"]["volumeSize"]
+            for graph in (before, after)
+        )
+        if new < old:
+            found.append(
+                f"{change.name}: its root volume cannot shrink from {old} to {new} GiB (EBS "
+                "volumes only grow); keep rootVolumeGiB, or replace the machine"
+            )
+    return found
 
 
 def node_names(graph: Graph) -> list[str]:
@@ -240,6 +261,8 @@ def node_names(graph: Graph) -> list[str]:
     return [name for pool in pools.values() for name in pool]
 
 
+# An Instance's root volume size (aws.ec2.Instance root_block_device.volume_size).
+_ROOT_VOLUME_SIZE = "rootBlockDevice.volumeSize"
 # The login user of a Command's connection (pulumi-command ConnectionArgs `user`).
 _NEW_USER = "connection.user"
 
@@ -302,6 +325,8 @@ def render(plan_: Plan, *, show_unchanged: bool = False) -> str:
     lines.append("Nodes:")
     for impact in plan_.nodes.values():
         lines.append(f"    {impact.node}: {impact.summary()}")
+    for refusal in plan_.refused:
+        lines.append(textwrap.fill(f"Fails: {refusal}", width=100, subsequent_indent="    "))
     new_user = [
         c.name for c in plan_.changes if c.action is Action.RERUN and _NEW_USER in c.changed
     ]
