@@ -215,6 +215,19 @@ def test_a_smaller_root_volume_is_said_to_fail_and_a_larger_one_applies(baseline
     assert not larger.refused and larger.by_action(Action.UPDATE), lifecycle.render(larger)
 
 
+def test_a_new_ubuntu_release_on_running_machines_is_said_to_fail():
+    """Running machines keep their release (the looked-up AMI is ignored after launch), so a
+    runtime step re-run with the new release's containerd pin cannot install it: the plan says
+    so for each such step, and not when the release stays."""
+    before = run_program("staging")
+    after = run_program("staging", config=pools_with("staging", l40s={"osVersion": "24.04"}))
+    plan = lifecycle.plan(before, after)
+    failing = [line for line in plan.refused if "keeps Ubuntu 22.04" in line]
+    assert failing and all("-l40s-" in line for line in failing), plan.refused
+    assert "the containerd of 24.04" in lifecycle.render(plan)
+    assert not lifecycle.plan(before, before).refused
+
+
 def test_a_label_change_rejoins_nothing_and_reconciles_through_the_api(baseline):
     after = run_program("dev", config=pools_with("dev", a10g={"labels": {"team": "research"}}))
     plan = lifecycle.plan(baseline["dev"], after)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import re
 import subprocess
 import sys
 import tempfile
@@ -32,7 +33,7 @@ from typing import Any
 import yaml
 
 from components import steps
-from tools.harness.graph import Graph, Resource, unwrap
+from tools.harness.graph import Graph, Resource, script_params, unwrap
 from tools.harness.stacks import ROOT
 
 COMMAND = "command:remote:Command"
@@ -253,7 +254,27 @@ def _refused(before: Graph, after: Graph, changes: list[Change]) -> list[str]:
                 f"{change.name}: its root volume cannot shrink from {old} to {new} GiB (EBS "
                 "volumes only grow); keep rootVolumeGiB, or replace the machine"
             )
+    for change in changes:
+        if change.action is not Action.RERUN or change.type != COMMAND:
+            continue
+        old_release, new_release = (
+            _ubuntu_release(script_params(graph.by_urn[change.urn]).get(_CONTAINERD, ""))
+            for graph in (before, after)
+        )
+        if old_release and new_release and old_release != new_release:
+            found.append(
+                f"{change.name}: its machine keeps Ubuntu {old_release} (an AMI is not "
+                f"followed after launch), and the step would install the containerd of "
+                f"{new_release}, which apt there cannot; keep osVersion for running machines, "
+                "or move them by adding a pool with the new release and removing the old one"
+            )
     return found
+
+
+def _ubuntu_release(pin: str) -> str | None:
+    """The Ubuntu release of a containerd pin like 2.2.1-0ubuntu1~24.04.* (host_pins)."""
+    match = re.search(r"~([0-9]{2}\.[0-9]{2})\.", pin)
+    return match.group(1) if match else None
 
 
 def node_names(graph: Graph) -> list[str]:
@@ -263,6 +284,8 @@ def node_names(graph: Graph) -> list[str]:
 
 # An Instance's root volume size (aws.ec2.Instance root_block_device.volume_size).
 _ROOT_VOLUME_SIZE = "rootBlockDevice.volumeSize"
+# The runtime step's package pin, whose version names its Ubuntu release (components/host_pins.py).
+_CONTAINERD = "CONTAINERD_VERSION"
 # The login user of a Command's connection (pulumi-command ConnectionArgs `user`).
 _NEW_USER = "connection.user"
 
