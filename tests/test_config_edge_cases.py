@@ -467,6 +467,16 @@ def test_user_joins_an_existing_control_plane_inside_the_created_vpc():
     )
 
 
+def test_user_pins_an_older_device_plugin_without_feature_discovery():
+    """v0.12 to v0.14 take --config-file but have no GPU Feature Discovery binary: fine with
+    feature discovery off, refused with it on; v0.15.0 is fine either way."""
+    old = {"devicePlugin": {"version": "v0.14.5"}}
+    off = {**old, "featureDiscovery": {"enabled": False}}
+    assert load_stack_settings(config=off).device_plugin.version == "v0.14.5"
+    assert "v0.15.0 or newer" in _problem("devicePlugin.version", config=old)
+    load_stack_settings(config={"devicePlugin": {"version": "v0.15.0"}})
+
+
 def _problem_keys(**kwargs) -> set[str]:
     with pytest.raises(ConfigError) as caught:
         load_stack_settings(**kwargs)

@@ -230,6 +230,29 @@ def existing_control_plane_reachable_from_created_vpc(settings: Settings) -> lis
     ]
 
 
+# The device plugin releases the program can run: the DaemonSet passes --config-file, which the
+# plugin takes since v0.12.0, and GPU Feature Discovery runs from the plugin's image, which
+# holds its binary since v0.15.0 (NVIDIA/k8s-device-plugin CHANGELOG.md).
+_PLUGIN_CONFIG_FILE = (0, 12, 0)
+_PLUGIN_WITH_GFD = (0, 15, 0)
+
+
+def device_plugin_release_runs_here(settings: Settings) -> list[Found]:
+    """devicePlugin.version is new enough for the flags and binaries the program uses."""
+    version = settings.device_plugin.version
+    release = tuple(int(part) for part in version.removeprefix("v").split("."))
+    floor, why = _PLUGIN_CONFIG_FILE, "the DaemonSet passes --config-file (since v0.12.0)"
+    if settings.feature_discovery.enabled:
+        floor = _PLUGIN_WITH_GFD
+        why = (
+            "GPU Feature Discovery runs from the plugin's image, which has its binary since "
+            "v0.15.0 (or set featureDiscovery.enabled: false)"
+        )
+    if release >= floor:
+        return []
+    return [("devicePlugin.version", version, f"v{'.'.join(map(str, floor))} or newer: {why}")]
+
+
 CROSS_SECTION_RULES: tuple[Callable[[Settings], list[Found]], ...] = (
     node_names_fit,
     cluster_blocks_outside_created_vpc,
@@ -240,4 +263,5 @@ CROSS_SECTION_RULES: tuple[Callable[[Settings], list[Found]], ...] = (
     public_api_names_its_sources,
     created_vpc_gives_public_ips,
     existing_control_plane_reachable_from_created_vpc,
+    device_plugin_release_runs_here,
 )
