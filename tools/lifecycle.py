@@ -348,8 +348,7 @@ def render(plan_: Plan, *, show_unchanged: bool = False) -> str:
     lines.append("Nodes:")
     for impact in plan_.nodes.values():
         lines.append(f"    {impact.node}: {impact.summary()}")
-    for refusal in plan_.refused:
-        lines.append(textwrap.fill(f"Fails: {refusal}", width=100, subsequent_indent="    "))
+    lines.extend(_note(f"Fails: {refusal}") for refusal in plan_.refused)
     new_user = [
         c.name for c in plan_.changes if c.action is Action.RERUN and _NEW_USER in c.changed
     ]
@@ -361,7 +360,7 @@ def render(plan_: Plan, *, show_unchanged: bool = False) -> str:
             "key, every dial fails and the stack cannot update. Create the user on the hosts "
             "first, or keep the user."
         )
-        lines.append(textwrap.fill(warning, width=100, subsequent_indent="    "))
+        lines.append(_note(warning))
     in_service = [impact.node for impact in plan_.nodes.values() if impact.revalidated]
     if in_service:
         warning = (
@@ -370,8 +369,13 @@ def render(plan_: Plan, *, show_unchanged: bool = False) -> str:
             "until its deadline and fails the update, or takes the GPUs as they free up. Apply "
             "the change when those nodes are idle."
         )
-        lines.append(textwrap.fill(warning, width=100, subsequent_indent="    "))
+        lines.append(_note(warning))
     return "\n".join(lines) + "\n"
+
+
+def _note(text: str) -> str:
+    """A warning or failure under the plan, wrapped at 100 columns, its further lines indented."""
+    return textwrap.fill(text, width=100, subsequent_indent="    ")
 
 
 # ---------------------------------------------------------------- the program of another version

@@ -210,7 +210,7 @@ def existing_control_plane_reachable_from_created_vpc(settings: Settings) -> lis
     cp, network = settings.control_plane, settings.network
     if not isinstance(cp, ExistingControlPlane) or not network.creates_vpc or not cp.endpoint:
         return []
-    host = cp.endpoint.rpartition(":")[0]
+    host = cp.endpoint_host
     try:
         address = ipaddress.ip_address(host)
     except ValueError:

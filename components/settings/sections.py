@@ -282,7 +282,7 @@ class ExistingControlPlane(Model):
         )
         if self.host is not None and is_ipv6(self.host):
             found.append(("host", self.host, ipv4_only))
-        if self.endpoint is not None and is_ipv6(self.endpoint.rpartition(":")[0].strip("[]")):
+        if self.endpoint is not None and is_ipv6(self.endpoint_host):
             found.append(("endpoint", self.endpoint, f"host:port with {ipv4_only}"))
         if self.host is None:
             found.append(
@@ -305,13 +305,19 @@ class ExistingControlPlane(Model):
         return self
 
     @property
+    def endpoint_host(self) -> str:
+        """The endpoint's host: a DNS name or an IP address, an IPv6 one without brackets."""
+        assert self.endpoint is not None
+        return self.endpoint.rpartition(":")[0].strip("[]")
+
+    @property
     def kubelet_client_address(self) -> str | None:
         """The address this control plane reaches node kubelets from: the API endpoint's
         private IP (what nodes join, so the VPC-side address), else the SSH host's private IP,
         else any IP given; None when both are DNS names."""
         assert self.host is not None and self.endpoint is not None  # _reachable checks both
         addresses = []
-        for candidate in (self.endpoint.rpartition(":")[0].strip("[]"), self.host):
+        for candidate in (self.endpoint_host, self.host):
             try:
                 addresses.append(ipaddress.ip_address(candidate))
             except ValueError:
