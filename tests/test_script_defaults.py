@@ -429,7 +429,16 @@ def test_first_boot_waits_out_cloud_init_apt_daily_and_a_busy_archive(dev, tmp_p
     result = sb.run_text(step_program(dev, "dev-gpu-wait-ready"), timeout=120)
     assert result.returncode == 0, result.stderr
     assert "host ready" in result.stderr
-    assert sleeps(sb).count(5.0) == 4, sleeps(sb)
+    # cloud-init's 30 s, apt-daily's four 5 s looks, then the three retries of apt-get update
+    # (common.sh `retry`: 2, 4, 8 s plus up to half again of jitter, which can itself come to
+    # 5.000: counting 5.0 anywhere made this test fail about once in 4,000 runs).
+    waited = sleeps(sb)
+    assert waited[:5] == [30.0, 5.0, 5.0, 5.0, 5.0], waited
+    backoffs = waited[5:]
+    assert len(backoffs) == 3, waited
+    for attempt, delay in enumerate(backoffs, start=1):
+        base = 2.0 * 2 ** (attempt - 1)
+        assert base <= delay <= base * 1.5, waited
     assert len([c for c in result.called("apt-get") if "update" in c]) == 4, result.commands()
 
 
