@@ -4,8 +4,6 @@ Load the settings (bad config stops here, before any resource), wire the compone
 order of the chain, export what operators need.
 """
 
-import gc
-
 import pulumi
 
 from components.addons import GpuNodeAddons, GpuNodeAddonsArgs
@@ -24,20 +22,7 @@ from components.nccl_efa_validation import (
 )
 from components.nccl_validation import NcclValidation, NcclValidationArgs, needs_nccl_check
 from components.network import Network, NetworkArgs
-from components.sdk_fixes import install as install_sdk_fixes
 from components.validation import GpuValidation, validation_args
-
-# The SDK allocates several futures per property of every resource, and keeps most of them to the
-# end. With the default thresholds the cyclic GC rescanned that young heap so often that it took
-# ~40% of a 256-node evaluation (tools/benchmark.py): collect the youngest generation every 100,000
-# allocations, and the middle one only every 1,000 of those: each of its collections scans
-# everything the evaluation holds (at 1,000 nodes two took 3.0 s of the evaluation's 5.4 s of GC).
-# The evaluation makes next to no cyclic garbage (components/sdk_fixes.py): the young collections
-# of a 500-node evaluation free 388 objects, in 46 collections and 1.0 s (gc.get_stats).
-gc.set_threshold(100_000, 1_000, 100)
-# And leave the collector less to collect (the SDK's unknown-value check made a reference cycle
-# per call), and every registration less to do: components/sdk_fixes.py.
-install_sdk_fixes()
 
 settings = load_settings()
 # Hosts the operator names without their SSH host key: said on every preview and up.

@@ -43,7 +43,6 @@ import pulumi_command as command
 from pydantic import SecretStr
 
 from components.host_scripts import render_script
-from components.sdk_inputs import FrozenMap
 from components.settings import Bastion, Settings, Ssh
 from components.steps import Identity, OnUpdate, Step
 
@@ -79,23 +78,11 @@ class Host:
     )
 
     def connection(self, dial_error_limit: int = DIAL_FOREVER) -> pulumi.Output[Mapping[str, Any]]:
-        """The connection settings as one resolved, read-only mapping (pulumi-command's
-        `ConnectionArgsDict` form): what every step on the host sends.
+        """The connection settings, resolved once per host and dial limit (a machine's host key
+        is known only once the machine is): every step on the host sends this one Output.
 
-        `Command` marks its connection secret (`pulumi.Output.secret(connection)`,
-        pulumi_command/remote/command.py `_internal_init`), and `Output.secret` runs
-        `Output.from_input`, which takes an input type or a dict apart and builds it again field
-        by field through `Output.all` (pulumi/output.py `from_input`): for every step, an Output
-        per field and the ones joining them. It unwraps only Outputs, input types, dicts, lists
-        and tuples; any other value is taken as it is. So the fields are resolved here once per
-        host and handed over in a `FrozenMap`, a Mapping that is not a dict. The engine
-        receives the same: `rpc.serialize_property` serializes any `Mapping` and, the property
-        being typed `ConnectionArgs`, translates its keys by that type's names, as it does the
-        args' own fields (tests/test_remote_connection.py compares the two). Measured at 256
-        nodes (pulumi 3.272.0, pulumi-command 1.2.1): 19.2 s -> 16.3 s of evaluation.
-
-        In a preview of a machine not yet created, its connection is unknown as a whole, as it
-        was before: a machine of the stack pins a host key generated with it (`_settled`)."""
+        In a preview of a machine not yet created its connection is unknown as a whole; a host
+        key that resolves to none is left out rather than sent as null."""
         if dial_error_limit not in self._built:
             self._built[dial_error_limit] = _settled(self.args(dial_error_limit))
         return self._built[dial_error_limit]
@@ -114,15 +101,9 @@ class Host:
 
 
 def _settled(args: command.remote.ConnectionArgs) -> pulumi.Output[Mapping[str, Any]]:
-    """`args` once every Output among its fields (its proxy's too) has resolved, read-only
-    (`read_only`): one `Output.all` of those Outputs, where `Output.from_input(args)` makes an
-    Output of every field and joins them, the proxy's apart, for the same value, secrecy,
-    resources and unknowns (pulumi/output.py `from_input`: an input type's `__dict__` through
-    `Output.all`, then `type(**fields)`, whose defaults are already filled in).
-
-    A host key generated with the machine is known only once the machine is, and a machine
-    older than its generated key has none: a connection whose key resolves to none leaves
-    `hostKey` out, as the steps have always sent it, rather than sending null."""
+    """`args` as a mapping by field name once every Output among its fields (its proxy's too)
+    has resolved: one `Output.all`, carrying their secrecy, dependencies and unknowns. A host
+    key that resolves to none is left out."""
     paths: list[tuple[str, ...]] = []
     outputs: list[pulumi.Output[Any]] = []
 
@@ -139,7 +120,7 @@ def _settled(args: command.remote.ConnectionArgs) -> pulumi.Output[Mapping[str, 
     def frozen(values: list[Any]) -> Mapping[str, Any]:
         resolved = dict(zip(paths, values, strict=True))
         omitted = {_HOST_KEY} if _HOST_KEY in resolved and not resolved[_HOST_KEY] else set()
-        return read_only(args, resolved, omitted)
+        return as_mapping(args, resolved, omitted)
 
     return pulumi.Output.all(*outputs).apply(frozen)
 
@@ -165,28 +146,27 @@ class Login:
         )
 
 
-def read_only(
+def as_mapping(
     args: Any,
     resolved: Mapping[tuple[str, ...], Any] | None = None,
     omitted: set[tuple[str, ...]] | frozenset[tuple[str, ...]] = frozenset(),
     path: tuple[str, ...] = (),
 ) -> Mapping[str, Any]:
     """The fields an args object (ConnectionArgs, ProxyConnectionArgs: the ones it was given and
-    its defaults) holds, as a read-only mapping by their Python names, nested args likewise: a
-    `FrozenMap`, which cannot change, so the SDK's serialization walks it once for all the steps
-    on the host (components/sdk_inputs.py). With `resolved`, the value of each Output among
-    them, by its path of names; the fields at a path in `omitted` are left out."""
+    its defaults) holds, as a mapping by their Python names, nested args likewise. With
+    `resolved`, the value of each Output among them, by its path of names; the fields at a path
+    in `omitted` are left out."""
     items = {}
     for name, value in vars(args).items():
         here = (*path, name)
         if here in omitted:
             continue
         if _is_args(value):
-            value = read_only(value, resolved, omitted, here)
+            value = as_mapping(value, resolved, omitted, here)
         elif resolved is not None and here in resolved:
             value = resolved[here]
         items[name] = value
-    return FrozenMap(items)
+    return items
 
 
 def _is_args(value: Any) -> bool:

@@ -43,6 +43,44 @@ def test_component_modules_stay_short(path):
     )
 
 
+# The SDK's internals, which the program never imports (docs/decisions/001-the-sdk-as-it-ships.md).
+SDK_INTERNALS = (
+    "pulumi.runtime.rpc",
+    "pulumi.runtime.resource",
+    "pulumi.runtime.known_types",
+    "pulumi.runtime.resource_cycle_breaker",
+    "pulumi.runtime.proto",
+    "pulumi._types",
+    "google.protobuf",
+    "gc",
+)
+PROGRAM = [ROOT / "__main__.py", *COMPONENTS, *sorted((ROOT / "policies").rglob("*.py"))]
+
+
+@pytest.mark.parametrize("path", PROGRAM, ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_program_imports_no_sdk_internals(path):
+    source = path.read_text()
+    internal = sorted(
+        m
+        for m in imported_modules(source)
+        if any(m == i or m.startswith(f"{i}.") for i in SDK_INTERNALS)
+    )
+    assert not internal, f"{path.relative_to(ROOT)} imports {internal}"
+    tree = ast.parse(source)
+    from_runtime = sorted(
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module in ("pulumi", "pulumi.runtime")
+        for alias in node.names
+        if alias.name in ("rpc", "resource", "known_types", "proto", "_types")
+    )
+    assert not from_runtime, f"{path.relative_to(ROOT)} imports {from_runtime} of the SDK"
+
+
+def test_the_internals_check_sees_an_internal_import():
+    assert "pulumi.runtime.rpc" in imported_modules("from pulumi.runtime.rpc import x\n")
+
+
 def test_the_layout_check_sees_a_test_import():
     assert "tests.harness" in imported_modules("from tests.harness import run_program\n")
     assert "tests" in imported_modules("from tests import harness\n")

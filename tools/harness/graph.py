@@ -116,8 +116,6 @@ class Graph:
         self.resources = resources
         self.by_urn = {r.urn: r for r in resources}
         self.outputs = stack_outputs
-        # CPU seconds the recording monitor spent as the engine (tools/harness/recorder.py).
-        self.engine_cpu_seconds = 0.0
 
     def __iter__(self) -> Iterator[Resource]:
         return iter(self.resources)
