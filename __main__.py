@@ -6,23 +6,23 @@ order of the chain, export what operators need.
 
 import pulumi
 
-from components.addons import GpuNodeAddons, GpuNodeAddonsArgs
-from components.config import load_settings
+from components.aws.network import Network, NetworkArgs
 from components.control_plane import ControlPlane, ControlPlaneArgs
-from components.control_plane_image import baked_control_plane_image
-from components.device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
-from components.feature_discovery import GpuFeatureDiscovery, GpuFeatureDiscoveryArgs
-from components.gpu_image import baked_images
 from components.gpu_node import NVIDIA_CTK_VERSION, GpuNodePool, GpuNodePoolArgs, install_steps
-from components.host_keys import warn_unchecked
-from components.nccl_efa_validation import (
+from components.hosts.host_keys import warn_unchecked
+from components.images.control_plane_image import baked_control_plane_image
+from components.images.gpu_image import baked_images
+from components.kube.addons import GpuNodeAddons, GpuNodeAddonsArgs
+from components.kube.device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
+from components.kube.feature_discovery import GpuFeatureDiscovery, GpuFeatureDiscoveryArgs
+from components.kube.nccl_efa_validation import (
     NcclEfaValidation,
     NcclEfaValidationArgs,
     needs_efa_check,
 )
-from components.nccl_validation import NcclValidation, NcclValidationArgs, needs_nccl_check
-from components.network import Network, NetworkArgs
-from components.validation import GpuValidation, validation_args
+from components.kube.nccl_validation import NcclValidation, NcclValidationArgs, needs_nccl_check
+from components.kube.validation import GpuValidation, validation_args
+from components.settings.load import load_settings
 
 settings = load_settings()
 # Hosts the operator names without their SSH host key: said on every preview and up.
@@ -111,7 +111,7 @@ for pool in pools:
             ),
         )
 
-# Each node's roll ends after its own checks: uncordon, slot back (components/rolling.py).
+# Each node's roll ends after its own checks: uncordon, slot back (components/hosts/rolling.py).
 for pool in pools:
     for node in pool.nodes:
         checks = [validations.get(node.node_name), nccl_checks.get(node.node_name)]

@@ -3,7 +3,7 @@
 - `managed`: a CPU EC2 instance this stack creates and bootstraps with the same runtime and
   kube-tools scripts as the GPU nodes, then `kubeadm init` from an InitConfiguration, a pinned CNI,
   and the admin kubeconfig read back (a secret) with an address the operator's machine reaches.
-  With `image: baked` it boots a `ControlPlaneImage` (components/control_plane_image.py) that
+  With `image: baked` it boots a `ControlPlaneImage` (components/images/control_plane_image.py) that
   holds the runtime, the kube tools and kubeadm's and the CNI's images: the same steps verify.
   A `kubernetesVersion` one minor up upgrades it with kubeadm before any node moves.
 - `existing`: a kubeadm cluster whose control-plane host answers over SSH (through the bastion
@@ -30,12 +30,13 @@ import pulumi_aws as aws
 import pulumi_command as command
 import pulumi_kubernetes as k8s
 
-from components import host_keys, host_pins, machines, steps
-from components import kubernetes_manifests as manifests
-from components.control_plane_image import install_steps
-from components.join_tokens import JOIN_TOKEN_TTL, JoinCredentials, parse_join_token
-from components.network import Network, tcp_port_rule
-from components.remote import Host, Login, run_step, ssh_host
+from components.aws import machines
+from components.aws.network import Network, tcp_port_rule
+from components.hosts import host_keys, pins, steps
+from components.hosts.join_tokens import JOIN_TOKEN_TTL, JoinCredentials, parse_join_token
+from components.hosts.remote import Host, Login, run_step, ssh_host
+from components.images.control_plane_image import install_steps
+from components.kube import manifests
 from components.settings import (
     SUPPORTED_KUBERNETES_MINORS,
     ExistingControlPlane,
@@ -259,7 +260,7 @@ class ControlPlane(pulumi.ComponentResource):
         cni = step(
             steps.CP_CNI,
             {
-                "FLANNEL_VERSION": host_pins.FLANNEL_VERSION,
+                "FLANNEL_VERSION": pins.FLANNEL_VERSION,
                 "POD_SUBNET": config.pod_cidr,
                 "NODE_NAME": machine,
             },

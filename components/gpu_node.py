@@ -1,15 +1,16 @@
 """GPU node pools: EC2 GPU instances bootstrapped over SSH, step by step, into joined Nodes.
 
 Per node the chain is strict: the EC2 instance `<node>`, then one `remote.Command` per row of
-the step table's node chain (`components/steps.py` NODE_STEPS, in that order), each named
+the step table's node chain (`components/hosts/steps.py` NODE_STEPS, in that order), each named
 `<node>-<suffix>`, some of them run on the control plane; `<node>-uncordon` (control plane) comes
 last, after the node's validation. A disruptive change on a joined node rolls between roll-drain
-and uncordon (components/rolling.py).
+and uncordon (components/hosts/rolling.py).
 
 Nodes never wait on each other, so the time to a joined node does not grow with the pool size.
-The steps come from the step table (components/steps.py). Teardown: the control plane drains and
-deletes the Node (`<node>-node-ready`'s delete, without eviction when the Node is not Ready),
-then the instance terminates; nothing dials the node on delete, so a dead machine never blocks.
+The steps come from the step table (components/hosts/steps.py). Teardown: the control plane
+drains and deletes the Node (`<node>-node-ready`'s delete, without eviction when the Node is
+not Ready), then the instance terminates; nothing dials the node on delete, so a dead machine
+never blocks.
 A step is replaced only when its identity changes (the instance id; for the join also the
 cluster); changing a pool's driver branch is an update that re-runs that pool's driver step, rolled.
 """
@@ -24,19 +25,20 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_command as command
 
-from components import fabric, host_keys, host_pins, machines, rolling, steps
+from components.aws import fabric, machines
+from components.aws.network import KUBELET_PORT, Network, tcp_port_rule
 from components.catalog import GpuInstanceType
-from components.image_build import InstallStep
+from components.hosts import host_keys, pins, rolling, steps
+from components.hosts.remote import Host, Login, run_step, ssh_host
+from components.images.builder import InstallStep
 from components.labels import EFA_LABEL, GPU_PRESENT_LABEL, POOL_LABEL
-from components.network import KUBELET_PORT, Network, tcp_port_rule
-from components.remote import Host, Login, run_step, ssh_host
 from components.settings import NodePool, Settings
 
 if TYPE_CHECKING:
     from components.control_plane import ControlPlane
 
 # The NVIDIA Container Toolkit the nodes get (a baked image is keyed by it too).
-NVIDIA_CTK_VERSION = host_pins.NVIDIA_CTK_VERSION
+NVIDIA_CTK_VERSION = pins.NVIDIA_CTK_VERSION
 # The Instance input of its type, as the engine and replace_on_changes name it.
 INSTANCE_TYPE_INPUT = "instanceType"
 
@@ -188,7 +190,7 @@ class GpuNodeArgs:
 @dataclass(frozen=True)
 class NodeChain:
     """What a node's bootstrap built: the join, the Node Ready step, and `change`, the digest of
-    the disruptive steps' programs (components/rolling.py)."""
+    the disruptive steps' programs (components/hosts/rolling.py)."""
 
     join: command.remote.Command
     node_ready: command.remote.Command
@@ -214,7 +216,7 @@ class GpuNode(pulumi.ComponentResource):
     host: Host
     join: command.remote.Command
     node_ready: command.remote.Command
-    change: str  # digest of the disruptive steps' programs (components/rolling.py)
+    change: str  # digest of the disruptive steps' programs (components/hosts/rolling.py)
     uncordon: command.remote.Command
 
     def __init__(self, name: str, args: GpuNodeArgs, opts: pulumi.ResourceOptions | None = None):
@@ -312,7 +314,7 @@ class GpuNode(pulumi.ComponentResource):
         programs = rolling.disruptive_programs(disruptive)
         if pool.uses_efa:
             # Only EFA pools carry it: the digest of every other node stays what it was.
-            programs[steps.EFA.script] = host_pins.efa_params(pool.gpu_type.efa_interfaces)
+            programs[steps.EFA.script] = pins.efa_params(pool.gpu_type.efa_interfaces)
         change = rolling.change_digest(programs)
         timing = rolling.roll_timing(validation_seconds=args.validation_timeout_seconds)
         kube_tools: pulumi.Resource = self.instance
@@ -360,7 +362,7 @@ class GpuNode(pulumi.ComponentResource):
                 )
         if pool.uses_efa:
             kube_tools = step(
-                steps.EFA, kube_tools, **host_pins.efa_params(pool.gpu_type.efa_interfaces)
+                steps.EFA, kube_tools, **pins.efa_params(pool.gpu_type.efa_interfaces)
             )
         join_params = {
             "NODE_NAME": name,
@@ -414,7 +416,7 @@ class GpuNode(pulumi.ComponentResource):
     ) -> command.remote.Command:
         """`<node>-uncordon` on the control plane, after `after` (the node's validation Job, or
         node-ready without validation): uncordon the node and give its pool slot back once a
-        disruptive change passed the checks again (components/rolling.py)."""
+        disruptive change passed the checks again (components/hosts/rolling.py)."""
         self.uncordon = run_step(
             steps.ROLL_UNCORDON,
             self.node_name,
@@ -429,7 +431,7 @@ class GpuNode(pulumi.ComponentResource):
 
 def install_steps(pool: NodePool, kubernetes_version: str) -> tuple[InstallStep, ...]:
     """steps.INSTALL_STEPS, in that order, with their parameters: every node of a stock pool
-    runs them; a baked image runs them once (components/gpu_image.py) and its nodes run them
+    runs them; a baked image runs them once (components/images/gpu_image.py) and its nodes run them
     again only to verify."""
     gpu = pool.gpu_type
     params = {
@@ -448,12 +450,10 @@ def install_steps(pool: NodePool, kubernetes_version: str) -> tuple[InstallStep,
             "KERNEL_MODULES": pool.kernel_module_type,
             "NVLINK_SUBNET_MANAGER": "true" if gpu.needs_nvlink_subnet_manager else "false",
         },
-        steps.RUNTIME: host_pins.runtime_params(
-            pool.os_version, kubernetes_version, with_toolkit=True
-        ),
+        steps.RUNTIME: pins.runtime_params(pool.os_version, kubernetes_version, with_toolkit=True),
         steps.KUBE_TOOLS: {
             "KUBERNETES_MINOR": kubernetes_version,
-            "SANDBOX_IMAGE": host_pins.PAUSE_IMAGES[kubernetes_version],
+            "SANDBOX_IMAGE": pins.PAUSE_IMAGES[kubernetes_version],
         },
     }
     return tuple(InstallStep(step, params[step]) for step in steps.INSTALL_STEPS)

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from components.host_scripts import render_script
+from components.hosts.rendering import render_script
 
 STUBS_DIR = Path(__file__).resolve().parent / "stubs"
 OVERLAID_DIRS = ("/etc", "/var", "/opt", "/usr/local")
@@ -251,5 +251,5 @@ class Sandbox:
     def run(
         self, script: str, params: dict[str, str] | None = None, timeout: float = 60
     ) -> RunResult:
-        """Render a node script (components/scripts/<script>) with params and run it."""
+        """Render a node script (components/hosts/scripts/<script>) with params and run it."""
         return self.run_text(render_script(script, params or {}), timeout=timeout)

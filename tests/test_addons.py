@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components import addon_manifests as manifests
+from components.kube import addon_manifests as manifests
 from components.labels import EFA_LABEL, EFA_RESOURCE, GPU_PRESENT_LABEL
 from components.settings import SUPPORTED_KUBERNETES_MINORS, DcgmExporter, Taint
 from tests.test_manifests_schema import manifest, stack_minor, validate

@@ -9,13 +9,13 @@ import base64
 import pytest
 
 from components import catalog
-from components.config import ConfigError
-from components.kubernetes_manifests import validation_job_name
+from components.kube.manifests import validation_job_name
 from components.settings import (
     MAX_NODE_NAME_LENGTH,
     SUPPORTED_KUBERNETES_MINORS,
     SUPPORTED_UBUNTU,
 )
+from components.settings.load import ConfigError
 from tools.harness.graph import unwrap
 from tools.harness.stacks import load_stack_settings, run_program, stack_file
 

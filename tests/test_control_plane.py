@@ -14,8 +14,8 @@ from functools import cache
 
 import pytest
 
-from components.config import ConfigError
 from components.control_plane import API_PORT, JOIN_TOKEN_TTL, parse_join_token
+from components.settings.load import ConfigError
 from tools.harness.graph import Graph, Resource, Secret, plain_strings, secret_paths, unwrap
 from tools.harness.mocks import COMMAND_STDOUT, fake_id, fake_ip
 from tools.harness.stacks import run_program, stack_file
@@ -66,7 +66,7 @@ def param(resource: Resource, name: str) -> str:
 
 
 def script_of(resource: Resource) -> str:
-    """Which components/scripts file a step runs (from the rendered header)."""
+    """Which components/hosts/scripts file a step runs (from the rendered header)."""
     second = stdin_of(resource).splitlines()[1]
     return second.removeprefix("# ").split(",")[0]
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from components import control_plane_image, gpu_image, gpu_node, host_pins, image_build
-from components.config import ConfigError
+from components import gpu_node
+from components.hosts import pins
+from components.images import builder, control_plane_image, gpu_image
+from components.settings.load import ConfigError
 from tests.test_policies import analyze, as_policy_input
 from tools.harness import mocks
 from tools.harness.graph import Graph, Resource
@@ -97,7 +99,7 @@ def test_builder_runs_the_control_planes_install_steps_then_pull_snapshot_power_
     assert param_line(runtime, "WITH_NVIDIA_TOOLKIT") == "WITH_NVIDIA_TOOLKIT=false", runtime.urn
     pull = parts["pull-images"]
     assert param_line(pull, "KUBEADM_IMAGES") == "KUBEADM_IMAGES=true", pull.urn
-    for ref in host_pins.FLANNEL_IMAGES:
+    for ref in pins.FLANNEL_IMAGES:
         assert ref in param_line(pull, "IMAGES"), f"{pull.urn}: {ref} not pulled"
     ami = next(r for r in baked.of_type(AMI_TYPE) if r.parent == image.urn)
     assert ami.inputs["snapshotWithoutReboot"] is True, ami.urn
@@ -131,8 +133,8 @@ def test_image_is_tagged_with_what_it_holds(baked):
         "dev", config={"controlPlane": dev_control_plane(image="baked", rootVolumeGiB=64)}
     )
     key = control_plane_image.image_key(settings.control_plane, settings.kubernetes_version)
-    assert tags[image_build.IMAGE_TAG] == key.digest
-    assert tags[image_build.BUILT_BY_TAG] == "gpu-cluster/dev"
+    assert tags[builder.IMAGE_TAG] == key.digest
+    assert tags[builder.BUILT_BY_TAG] == "gpu-cluster/dev"
     assert tags["gpu-cluster.io/kubernetes_minor"] == settings.kubernetes_version
     assert "gpu-cluster.io/root_volume_gib" not in tags
     assert ami.name == control_plane_image.image_name("dev-gpu", key)
@@ -176,7 +178,7 @@ def test_an_image_another_stack_built_is_reused():
     saved = list(mocks.EXISTING_IMAGES)
     try:
         mocks.EXISTING_IMAGES[:] = [
-            ("ami-0fromanotherstack", {**key.tags(), image_build.BUILT_BY_TAG: "gpu-cluster/x"})
+            ("ami-0fromanotherstack", {**key.tags(), builder.BUILT_BY_TAG: "gpu-cluster/x"})
         ]
         reused = run_program("dev", config={"controlPlane": config})
         assert not reused.of_type(IMAGE_TYPE)
@@ -189,11 +191,11 @@ def test_gpu_images_of_a_managed_stack_hold_flannel_and_of_an_existing_one_not()
     for stack, holds in (("dev", True), ("prod", False)):
         settings = load_stack_settings(stack)
         key = gpu_image.image_key(settings.node_pools[0], settings, gpu_node.NVIDIA_CTK_VERSION)
-        assert all((ref in key.images) is holds for ref in host_pins.FLANNEL_IMAGES), (stack, key)
+        assert all((ref in key.images) is holds for ref in pins.FLANNEL_IMAGES), (stack, key)
 
 
 def test_flannel_images_are_the_pinned_release():
-    assert f"ghcr.io/flannel-io/flannel:{host_pins.FLANNEL_VERSION}" in host_pins.FLANNEL_IMAGES
+    assert f"ghcr.io/flannel-io/flannel:{pins.FLANNEL_VERSION}" in pins.FLANNEL_IMAGES
 
 
 def test_both_images_pass_the_policy_pack():

@@ -844,7 +844,7 @@ def test_pod_security_baseline_is_enforced_cluster_wide(initialized):
 
 
 def test_the_device_plugin_namespace_is_privileged_and_validation_is_not():
-    from components import kubernetes_manifests as manifests
+    from components.kube import manifests
 
     plugin = manifests.device_plugin_namespace()["labels"]
     assert plugin["pod-security.kubernetes.io/enforce"] == "privileged", plugin

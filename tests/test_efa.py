@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from components.catalog import CATALOG
-from components.host_pins import EFA_INSTALLER_VERSION
+from components.hosts.pins import EFA_INSTALLER_VERSION
 from tools.harness.graph import Graph, Resource, script_params
 from tools.harness.stacks import STACKS, run_program, stack_file
 
@@ -236,7 +236,7 @@ def test_running_machines_of_the_stack_files_get_no_launch_time_input(stack):
     ],
 )
 def test_bad_efa_and_reservation_config_names_the_key(pool, key, says):
-    from components.config import ConfigError
+    from components.settings.load import ConfigError
     from tools.harness.stacks import load_stack_settings
 
     pools = [{**P5_POOL, "count": 1, **pool}]

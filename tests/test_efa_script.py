@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from components.host_pins import EFA_INSTALLER_VERSION
+from components.hosts.pins import EFA_INSTALLER_VERSION
 from tests.sandbox import STUBS_DIR, Sandbox, sandbox_available
 
 needs_sandbox = pytest.mark.skipif(
@@ -146,7 +146,7 @@ def test_bad_inputs_fail_before_touching_anything(sandbox, params, says):
 def test_the_installer_is_bounded_inside_its_step():
     """The installer's own bound (and its kill grace) ends before the step's host-side bound, so
     a hung installer fails naming the installer instead of being killed with the whole step."""
-    from components import host_pins, steps
+    from components.hosts import pins, steps
 
-    passed = int(host_pins.efa_params(1)["EFA_INSTALLER_TIMEOUT_SECONDS"])
+    passed = int(pins.efa_params(1)["EFA_INSTALLER_TIMEOUT_SECONDS"])
     assert passed + 30 < steps.EFA.timeout_seconds

@@ -16,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from components.hosts.rendering import SCRIPTS_DIR
+
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = ROOT / "components" / "scripts"
+SCRIPTS = SCRIPTS_DIR
 VARIABLE = re.compile(r"\$\{[^}]*\}|\$\([^)]*\)|\$[A-Za-z_][A-Za-z0-9_]*")
 # A double-quoted bash word: plain text, escapes, and command substitutions whose own quoted
 # arguments ("$(toml_value "${file}" "" key)") do not end the word.

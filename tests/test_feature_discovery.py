@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components import feature_discovery_manifests as fd
-from components import kubernetes_manifests as km
+from components.kube import feature_discovery_manifests as fd
+from components.kube import manifests as km
 from components.settings import SUPPORTED_KUBERNETES_MINORS, DevicePlugin, Taint
 from tests.test_addons import only_on_the_provider, pinned
 from tests.test_manifests_schema import manifest, stack_minor, validate

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from components import gpu_image, gpu_node, image_build
-from components.config import ConfigError
+from components import gpu_node
+from components.images import builder as image_builder
+from components.images import gpu_image
+from components.settings.load import ConfigError
 from tools.harness import mocks
 from tools.harness.graph import Graph, Resource
 from tools.harness.stacks import load_stack_settings, run_program, stack_file
@@ -76,11 +78,11 @@ def test_image_is_tagged_with_what_it_holds(one_image):
     tags = ami.plain_inputs()["tags"]
     settings = load_stack_settings("dev", config={"nodePools": [dev_pool(image="baked")]})
     key = gpu_image.image_key(settings.node_pools[0], settings, gpu_node.NVIDIA_CTK_VERSION)
-    assert tags[image_build.IMAGE_TAG] == key.digest
+    assert tags[image_builder.IMAGE_TAG] == key.digest
     assert tags["gpu-cluster.io/driver_branch"] == "580"
     assert tags["gpu-cluster.io/kubernetes_minor"] == settings.kubernetes_version
     assert tags["gpu-cluster.io/container_toolkit"] == gpu_node.NVIDIA_CTK_VERSION
-    assert tags[image_build.BUILT_BY_TAG] == "gpu-cluster/dev"
+    assert tags[image_builder.BUILT_BY_TAG] == "gpu-cluster/dev"
     assert "k8s-device-plugin" in tags["gpu-cluster.io/images"]
 
 
@@ -114,13 +116,16 @@ def test_an_image_another_stack_built_is_reused_and_this_stacks_own_is_kept():
     saved = list(mocks.EXISTING_IMAGES)
     try:
         mocks.EXISTING_IMAGES[:] = [
-            ("ami-0fromanotherstack", {**key.tags(), image_build.BUILT_BY_TAG: "gpu-cluster/prod"})
+            (
+                "ami-0fromanotherstack",
+                {**key.tags(), image_builder.BUILT_BY_TAG: "gpu-cluster/prod"},
+            )
         ]
         reused = baked(dev_pool(image="baked"))
         assert not reused.of_type(IMAGE_TYPE)
         assert reused.named("dev-gpu-a10g-0").inputs["ami"] == "ami-0fromanotherstack"
         mocks.EXISTING_IMAGES[:] = [
-            ("ami-0builtbydev", {**key.tags(), image_build.BUILT_BY_TAG: "gpu-cluster/dev"})
+            ("ami-0builtbydev", {**key.tags(), image_builder.BUILT_BY_TAG: "gpu-cluster/dev"})
         ]
         own = baked(dev_pool(image="baked"))
         assert len(own.of_type(IMAGE_TYPE)) == 1, "a second up would drop this stack's build"
@@ -150,17 +155,17 @@ def test_only_what_hosts_run_makes_a_new_image(monkeypatch, tmp_path, edit, new_
     must not build a new image on the next `up`; a changed command must."""
     import shutil
 
-    from components import host_scripts
+    from components.hosts import rendering
 
     settings = load_stack_settings("dev", config={"nodePools": [dev_pool(image="baked")]})
     key = gpu_image.image_key(settings.node_pools[0], settings, gpu_node.NVIDIA_CTK_VERSION)
     before = key.digest
     scripts = tmp_path / "scripts"
-    shutil.copytree(host_scripts.SCRIPTS_DIR, scripts)
+    shutil.copytree(rendering.SCRIPTS_DIR, scripts)
     driver = scripts / "install-driver.sh"
     driver.write_text(edit(driver.read_text()))
-    caches = (host_scripts.script_text, host_scripts.stripped_script)
-    monkeypatch.setattr(host_scripts, "SCRIPTS_DIR", scripts)
+    caches = (rendering.script_text, rendering.stripped_script)
+    monkeypatch.setattr(rendering, "SCRIPTS_DIR", scripts)
     for cache in caches:
         cache.cache_clear()
     try:

@@ -14,11 +14,11 @@ from itertools import combinations, pairwise
 import pytest
 import yaml
 
-from components import rolling
 from components.catalog import CATALOG
-from components.remote import DELETE_DIAL_ATTEMPTS, DIAL_FOREVER
+from components.hosts import rolling
+from components.hosts.remote import DELETE_DIAL_ATTEMPTS, DIAL_FOREVER
+from components.hosts.steps import NODE_SIDE_STEPS, NODE_STEPS, ROLL_DRAIN
 from components.settings.constants import POOL_LABEL
-from components.steps import NODE_SIDE_STEPS, NODE_STEPS, ROLL_DRAIN
 from tools.harness.graph import (
     HOST_CHAIN,
     VALIDATION_CHAIN,

@@ -1,6 +1,6 @@
 """The graph's rules hold for any valid stack, not just the three stack files: each node's chain
 in the step table's order and waiting on no other node, the device plugin on no node, hardened
-machines, secrets kept secret (README: Architecture; components/steps.py).
+machines, secrets kept secret (README: Architecture; components/hosts/steps.py).
 
 Hypothesis draws whole valid configurations (either control-plane mode, a created or an existing
 VPC, a bastion or not, one to three pools of any catalog type and a driver branch that supports

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from cryptography.hazmat.primitives import serialization
 
-from components import host_keys
+from components.hosts import host_keys
 from tools.harness import mocks
 from tools.harness.graph import Graph, Resource, Secret, plain_strings, unwrap
 from tools.harness.mocks import fake_id, fake_ip
@@ -169,22 +169,6 @@ def test_cloud_config_round_trips_any_key():
         host_keys.cloud_config(generated["privateKeyOpenssh"], generated["publicKeyOpenssh"])
         == text
     ), "rendering must be deterministic"
-
-
-@pytest.mark.skipif(not yaml.__with_libyaml__, reason="PyYAML built without libyaml")
-def test_libyaml_writes_the_cloud_config_as_pyyaml_does(monkeypatch):
-    assert host_keys._SafeDumper is yaml.CSafeDumper
-    keys = [mocks.ed25519_key(f"emitter {index}") for index in range(200)]
-    keys.append({"privateKeyOpenssh": "a: b\n# c\n\n  d '\"\n", "publicKeyOpenssh": "- e: 'f'"})
-    texts = [host_keys.cloud_config(k["privateKeyOpenssh"], k["publicKeyOpenssh"]) for k in keys]
-
-    class Pure(yaml.SafeDumper):
-        pass
-
-    Pure.add_representer(str, host_keys._literal_str)
-    monkeypatch.setattr(host_keys, "_LiteralDumper", Pure)
-    for key, text in zip(keys, texts, strict=True):
-        assert host_keys.cloud_config(key["privateKeyOpenssh"], key["publicKeyOpenssh"]) == text
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from components.host_scripts import render_script
+from components.hosts.rendering import render_script
 from tests.sandbox import Sandbox, sandbox_available
 
 pytestmark = pytest.mark.skipif(not sandbox_available(), reason="needs root, unshare, overlayfs")
@@ -70,7 +70,7 @@ def test_prepare_image_leaves_a_host_every_clone_boots_as_a_new_machine(sandbox)
     assert sandbox.read("/etc/gpu-cluster/image") == "image=abc123\n"
     assert sandbox.read("/etc/machine-id") == ""
     # The power-off step dials the builder after this one: sshd must still have its host key
-    # (clones replace it through cloud-init, components/host_keys.py).
+    # (clones replace it through cloud-init, components/hosts/host_keys.py).
     assert sandbox.read("/etc/ssh/ssh_host_ed25519_key") == "host key\n"
     assert result.called("cloud-init", "clean", "--logs")
     assert result.called("systemctl", "stop", "containerd")

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 import yaml
 
-from components import host_scripts, steps
+from components.hosts import rendering, steps
 from tools import lifecycle
 from tools.harness import mocks
 from tools.harness.graph import Secret, unwrap
@@ -36,20 +36,20 @@ def pools_with(stack: str, **changes: dict) -> dict:
 @contextlib.contextmanager
 def edited_script(name: str, edit) -> Iterator[None]:
     """The host script `name` as `edit(text)` returns it, for one program run."""
-    original = host_scripts.script_text
+    original = rendering.script_text
 
     def patched(script: str) -> str:
         text = original(script)
         return edit(text) if script == name else text
 
     # stripped_script keeps each script's stripped text for the process: drop it around the edit.
-    host_scripts.script_text = patched  # type: ignore[assignment]
-    host_scripts.stripped_script.cache_clear()
+    rendering.script_text = patched  # type: ignore[assignment]
+    rendering.stripped_script.cache_clear()
     try:
         yield
     finally:
-        host_scripts.script_text = original  # type: ignore[assignment]
-        host_scripts.stripped_script.cache_clear()
+        rendering.script_text = original  # type: ignore[assignment]
+        rendering.stripped_script.cache_clear()
 
 
 @contextlib.contextmanager
@@ -340,7 +340,7 @@ def test_a_retried_join_needs_no_new_token_and_the_token_goes_once_joined(baseli
 
 
 def test_nothing_dials_a_gpu_node_on_delete_and_control_plane_hooks_are_bounded(baseline):
-    from components.remote import DELETE_DIAL_ATTEMPTS
+    from components.hosts.remote import DELETE_DIAL_ATTEMPTS
 
     for graph in baseline.values():
         for resource in graph.of_type(COMMAND):

@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from components.hosts.rendering import SCRIPTS_DIR
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _bash_files() -> list[Path]:
-    found = sorted((ROOT / "components" / "scripts").rglob("*.sh"))
+    found = sorted(SCRIPTS_DIR.rglob("*.sh"))
     for path in sorted((ROOT / "tests" / "stubs").glob("*")):
         head = path.read_text(errors="replace").split("\n", 3)[:3] if path.is_file() else []
         if any("bash" in line for line in head):

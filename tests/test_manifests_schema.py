@@ -3,7 +3,7 @@ in strict mode (unknown fields are errors), for the stack's configured minor.
 
 The objects come from the recorded graph of each stack file (types `kubernetes:*`): the inputs
 the engine receives are the manifest (apiVersion, kind, metadata, spec/data), so what is validated
-is what is deployed. The pure builders in components/kubernetes_manifests.py are also validated
+is what is deployed. The pure builders in components/kube/manifests.py are also validated
 for every supported minor, so a stack moving to another minor is covered before it does.
 
 Schema versions: kubernetes-validate ships one schema set per minor (1.37.0 ships 1.2x..1.37). A
@@ -21,7 +21,7 @@ import pytest
 from kubernetes_validate import utils as kv_utils
 from packaging.version import Version
 
-from components import kubernetes_manifests as manifests
+from components.kube import manifests
 from components.settings import SUPPORTED_KUBERNETES_MINORS, DevicePlugin, Taint, TimeSlicing
 from tools.harness.graph import Graph, Resource
 from tools.harness.stacks import STACKS, run_program, stack_file

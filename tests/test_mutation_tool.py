@@ -117,15 +117,15 @@ def test_python_mutants_come_from_cosmic_ray_and_skip_signature_annotations(tmp_
 
 
 def test_each_source_file_maps_to_the_tests_that_exercise_it():
-    reset = matching_tests("components/scripts/reset-node.sh", ROOT).files
+    reset = matching_tests("components/hosts/scripts/reset-node.sh", ROOT).files
     assert "tests/test_production_defaults.py" in reset and "tests/test_node_scripts.py" in reset
     assert "tests/test_lint.py" not in reset
-    network = matching_tests("components/network.py", ROOT).files
+    network = matching_tests("components/aws/network.py", ROOT).files
     assert network[0] == "tests/test_network.py", network
     assert "tests/test_identity.py" in network  # runs the program: sees every component
     policies = matching_tests("policies/gpu_cluster_policies/validators.py", ROOT).files
     assert "tests/test_policies.py" in policies
-    common = matching_tests("components/scripts/lib/common.sh", ROOT).files
+    common = matching_tests("components/hosts/scripts/lib/common.sh", ROOT).files
     assert "tests/test_field_failures.py" in common
 
 

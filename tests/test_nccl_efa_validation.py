@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components import nccl_efa_manifests as efa
 from components.catalog import CATALOG
-from components.kubernetes_manifests import GPU_EXTENDED_RESOURCE, tolerates
+from components.kube import nccl_efa_manifests as efa
+from components.kube.manifests import GPU_EXTENDED_RESOURCE, tolerates
 from components.settings import SUPPORTED_KUBERNETES_MINORS, Taint
 from components.settings.constants import DEFAULT_NCCL_IMAGE
 from tests.test_manifests_schema import manifest, stack_minor, validate

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components import nccl_validation
 from components.catalog import CATALOG
-from components.kubernetes_manifests import GPU_EXTENDED_RESOURCE
+from components.kube import nccl_validation
+from components.kube.manifests import GPU_EXTENDED_RESOURCE
 from components.settings import SUPPORTED_KUBERNETES_MINORS, Taint
 from tests.test_manifests_schema import manifest, stack_minor, validate
 from tools.harness.graph import Graph

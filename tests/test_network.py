@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from components.network import KUBELET_PORT
+from components.aws.network import KUBELET_PORT
 from tools.harness.stacks import STACKS, load_stack_settings, run_program, stack_file
 
 SECURITY_GROUP = "aws:ec2/securityGroup:SecurityGroup"

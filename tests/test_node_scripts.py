@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components import host_pins
-from components.host_scripts import render_script, script_digest
+from components.hosts import pins
+from components.hosts.rendering import render_script, script_digest
 from tests.sandbox import STUBS_DIR, Sandbox, needs_sandbox
 
 FAST = {"RETRY_BASE_SECONDS": "0.01"}
@@ -22,8 +22,8 @@ DRIVER = {
     "KERNEL_MODULES": "proprietary",
     **FAST,
 }
-RUNTIME = {**host_pins.runtime_params("24.04", "1.35", with_toolkit=True), **FAST}
-CONTROL_PLANE_RUNTIME = {**host_pins.runtime_params("24.04", "1.35", with_toolkit=False), **FAST}
+RUNTIME = {**pins.runtime_params("24.04", "1.35", with_toolkit=True), **FAST}
+CONTROL_PLANE_RUNTIME = {**pins.runtime_params("24.04", "1.35", with_toolkit=False), **FAST}
 KUBE = {"KUBERNETES_MINOR": "1.35", **FAST}
 TOKEN = "abcdef.0123456789abcdef"
 JOIN = {
@@ -146,7 +146,7 @@ def test_render_rejects_unknown_scripts_and_the_library():
     with pytest.raises(ValueError, match="unknown host script"):
         render_script("nope.sh", {})
     with pytest.raises(ValueError, match="unknown host script"):
-        render_script("../host_scripts.py", {})
+        render_script("../rendering.py", {})
     with pytest.raises(ValueError, match="library"):
         render_script("lib/common.sh", {})
 
@@ -172,16 +172,16 @@ def test_render_rejects_a_value_that_is_not_a_string(value):
 
 def test_a_program_with_a_secret_is_not_remembered(monkeypatch):
     # remote._render_later renders a program with a secret (a join token) without keeping it.
-    from components import host_scripts
+    from components.hosts import rendering
     from tools.harness.stacks import run_program
 
-    before = host_scripts._rendered.cache_info().currsize
+    before = rendering._rendered.cache_info().currsize
     render_script("join-node.sh", {"JOIN_TOKEN": "abcdef.0123456789abcdef"}, remember=False)
-    assert host_scripts._rendered.cache_info().currsize == before
+    assert rendering._rendered.cache_info().currsize == before
     remembered: list[str] = []
-    rendered = host_scripts._rendered
+    rendered = rendering._rendered
     monkeypatch.setattr(
-        host_scripts,
+        rendering,
         "_rendered",
         lambda name, items: remembered.extend(k for k, _ in items) or rendered(name, items),
     )
@@ -864,7 +864,7 @@ def test_runtime_happy_path(sandbox):
     assert result.returncode == 0, result.stderr
     assert sandbox.installed("containerd") == CONTAINERD
     for pkg in CTK_PACKAGES:
-        assert sandbox.installed(pkg) == host_pins.NVIDIA_CTK_VERSION
+        assert sandbox.installed(pkg) == pins.NVIDIA_CTK_VERSION
     assert sandbox.held() == {"containerd", *CTK_PACKAGES}
     config = tomllib.loads(sandbox.read("/etc/containerd/config.toml"))
     assert config["version"] == 3
@@ -1041,7 +1041,7 @@ def test_kube_tools_happy_path(sandbox):
 
 @needs_sandbox
 def test_kube_tools_checks_the_sandbox_image_against_kubeadms(sandbox):
-    params = {**KUBE, "SANDBOX_IMAGE": host_pins.PAUSE_IMAGES["1.35"]}
+    params = {**KUBE, "SANDBOX_IMAGE": pins.PAUSE_IMAGES["1.35"]}
     result = sandbox.run("install-kube-tools.sh", params)
     assert result.returncode == 0, result.stderr
     assert "sandbox image registry.k8s.io/pause:3.10.1 as kubeadm expects" in result.stderr

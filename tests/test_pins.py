@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from components.hosts.rendering import SCRIPTS_DIR
 from tests.test_control_plane_scripts import CNI
 from tests.test_node_scripts import RUNTIME
 from tools.harness.graph import script_params
 from tools.harness.stacks import STACKS, run_program
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPTS = ROOT / "components" / "scripts"
+SCRIPTS = SCRIPTS_DIR
 README = (ROOT / "README.md").read_text()
 
 # param -> (script, README phrase before the pin, version the script's sandbox tests use)

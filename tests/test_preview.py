@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components import steps
+from components.hosts import steps
 from tools import graph_picture, preview
 from tools.harness import mocks, stacks
 from tools.harness.graph import HOST_CHAIN, VALIDATION_CHAIN, unwrap

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from components import host_pins
-from components.host_scripts import render_script
+from components.hosts import pins
+from components.hosts.rendering import render_script
 from tests.sandbox import Sandbox, sandbox_available
 from tests.test_node_scripts import CONTAINERD
 from tools.harness.graph import unwrap
@@ -71,7 +71,7 @@ def host(tmp_path) -> Sandbox:
     sb = Sandbox(tmp_path)
     sb.write("/etc/os-release", UBUNTU_2404)
     sb.state("sleep.scale", CLOCK_SCALE)
-    sb.apt_available("containerd", CONTAINERD)  # the release pinned by components/host_pins.py
+    sb.apt_available("containerd", CONTAINERD)  # the release pinned by components/hosts/pins.py
     return sb
 
 
@@ -117,12 +117,12 @@ def test_download_failing_for_longer_than_one_retry_is_waited_out(dev_graph, hos
     program = step_program(dev_graph, f"{NODE}-runtime")
     host.state("curl.fail", 4)
     for pkg in CTK_PACKAGES:
-        host.apt_available(pkg, host_pins.NVIDIA_CTK_VERSION)
+        host.apt_available(pkg, pins.NVIDIA_CTK_VERSION)
     result = host.run_text(program)
     assert result.returncode == 0, result.stderr
     # WITH_NVIDIA_TOOLKIT is left to its default on GPU nodes: the toolkit is what this step
     # installs there (its key is the download above).
-    assert host.installed("nvidia-container-toolkit") == host_pins.NVIDIA_CTK_VERSION
+    assert host.installed("nvidia-container-toolkit") == pins.NVIDIA_CTK_VERSION
     assert len(result.called("curl")) == 5, result.commands()
     sleeps = requested_sleeps(host)
     assert len(sleeps) == 4, sleeps

@@ -1,6 +1,6 @@
 """A step's connection is resolved once per host and handed to `remote.Command` as a mapping
-(components/remote.py, `Host.connection`): the engine must receive exactly what the same settings
-as `ConnectionArgs` send (fields, defaults, secrecy, dependencies)."""
+(components/hosts/remote.py, `Host.connection`): the engine must receive exactly what the same
+settings as `ConnectionArgs` send (fields, defaults, secrecy, dependencies)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,14 @@ import pytest
 from pulumi.output import UNKNOWN
 from pulumi.runtime import rpc
 
-from components.remote import DELETE_DIAL_ATTEMPTS, DIAL_FOREVER, Host, Login, as_mapping, ssh_host
+from components.hosts.remote import (
+    DELETE_DIAL_ATTEMPTS,
+    DIAL_FOREVER,
+    Host,
+    Login,
+    as_mapping,
+    ssh_host,
+)
 from tools.harness.graph import Secret
 from tools.harness.stacks import load_stack_settings, run_program, stack_file
 

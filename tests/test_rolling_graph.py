@@ -14,7 +14,7 @@ from itertools import pairwise
 
 import pytest
 
-from components import host_pins, rolling, steps
+from components.hosts import pins, rolling, steps
 from tools import lifecycle
 from tools.harness.graph import Graph, Resource, script_params
 from tools.harness.stacks import STACKS, run_program, stack_file
@@ -140,7 +140,7 @@ def test_a_kubernetes_minor_up_upgrades_the_control_plane_first_and_rolls_every_
     after = run_program("dev", config={"kubernetesVersion": "1.36"})
     name = cluster("dev")
     running = stack_file("dev")["gpu-cluster:kubernetesVersion"]
-    sandbox_moves = host_pins.PAUSE_IMAGES[running] != host_pins.PAUSE_IMAGES["1.36"]
+    sandbox_moves = pins.PAUSE_IMAGES[running] != pins.PAUSE_IMAGES["1.36"]
     upgrade = plan.named(f"{name}-upgrade")
     assert upgrade.action is Action.RERUN, lifecycle.render(plan)
     assert script_params(after.named(f"{name}-upgrade"))["KUBERNETES_MINOR"] == "1.36"
@@ -153,7 +153,7 @@ def test_a_kubernetes_minor_up_upgrades_the_control_plane_first_and_rolls_every_
         change = plan.named(steps.DRIVER.resource_name(node))
         assert change.action is Action.UNCHANGED, f"{change.urn}: {change.action}"
         # containerd's sandbox image follows the pause image the new minor's kubeadm lists
-        # (host_pins.PAUSE_IMAGES): where it moves, the runtime step re-runs, behind the drain.
+        # (pins.PAUSE_IMAGES): where it moves, the runtime step re-runs, behind the drain.
         runtime = plan.named(steps.RUNTIME.resource_name(node))
         assert runtime.action is (Action.RERUN if sandbox_moves else Action.UNCHANGED), runtime
         assert after.depends_on(at(after, node, steps.RUNTIME), at(after, node, steps.ROLL_DRAIN))

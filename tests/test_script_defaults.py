@@ -24,13 +24,14 @@ from pathlib import Path
 
 import pytest
 
+from components.hosts.rendering import SCRIPTS_DIR
 from tests.sandbox import Sandbox, sandbox_available
 from tests.test_control_plane_scripts import FLANNEL_MANIFEST
 from tests.test_production_defaults import step_program
 from tests.test_script_inputs import header_inputs, host_steps
 from tools.harness.stacks import run_program
 
-SCRIPTS = Path(__file__).resolve().parent.parent / "components" / "scripts"
+SCRIPTS = SCRIPTS_DIR
 DEFAULT = re.compile(r"\$\{([A-Z_][A-Z0-9_]*):-([^}]+)\}")
 needs_sandbox = pytest.mark.skipif(
     not sandbox_available(), reason="needs root, unshare --mount and overlayfs"
@@ -169,7 +170,8 @@ EXERCISED = {key: f"{module}:{function}" for module, function, keys in EXERCISED
 
 
 def script_defaults() -> dict[tuple[str, str], str]:
-    """(script relative to components/scripts, NAME) -> default, of every non-empty default."""
+    """(script relative to components/hosts/scripts, NAME) -> default, of every non-empty
+    default."""
     found = {}
     for path in sorted(SCRIPTS.rglob("*.sh")):
         relative = path.relative_to(SCRIPTS).as_posix()

@@ -11,14 +11,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 
 import pytest
 
+from components.hosts.rendering import SCRIPTS_DIR
 from tools.harness.graph import unwrap
 from tools.harness.stacks import STACKS, run_program, stack_file
 
-SCRIPTS = Path(__file__).resolve().parent.parent / "components" / "scripts"
+SCRIPTS = SCRIPTS_DIR
 INPUT_LINE = re.compile(r"^#   ([A-Z][A-Z0-9_]*)\s+(.*)$")
 CONTINUATION = re.compile(r"^#\s{4,}(\S.*)$")
 REQUIRED_UNLESS = re.compile(r"required unless ([A-Z][A-Z0-9_]*)=(\S+?)\)")
@@ -70,7 +70,7 @@ def required_by_code(script: str) -> set[str]:
 
 
 def rendered_params(program: str) -> tuple[str, dict[str, str]]:
-    """(script name, NAME=value inputs) of a program rendered by components/host_scripts.py."""
+    """(script name, NAME=value inputs) of a program rendered by components/hosts/rendering.py."""
     script = program.split("\n", 2)[1].removeprefix("# ").split(",", 1)[0]
     header = program.split("# ---- inputs\n", 1)[1].split("# ---- lib/common.sh", 1)[0]
     params = {}

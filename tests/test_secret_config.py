@@ -11,8 +11,8 @@ import pytest
 from pulumi.runtime import config as runtime_config
 from pydantic_core import PydanticCustomError
 
-from components.config import ConfigError
 from components.settings import constants, fields, model, node_pool, rules, sections
+from components.settings.load import ConfigError
 from policies.gpu_cluster_policies import validators
 from tools.harness.stacks import (
     PROJECT,
@@ -29,7 +29,7 @@ def test_a_plain_private_key_is_refused_naming_the_key():
     values = {**stack_file("dev"), KEY: TEST_SECRETS["sshPrivateKey"]}
     flat, _secret_keys = engine_config(values, {})
     runtime_config.set_all_config(flat, [])  # as `pulumi config set` without --secret leaves it
-    from components.config import load_settings
+    from components.settings.load import load_settings
 
     with pytest.raises(ConfigError) as caught:
         load_settings()
@@ -45,7 +45,7 @@ def test_a_secret_key_from_the_cli_environment_is_accepted(monkeypatch):
     flat, _secret_keys = engine_config(stack_file("dev"), TEST_SECRETS)
     runtime_config.set_all_config(flat, [])
     monkeypatch.setenv("PULUMI_CONFIG_SECRET_KEYS", json.dumps([KEY]))
-    from components.config import load_settings
+    from components.settings.load import load_settings
 
     settings = load_settings()
     assert settings.ssh_private_key.get_secret_value() == TEST_SECRETS["sshPrivateKey"].strip()

@@ -14,12 +14,12 @@ from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
 from components import catalog
-from components.config import ConfigError
 from components.settings import (
     DEFAULT_DEVICE_PLUGIN_VERSION,
     ExistingControlPlane,
     ManagedControlPlane,
 )
+from components.settings.load import ConfigError
 from tools.harness.stacks import (
     MINIMAL_STACK,
     STACKS,

@@ -1,6 +1,6 @@
-"""The step table (components/steps.py) is what the program runs: every row names a real script,
-the registered graph has exactly the table's steps per node and control plane, in table order,
-each with the row's script, bound and delete hook."""
+"""The step table (components/hosts/steps.py) is what the program runs: every row names a real
+script, the registered graph has exactly the table's steps per node and control plane, in table
+order, each with the row's script, bound and delete hook."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from components import steps
-from components.host_scripts import available_scripts
+from components.hosts import steps
+from components.hosts.rendering import available_scripts
 from tools.harness.graph import script_params, unwrap
 from tools.harness.stacks import ROOT, run_program
 
@@ -24,7 +24,7 @@ def script_of(resource) -> str:
 def test_every_row_names_a_script_that_exists():
     scripts = set(available_scripts())
     for step in steps.ALL_STEPS:
-        assert step.script in scripts, f"{step.suffix}: no components/scripts/{step.script}"
+        assert step.script in scripts, f"{step.suffix}: no components/hosts/scripts/{step.script}"
         if step.delete_script is not None:
             assert step.delete_script in scripts, f"{step.suffix}: {step.delete_script} missing"
         assert step.timeout_seconds > 0, f"{step.suffix}: unbounded"

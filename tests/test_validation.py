@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from components import kubernetes_manifests as manifests
 from components.catalog import CATALOG
+from components.kube import manifests
 from components.settings import NodePool
 from tools.harness.graph import Graph, Resource
 from tools.harness.stacks import STACKS, run_program, stack_file
@@ -393,7 +393,7 @@ def test_each_validation_pod_first_checks_that_no_request_means_no_gpu(stack):
 def test_a_job_without_a_status_has_not_passed():
     """The provider may answer before the Job controller wrote a status (None, or no count):
     that is not a pass, and not a crash of the program either."""
-    from components.validation import _succeeded
+    from components.kube.validation import _succeeded
 
     assert _succeeded(None) is False
     assert _succeeded({}) is False

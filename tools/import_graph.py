@@ -3,12 +3,13 @@
 
     python -m tools.import_graph                  # DOT on stdout
     python -m tools.import_graph --out build/imports   # imports.dot, .svg and .png there
+    python -m tools.import_graph --cycles         # the import cycles, if any (exit 1)
 
 Nodes are modules, grouped by package and labelled with their line count; an edge a -> b means
-a imports b. A solid edge is an import the module runs when it is loaded; a dashed one runs only
-for type checking (`if TYPE_CHECKING:`) or inside a function (a deferred import). Only the
-program's own modules are drawn. The output is deterministic (sorted, no timestamps), so two
-revisions compare with `diff`.
+a imports b. A solid edge is an import the module runs when it is loaded; a dashed one runs
+inside a function (deferred), a dotted one only for type checking (`if TYPE_CHECKING:`). A cycle
+is one through solid and dashed edges: both run. The output is deterministic (sorted, no
+timestamps), so two revisions compare with `diff`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from tools import graph_picture
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("components", "tools")
-EAGER, DEFERRED = "eager", "deferred"
+EAGER, DEFERRED, TYPING = "eager", "deferred", "typing"
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ def _imports(tree: ast.Module) -> Iterable[tuple[ast.Import | ast.ImportFrom, st
                 yield from visit(child, DEFERRED)
             elif isinstance(child, ast.If) and _is_type_checking(child):
                 for stmt in child.body:
-                    yield from visit(ast.Module(body=[stmt], type_ignores=[]), DEFERRED)
+                    yield from visit(ast.Module(body=[stmt], type_ignores=[]), TYPING)
                 for stmt in child.orelse:
                     yield from visit(ast.Module(body=[stmt], type_ignores=[]), kind)
             else:
@@ -109,8 +110,12 @@ def _targets(node: ast.Import | ast.ImportFrom, module: Module, known: set[str])
     return found
 
 
+_RANK = {EAGER: 0, DEFERRED: 1, TYPING: 2}
+
+
 def edges(found: dict[str, Module]) -> dict[tuple[str, str], str]:
-    """(importer, imported) -> EAGER, or DEFERRED when every import of the pair is deferred."""
+    """(importer, imported) -> how the pair's imports run: EAGER when any runs at load time,
+    else DEFERRED when any runs in a function, else TYPING."""
     known = set(found)
     result: dict[tuple[str, str], str] = {}
     for module in found.values():
@@ -120,9 +125,49 @@ def edges(found: dict[str, Module]) -> dict[tuple[str, str], str]:
                 if target == module.name or module.name.startswith(f"{target}."):
                     continue  # a package's own __init__ on the way to a submodule
                 pair = (module.name, target)
-                if result.get(pair) != EAGER:
+                if pair not in result or _RANK[kind] < _RANK[result[pair]]:
                     result[pair] = kind
     return result
+
+
+def cycles(pairs: dict[tuple[str, str], str]) -> list[list[str]]:
+    """The import cycles through edges that run (EAGER and DEFERRED), each as its modules in
+    sorted order (strongly connected components of more than one module, or a self-import)."""
+    graph: dict[str, list[str]] = {}
+    for (importer, imported), kind in sorted(pairs.items()):
+        if kind != TYPING:
+            graph.setdefault(importer, []).append(imported)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:  # Tarjan's algorithm
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1 or node in graph.get(node, ()):
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
 
 
 def _quote(text: str) -> str:
@@ -146,7 +191,7 @@ def to_dot(found: dict[str, Module], pairs: dict[tuple[str, str], str]) -> str:
             lines.append(f"    {_quote(module.name)} [label={_quote(label)}];")
         lines.append("  }")
     for (importer, imported), kind in sorted(pairs.items()):
-        style = "" if kind == EAGER else " [style=dashed]"
+        style = {EAGER: "", DEFERRED: " [style=dashed]", TYPING: " [style=dotted]"}[kind]
         lines.append(f"  {_quote(importer)} -> {_quote(imported)}{style};")
     lines.append("}")
     return "\n".join(lines) + "\n"
@@ -156,8 +201,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.import_graph", description=__doc__)
     parser.add_argument("--out", type=Path, help="write imports.dot (and .svg, .png) here")
     parser.add_argument("--root", type=Path, default=ROOT, help="a checkout of the project")
+    parser.add_argument("--cycles", action="store_true", help="print the import cycles")
     args = parser.parse_args(argv)
     found = modules(args.root)
+    if args.cycles:
+        loops = cycles(edges(found))
+        for loop in loops:
+            print("cycle: " + " <-> ".join(loop))
+        print(f"{len(loops)} import cycle(s) among {len(found)} modules")
+        return 1 if loops else 0
     dot_text = to_dot(found, edges(found))
     if args.out is None:
         sys.stdout.write(dot_text)

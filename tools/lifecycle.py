@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from components import steps
+from components.hosts import steps
 from tools.harness.graph import Graph, Resource, script_params, unwrap
 from tools.harness.stacks import ROOT
 
@@ -284,7 +284,7 @@ def node_names(graph: Graph) -> list[str]:
 
 # An Instance's root volume size (aws.ec2.Instance root_block_device.volume_size).
 _ROOT_VOLUME_SIZE = "rootBlockDevice.volumeSize"
-# The runtime step's package pin, whose version names its Ubuntu release (components/host_pins.py).
+# The runtime step's package pin, whose version names its Ubuntu release (components/hosts/pins.py).
 _CONTAINERD = "CONTAINERD_VERSION"
 # The login user of a Command's connection (pulumi-command ConnectionArgs `user`).
 _NEW_USER = "connection.user"

@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("stack", help="stack name (reads Pulumi.<stack>.yaml)")
     args = parser.parse_args(argv)
-    from components.config import ConfigError
+    from components.settings.load import ConfigError
 
     try:
         print(recommended_parallelism(stack_node_count(args.stack)))

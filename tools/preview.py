@@ -34,8 +34,8 @@ from typing import Any
 
 import yaml
 
-from components.config_errors import SECRET_KEYS
-from tools import graph_picture, lifecycle
+from components.settings.errors import SECRET_KEYS
+from tools import graph_picture, lifecycle, policy_adapter
 from tools.harness import mocks, stacks
 from tools.harness.graph import Graph, Resource, Secret, unwrap
 from tools.harness.stacks import PROJECT, ROOT, STACKS
@@ -66,7 +66,7 @@ class Preview:
     stack: str
     graph: Graph
     chains: dict[str, list[Resource]]
-    policies: PolicyReport
+    policies: policy_adapter.PolicyReport
     out_dir: Path
     api: ApiReach | None = None
     artefacts: dict[str, list[Path]] = field(default_factory=dict)
@@ -112,14 +112,6 @@ def api_reachability(settings: Any, stack: str) -> ApiReach:
             f"runner labelled gpu-cluster-{stack})",
         )
     return ApiReach(False, f"public: {where}; a hosted runner reaches it")
-
-
-@dataclass
-class PolicyReport:
-    available: bool
-    passed: list[str] = field(default_factory=list)
-    violations: list[str] = field(default_factory=list)
-    note: str = ""
 
 
 # ---------------------------------------------------------------- running the program
@@ -189,15 +181,6 @@ def step_label(resource: Resource, node_name: str) -> str:
 
 
 # ---------------------------------------------------------------- policies
-
-
-def check_policies(graph: Graph) -> PolicyReport:
-    """Run the mandatory policies of the pack (policies/) over the recorded resources."""
-    try:
-        from tools import policy_adapter
-    except ImportError as exc:  # the pack's validators are not importable
-        return PolicyReport(available=False, note=f"policy pack not importable: {exc}")
-    return policy_adapter.run(graph)
 
 
 # ---------------------------------------------------------------- printing
@@ -387,7 +370,7 @@ def preview(
 ) -> Preview:
     """Record the stack's graph and write its artefacts; raises ConfigError on bad config and
     OutDirRefused for an artefact directory this tool did not create."""
-    from components.config import load_settings
+    from components.settings.load import load_settings
 
     graph = record(stack, config)
     chains = {name: chain_of(graph, name) for name in node_names(graph)}
@@ -395,7 +378,7 @@ def preview(
         stack=stack,
         graph=graph,
         chains=chains,
-        policies=check_policies(graph),
+        policies=policy_adapter.run(graph),
         out_dir=out_root / stack,
         api=api_reachability(load_settings(), stack),  # the config the program just ran with
     )
@@ -450,7 +433,7 @@ def what_will_change(stack: str, against: str, config: Mapping[str, Any] | None 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from components.config import ConfigError
+    from components.settings.load import ConfigError
 
     parser = argparse.ArgumentParser(
         prog="python -m tools.preview",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from components import steps
+from components.hosts import steps
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,9 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from components import control_plane_image, gpu_image, gpu_node, image_build, steps
+from components import gpu_node
+from components.hosts import steps
+from components.images import builder, control_plane_image, gpu_image
 from components.settings import ManagedControlPlane
 from tools import step_durations
 from tools.harness import mocks, stacks
@@ -72,7 +74,7 @@ def _longest_first(suffixes: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted(set(suffixes), key=lambda suffix: (-len(suffix), suffix)))
 
 
-# Resource-name suffixes of the host steps, from the step table (components/steps.py).
+# Resource-name suffixes of the host steps, from the step table (components/hosts/steps.py).
 NODE_STEP_SUFFIXES = _longest_first(
     [
         *(step.suffix for step in (*steps.NODE_STEPS, *steps.NODE_SIDE_STEPS)),
@@ -354,7 +356,7 @@ def _images_built_earlier(stack: str, overrides: dict[str, Any]) -> Iterator[Non
     program finds them and builds nothing (the common case; a first build is `--build-image`)."""
     settings = stacks.load_stack_settings(stack, config=overrides)
     saved = list(mocks.EXISTING_IMAGES)
-    keys: list[image_build.ImageKey] = [
+    keys: list[builder.ImageKey] = [
         gpu_image.image_key(pool, settings, gpu_node.NVIDIA_CTK_VERSION)
         for pool in settings.node_pools
     ]
@@ -363,7 +365,7 @@ def _images_built_earlier(stack: str, overrides: dict[str, Any]) -> Iterator[Non
             control_plane_image.image_key(settings.control_plane, settings.kubernetes_version)
         )
     for key in keys:
-        tags = {**key.tags(), image_build.BUILT_BY_TAG: "gpu-cluster/another-stack"}
+        tags = {**key.tags(), builder.BUILT_BY_TAG: "gpu-cluster/another-stack"}
         mocks.EXISTING_IMAGES.append((f"ami-{key.digest[:17]}", tags))
     try:
         yield

@@ -80,7 +80,7 @@ def node_ranges_in_pod_cidr(settings: Settings) -> list[Found]:
 def _addresses_in_first_subnet(pool: NodePool, zones: int) -> int:
     """A pool's private addresses in the created VPC's first subnet. Its nodes go round-robin
     over the subnets from the first, one address each; an EFA pool's nodes all go into the
-    first (a cluster placement group lives in one zone; components/fabric.py), one address per
+    first (a cluster placement group lives in one zone; components/aws/fabric.py), one address per
     `efa` interface (an `efa-only` one has none; catalog.GpuInstanceType.efa_layout)."""
     if pool.uses_efa:
         per_node = sum(1 for card in pool.gpu_type.efa_layout if card.interface_type == "efa")
@@ -205,7 +205,7 @@ _PRIVATE_BLOCKS = tuple(
 
 def existing_control_plane_reachable_from_created_vpc(settings: Settings) -> list[Found]:
     """Nodes in a VPC the stack creates reach the internet and their own VPC only (its one
-    route table: the VPC's block, then the internet gateway; components/network.py), so they
+    route table: the VPC's block, then the internet gateway; components/aws/network.py), so they
     cannot join an existing control plane at a private address."""
     cp, network = settings.control_plane, settings.network
     if not isinstance(cp, ExistingControlPlane) or not network.creates_vpc or not cp.endpoint:

@@ -133,7 +133,7 @@ class Network(Model):
             found.append(("subnetIds", self.subnet_ids, "each subnet id once"))
         if self.bastion is not None and self.creates_vpc:
             # Through a bastion the hosts are dialled on their private addresses, and SSH is
-            # open to the VPC's own block only (components/network.py): a bastion must sit in
+            # open to the VPC's own block only (components/aws/network.py): a bastion must sit in
             # the VPC or be routed into it, which a VPC this stack is about to create is not.
             found.append(
                 (

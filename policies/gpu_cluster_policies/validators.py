@@ -170,14 +170,14 @@ def check_imdsv2(resource: Resource, config: Config) -> list[str]:
     return [
         f"{_label(resource)}: metadataOptions.httpTokens is {tokens or 'unset'} (IMDSv1 allowed). "
         'Fix: set metadata_options with http_tokens="required" '
-        "(components/machines.py metadata_options())."
+        "(components/aws/machines.py metadata_options())."
     ]
 
 
 def check_volumes_encrypted(resource: Resource, config: Config) -> list[str]:
     """Root and data EBS volumes are encrypted (a volume is unencrypted unless it says so)."""
     props, label = resource.props, _label(resource)
-    fix = "Fix: set encrypted=True on it (components/machines.py root_volume())."
+    fix = "Fix: set encrypted=True on it (components/aws/machines.py root_volume())."
     found: list[str] = []
     if resource.resource_type in MACHINE_TYPES:
         if _get(props, "rootBlockDevice", "encrypted") is not True:

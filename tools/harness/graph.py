@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from components import steps
+from components.hosts import steps
 
 # The steps of every GPU node after its instance, in contract order (resource `<node>-<step>`),
 # then the validation steps when validation is enabled: from the step table.

@@ -126,7 +126,7 @@ def fleet_config(stack: str, nodes: int, pool: Mapping[str, Any] | None = None) 
 
 def load_stack_settings(stack: str = "dev", **kwargs: Any):
     """Only the loader (no program run): the validated Settings, or ConfigError."""
-    from components.config import load_settings
+    from components.settings.load import load_settings
 
     set_stack_config(stack, **kwargs)
     return load_settings()

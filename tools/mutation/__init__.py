@@ -1,7 +1,8 @@
 """Mutation score of the test suite: `python -m tools.mutation --sample 85 --bash-sample 43`.
 
 Python mutants (components/, policies/) come from cosmic-ray's operators (PyPI `cosmic-ray`);
-bash mutants (components/scripts/) from a small line mutator of our own (`tools.mutation.bash`).
+bash mutants (components/hosts/scripts/) from a small line mutator of our own
+(`tools.mutation.bash`).
 A seeded sample of mutants is run, one at a time, in a private copy of the work tree against the
 test files that exercise the mutated file (`tools.mutation.testmap`); a mutant is killed when those
 tests fail. The report gives the kill rate per file and every survivor with its diff.

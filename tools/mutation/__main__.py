@@ -1,6 +1,6 @@
 """python -m tools.mutation [--sample 85] [--bash-sample 43] [--seed 15] [--root DIR] ...
 
-Samples mutants of components/, policies/ (cosmic-ray) and components/scripts/ (our line
+Samples mutants of components/, policies/ (cosmic-ray) and components/hosts/scripts/ (our line
 mutator), runs each against the test files that can catch it, and prints the kill rate per file
 and every survivor with its diff. `--list` prints the sample without running anything.
 """

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Mutant:
-    path: str  # relative to the work tree, e.g. "components/network.py"
+    path: str  # relative to the work tree, e.g. "components/aws/network.py"
     line: int  # 1-based line of the change
     operator: str  # e.g. "core/ReplaceAndWithOr" or "bash/fatal-to-log"
     site: tuple[int, int]  # where in the file; mutants of one site are alternatives

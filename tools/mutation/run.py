@@ -23,7 +23,7 @@ from tools.mutation.testmap import NOT_BEHAVIOUR, Selection, matching_tests, nam
 
 # components/**: the settings package (components/settings/) holds most of the validation.
 PYTHON_SOURCES = ("components/**/*.py", "policies/gpu_cluster_policies/*.py")
-BASH_SOURCES = ("components/scripts/*.sh", "components/scripts/lib/*.sh")
+BASH_SOURCES = ("components/hosts/scripts/*.sh", "components/hosts/scripts/lib/*.sh")
 SKIPPED = ("__init__.py",)
 
 

@@ -1,9 +1,9 @@
 """Which test files can catch a mutant of which source file.
 
-A test file matches a source file when it names it (`components.network`, `install-runtime.sh`),
+A test file matches a source file when it names it (`components.aws.network`, `install-runtime.sh`),
 or reaches it through what it runs: the program under the harness (`tools.harness.stacks`) runs
 every module of components/; the script sandbox (`tests.sandbox`) renders with
-components/host_scripts.py and lib/common.sh. Test files that name the file come first (they
+components/hosts/rendering.py and lib/common.sh. Test files that name the file come first (they
 usually kill a mutant within seconds; pytest stops at the first failure).
 
 Left out on purpose, so a mutant counts as killed only by a test of behaviour: the linters
@@ -64,7 +64,7 @@ def _reaches(source: str, text: str) -> bool:
     uses_sandbox = "tests.sandbox" in text
     if source.startswith("components/") and source.endswith(".py") and runs_program:
         return True
-    if source in ("components/host_scripts.py", "components/scripts/lib/common.sh"):
+    if source in ("components/hosts/rendering.py", "components/hosts/scripts/lib/common.sh"):
         return uses_sandbox
     return False
 

@@ -33,7 +33,7 @@ import hashlib
 from collections.abc import Iterable
 from typing import Any
 
-from components.kubernetes_manifests import (
+from components.kube.manifests import (
     CONFIG_HASH_ANNOTATION,
     CONFIG_KEY,
     CONFIG_MOUNT_PATH,

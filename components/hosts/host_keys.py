@@ -15,7 +15,7 @@ uses `ssh.InsecureIgnoreHostKey()`.
 Machines created before the program generated host keys have no user data, and giving them some
 would stop and start them (terraform-provider-aws `internal/service/ec2/ec2_instance.go`:
 a `user_data` change runs `modifyInstanceAttributeWithStopStart`), so `userData` is ignored after
-create (components/machines.py `day_two_ignored`). Their stored `userData` tells them apart:
+create (components/aws/machines.py `day_two_ignored`). Their stored `userData` tells them apart:
 the provider stores the SHA-1 of what the machine booted with (`ec2_instance.go`, `StateFunc`:
 `userDataHashSum`), and nothing (or the SHA-1 of nothing) for a machine booted without. Such a
 machine keeps the host key it made itself: its steps pin `hostKeys.<instance id>` when the
@@ -36,7 +36,6 @@ import pulumi_tls as tls
 import yaml
 
 from components.settings import ExistingControlPlane, Settings
-from components.yaml_dumper import SAFE_DUMPER
 
 # What the provider stores as `userData` for a machine booted without user data: nothing, or the
 # SHA-1 of the empty string (ec2_instance.go treats the two as equal in its DiffSuppressFunc).
@@ -69,11 +68,7 @@ def generate(machine: str, *, parent: pulumi.Resource) -> HostKey:
     )
 
 
-# libyaml's emitter, byte for byte PyYAML's own (components/yaml_dumper.py).
-_SafeDumper = SAFE_DUMPER
-
-
-class _LiteralDumper(_SafeDumper):
+class _LiteralDumper(yaml.SafeDumper):
     """Multi-line strings (the private key) as YAML literal blocks, as cloud-init's docs show."""
 
 

@@ -1,5 +1,5 @@
 """The Kubernetes objects of the two-node NCCL check over EFA, as plain data (like
-components/kubernetes_manifests.py: pure functions, no Pulumi; tests validate the same dicts).
+components/kube/manifests.py: pure functions, no Pulumi; tests validate the same dicts).
 
 How two nodes run one `all_reduce_perf` without an operator: nccl-tests spans nodes only as an MPI
 program, and the pinned image (aws-samples awsome-distributed-training
@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.catalog import GpuInstanceType
-from components.kubernetes_manifests import (
+from components.kube.manifests import (
     GPU_EXTENDED_RESOURCE,
     MANAGED_BY,
     MAX_NAME_LENGTH,
@@ -52,8 +52,8 @@ from components.kubernetes_manifests import (
     fitted_name,
     tolerations,
 )
+from components.kube.nccl_validation import ALL_REDUCE_PERF, MESSAGE_BYTES, SHM_SIZE
 from components.labels import EFA_RESOURCE, POOL_LABEL
-from components.nccl_validation import ALL_REDUCE_PERF, MESSAGE_BYTES, SHM_SIZE
 from components.settings import Taint
 
 STAGE = "nccl-efa-all-reduce"

@@ -7,7 +7,7 @@ pull` run), so that `kubeadm init` and the CNI start without a download.
 
 The builder is the control plane's own instance type, booted from the Canonical Ubuntu AMI of its
 `osVersion`, and runs the very install steps the control plane runs, with the same parameters
-(`control_plane.install_steps`); then the shared build (components/image_build.py). Its root
+(`control_plane.install_steps`); then the shared build (components/images/builder.py). Its root
 volume is `IMAGE_ROOT_GIB`, the smallest `rootVolumeGiB` the settings accept: an instance's root
 volume may not be smaller than its AMI's snapshot (EC2 refuses the launch with
 InvalidBlockDeviceMapping), and a larger one is grown at boot (cloud-init growpart and resizefs,
@@ -24,8 +24,9 @@ from dataclasses import dataclass
 
 import pulumi
 
-from components import host_pins, steps
-from components.image_build import (
+from components.aws.network import Network
+from components.hosts import pins, steps
+from components.images.builder import (
     ARCHITECTURE,
     BUILD_SCRIPTS,
     Build,
@@ -35,7 +36,6 @@ from components.image_build import (
     build_image,
     existing_image,
 )
-from components.network import Network
 from components.settings import ManagedControlPlane, Settings
 
 # The image's root volume: the smallest controlPlane.rootVolumeGiB (settings), so that every
@@ -74,11 +74,11 @@ def install_steps(config: ManagedControlPlane, minor: str) -> tuple[InstallStep,
         InstallStep(steps.CP_WAIT_READY, {}),
         InstallStep(
             steps.CP_RUNTIME,
-            host_pins.runtime_params(config.os_version, minor, with_toolkit=False),
+            pins.runtime_params(config.os_version, minor, with_toolkit=False),
         ),
         InstallStep(
             steps.CP_KUBE_TOOLS,
-            {"KUBERNETES_MINOR": minor, "SANDBOX_IMAGE": host_pins.PAUSE_IMAGES[minor]},
+            {"KUBERNETES_MINOR": minor, "SANDBOX_IMAGE": pins.PAUSE_IMAGES[minor]},
         ),
     )
 
@@ -87,10 +87,10 @@ def image_key(config: ManagedControlPlane, kubernetes_minor: str) -> ControlPlan
     return ControlPlaneImageKey(
         ubuntu=config.os_version,
         architecture=ARCHITECTURE,
-        containerd=host_pins.CONTAINERD_VERSIONS[config.os_version],
-        sandbox_image=host_pins.PAUSE_IMAGES[kubernetes_minor],
+        containerd=pins.CONTAINERD_VERSIONS[config.os_version],
+        sandbox_image=pins.PAUSE_IMAGES[kubernetes_minor],
         kubernetes_minor=kubernetes_minor,
-        images=host_pins.FLANNEL_IMAGES,
+        images=pins.FLANNEL_IMAGES,
     )
 
 

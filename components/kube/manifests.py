@@ -23,7 +23,6 @@ import yaml
 
 from components.labels import GPU_PRESENT_LABEL
 from components.settings import DevicePlugin, Taint
-from components.yaml_dumper import SAFE_DUMPER
 
 DEVICE_PLUGIN_NAMESPACE = "nvidia-device-plugin"
 DEVICE_PLUGIN_NAME = "nvidia-device-plugin"  # the DaemonSet: `kubectl -n ... logs ds/<this>`
@@ -39,8 +38,6 @@ VALIDATION_CONTAINER = "cuda-validation"
 # point their ENTRYPOINT at this symlink; the vectoradd tag runs vectorAdd.
 CUDA_SAMPLE_BINARY = "/cuda-samples/sample"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "gpu-cluster"}
-# libyaml's emitter, byte for byte PyYAML's own (components/yaml_dumper.py).
-_SafeDumper = SAFE_DUMPER
 # How the plugin passes a container's GPUs to the runtime (k8s-device-plugin README:
 # envvar | volume-mounts | cdi-annotations | cdi-cri). Not `envvar`: the runtime would have to
 # trust NVIDIA_VISIBLE_DEVICES, which any pod can set.
@@ -55,7 +52,8 @@ CONFIG_HASH_ANNOTATION = "gpu-cluster.io/config-sha256"
 # Set on the validation pod template to the id of the node's capacity check: when the node's
 # chain re-runs (new instance, new driver), the Job is replaced and validates the node again.
 CAPACITY_CHECK_ANNOTATION = "gpu-cluster.io/capacity-check"
-# The digest of the node's disruptive steps (components/rolling.py): a new one re-runs the Job.
+# The digest of the node's disruptive steps (components/hosts/rolling.py): a new one re-runs
+# the Job.
 NODE_CHANGE_ANNOTATION = "gpu-cluster.io/node-change"
 # The validation Job re-validates a node that a roll keeps cordoned until it passes. The
 # scheduler places a pod on an unschedulable Node only when the pod tolerates this taint
@@ -180,7 +178,7 @@ def device_plugin_config(settings: DevicePlugin) -> str:
                 "resources": [{"name": GPU_EXTENDED_RESOURCE, "replicas": replicas}],
             }
         }
-    return yaml.dump(config, Dumper=_SafeDumper, sort_keys=True)
+    return yaml.safe_dump(config, sort_keys=True)
 
 
 def device_plugin_config_map_data(settings: DevicePlugin) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """What the host scripts install, pinned in one place, with where each pin comes from.
 
-Each pin travels to the hosts as a script parameter (components/host_scripts.py), so changing
+Each pin travels to the hosts as a script parameter (components/hosts/rendering.py), so changing
 one re-runs the step that installs it and nothing else.
 """
 
@@ -63,7 +63,8 @@ FLANNEL_IMAGES = (
 
 
 # The EFA installer's own bound: under the `efa` step's 30-minute host-side bound
-# (components/steps.py EFA), so a hung installer is reported as the installer, not as the step.
+# (components/hosts/steps.py EFA), so a hung installer is reported as the installer, not as
+# the step.
 EFA_INSTALLER_TIMEOUT_SECONDS = 25 * 60
 
 

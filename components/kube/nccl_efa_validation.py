@@ -11,7 +11,7 @@ NCCL must have used aws-ofi-nccl with libfabric's efa provider (not TCP sockets)
 A failure names the pool, both nodes, the stage and where to look, also as the launcher pod's
 termination message (`kubectl -n gpu-validation describe pod -l
 gpu-cluster.io/nccl-efa-check=<job>`). How the two pods launch without an operator (MPI over SSH
-between the pods of one Indexed Job) is in components/nccl_efa_manifests.py.
+between the pods of one Indexed Job) is in components/kube/nccl_efa_manifests.py.
 
 Children: `-ssh-client-key` and `-ssh-host-key` (pulumi-tls ED25519 keys: the launcher's login
 key and the second pod's sshd host key; the private halves are secret outputs and reach the
@@ -32,18 +32,18 @@ import pulumi
 import pulumi_kubernetes as k8s
 import pulumi_tls as tls
 
-from components import kubernetes_manifests as manifests
-from components import nccl_efa_manifests as efa
 from components.catalog import GpuInstanceType
+from components.kube import manifests
+from components.kube import nccl_efa_manifests as efa
 from components.labels import POOL_LABEL
 from components.settings import Settings, Taint
 
 if TYPE_CHECKING:
     from components.control_plane import ControlPlane
-    from components.device_plugin import NvidiaDevicePlugin
     from components.gpu_node import GpuNode, GpuNodePool
-    from components.nccl_validation import NcclValidation
-    from components.validation import GpuValidation
+    from components.kube.device_plugin import NvidiaDevicePlugin
+    from components.kube.nccl_validation import NcclValidation
+    from components.kube.validation import GpuValidation
 
 # Beyond activeDeadlineSeconds: the Job controller marks the Job Failed, then the await sees it.
 JOB_AWAIT_MARGIN_SECONDS = 120

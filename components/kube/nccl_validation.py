@@ -23,14 +23,14 @@ from typing import TYPE_CHECKING, Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import kubernetes_manifests as manifests
 from components.catalog import NVLINK_FAMILIES, GpuInstanceType
+from components.kube import manifests
 from components.settings import Settings, Taint
 
 if TYPE_CHECKING:
     from components.control_plane import ControlPlane
     from components.gpu_node import GpuNode
-    from components.validation import GpuValidation
+    from components.kube.validation import GpuValidation
 
 # Where the nccl-tests binaries live in the image (aws-samples awsome-distributed-training
 # builds nccl-tests into /opt/nccl-tests/build).

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import kubernetes_manifests as manifests
+from components.kube import manifests
 from components.settings import DevicePlugin, Taint
 
 

@@ -15,8 +15,8 @@ from typing import Any
 import pulumi
 from pydantic import ValidationError
 
-from components.config_errors import SECRET_KEYS, Problem, aliases, problems_of, show, unknown_key
 from components.settings import PROJECT, Settings
+from components.settings.errors import SECRET_KEYS, Problem, aliases, problems_of, show, unknown_key
 from components.settings.fields import ZONE_NAME
 
 OBJECT_KEYS = frozenset(

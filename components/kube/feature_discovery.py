@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import feature_discovery_manifests as manifests
-from components.kubernetes_manifests import MANAGED_BY
+from components.kube import feature_discovery_manifests as manifests
+from components.kube.manifests import MANAGED_BY
 from components.settings import DevicePlugin, Taint
 
 

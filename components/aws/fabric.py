@@ -18,9 +18,9 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
+from components.aws.network import Network
 from components.catalog import GpuInstanceType
 from components.labels import POOL_LABEL
-from components.network import Network
 from components.settings import NodePool
 
 
@@ -135,7 +135,7 @@ def efa_launch_args(
 @dataclass(frozen=True)
 class EfaPlacement:
     """Where an EFA node sits: its pool's placement group and its own EFA interfaces, which
-    carry its subnet and security groups (components/machines.py reads `launch_args()`)."""
+    carry its subnet and security groups (components/aws/machines.py reads `launch_args()`)."""
 
     fabric: EfaFabric
     interfaces: Sequence[aws.ec2.NetworkInterface]

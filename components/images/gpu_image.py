@@ -5,7 +5,7 @@ One image per distinct `GpuImageKey` (Ubuntu release, architecture, driver branc
 module type, fabric manager, NVIDIA Container Toolkit, kubelet minor, pre-pulled container
 images) and install-script contents: pools that share a key share the image. The builder runs
 the very scripts a stock node runs, with the same parameters, then pulls the images, prepares,
-snapshots and powers off (components/image_build.py, shared with the control plane's image): no
+snapshots and powers off (components/images/builder.py, shared with the control plane's image): no
 GPU instance keeps running.
 
 The AMI carries its key as tags (`gpu-cluster.io/image` = the digest, one tag per field) and is
@@ -25,9 +25,10 @@ from dataclasses import dataclass
 
 import pulumi
 
-from components import steps
-from components.host_pins import FLANNEL_IMAGES
-from components.image_build import (
+from components.aws.network import Network
+from components.hosts import steps
+from components.hosts.pins import FLANNEL_IMAGES
+from components.images.builder import (
     ARCHITECTURE,
     BUILD_SCRIPTS,
     Build,
@@ -37,8 +38,7 @@ from components.image_build import (
     build_image,
     existing_image,
 )
-from components.kubernetes_manifests import device_plugin_image
-from components.network import Network
+from components.kube.manifests import device_plugin_image
 from components.settings import ManagedControlPlane, NodePool, Settings
 
 # The scripts whose work an image holds; a change to one of them is a new image.

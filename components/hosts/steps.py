@@ -188,7 +188,7 @@ NODE_LABELS = Step(
 NODE_SIDE_STEPS: tuple[Step, ...] = (AUTHORIZED_KEYS, NODE_LABELS)
 
 # The steps that make a booted Ubuntu a GPU host, in chain order: every node of a stock pool runs
-# them; a baked image holds their work (components/gpu_image.py) and its nodes only verify.
+# them; a baked image holds their work (components/images/gpu_image.py) and its nodes only verify.
 INSTALL_STEPS: tuple[Step, ...] = (WAIT_READY, NOUVEAU, DRIVER, RUNTIME, KUBE_TOOLS)
 
 NODE_STEPS: tuple[Step, ...] = (

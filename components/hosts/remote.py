@@ -7,8 +7,9 @@ own rules, which this module is built around:
 
 - `triggers` is the only input that replaces a Command (`provider/pkg/provider/common/inputs.go`:
   `Triggers ... provider:"replaceOnChanges"`). A step's triggers hold its identity only (the
-  host's instance id; for the join also the cluster endpoint and CA hash; components/steps.py), so
-  a script or parameter change never replaces a step nor cascades into the steps after it.
+  host's instance id; for the join also the cluster endpoint and CA hash;
+  components/hosts/steps.py), so a script or parameter change never replaces a step nor
+  cascades into the steps after it.
 - Any other changed input (`stdin`, `connection`) is an update, and `Update` runs `update`, or
   `create` when `update` is unset (`provider/pkg/provider/remote/commandController.go`). Every
   step sets `update` explicitly: the same bounded `bash -s` (the scripts are idempotent), or a
@@ -22,7 +23,7 @@ own rules, which this module is built around:
 - `host_key` pins the server's key (`connection.go`, `SSHConfig`: `ssh.ParseAuthorizedKey` of
   an authorized_keys line, then `ssh.FixedHostKey` and only that key's algorithm offered); a
   connection without it accepts any key (`ssh.InsecureIgnoreHostKey()`). Machines of the stack
-  pass the key they booted with (components/host_keys.py); the bastion and an existing control
+  pass the key they booted with (components/hosts/host_keys.py); the bastion and an existing control
   plane pass `network.bastion.hostKey` / `controlPlane.hostKey`. A wrong key fails every dial
   ("ssh: host key mismatch") until the step's timeout.
 - `Delete` runs the `delete` of the *stored* state with the stored connection and fails when the
@@ -42,9 +43,9 @@ import pulumi
 import pulumi_command as command
 from pydantic import SecretStr
 
-from components.host_scripts import render_script
+from components.hosts.rendering import render_script
+from components.hosts.steps import Identity, OnUpdate, Step
 from components.settings import Bastion, Settings, Ssh
-from components.steps import Identity, OnUpdate, Step
 
 # Fresh GPU instances can take minutes before sshd answers; a step without a delete hook keeps
 # dialling until its own timeout (custom_timeouts) ends the wait.
@@ -246,7 +247,7 @@ def run_step(
     timeout_seconds: int | None = None,
     deleted_with: pulumi.Resource | None = None,
 ) -> command.remote.Command:
-    """The `remote.Command` of one row of the step table (components/steps.py), named
+    """The `remote.Command` of one row of the step table (components/hosts/steps.py), named
     `<owner>-<suffix>`, run on `host`, chained `after` (ordering only, not identity).
 
     `identity` gives the values of the row's identity (Identity.HOST defaults to the host's own;

@@ -1,7 +1,7 @@
 # shellcheck shell=bash
-# Shared helpers for the node scripts in components/scripts/.
+# Shared helpers for the node scripts in components/hosts/scripts/.
 #
-# Functions only: components/host_scripts.py renders each script as one program
+# Functions only: components/hosts/rendering.py renders each script as one program
 # (inputs, then this file, then the script body) that runs with `sudo bash -s`.
 # A script run from a checkout sources this file itself.
 #

@@ -2,7 +2,7 @@
 only after the node was taken out, and at most `nodePools[].maxUnavailable` nodes of a pool are
 out at once, with no edge between nodes in the graph.
 
-Per node, in its own chain (components/steps.py NODE_STEPS): `<node>-roll-drain` (control
+Per node, in its own chain (components/hosts/steps.py NODE_STEPS): `<node>-roll-drain` (control
 plane) before the first disruptive step, the disruptive steps, the join, `<node>-node-ready`,
 the node's checks (`<node>-gpu-capacity`, the validation Job), then `<node>-uncordon` (control
 plane).
@@ -26,7 +26,7 @@ import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from components import steps
+from components.hosts import steps
 from components.settings import NodePool
 
 # Bound on one drain (PodDisruptionBudgets may hold evictions; GPU jobs may stop slowly).

@@ -80,7 +80,7 @@ def key_pair(
     )
 
 
-# The instance input that carries the generated host key (components/host_keys.py).
+# The instance input that carries the generated host key (components/hosts/host_keys.py).
 USER_DATA = "userData"
 # Instance outputs that hold a secret: the provider stores the SHA-1 of the user data, which
 # holds the private host key.
@@ -96,8 +96,8 @@ def day_two_ignored(*, ami_pinned: bool) -> list[str]:
     - `keyName`: the key pair is auto-named, and a new `ssh.publicKey` replaces it under a new
       name (ec2_key_pair.go: `public_key` is ForceNew). The key reaches running machines through
       their `authorized-keys` step instead; new machines boot with the new pair.
-    - `userData`: the host key a machine booted with (components/host_keys.py) is read once, at
-      first boot; a machine created before it existed is not stopped to receive it."""
+    - `userData`: the host key a machine booted with (components/hosts/host_keys.py) is read
+      once, at first boot; a machine created before it existed is not stopped to receive it."""
     ignored = ["keyName", USER_DATA]
     return ignored if ami_pinned else ["ami", *ignored]
 
@@ -198,7 +198,7 @@ class Placement:
 
 class Placing(Protocol):
     """What `machine` reads of a placement: the Instance inputs that put it in the network
-    (`Placement`; an EFA node's interfaces and placement group, components/fabric.py)."""
+    (`Placement`; an EFA node's interfaces and placement group, components/aws/fabric.py)."""
 
     def launch_args(self) -> dict[str, Any]: ...
 
@@ -217,7 +217,7 @@ class MachineArgs:
     root_volume_gib: int
     tags: Mapping[str, str]
     # Secret: the cloud-config that installs the machine's generated SSH host key
-    # (components/host_keys.py). Read at first boot only; ignored by a later `up`.
+    # (components/hosts/host_keys.py). Read at first boot only; ignored by a later `up`.
     user_data: pulumi.Input[str] | None = None
     tag_root_volume: bool = False
     metadata_hop_limit: int = 1
@@ -225,7 +225,7 @@ class MachineArgs:
     one_shot: bool = False
     protect: bool | None = None
     # Inputs that apply at launch only (a capacity reservation and its market,
-    # components/fabric.py), and the names a later `up` must then leave alone.
+    # components/aws/fabric.py), and the names a later `up` must then leave alone.
     launch_only: Mapping[str, Any] = field(default_factory=dict)
     launch_only_inputs: Sequence[str] = ()
     # A replacement (a planned one: amiId, market, efa) terminates the machine before it

@@ -1,4 +1,4 @@
-"""Render the node scripts in components/scripts/ into programs for `sudo bash -s`.
+"""Render the node scripts in components/hosts/scripts/ into programs for `sudo bash -s`.
 
 Each rendered program is self-contained: the inputs as shell assignments, then the shared
 library (lib/common.sh), then the script body. It travels on stdin, so inputs never go through
@@ -124,6 +124,8 @@ def _render(name: str, params: Mapping[str, str]) -> str:
     return "".join(
         [
             "#!/usr/bin/env bash\n",
+            # The header names the renderer by its first path: what the stacks sent stays the
+            # same bytes, so the move of this module re-ran no step.
             f"# {name}, rendered by components/host_scripts.py; runs as `sudo bash -s`.\n",
             "set +x  # the inputs may hold a secret: keep them out of any trace\n",
             "# ---- inputs\n",

@@ -35,15 +35,15 @@ from typing import TYPE_CHECKING
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import kubernetes_manifests as manifests
-from components import steps
-from components.remote import Host, run_step
+from components.hosts import steps
+from components.hosts.remote import Host, run_step
+from components.kube import manifests
 from components.settings import Settings, Taint, Validation
 
 if TYPE_CHECKING:
     from components.control_plane import ControlPlane
-    from components.device_plugin import NvidiaDevicePlugin
     from components.gpu_node import GpuNode
+    from components.kube.device_plugin import NvidiaDevicePlugin
 
 # Beyond the script's own bound: SSH dial and kubectl start-up on the control plane.
 CAPACITY_STEP_MARGIN_SECONDS = 120
@@ -64,7 +64,7 @@ class GpuValidationArgs:
 
     node_name: str
     node_instance_id: pulumi.Input[str]
-    node_change: str  # digest of the node's pinned versions (components/rolling.py)
+    node_change: str  # digest of the node's pinned versions (components/hosts/rolling.py)
     gpu_count: int
     taints: tuple[Taint, ...]
     node_ready: pulumi.Resource
@@ -131,7 +131,7 @@ class GpuValidation(pulumi.ComponentResource):
                 "TIMEOUT_SECONDS": str(timeout),
                 "DEVICE_PLUGIN_NAMESPACE": manifests.DEVICE_PLUGIN_NAMESPACE,
                 "DEVICE_PLUGIN_NAME": manifests.DEVICE_PLUGIN_NAME,
-                # A disruptive change of the node re-runs the check (components/rolling.py).
+                # A disruptive change of the node re-runs the check (components/hosts/rolling.py).
                 "CHANGE": args.node_change,
             },
             identity={

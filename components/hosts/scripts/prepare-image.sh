@@ -14,7 +14,7 @@
 # builder keeps running. A clone never serves them: cloud-init's ssh module runs before sshd
 # starts (cloud-init.service: Before=sshd.service), deletes every /etc/ssh/ssh_host_*key*
 # (`ssh_deletekeys`, set in every machine's user data) and installs the clone's own generated key
-# (components/host_keys.py). The login key of the stack that builds the image stays out of it:
+# (components/hosts/host_keys.py). The login key of the stack that builds the image stays out of it:
 # images are shared by every stack of the account, and a clone would otherwise accept the
 # builder's key until its own authorized-keys step rewrites the file. The file is emptied on
 # disk and its content served from memory (a copy on a tmpfs, bind-mounted over it), so the

@@ -25,16 +25,17 @@ from typing import Any, ClassVar
 import pulumi
 import pulumi_aws as aws
 
-from components import host_keys, machines, steps
-from components.host_scripts import stripped_script
-from components.network import Network
-from components.remote import Login, run_step, ssh_host
+from components.aws import machines
+from components.aws.network import Network
+from components.hosts import host_keys, steps
+from components.hosts.remote import Login, run_step, ssh_host
+from components.hosts.rendering import stripped_script
+from components.hosts.steps import Step
 from components.settings import Settings
-from components.steps import Step
 
 IMAGE_TAG = "gpu-cluster.io/image"
 BUILT_BY_TAG = "gpu-cluster.io/built-by"
-ARCHITECTURE = "x86_64"  # the Canonical images the program looks up (components/machines.py)
+ARCHITECTURE = "x86_64"  # the Canonical images the program looks up (components/aws/machines.py)
 # The scripts every image runs besides its install steps.
 BUILD_SCRIPTS = (steps.IMAGE_PULL.script, steps.IMAGE_PREPARE.script, "lib/common.sh")
 

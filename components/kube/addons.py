@@ -8,7 +8,7 @@
 Like the device plugin they depend on the Kubernetes provider and the add-on namespace only,
 never on a GPU node: each node gets its pods as it joins with the labels the DaemonSets select.
 They share the device plugin's namespace, whose Pod Security level is already `privileged`
-(both need host paths). The manifests are in components/addon_manifests.py.
+(both need host paths). The manifests are in components/kube/addon_manifests.py.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import addon_manifests as manifests
-from components.kubernetes_manifests import MANAGED_BY
+from components.kube import addon_manifests as manifests
+from components.kube.manifests import MANAGED_BY
 from components.settings import DcgmExporter, Taint
 
 

@@ -1,7 +1,7 @@
 """The Kubernetes objects of the GPU node add-ons, as plain data: the AWS EFA device plugin and
 the NVIDIA DCGM exporter (with its Service and, optionally, a Prometheus operator ServiceMonitor).
 
-Pure functions, no Pulumi, like components/kubernetes_manifests.py: the components pass these
+Pure functions, no Pulumi, like components/kube/manifests.py: the components pass these
 dicts to typed pulumi-kubernetes resources, and tests validate the same data against the
 Kubernetes JSON schemas.
 
@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from components.kubernetes_manifests import daemon_set_spec, tolerations
+from components.kube.manifests import daemon_set_spec, tolerations
 from components.labels import EFA_LABEL, GPU_PRESENT_LABEL
 from components.settings import DcgmExporter, Taint
 

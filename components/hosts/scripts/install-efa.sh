@@ -6,7 +6,7 @@
 # containers (EFA registers the buffers NCCL sends from).
 #
 # Inputs:
-#   EFA_INSTALLER_VERSION  the installer release, e.g. 1.43.2 (components/host_pins.py says what
+#   EFA_INSTALLER_VERSION  the installer release, e.g. 1.43.2 (components/hosts/pins.py says what
 #                          it carries) (required)
 #   EFA_INTERFACES         how many EFA devices the instance must show (the catalog's count)
 #                          (required)

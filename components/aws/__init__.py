@@ -1,0 +1,1 @@
+"""AWS resources: the network, the machines, EFA fabric."""

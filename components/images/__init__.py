@@ -1,0 +1,1 @@
+"""Baked machine images: the builder and the GPU and control-plane images."""

@@ -1,0 +1,1 @@
+"""The Kubernetes side: manifests, the device plugin, add-ons, feature discovery, checks."""
