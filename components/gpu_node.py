@@ -1,18 +1,11 @@
 """GPU node pools: EC2 GPU instances bootstrapped over SSH, step by step, into joined Nodes.
 
-Per node the chain is strict: the EC2 instance `<node>`, then one `remote.Command` per row of
-the step table's node chain (`components/hosts/steps.py` NODE_STEPS, in that order), each named
-`<node>-<suffix>`, some of them run on the control plane; `<node>-uncordon` (control plane) comes
-last, after the node's validation. A disruptive change on a joined node rolls between roll-drain
-and uncordon (components/hosts/rolling.py).
-
-Nodes never wait on each other, so the time to a joined node does not grow with the pool size.
-The steps come from the step table (components/hosts/steps.py). Teardown: the control plane
-drains and deletes the Node (`<node>-node-ready`'s delete, without eviction when the Node is
-not Ready), then the instance terminates; nothing dials the node on delete, so a dead machine
-never blocks.
-A step is replaced only when its identity changes (the instance id; for the join also the
-cluster); changing a pool's driver branch is an update that re-runs that pool's driver step, rolled.
+Each GpuNode builds its rows of the step table (components/hosts/steps.py, Part.NODE) in table
+order, each after the rows it follows: a new step is a new row plus its script. Nodes never wait
+on each other, so the time to a joined node does not grow with the pool size. A step is replaced
+only when its identity changes (docs/decisions/ on day two); a disruptive change rolls
+(components/hosts/rolling.py). On delete the control plane drains and deletes the Node, then the
+instance terminates; nothing dials the node on delete, so a dead machine never blocks.
 """
 
 from __future__ import annotations
@@ -29,6 +22,7 @@ from components.aws import fabric, machines
 from components.aws.network import KUBELET_PORT, Network, tcp_port_rule
 from components.catalog import GpuInstanceType
 from components.hosts import host_keys, pins, rolling, steps
+from components.hosts.join_tokens import JoinCredentials
 from components.hosts.remote import Host, Login, run_step, ssh_host
 from components.images.builder import InstallStep
 from components.labels import EFA_LABEL, GPU_PRESENT_LABEL, POOL_LABEL
@@ -197,6 +191,17 @@ class NodeChain:
     change: str
 
 
+@dataclass(frozen=True)
+class _ChainContext:
+    """What the node's rows are built with: its args, each node step's parameters by suffix,
+    the roll's `change` digest and timing."""
+
+    args: GpuNodeArgs
+    params: Mapping[str, Mapping[str, str]]
+    change: str
+    timing: rolling.RollTiming
+
+
 class GpuNode(pulumi.ComponentResource):
     """One GPU instance and its bootstrap chain, ending in a Ready Node named `node_name`.
 
@@ -218,6 +223,7 @@ class GpuNode(pulumi.ComponentResource):
     node_ready: command.remote.Command
     change: str  # digest of the disruptive steps' programs (components/hosts/rolling.py)
     uncordon: command.remote.Command
+    _credentials: JoinCredentials  # the join token step's, once built
 
     def __init__(self, name: str, args: GpuNodeArgs, opts: pulumi.ResourceOptions | None = None):
         # `name` is the node's (its Kubernetes Node, its steps); the component is `<name>-node`.
@@ -299,117 +305,118 @@ class GpuNode(pulumi.ComponentResource):
         )
 
     def _bootstrap(self, args: GpuNodeArgs) -> NodeChain:
-        name, pool, control_plane = self.node_name, self.pool, args.control_plane
-        minor = args.kubernetes_version
-
-        def step(row: steps.Step, after: pulumi.Resource, **params: str):
-            return run_step(row, name, host=self.host, params=params, after=[after], parent=self)
-
-        disruptive = {
-            install.step.suffix: install.params
-            for install in install_steps(pool, minor)
-            if install.step.disruptive
-        }
+        """The node's rows of the step table (Part.NODE), in table order, each after the rows
+        it follows; `_step` says how each row runs."""
+        pool, minor = self.pool, args.kubernetes_version
+        installs = {install.step.suffix: install.params for install in install_steps(pool, minor)}
+        disruptive = {s: p for s, p in installs.items() if steps.node_step(s).disruptive}
         disruptive[steps.KUBE_UPGRADE.suffix] = {"KUBERNETES_MINOR": minor}
         programs = rolling.disruptive_programs(disruptive)
         if pool.uses_efa:
             # Only EFA pools carry it: the digest of every other node stays what it was.
             programs[steps.EFA.script] = pins.efa_params(pool.gpu_type.efa_interfaces)
-        change = rolling.change_digest(programs)
-        timing = rolling.roll_timing(validation_seconds=args.validation_timeout_seconds)
-        kube_tools: pulumi.Resource = self.instance
-        drained = False
-        for install in install_steps(pool, minor):
-            if install.step.disruptive and not drained:
-                drained = True
-                # Before the first disruptive step (nouveau may reboot into a new kernel for a
-                # new driver): the roll takes the node out (if joined).
-                kube_tools = run_step(
-                    steps.ROLL_DRAIN,
-                    name,
-                    host=control_plane.host,
-                    params=rolling.drain_params(name, pool, timing, change),
-                    identity={steps.Identity.HOST: self.instance.id},
-                    after=[kube_tools],
-                    parent=self,
-                    timeout_seconds=timing.drain_step_seconds,
-                )
-            if install.step is steps.KUBE_TOOLS:
-                # The control plane moves to a new minor first (or, existing, is checked): no
-                # kubelet of this node is ever newer than the API server.
-                kube_tools = run_step(
-                    steps.KUBE_UPGRADE,
-                    name,
-                    host=self.host,
-                    params=disruptive[steps.KUBE_UPGRADE.suffix],
-                    after=[kube_tools, control_plane.kubelet_gate],
-                    parent=self,
-                )
-            kube_tools = step(install.step, kube_tools, **install.params)
-            if install.step is steps.WAIT_READY:
-                run_step(
-                    steps.AUTHORIZED_KEYS,
-                    name,
-                    host=self.host,
-                    params={
-                        "SSH_USER": args.login.ssh.user,
-                        "AUTHORIZED_KEYS": machines.authorized_keys(
-                            args.login.ssh.public_key, args.login.private_key
-                        ),
-                    },
-                    after=[kube_tools],
-                    parent=self,
-                )
-        if pool.uses_efa:
-            kube_tools = step(
-                steps.EFA, kube_tools, **pins.efa_params(pool.gpu_type.efa_interfaces)
-            )
-        join_params = {
-            "NODE_NAME": name,
-            "KUBERNETES_MINOR": minor,
-            "NODE_LABELS": node_labels(pool),
-            "NODE_TAINTS": node_taints(pool),
-        }
-        credentials = control_plane.join_credentials(
-            name,
-            parent=self,
-            after=[kube_tools],
-            node_id=self.instance.id,
-            node_ip=self.instance.private_ip,
-        )
-        join = run_step(
-            steps.JOIN,
-            name,
-            host=self.host,
+        context = _ChainContext(
+            args=args,
             params={
-                **join_params,
-                "API_ENDPOINT": credentials.endpoint,
-                "CA_CERT_HASH": credentials.ca_cert_hash,
+                **installs,
+                steps.KUBE_UPGRADE.suffix: disruptive[steps.KUBE_UPGRADE.suffix],
+                steps.EFA.suffix: pins.efa_params(pool.gpu_type.efa_interfaces),
             },
-            secret_params={"JOIN_TOKEN": credentials.token},
-            identity={
-                steps.Identity.ENDPOINT: credentials.endpoint,
-                steps.Identity.CA_HASH: credentials.ca_cert_hash,
-            },
-            after=[credentials.step],
-            parent=self,
+            change=rolling.change_digest(programs),
+            timing=rolling.roll_timing(validation_seconds=args.validation_timeout_seconds),
         )
-        node_ready = control_plane.register_node(
-            name,
-            node_id=self.instance.id,
-            token_id=credentials.token_id,
-            parent=self,
-            after=[join],
+        registered = steps.node_rows(efa=pool.uses_efa, validation=True)
+        built: dict[str, pulumi.Resource] = {steps.INSTANCE: self.instance}
+        for row in steps.node_rows(efa=pool.uses_efa, validation=True, part=steps.Part.NODE):
+            after = [built[name] for name in steps.follows(row, registered)]
+            built[row.suffix] = self._step(row, after, context)
+        return NodeChain(
+            join=built[steps.JOIN.suffix],
+            node_ready=built[steps.NODE_READY.suffix],
+            change=context.change,
         )
-        control_plane.reconcile_labels(
-            name,
-            node_id=self.instance.id,
-            labels=join_params["NODE_LABELS"],
-            taints=join_params["NODE_TAINTS"],
-            parent=self,
-            after=[node_ready],
-        )
-        return NodeChain(join=join, node_ready=node_ready, change=change)
+
+    def _step(
+        self, row: steps.Step, after: list[pulumi.Resource], context: _ChainContext
+    ) -> pulumi.Resource:
+        """One node row of the step table as a resource: on the node, or on the control plane
+        about this node (its instance id, and for cluster-bound rows the endpoint, as identity)."""
+        args, name, pool = context.args, self.node_name, self.pool
+        control_plane = args.control_plane
+        about_node = {steps.Identity.HOST: self.instance.id}
+        if row is steps.ROLL_DRAIN:
+            return run_step(
+                row,
+                name,
+                host=control_plane.host,
+                params=rolling.drain_params(name, pool, context.timing, context.change),
+                identity=about_node,
+                after=after,
+                parent=self,
+                timeout_seconds=context.timing.drain_step_seconds,
+            )
+        if row is steps.KUBE_UPGRADE:
+            # The control plane moves to a new minor first (or, existing, is checked): no
+            # kubelet of this node is ever newer than the API server.
+            after = [*after, control_plane.kubelet_gate]
+        if row is steps.AUTHORIZED_KEYS:
+            params = {
+                "SSH_USER": args.login.ssh.user,
+                "AUTHORIZED_KEYS": machines.authorized_keys(
+                    args.login.ssh.public_key, args.login.private_key
+                ),
+            }
+            return run_step(row, name, host=self.host, params=params, after=after, parent=self)
+        if row is steps.JOIN_TOKEN:
+            self._credentials = control_plane.join_credentials(
+                name,
+                parent=self,
+                after=after,
+                node_id=self.instance.id,
+                node_ip=self.instance.private_ip,
+            )
+            return self._credentials.step
+        if row is steps.JOIN:
+            credentials = self._credentials
+            return run_step(
+                row,
+                name,
+                host=self.host,
+                params={
+                    **join_params(name, pool, args.kubernetes_version),
+                    "API_ENDPOINT": credentials.endpoint,
+                    "CA_CERT_HASH": credentials.ca_cert_hash,
+                },
+                secret_params={"JOIN_TOKEN": credentials.token},
+                identity={
+                    steps.Identity.ENDPOINT: credentials.endpoint,
+                    steps.Identity.CA_HASH: credentials.ca_cert_hash,
+                },
+                after=after,
+                parent=self,
+            )
+        if row is steps.NODE_READY:
+            return control_plane.register_node(
+                name,
+                node_id=self.instance.id,
+                token_id=self._credentials.token_id,
+                parent=self,
+                after=after,
+            )
+        if row is steps.NODE_LABELS:
+            labels = join_params(name, pool, args.kubernetes_version)
+            return control_plane.reconcile_labels(
+                name,
+                node_id=self.instance.id,
+                labels=labels["NODE_LABELS"],
+                taints=labels["NODE_TAINTS"],
+                parent=self,
+                after=after,
+            )
+        if row.runs_on is not steps.Where.NODE:
+            raise ValueError(f"{row.suffix}: no way to run a {row.runs_on.value} row on a node")
+        params = context.params.get(row.suffix, {})
+        return run_step(row, name, host=self.host, params=params, after=after, parent=self)
 
     def finish_roll(
         self, control_plane: ControlPlane, *, after: Sequence[pulumi.Resource]
@@ -457,6 +464,16 @@ def install_steps(pool: NodePool, kubernetes_version: str) -> tuple[InstallStep,
         },
     }
     return tuple(InstallStep(step, params[step]) for step in steps.INSTALL_STEPS)
+
+
+def join_params(node_name: str, pool: NodePool, kubernetes_version: str) -> dict[str, str]:
+    """What join-node.sh gets besides the cluster's endpoint, CA hash and token."""
+    return {
+        "NODE_NAME": node_name,
+        "KUBERNETES_MINOR": kubernetes_version,
+        "NODE_LABELS": node_labels(pool),
+        "NODE_TAINTS": node_taints(pool),
+    }
 
 
 def node_labels(pool: NodePool) -> str:

@@ -31,6 +31,7 @@ from tools.harness.stacks import STACKS, run_program
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "policies"))
 
+from gpu_cluster_policies import chain as pack_chain
 from gpu_cluster_policies import validators as v
 from gpu_cluster_policies.pack import PACK_NAME, build_policies
 
@@ -342,7 +343,7 @@ def chain(node: str, *, join_after: str = "kube-tools") -> list[v.Resource]:
     """A node's host steps, each after the previous one, and the join after `join_after`."""
     steps: dict[str, v.Resource] = {}
     previous = None
-    for step in ("wait-ready", "driver", "runtime", "kube-tools", "join"):
+    for step in (*pack_chain.JOIN_FOLLOWS, pack_chain.JOIN):
         after = steps[join_after] if step == "join" else previous
         deps = frozenset({after.urn}) if after else frozenset()
         steps[step] = previous = resource(v.REMOTE_COMMAND, f"{node}-{step}", {}, dependencies=deps)
@@ -363,7 +364,8 @@ def test_join_depends_on_driver_and_runtime():
     assert "dev-gpu-a10g-0-runtime" in found[0][1], f"{join.urn}: {found}"
     missing = [r for r in chain("dev-gpu-a10g-0") if not r.name.endswith("-driver")]
     found = spec.check(missing, spec.config())
-    assert len(found) == 1 and "has no 'dev-gpu-a10g-0-driver'" in found[0][1], (
+    absent = [m for _, m in found if "has no" in m]
+    assert len(absent) == 1 and "has no 'dev-gpu-a10g-0-driver' step" in absent[0], (
         f"missing driver step not reported once: {found}"
     )
 

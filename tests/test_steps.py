@@ -4,14 +4,20 @@ order, each with the row's script, bound and delete hook."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
+import sys
 
 import pytest
 
 from components.hosts import steps
 from components.hosts.rendering import available_scripts
+from tools import step_table
 from tools.harness.graph import script_params, unwrap
 from tools.harness.stacks import ROOT, run_program
+
+sys.path.insert(0, str(ROOT / "policies"))
+from gpu_cluster_policies import chain as pack_chain
 
 STACKS = ("dev", "staging", "prod")
 
@@ -24,10 +30,75 @@ def script_of(resource) -> str:
 def test_every_row_names_a_script_that_exists():
     scripts = set(available_scripts())
     for step in steps.ALL_STEPS:
+        if step.runs_on is steps.Where.KUBERNETES:
+            assert step.script is None, f"{step.suffix}: a Kubernetes object runs no script"
+            continue
         assert step.script in scripts, f"{step.suffix}: no components/hosts/scripts/{step.script}"
         if step.delete_script is not None:
             assert step.delete_script in scripts, f"{step.suffix}: {step.delete_script} missing"
         assert step.timeout_seconds > 0, f"{step.suffix}: unbounded"
+
+
+def test_every_row_follows_rows_before_it():
+    seen = {steps.INSTANCE}
+    for row in steps.NODE_ROWS:
+        assert row.after, f"{row.suffix}: follows nothing"
+        unknown = [name for name in row.after if name not in seen]
+        assert not unknown, f"{row.suffix}: follows {unknown}, not rows before it"
+        seen.add(row.suffix)
+
+
+def test_a_row_that_is_not_registered_is_skipped_to_what_it_follows():
+    stock = steps.node_rows(efa=False, validation=True)
+    assert steps.follows(steps.JOIN_TOKEN, stock) == ("kube-tools",)
+    with_efa = steps.node_rows(efa=True, validation=True)
+    assert steps.follows(steps.JOIN_TOKEN, with_efa) == ("efa",)
+    unvalidated = steps.node_rows(efa=False, validation=False)
+    assert steps.follows(steps.ROLL_UNCORDON, unvalidated) == ("node-ready",)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_each_node_waits_for_the_rows_the_table_says(stack):
+    """The registered graph is the table: each row's resource depends on the resources of the
+    rows it follows (the instance, for the first)."""
+    graph = run_program(stack)
+    nodes = [
+        (pool, name) for pool, names in unwrap(graph.outputs["nodePools"]).items() for name in names
+    ]
+    for _, node in nodes:
+        efa = any(r.name == steps.EFA.resource_name(node) for r in graph)
+        registered = steps.node_rows(efa=efa, validation=True)
+        for row in registered:
+            resource = graph.named(row.resource_name(node))
+            for name in steps.follows(row, registered):
+                before = graph.named(node if name == steps.INSTANCE else f"{node}-{name}")
+                assert before.urn in graph.direct_dependencies(resource), (
+                    f"{resource.urn}: does not wait for {before.name} (the table's `after`)"
+                )
+
+
+def test_a_new_row_is_a_new_step_of_every_node(monkeypatch):
+    """A new step is a new row plus its script: the nodes run it where the table puts it."""
+    check = steps.Step("driver-check", "wait-ready.sh", steps.Where.NODE, 60, after=("driver",))
+    runtime = dataclasses.replace(steps.RUNTIME, after=(check.suffix,))
+    rows = list(steps.NODE_ROWS)
+    rows[rows.index(steps.RUNTIME)] = runtime
+    rows.insert(rows.index(runtime), check)
+    monkeypatch.setattr(steps, "NODE_ROWS", tuple(rows))
+    graph = run_program("dev")
+    node = unwrap(graph.outputs["nodePools"])["a10g"][0]
+    added = graph.named(f"{node}-driver-check")
+    assert graph.depends_on(added, graph.named(f"{node}-driver"))
+    assert graph.depends_on(graph.named(f"{node}-runtime"), added)
+
+
+def test_the_generated_copies_are_the_tables():
+    assert step_table.stale() == [], "run: python -m tools.step_table --write"
+
+
+def test_the_pack_joins_after_the_install_steps_the_table_has():
+    assert set(pack_chain.JOIN_FOLLOWS) >= {steps.DRIVER.suffix, steps.RUNTIME.suffix}
+    assert steps.JOIN.suffix == pack_chain.JOIN
 
 
 def test_only_nouveau_driver_runtime_and_kubelet_steps_disrupt_gpu_work():

@@ -10,6 +10,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from components.hosts import steps
 from tools import parallelism, step_durations, timeline
 from tools.harness.graph import HOST_CHAIN, VALIDATION_CHAIN, Graph
 from tools.harness.stacks import STACKS, load_stack_settings
@@ -323,3 +324,10 @@ def test_building_the_control_plane_image_is_modelled_step_by_step():
     kinds = {t.kind for t in timeline.tasks_from_graph(graph, baked=True)}
     for suffix in ("wait-ready", "runtime", "kube-tools", "pull-images", "prepare", "power-off"):
         assert f"cp-image:{suffix}" in kinds, sorted(kinds)
+
+
+def test_every_node_row_of_the_step_table_has_a_duration():
+    for baked in (False, True):
+        table = dict(step_durations.all_rows(baked))
+        missing = [row.suffix for row in steps.NODE_ROWS if row.suffix not in table]
+        assert not missing, f"no duration for {missing} (tools/step_durations.py, baked={baked})"

@@ -125,17 +125,25 @@ COMMON: dict[str, Duration] = {
         2.0, "assumption: one SSH round trip (kubeadm kubeconfig user signs locally)"
     ),
     "cp:authorized-keys": _d(2.0, "assumption: one SSH round trip writing one file"),
-    "authorized-keys": _d(2.0, "assumption: one SSH round trip writing one file"),
-    "labels": _d(3.0, "assumption: SSH to the control plane + kubectl label/taint/annotate"),
+    steps.AUTHORIZED_KEYS.suffix: _d(2.0, "assumption: one SSH round trip writing one file"),
+    steps.NODE_LABELS.suffix: _d(
+        3.0, "assumption: SSH to the control plane + kubectl label/taint/annotate"
+    ),
     "cp:upgrade": _d(2.0, "roll: no cluster yet on a first up, the script checks and skips"),
-    "roll-drain": _d(
+    steps.ROLL_DRAIN.suffix: _d(
         3.0, "roll: SSH to the control plane, the Node is not registered yet: no slot, no drain"
     ),
-    "kube-upgrade": _d(2.0, "roll: not joined yet (no kubelet.conf), the script checks and skips"),
-    "uncordon": _d(3.0, "roll: SSH to the control plane, kubectl wait/annotate, nothing cordoned"),
-    "join-token": _d(3.0, "assumption: SSH to the control plane + kubeadm token create"),
-    "join": _d(20.0, "kubeadm: TLS bootstrap + kubelet start; assumption 20 s"),
-    "node-ready": _d(30.0, "assumption: CNI pod pulled and started on the node, Node Ready"),
+    steps.KUBE_UPGRADE.suffix: _d(
+        2.0, "roll: not joined yet (no kubelet.conf), the script checks and skips"
+    ),
+    steps.ROLL_UNCORDON.suffix: _d(
+        3.0, "roll: SSH to the control plane, kubectl wait/annotate, nothing cordoned"
+    ),
+    steps.JOIN_TOKEN.suffix: _d(3.0, "assumption: SSH to the control plane + kubeadm token create"),
+    steps.JOIN.suffix: _d(20.0, "kubeadm: TLS bootstrap + kubelet start; assumption 20 s"),
+    steps.NODE_READY.suffix: _d(
+        30.0, "assumption: CNI pod pulled and started on the node, Node Ready"
+    ),
     # Building a baked control-plane image (ControlPlaneImage): the control plane's own install
     # on a builder of its instance type, kubeadm's and flannel's images pulled, the snapshot.
     "cp-image:wait-ready": _d(
@@ -167,43 +175,55 @@ COMMON: dict[str, Duration] = {
 
 # GPU node host steps, by image.
 STOCK: dict[str, Duration] = {
-    "wait-ready": _d(30.0, "brevdev: boot->SSH 3.1 s; assumption: cloud-init to 'done' ~27 s"),
-    "nouveau": _d(20.0, "assumption: blocklist + update-initramfs, module unloaded, ~20 s"),
-    "driver": _d(
+    steps.WAIT_READY.suffix: _d(
+        30.0, "brevdev: boot->SSH 3.1 s; assumption: cloud-init to 'done' ~27 s"
+    ),
+    steps.NOUVEAU.suffix: _d(
+        20.0, "assumption: blocklist + update-initramfs, module unloaded, ~20 s"
+    ),
+    steps.DRIVER.suffix: _d(
         240.0,
         "issue-figures: 'several minutes' (DKMS alone 80-150 s); Ubuntu's signed prebuilt "
         "modules skip DKMS but download ~0.5 GB; assumption 240 s",
     ),
-    "runtime": _d(45.0, "assumption: containerd + NVIDIA Container Toolkit apt install, ~45 s"),
-    "kube-tools": _d(30.0, "assumption: kubelet/kubeadm/kubectl from pkgs.k8s.io, ~30 s"),
-    "gpu-capacity": _d(
+    steps.RUNTIME.suffix: _d(
+        45.0, "assumption: containerd + NVIDIA Container Toolkit apt install, ~45 s"
+    ),
+    steps.KUBE_TOOLS.suffix: _d(
+        30.0, "assumption: kubelet/kubeadm/kubectl from pkgs.k8s.io, ~30 s"
+    ),
+    steps.GPU_CAPACITY.suffix: _d(
         45.0,
         "issue-figures: plugin start to allocatable 13-90 s, image pulled on the node "
         "(middle); autoscaler",
     ),
-    "validation-job": _d(
+    steps.VALIDATION_JOB.suffix: _d(
         30.0, "assumption: CUDA sample image (~100 MB) pulled + a vector add, ~30 s"
     ),
-    "efa": _d(
+    steps.EFA.suffix: _d(
         180.0,
         "assumption: EFA installer download (~100 MB) + its packages + DKMS build of the efa "
         "driver, ~3 min",
     ),
 }
 BAKED: dict[str, Duration] = {
-    "wait-ready": STOCK["wait-ready"],
-    "nouveau": _d(3.0, "baked: blocklist already in the image; the script checks and skips"),
-    "driver": _d(5.0, "baked: packages held at the pinned version; nvidia-smi check only"),
-    "runtime": _d(3.0, "baked: config hash unchanged, no restart; check only"),
-    "kube-tools": _d(3.0, "baked: versions match, nothing installed; check only"),
-    "gpu-capacity": _d(
+    steps.WAIT_READY.suffix: STOCK[steps.WAIT_READY.suffix],
+    steps.NOUVEAU.suffix: _d(
+        3.0, "baked: blocklist already in the image; the script checks and skips"
+    ),
+    steps.DRIVER.suffix: _d(
+        5.0, "baked: packages held at the pinned version; nvidia-smi check only"
+    ),
+    steps.RUNTIME.suffix: _d(3.0, "baked: config hash unchanged, no restart; check only"),
+    steps.KUBE_TOOLS.suffix: _d(3.0, "baked: versions match, nothing installed; check only"),
+    steps.GPU_CAPACITY.suffix: _d(
         13.0, "issue-figures: 13 s, the low end: the plugin image is in the image (pull-images.sh)"
     ),
-    "validation-job": _d(
+    steps.VALIDATION_JOB.suffix: _d(
         10.0, "assumption: the CUDA sample image is in the image; schedule + vector add, ~10 s"
     ),
     # The EFA software is not in a baked image (its builder has no EFA interface to prove).
-    "efa": STOCK["efa"],
+    steps.EFA.suffix: STOCK[steps.EFA.suffix],
 }
 
 # Managed control-plane steps booted from a baked ControlPlaneImage (with --baked).
@@ -232,7 +252,7 @@ BAKED_NODE_READY_WITH_CNI = _d(
 # The install steps, whose time depends on the image (the step table's order).
 INSTALL_STEPS = tuple(step.suffix for step in steps.INSTALL_STEPS)
 # Node steps whose time depends on the image but that are not install steps.
-CACHED_IMAGE_STEPS = ("gpu-capacity", "validation-job")
+CACHED_IMAGE_STEPS = (steps.GPU_CAPACITY.suffix, steps.VALIDATION_JOB.suffix)
 
 
 def image_step_durations(baked: bool, cni_in_image: bool = False) -> dict[str, Duration]:
@@ -245,7 +265,7 @@ def image_step_durations(baked: bool, cni_in_image: bool = False) -> dict[str, D
     if baked:
         table.update(CONTROL_PLANE_BAKED)
         if cni_in_image:
-            table["node-ready"] = BAKED_NODE_READY_WITH_CNI
+            table[steps.NODE_READY.suffix] = BAKED_NODE_READY_WITH_CNI
     return table
 
 

@@ -75,14 +75,7 @@ def _longest_first(suffixes: Iterable[str]) -> tuple[str, ...]:
 
 
 # Resource-name suffixes of the host steps, from the step table (components/hosts/steps.py).
-NODE_STEP_SUFFIXES = _longest_first(
-    [
-        *(step.suffix for step in (*steps.NODE_STEPS, *steps.NODE_SIDE_STEPS)),
-        *steps.validation_chain(),
-        steps.ROLL_UNCORDON.suffix,
-        steps.EFA.suffix,
-    ]
-)
+NODE_STEP_SUFFIXES = _longest_first(step.suffix for step in steps.NODE_ROWS)
 CONTROL_PLANE_SUFFIXES = _longest_first(
     step.suffix
     for step in (
@@ -214,7 +207,7 @@ def kind_of(resource: Resource) -> str:
     if not resource.custom:
         return "component"
     if resource.type == "kubernetes:batch/v1:Job":
-        return "validation-job"
+        return steps.VALIDATION_JOB.suffix
     if resource.type == "command:remote:Command":
         chain = _type_chain(resource)
         for component, prefix in (("ControlPlaneImage", "cp-image"), ("GpuImage", "image")):
@@ -279,16 +272,17 @@ def tasks_from_graph(graph: Graph, baked: bool = False) -> list[Task]:
 def validated_keys(graph: Graph) -> dict[str, str]:
     """Node name -> the key of the step that proves it: its validation Job, else Node Ready."""
     jobs = {
-        r.name.removesuffix("-validation-job"): r.urn
+        r.name.removesuffix(f"-{steps.VALIDATION_JOB.suffix}"): r.urn
         for r in graph
-        if r.type == "kubernetes:batch/v1:Job" and r.name.endswith("-validation-job")
+        if r.type == "kubernetes:batch/v1:Job"
+        and r.name.endswith(f"-{steps.VALIDATION_JOB.suffix}")
     }
     if jobs:
         return jobs
     return {
-        r.name.removesuffix("-node-ready"): r.urn
+        r.name.removesuffix(f"-{steps.NODE_READY.suffix}"): r.urn
         for r in graph
-        if r.type == "command:remote:Command" and r.name.endswith("-node-ready")
+        if r.type == "command:remote:Command" and r.name.endswith(f"-{steps.NODE_READY.suffix}")
     }
 
 
@@ -456,7 +450,11 @@ def gantt_svg(result: Result) -> str:
     chart_h = 220
     height = top + row * len(path) + 60 + chart_h + 60
     x = lambda t: left + width * t / span  # noqa: E731
-    palette = {"driver": "#d62728", "validation-job": "#2ca02c", "gpu-capacity": "#98df8a"}
+    palette = {
+        steps.DRIVER.suffix: "#d62728",
+        steps.VALIDATION_JOB.suffix: "#2ca02c",
+        steps.GPU_CAPACITY.suffix: "#98df8a",
+    }
     p = "unbounded" if result.parallel == INFINITE else str(int(result.parallel))
     image = "baked" if result.baked else "stock"
     out = [

@@ -145,7 +145,7 @@ class GpuValidation(pulumi.ComponentResource):
 
         job_timeout = f"{timeout + JOB_AWAIT_MARGIN_SECONDS}s"
         self.job = k8s.batch.v1.Job(
-            f"{name}-job",
+            steps.VALIDATION_JOB.resource_name(node_name),
             metadata={
                 **manifests.validation_job_metadata(node_name),
                 "namespace": args.jobs_namespace,

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpu_cluster_policies import chain
+
 # Every EC2 GPU instance type in components/catalog.py (the pack runs on its own, without the
 # program's modules; tests/test_policies.py keeps this list equal to the catalog).
 CATALOG_INSTANCE_TYPES: tuple[str, ...] = (
@@ -454,7 +456,7 @@ def _positive_int(value: Any) -> bool:
 
 def check_validation_job_bounded(resource: Resource, config: Config) -> list[str]:
     """The per-node validation Job has a deadline and requests the node's GPUs as limits."""
-    suffix = config.get("validationJobSuffix") or "-validation-job"
+    suffix = config.get("validationJobSuffix") or f"-{chain.VALIDATION_JOB}"
     if resource.resource_type != JOB or not resource.name.endswith(suffix):
         return []
     found = []
@@ -481,13 +483,15 @@ def check_validation_job_bounded(resource: Resource, config: Config) -> list[str
 
 # ---------------------------------------------------------------- remote commands
 
+SECRET_OUTPUT_SUFFIXES = tuple(f"-{suffix}" for suffix in chain.SECRET_OUTPUT)
+
 
 def carries_secret_output(resource: Resource, config: Config) -> bool:
     """A command whose stdout is a credential: named like one (`<node>-join-token`) or running a
     script that prints a token, a join command or the admin kubeconfig."""
     if resource.resource_type not in (REMOTE_COMMAND, LOCAL_COMMAND):
         return False
-    suffixes = tuple(config.get("secretOutputCommandSuffixes") or ("-join-token", "-kubeconfig"))
+    suffixes = tuple(config.get("secretOutputCommandSuffixes") or SECRET_OUTPUT_SUFFIXES)
     if resource.name.endswith(suffixes):
         return True
     scripts = [_known(resource.props, key) for key in ("create", "update", "stdin")]
@@ -547,8 +551,9 @@ def check_control_plane_protected(resource: Resource, config: Config) -> list[st
 
 
 def check_join_ordering(resources: Sequence[Resource], config: Config) -> list[tuple[str, str]]:
-    """Every `<node>-join` waits, directly or through other steps, for `<node>-driver` and
-    `<node>-runtime`: joining a node whose GPUs or runtime are not ready admits a broken node."""
+    """Every `<node>-join` waits, directly or through other steps, for the node's own steps
+    before it in the chain (`chain.JOIN_FOLLOWS`: the driver and runtime among them): joining a
+    node whose GPUs or runtime are not ready admits a broken node."""
     by_urn = {r.urn: r for r in resources}
     commands = {r.name: r for r in resources if r.resource_type == REMOTE_COMMAND}
 
@@ -564,30 +569,35 @@ def check_join_ordering(resources: Sequence[Resource], config: Config) -> list[t
 
     found = []
     for name, join in sorted(commands.items()):
-        if not name.endswith("-join"):
+        if not name.endswith(f"-{chain.JOIN}"):
             continue
-        node = name.removesuffix("-join")
+        node = name.removesuffix(f"-{chain.JOIN}")
         upstream = ancestors(join)
-        for step in ("driver", "runtime"):
-            required = commands.get(f"{node}-{step}")
-            if required is None:
-                found.append(
-                    (
-                        join.urn,
-                        f"{_label(join)}: node {node} has no '{node}-{step}' step, so it would "
-                        f"join without its {step}. Fix: create the {step} step and chain the "
-                        "join after it.",
-                    )
+        absent = [step for step in chain.JOIN_FOLLOWS if f"{node}-{step}" not in commands]
+        early = [
+            step
+            for step in chain.JOIN_FOLLOWS
+            if f"{node}-{step}" in commands and commands[f"{node}-{step}"].urn not in upstream
+        ]
+        if absent:
+            names = ", ".join(f"'{node}-{step}'" for step in absent)
+            found.append(
+                (
+                    join.urn,
+                    f"{_label(join)}: node {node} has no {names} step, so it would join "
+                    "without them. Fix: create the missing steps and chain the join after them.",
                 )
-            elif required.urn not in upstream:
-                found.append(
-                    (
-                        join.urn,
-                        f"{_label(join)}: does not depend on '{node}-{step}', so the node could "
-                        f"join before its {step} is installed. Fix: chain it with "
-                        f"run_script(..., after=[<{step} step or a step after it>]).",
-                    )
+            )
+        if early:
+            names = ", ".join(f"'{node}-{step}'" for step in early)
+            found.append(
+                (
+                    join.urn,
+                    f"{_label(join)}: does not depend on {names}, so the node could join before "
+                    "they ran. Fix: chain the join after the last of them "
+                    "(components/hosts/steps.py, the row's `after`).",
                 )
+            )
     return found
 
 
@@ -698,7 +708,7 @@ POLICIES: tuple[PolicySpec, ...] = (
         config_schema={
             "validationJobSuffix": {
                 "type": "string",
-                "default": "-validation-job",
+                "default": f"-{chain.VALIDATION_JOB}",
                 "description": "Resource-name suffix of the validation Jobs.",
             }
         },
@@ -711,7 +721,7 @@ POLICIES: tuple[PolicySpec, ...] = (
         config_schema={
             "secretOutputCommandSuffixes": {
                 **_STRINGS,
-                "default": ["-join-token", "-kubeconfig"],
+                "default": list(SECRET_OUTPUT_SUFFIXES),
                 "description": "Resource-name suffixes of commands whose stdout is a credential.",
             }
         },
@@ -730,7 +740,8 @@ POLICIES: tuple[PolicySpec, ...] = (
     ),
     PolicySpec(
         "join-after-driver-and-runtime",
-        "Every node's join step depends on that node's driver and runtime steps.",
+        "Every node's join step depends on that node's steps before it in the chain (the driver "
+        "and the runtime among them).",
         check_join_ordering,
         stack=True,
     ),

@@ -1,0 +1,10 @@
+"""Names of the node chain, generated from components/hosts/steps.py by
+`python -m tools.step_table --write` (the pack's virtualenv has no copy of the program):
+do not edit."""
+
+JOIN = "join"
+# The node's own steps its join waits for, in chain order.
+JOIN_FOLLOWS = ("wait-ready", "nouveau", "driver", "runtime", "kube-tools")
+VALIDATION_JOB = "validation-job"
+# Steps whose stdout is a credential (a token, a kubeconfig).
+SECRET_OUTPUT = ("join-token", "kubeconfig", "operator-kubeconfig")
