@@ -16,6 +16,7 @@ import pytest
 
 from tools.harness.identity import (
     RETIRED,
+    VARIANTS,
     match,
     parse_snapshot,
     read_snapshot,
@@ -27,24 +28,6 @@ from tools.harness.stacks import ROOT, STACKS, run_program
 CHANGELOG = ROOT / "CHANGELOG.md"
 UPDATE = os.environ.get("UPDATE_IDENTITY") == "1"
 
-# Stacks unlike the three files, pinned the same way: what the files do not use has running
-# stacks too. `dev-baked`: dev's pool on a baked image (the image's name, and so its URN, comes
-# from the digest of what it holds: a change there rebuilds it and rolls the pool). `prod-efa`:
-# an EFA pool of two nodes with its placement group and its two-node NCCL check.
-VARIANTS: dict[str, tuple[str, dict]] = {
-    "dev-baked": (
-        "dev",
-        {
-            "nodePools": [
-                {"name": "a10g", "instanceType": "g5.xlarge", "count": 2, "image": "baked"}
-            ]
-        },
-    ),
-    "prod-efa": (
-        "prod",
-        {"nodePools": [{"name": "h100", "instanceType": "p5.48xlarge", "count": 2, "efa": True}]},
-    ),
-}
 PINNED = [*STACKS, *VARIANTS]
 
 

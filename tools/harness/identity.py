@@ -32,6 +32,25 @@ from tools.harness.recorder import ROOT_STACK_TYPE, engine_urn
 from tools.harness.stacks import PROJECT, ROOT
 
 SNAPSHOT_DIR = ROOT / "tests" / "identity"
+
+# Stacks unlike the three files, pinned the same way: what the files do not use has running
+# stacks too. `dev-baked`: dev's pool on a baked image (the image's name, and so its URN, comes
+# from the digest of what it holds: a change there rebuilds it and rolls the pool). `prod-efa`:
+# an EFA pool of two nodes with its placement group and its two-node NCCL check.
+VARIANTS: dict[str, tuple[str, dict]] = {
+    "dev-baked": (
+        "dev",
+        {
+            "nodePools": [
+                {"name": "a10g", "instanceType": "g5.xlarge", "count": 2, "image": "baked"}
+            ]
+        },
+    ),
+    "prod-efa": (
+        "prod",
+        {"nodePools": [{"name": "h100", "instanceType": "p5.48xlarge", "count": 2, "efa": True}]},
+    ),
+}
 RETIRED = "retired "
 
 
