@@ -97,15 +97,10 @@ class GpuInstanceType:
 
     @property
     def efa_layout(self) -> tuple[EfaInterface, ...]:
-        """The instance's EFA interfaces, one per network card, as AWS recommends
-        (docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html, "Maximize network
-        bandwidth on Amazon EC2 instances with multiple network cards"): the primary interface
-        (network card 0, device index 0) is an `efa` (EFA with ENA) interface, an EFA-only
-        interface can never be the primary one; every further interface takes the next network
-        card at device index 1. On P5-class types the further ones are `efa-only` (the P5 "use
-        case 1" of the same page: all the EFA bandwidth with one private IP per instance, which
-        also avoids the Linux routing trouble of 32 ENA interfaces in one subnet); on the
-        others they stay `efa`, which every EFA type supports."""
+        """The instance's EFA interfaces, one per network card, as AWS recommends: the primary
+        one (network card 0, device index 0) an `efa` interface, every further one on the next
+        network card at device index 1, `efa-only` on P5-class types and `efa` on the others.
+        Sources: docs/decisions/009-efa-is-fixed-at-launch.md."""
         further = "efa-only" if self.family in EFA_ONLY_FAMILIES else "efa"
         return tuple(
             EfaInterface(card, 0 if card == 0 else 1, "efa" if card == 0 else further)
@@ -221,18 +216,9 @@ class NcclFloor:
     `node`: one node, all its GPUs; 0 where there is nothing to measure (one GPU: busbw is
     0 by definition, 2(n-1)/n of algbw). `efa`: two nodes of the type over EFA.
 
-    The floors are deliberately conservative: about half of what the hardware's published
-    link rate allows, so they catch a broken path (NVLink off, peer-to-peer disabled, NCCL on
-    TCP sockets instead of EFA, interfaces missing) and never flag a healthy but busy node:
-    - NVLink types: half the published per-GPU NVLink bandwidth in one direction (NVIDIA data
-      sheets: V100 300 GB/s, A100 600 GB/s, H100/H200 900 GB/s, B200 1.8 TB/s, both directions).
-    - PCIe-only multi-GPU types (g4dn, g5, g6, g6e): 3 GB/s, a fifth of one PCIe Gen3 x16 link
-      (~16 GB/s); it fails only when GPU traffic falls back to something much slower.
-    - Two nodes over EFA: 40% of the instance's published network bandwidth (AWS instance type
-      pages: p4d/p4de 400 Gbps; p5/p5e/p5en/p6-b200 3200 Gbps): 20 GB/s and 160 GB/s. EFA types
-      that opt in get 40% of one 100 Gbps interface, 5 GB/s: NCCL over TCP sockets on ENA stays
-      well below that on a busy host, and the check also requires that NCCL picked the AWS
-      libfabric network plugin with the efa provider.
+    About half of what the hardware's published link rate allows (NVLink, PCIe or EFA), so a
+    broken path fails and a healthy but busy node passes. The rates and their sources:
+    docs/decisions/010-nccl-floors-are-half-the-link-rate.md.
     """
 
     node: float

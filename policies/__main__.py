@@ -2,6 +2,8 @@
 talks to and blocks, so this file only builds it; the policies live in gpu_cluster_policies.
 
     pulumi preview --policy-pack policies
+
+Why: docs/decisions/024-policy-validators-are-pure-functions.md
 """
 
 from gpu_cluster_policies.pack import PACK_NAME, build_policies

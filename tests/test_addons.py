@@ -178,11 +178,12 @@ def test_pods_that_never_call_the_api_get_no_token():
             assert spec.get("automountServiceAccountToken") is not False, name
 
 
-def test_the_dcgm_port_the_readme_gives_is_the_one_served():
-    """Scrape configs and dashboards are written against the README's port (9400, dcgm-exporter's
-    own default): the Service, the container and the exporter's listen address all use it."""
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    port = int(re.search(r"`dcgm-exporter` Service on port (\d+)", readme).group(1))
+def test_the_dcgm_port_the_docs_give_is_the_one_served():
+    """Scrape configs and dashboards are written against the port docs/multi-node.md gives (9400,
+    dcgm-exporter's own default): the Service, the container and the exporter's listen address
+    all use it."""
+    doc = Path(__file__).resolve().parent.parent / "docs" / "multi-node.md"
+    port = int(re.search(r"`dcgm-exporter` Service on port (\d+)", doc.read_text()).group(1))
     assert port == 9400
     g = graph("dev")
     service = g.named(f"{DCGM}-service").plain_inputs()["spec"]

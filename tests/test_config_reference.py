@@ -1,5 +1,5 @@
-"""README.md's config reference is the one generated from the settings model, and the generator
-covers every key. Regenerate with: python -m tools.config_reference --write"""
+"""docs/configuration.md's reference is the one generated from the settings model, and the
+generator covers every key. Regenerate with: python -m tools.config_reference --write"""
 
 from __future__ import annotations
 
@@ -28,15 +28,25 @@ def _leaf_paths(model: type[BaseModel], prefix: str = "") -> set[str]:
     return found
 
 
-def test_readme_block_matches_the_settings_model():
-    text = ref.README.read_text(encoding="utf-8")
+def test_the_reference_block_matches_the_settings_model():
+    text = ref.REFERENCE.read_text(encoding="utf-8")
     try:
         block = ref.current_block(text)
     except ref.MarkersMissing as exc:
-        pytest.fail(f"README.md: {exc}; then run `{ref.REGENERATE}`")
+        pytest.fail(f"{ref.REFERENCE_NAME}: {exc}; then run `{ref.REGENERATE}`")
     assert block == ref.render(), (
-        f"README.md's config reference differs from components/settings/: run `{ref.REGENERATE}`"
+        f"{ref.REFERENCE_NAME} differs from components/settings/: run `{ref.REGENERATE}`"
     )
+
+
+def test_check_passes_on_the_committed_reference(capsys):
+    assert ref.main(["--check"]) == 0, capsys.readouterr().err
+
+
+def test_the_readme_links_to_the_reference():
+    readme = (ref.ROOT / "README.md").read_text(encoding="utf-8")
+    assert f"]({ref.REFERENCE_NAME})" in readme, "README.md does not link the config reference"
+    assert ref.START not in readme, "README.md still holds a generated config reference"
 
 
 def test_every_key_of_the_model_has_a_row():
@@ -81,7 +91,7 @@ def test_rewrite_replaces_only_the_block():
     updated = ref.rewrite(text)
     assert updated.startswith("# Title\n\nbefore\n") and updated.endswith(f"{ref.END}\nafter\n")
     assert "stale" not in updated and ref.render() in updated, "block not replaced"
-    assert ref.rewrite(updated) == updated, "rewriting twice changes the README"
+    assert ref.rewrite(updated) == updated, "rewriting twice changes the file"
 
 
 def test_missing_markers_are_reported():

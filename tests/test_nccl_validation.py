@@ -147,9 +147,10 @@ def test_nccl_job_validates_for_every_supported_minor(minor):
     validate(obj, minor, f"nccl job for Kubernetes {minor}")
 
 
-def _readme_floors() -> dict[str, tuple[str, str]]:
-    """The README's floors table: first cell (the types) -> (one node, two nodes over EFA)."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+def _documented_floors() -> dict[str, tuple[str, str]]:
+    """docs/multi-node.md's floors table: first cell (the types) -> (one node, two nodes over
+    EFA)."""
+    text = (ROOT / "docs" / "multi-node.md").read_text(encoding="utf-8")
     table = text.split("| Types | One node, all GPUs | Two nodes over EFA |", 1)[1]
     rows = {}
     for line in table.splitlines()[2:]:
@@ -164,10 +165,10 @@ def _gb(cell: str) -> float:
     return float(cell.split(" GB/s", 1)[0])
 
 
-def test_the_readme_floors_are_the_catalogs():
-    """The floors an operator reads in the README are the ones the checks apply, for every
-    catalog type with something to measure (the README groups types by family)."""
-    rows = _readme_floors()
+def test_the_documented_floors_are_the_catalogs():
+    """The floors an operator reads in docs/multi-node.md are the ones the checks apply, for
+    every catalog type with something to measure (the table groups types by family)."""
+    rows = _documented_floors()
     checked = 0
     for gpu_type in CATALOG.values():
         floor = gpu_type.nccl_floor
@@ -177,7 +178,7 @@ def test_the_readme_floors_are_the_catalogs():
         row = next(
             (c for types, c in rows.items() if re.search(named, " ".join([types, *c]))), None
         )
-        assert row is not None, f"{gpu_type.name}: no README floors row names {gpu_type.family}"
+        assert row is not None, f"{gpu_type.name}: no docs floors row names {gpu_type.family}"
         if floor.node:
             assert _gb(row[0]) == floor.node, (gpu_type.name, row)
         if floor.efa:

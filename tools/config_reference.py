@@ -1,12 +1,14 @@
-"""The README's config reference, generated from the settings model (components/settings/).
+"""The configuration reference (docs/configuration.md), generated from the settings model
+(components/settings/).
 
     python -m tools.config_reference           # print the Markdown table
-    python -m tools.config_reference --write   # rewrite README.md's block between the markers
-    python -m tools.config_reference --check   # exit 1 when README.md's block is out of date
+    python -m tools.config_reference --write   # rewrite docs/configuration.md's generated block
+    python -m tools.config_reference --check   # exit 1 when that block is out of date
 
 Every key of the `Settings` pydantic model is a row: its full key path as written in
 Pulumi.<stack>.yaml (`nodePools[].instanceType`), type, default, accepted values and the field's
-description. tests/test_config_reference.py fails when README.md and the model drift apart.
+description. tests/test_config_reference.py fails when docs/configuration.md and the model drift
+apart.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from components import catalog, settings
 from components.settings import PROJECT, Settings
 
 ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
+REFERENCE = ROOT / "docs" / "configuration.md"
+REFERENCE_NAME = "docs/configuration.md"
 START = "<!-- config-reference:start -->"
 END = "<!-- config-reference:end -->"
 REGENERATE = "python -m tools.config_reference --write"
@@ -281,8 +284,8 @@ class MarkersMissing(ValueError):
 def current_block(text: str) -> str:
     if START not in text or END not in text or text.index(START) > text.index(END):
         raise MarkersMissing(
-            f"README.md needs the markers {START} and {END} (in that order) around the config "
-            "reference"
+            f"{REFERENCE_NAME} needs the markers {START} and {END} (in that order) around the "
+            "config reference"
         )
     return text.split(START, 1)[1].split(END, 1)[0].strip("\n") + "\n"
 
@@ -298,13 +301,13 @@ def rewrite(text: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.config_reference", description=__doc__)
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--write", action="store_true", help="rewrite README.md's block")
-    mode.add_argument("--check", action="store_true", help="exit 1 when README.md is stale")
+    mode.add_argument("--write", action="store_true", help=f"rewrite {REFERENCE_NAME}'s block")
+    mode.add_argument("--check", action="store_true", help=f"exit 1 when {REFERENCE_NAME} is stale")
     args = parser.parse_args(argv)
     if not (args.write or args.check):
         sys.stdout.write(render())
         return 0
-    text = README.read_text(encoding="utf-8")
+    text = REFERENCE.read_text(encoding="utf-8")
     try:
         updated = rewrite(text)
     except MarkersMissing as exc:
@@ -312,16 +315,14 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if args.check:
         if updated != text:
-            print(
-                f"README.md's config reference is out of date: run `{REGENERATE}`", file=sys.stderr
-            )
+            print(f"{REFERENCE_NAME} is out of date: run `{REGENERATE}`", file=sys.stderr)
             return 1
         return 0
     if updated != text:
-        README.write_text(updated, encoding="utf-8")
-        print("README.md: config reference updated")
+        REFERENCE.write_text(updated, encoding="utf-8")
+        print(f"{REFERENCE_NAME}: config reference updated")
     else:
-        print("README.md: config reference already up to date")
+        print(f"{REFERENCE_NAME}: config reference already up to date")
     return 0
 
 

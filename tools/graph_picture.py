@@ -3,10 +3,9 @@
 `to_dot(graph, chains)` builds the DOT text (deterministic: sorted, no timestamps);
 `render(dot_text, out_dir)` writes graph.dot and, where Graphviz's `dot` is installed, runs it to
 write graph.svg and graph.png. Without `dot` the picture is skipped with a one-line notice: the
-plan, chains and policy results never depend on it. The renderers on PyPI that bundle their own
-Graphviz (a Rust port, a WebAssembly build, a wheel of prebuilt binaries) are young one-person
-projects that would ship a native binary into every developer's venv, so the project does not
-install one; the DOT file opens in any Graphviz viewer.
+plan, chains and policy results never depend on it.
+
+Why no bundled Graphviz: docs/decisions/023-graphviz-from-the-system.md
 """
 
 from __future__ import annotations

@@ -2,18 +2,12 @@
 after a change) and the providers' own replace rules give, per resource, replace / update /
 re-run / unchanged / create / delete, and per GPU node whether it is drained, reset or re-joined.
 
-The engine's steps, modelled (pulumi/pulumi `pkg/resource/deploy/step_generator.go`): a resource
-whose URN is new is created, one whose URN is gone is deleted; otherwise the provider's diff
-decides. A diff is a replacement when a changed input is one the provider forces a new resource
-for (the FORCE_NEW table below, each with its source), or is listed in `replaceOnChanges`;
-inputs under `ignoreChanges` are not compared. A replaced resource gets a new id (and an
-auto-named one a new name), so every input of another resource that depends on it (the
-request's `propertyDependencies`) changes too: that is how a replacement cascades. A protected
-resource is never replaced: the engine stops the update instead.
+The engine's steps are modelled: a new URN is created, a gone one deleted, otherwise a changed
+input the provider forces a new resource for (`FORCE_NEW`, each with its source) or one in
+`replaceOnChanges` replaces, and the replacement cascades through `propertyDependencies`.
+Commands: a changed `triggers` replaces; any other change is an update that runs `update`.
 
-Commands (pulumi-command): a changed `triggers` replaces (delete hook first when
-`deleteBeforeReplace`); any other change is an update that runs `update` (a re-run of the bounded
-script, or a no-op `true`).
+Why: docs/decisions/017-the-day-two-plan-applies-the-providers-rules.md
 """
 
 from __future__ import annotations

@@ -2,17 +2,13 @@
 
     python -m tools.parallelism dev    # one number: pass it as --parallel or PULUMI_PARALLEL
 
-The engine runs at most `--parallel` resource steps at once (pulumi/pulumi
-`pkg/resource/deploy/step_executor.go`: `newStepExecutor` starts `DegreeOfParallelism()` workers,
-each executing one chain of steps until it is done), and its default is 4 x the CPUs of the
-machine running it (`pkg/cmd/pulumi/operations/up.go`, `defaultParallel`; `PULUMI_PARALLEL`
-overrides it): 8 on a 2-core runner. A GPU node's steps form one strict chain, so each node holds
-exactly one slot at a time for many minutes; with fewer slots than nodes, nodes wait for each
-other although the graph has no edge between them (`python -m tools.timeline` shows it).
+The engine runs at most `--parallel` steps at once (default 4 x the CPUs of the machine running
+it), and each GPU node holds one slot for its whole strict chain: with fewer slots than nodes,
+nodes wait for each other although the graph has no edge between them. The recommendation: one
+slot per node, plus a fixed allowance for the shared part (network, control plane, device
+plugin, providers).
 
-The recommendation: one slot per step of a node that can run at the same time (1 today: the chain
-is strict) for every node, plus a fixed allowance for the shared part (network, control plane,
-device plugin, providers), whose widest moment needs fewer slots than that.
+Why: docs/decisions/015-one-engine-slot-per-gpu-node.md
 """
 
 from __future__ import annotations

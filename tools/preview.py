@@ -1,22 +1,14 @@
 """See a stack's plan without a cloud: `python -m tools.preview <stack>`.
 
 Runs the real program (`__main__.py`) under the recording harness with the stack's config file,
-secrets replaced by marked placeholders (`<secret:SSH_PRIVATE_KEY>`, `<secret:JOIN_TOKEN>`, ...),
-and prints what `pulumi preview` would: every resource as a tree with what it waits for, the chain
-of each GPU node (computed from the graph), and the policy pack's verdict. It writes to
-`build/preview/<stack>/`:
-
-    scripts/<resource>.sh          the stdin of each host step, exactly as the host will run it
-    scripts/<resource>.delete.sh   the step's delete command (what destroy runs)
-    manifests/<resource>.yaml      every Kubernetes object the program creates
-    graph.dot                      the resource graph, one cluster per node chain
-    graph.svg, graph.png           its picture, where Graphviz's `dot` is installed (else a
-                                   one-line notice says it was skipped)
-    preview.txt                    the printed plan
-
-Bad configuration stops it with the same message as `pulumi up` (no traceback, exit code 1).
-The stack's artefact directory is replaced on each run only when this tool created it (it holds
-the marker file `.gpu-cluster-preview`); any other existing path is refused, never deleted.
+secrets replaced by marked placeholders (`<secret:SSH_PRIVATE_KEY>`, ...), and prints what
+`pulumi preview` would: every resource as a tree with what it waits for, the chain of each GPU
+node and the policy pack's verdict. It writes to `build/preview/<stack>/` each host step's
+script (`scripts/`), every Kubernetes object (`manifests/`), the graph (`graph.dot`, and its
+picture where Graphviz is installed) and the printed plan (`preview.txt`); docs/preview.md
+lists them. Bad configuration stops it with the same message as `pulumi up` (no traceback, exit
+code 1). It replaces the stack's directory only when it created it (the marker file
+`.gpu-cluster-preview`); any other existing path is refused, never deleted.
 """
 
 from __future__ import annotations

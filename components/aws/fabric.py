@@ -4,9 +4,9 @@ capacity reservation or Capacity Block.
 
 Each function returns what it built or the `aws.ec2.Instance` arguments to merge into the
 machine's own (`launch_args`), so an instance builder takes them as one dict. Everything here is
-fixed at launch: for a running instance, `network_interface` and `placement_group` are ForceNew
-(terraform-provider-aws `internal/service/ec2/ec2_instance.go`, the `network_interface` and
-`placement_group` attributes), so turning EFA on or off for a pool replaces its machines.
+fixed at launch: turning EFA on or off for a pool replaces its machines.
+
+Why: docs/decisions/009-efa-is-fixed-at-launch.md
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ What they share: the boot image (`MachineImage`: a Canonical Ubuntu AMI looked u
 configured one), the SSH key pair (`key_pair`), the hardened instance options (IMDSv2 only, an
 encrypted gp3 root volume that goes with the instance), where it sits in the network
 (`Placement`), and which inputs a later `up` leaves alone (`day_two_ignored`).
+
+Why: docs/decisions/006-day-two-ignored-instance-inputs.md
 """
 
 from __future__ import annotations
@@ -89,15 +91,10 @@ SECRET_OUTPUTS = [USER_DATA]
 
 def day_two_ignored(*, ami_pinned: bool) -> list[str]:
     """Instance inputs a later `pulumi up` must not act on, since a change replaces the machine
-    or stops it (terraform-provider-aws internal/service/ec2/ec2_instance.go: `ami` and
-    `key_name` are ForceNew; a `user_data` change runs `modifyInstanceAttributeWithStopStart`):
-    - `ami`: a looked-up AMI moves with every Canonical release; a running machine does not
-      follow it (a configured amiId still does: changing it is a deliberate rebuild).
-    - `keyName`: the key pair is auto-named, and a new `ssh.publicKey` replaces it under a new
-      name (ec2_key_pair.go: `public_key` is ForceNew). The key reaches running machines through
-      their `authorized-keys` step instead; new machines boot with the new pair.
-    - `userData`: the host key a machine booted with (components/hosts/host_keys.py) is read
-      once, at first boot; a machine created before it existed is not stopped to receive it."""
+    or stops it: `ami` (unless configured: a running machine does not follow a newer looked-up
+    AMI), `keyName` (a new key reaches running machines through their `authorized-keys` step)
+    and `userData` (the host key is read once, at first boot). Sources:
+    docs/decisions/006-day-two-ignored-instance-inputs.md."""
     ignored = ["keyName", USER_DATA]
     return ignored if ami_pinned else ["ami", *ignored]
 

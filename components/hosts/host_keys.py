@@ -1,26 +1,14 @@
 """SSH host keys the program generates, installs through user data and pins on every connection.
 
-Each machine the stack creates gets its own ED25519 host key (`<machine>-host-key`, pulumi-tls
-`PrivateKey`; its private halves are secret outputs). The machine boots with it: its user data is
-a cloud-config whose `ssh_keys` cloud-init writes to /etc/ssh (cloud-init
-`cloudinit/config/cc_ssh.py`, `handle`: `ssh_deletekeys`, default true, first deletes every
-/etc/ssh/ssh_host_*key* of the image; with `ssh_keys` present no key is generated). Every step's
-connection then passes the public half as `host_key`: pulumi-command
-`provider/pkg/provider/remote/connection.go` (`SSHConfig`) parses it with
-`ssh.ParseAuthorizedKey` (an authorized_keys line, as pulumi-tls `public_key_openssh` is:
-terraform-provider-tls `internal/provider/common_key.go`, `ssh.MarshalAuthorizedKey`), checks
-the server with `ssh.FixedHostKey` and offers only that key's algorithm; without `host_key` it
-uses `ssh.InsecureIgnoreHostKey()`.
+Each machine the stack creates gets its own ED25519 host key (`<machine>-host-key`, pulumi-tls;
+the private halves are secret outputs) in a cloud-config its user data carries, and every step's
+connection passes the public half as `host_key`, so no machine in the middle can receive a join
+token or hand back a kubeconfig. Machines created before the keys existed keep the key they made
+themselves (their `userData` is ignored after create and their stored SHA-1 of it tells them
+apart): their steps pin `hostKeys.<instance id>` when set, else they are not pinned and every
+preview and up says so (docs/ssh-keys.md). No private host key ever travels over SSH.
 
-Machines created before the program generated host keys have no user data, and giving them some
-would stop and start them (terraform-provider-aws `internal/service/ec2/ec2_instance.go`:
-a `user_data` change runs `modifyInstanceAttributeWithStopStart`), so `userData` is ignored after
-create (components/aws/machines.py `day_two_ignored`). Their stored `userData` tells them apart:
-the provider stores the SHA-1 of what the machine booted with (`ec2_instance.go`, `StateFunc`:
-`userDataHashSum`), and nothing (or the SHA-1 of nothing) for a machine booted without. Such a
-machine keeps the host key it made itself: its steps pin `hostKeys.<instance id>` when the
-operator set it, else they are not pinned and every preview and up says so (README, "SSH host
-keys"). No private host key ever travels over SSH.
+Why: docs/decisions/002-ssh-host-keys-are-generated-and-pinned.md
 """
 
 from __future__ import annotations

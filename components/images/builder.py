@@ -1,17 +1,14 @@
 """How a baked image is made, once for every kind of image (the GPU nodes' `GpuImage`, the
-managed control plane's `ControlPlaneImage`), the way Kubernetes image-builder bakes Cluster API
-images: a builder instance booted from Canonical Ubuntu runs the very install steps the hosts
-run, pulls the container images they start first, clears its machine identity
-(`prepare-image.sh`: fresh machine-id, cloud-init state and SSH host keys for every clone), and
-`aws.ec2.AmiFromInstance` snapshots it without a reboot (pulumi-aws AmiFromInstance:
-`snapshotWithoutReboot` is safe when no writes are under way: the services are stopped and the
-disks synced first); `power-off-builder.sh` then powers the builder off, which terminates it
-(`instanceInitiatedShutdownBehavior: terminate`).
+managed control plane's `ControlPlaneImage`): a builder instance booted from Canonical Ubuntu
+runs the very install steps the hosts run, pulls the container images they start first, clears
+its machine identity (`prepare-image.sh`), `aws.ec2.AmiFromInstance` snapshots it without a
+reboot, and `power-off-builder.sh` powers it off, which terminates it.
 
-An image is named by its key (what it holds) and the install scripts as hosts run them, hashed
-(`digest_of`); the AMI carries that digest and the key as tags and is kept when the stack is
-destroyed (`retain_on_delete`), so another stack of the account and region that needs the same
-image finds it (`existing_image`) and builds nothing.
+An image is named by its key (what it holds) and its install scripts, hashed (`digest_of`); the
+AMI is tagged with both and kept when the stack is destroyed, so another stack of the account
+and region that needs the same image finds it (`existing_image`) and builds nothing.
+
+Why: docs/decisions/008-baked-images-from-the-same-steps.md
 """
 
 from __future__ import annotations

@@ -1,21 +1,15 @@
 """A baked control-plane image (`controlPlane.image: baked`): the managed control plane's
-containerd and kubelet/kubeadm/kubectl installed once, kubeadm's control-plane images (etcd, the
-API server, controller manager, scheduler, kube-proxy, CoreDNS, pause) and the CNI's images
-pulled, and snapshotted into an AMI the control plane boots from. Kubernetes image-builder bakes
-Cluster API images the same way (containerd and the kube tools installed, `kubeadm config images
-pull` run), so that `kubeadm init` and the CNI start without a download.
+containerd and kubelet/kubeadm/kubectl installed once, kubeadm's control-plane images and the
+CNI's pulled, and snapshotted into an AMI the control plane boots from, so that `kubeadm init`
+and the CNI start without a download.
 
-The builder is the control plane's own instance type, booted from the Canonical Ubuntu AMI of its
-`osVersion`, and runs the very install steps the control plane runs, with the same parameters
-(`control_plane.install_steps`); then the shared build (components/images/builder.py). Its root
-volume is `IMAGE_ROOT_GIB`, the smallest `rootVolumeGiB` the settings accept: an instance's root
-volume may not be smaller than its AMI's snapshot (EC2 refuses the launch with
-InvalidBlockDeviceMapping), and a larger one is grown at boot (cloud-init growpart and resizefs,
-on by default in Canonical's images), as the GPU image's fixed 50 GiB is. So every control plane
-can boot the image, and its disk size is no part of the image: stacks with other sizes share
-one. One image per distinct `ControlPlaneImageKey` and install scripts, reused across the stacks
-of the account (`existing_image`). The control plane booted
-from it runs its install steps as always; they find everything in place and only verify.
+The builder is the control plane's own instance type, booted from the Canonical Ubuntu AMI of
+its `osVersion`, and runs the control plane's install steps with the same parameters
+(`control_plane.install_steps`), then the shared build (components/images/builder.py). Its root
+volume is the smallest any control plane may have, so stacks of any disk size share one image
+per `ControlPlaneImageKey`.
+
+Why: docs/decisions/008-baked-images-from-the-same-steps.md
 """
 
 from __future__ import annotations

@@ -3,19 +3,12 @@ instance, and snapshotted into an AMI that the pools with `image: baked` boot fr
 
 One image per distinct `GpuImageKey` (Ubuntu release, architecture, driver branch and kernel
 module type, fabric manager, NVIDIA Container Toolkit, kubelet minor, pre-pulled container
-images) and install-script contents: pools that share a key share the image. The builder runs
-the very scripts a stock node runs, with the same parameters, then pulls the images, prepares,
-snapshots and powers off (components/images/builder.py, shared with the control plane's image): no
-GPU instance keeps running.
+images) and install-script contents: pools that share a key share the image, across the stacks
+of the account. The build is components/images/builder.py, shared with the control plane's
+image. A node booted from it runs the same install steps, which only verify. Instances never
+follow a new image on their own: new nodes boot from it.
 
-The AMI carries its key as tags (`gpu-cluster.io/image` = the digest, one tag per field) and is
-kept when the stack is destroyed (`retain_on_delete`), so another stack of the same account and
-region that needs the same image finds it (`existing_image`) and builds nothing. A node booted
-from it runs the same install steps, which find everything in place and only verify.
-
-A changed input is a new digest, so a new image. Instances never follow it on their own (their
-`ami` is ignored after create): new nodes boot from the new image; existing nodes move onto it
-only by being replaced one at a time.
+Why: docs/decisions/008-baked-images-from-the-same-steps.md
 """
 
 from __future__ import annotations

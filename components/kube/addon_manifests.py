@@ -3,23 +3,12 @@ the NVIDIA DCGM exporter (with its Service and, optionally, a Prometheus operato
 
 Pure functions, no Pulumi, like components/kube/manifests.py: the components pass these
 dicts to typed pulumi-kubernetes resources, and tests validate the same data against the
-Kubernetes JSON schemas.
+Kubernetes JSON schemas. Each follows its upstream manifest (the aws/eks-charts EFA device plugin
+chart, NVIDIA/dcgm-exporter's manifests), with named changes: the EFA plugin selects nodes by the
+EFA label the program sets and pulls from the public mirror; the DCGM exporter runs privileged
+so it sees every GPU of the node without taking any from the scheduler.
 
-- EFA device plugin: follows the aws/eks-charts chart `stable/aws-efa-k8s-device-plugin`
-  (templates/daemonset.yaml, values.yaml): hostNetwork, privileged, `system-node-critical`, the
-  kubelet's device-plugins directory and /dev/infiniband from the host, no service account token.
-  It advertises `vpc.amazonaws.com/efa`. The chart selects nodes by an instance-type list; here
-  the node selector is the EFA label the program sets at join on EFA pools only (an EFA-capable
-  type in a pool with `efa: false` has no EFA interface, so nothing to advertise).
-  The image is the public mirror of the plugin (public.ecr.aws/eks): the chart's default lives in
-  EKS's own registry (602401143452.dkr.ecr.*), which a node outside EKS cannot pull from without
-  ECR credentials.
-- DCGM exporter: follows NVIDIA/dcgm-exporter `dcgm-exporter.yaml` and `service-monitor.yaml`
-  (release 4.5.3-4.8.2): port 9400 named `metrics`, DCGM_EXPORTER_KUBERNETES (per-pod GPU
-  attribution through the kubelet's pod-resources socket, mounted read-only), no service
-  account token. One change: it runs privileged. It must watch every GPU of the node without
-  taking any from the scheduler, and a node whose container toolkit hands unprivileged pods only
-  their allocated GPUs (the isolation the design asks for) gives an unprivileged exporter none.
+Why: docs/decisions/012-manifests-follow-upstream-with-named-changes.md
 """
 
 from __future__ import annotations

@@ -6,9 +6,9 @@
   GPU metrics for Prometheus on every GPU node (dcgmExporter.enabled: false turns them off).
 
 Like the device plugin they depend on the Kubernetes provider and the add-on namespace only,
-never on a GPU node: each node gets its pods as it joins with the labels the DaemonSets select.
-They share the device plugin's namespace, whose Pod Security level is already `privileged`
-(both need host paths). The manifests are in components/kube/addon_manifests.py.
+never on a GPU node: each node gets its pods as it joins. They share the device plugin's
+namespace, whose Pod Security level is already `privileged` (both need host paths). The
+manifests and their sources: docs/decisions/012-manifests-follow-upstream-with-named-changes.md
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ and every node's validation waits for the DaemonSet, not for the other nodes.
 
 It also creates the `gpu-validation` namespace the per-node validation Jobs run in: one namespace
 for all nodes, that (like the DaemonSet) needs only the provider.
+
+Why: docs/decisions/014-gpu-validation-is-a-capacity-wait-and-an-awaited-job.md
 """
 
 from __future__ import annotations

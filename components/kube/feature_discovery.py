@@ -2,10 +2,13 @@
 `nvidia.com/gpu.memory`, `nvidia.com/gpu.count`, ...), for schedulers and dashboards.
 
 GPU Feature Discovery runs at the device plugin's release, in its namespace, with its config;
-the NFD master and the NFD API turn what it finds into labels (components/
-feature_discovery_manifests.py says what comes from where). Like the device plugin, everything
-here depends on the Kubernetes provider only, never on a GPU node: each node is labelled as it
-joins. `featureDiscovery.enabled: false` leaves it all out (a cluster that already runs NFD).
+the NFD master and the NFD API turn what it finds into labels
+(components/kube/feature_discovery_manifests.py says what comes from where). Like the device
+plugin, everything here depends on the Kubernetes provider only, never on a GPU node: each node
+is labelled as it joins. `featureDiscovery.enabled: false` leaves it all out (a cluster that
+already runs NFD).
+
+Why: docs/decisions/013-gpu-feature-discovery-through-the-nodefeature-api.md
 """
 
 from __future__ import annotations

@@ -1,30 +1,13 @@
 """The Kubernetes objects of GPU Feature Discovery (GFD) and the part of node-feature-discovery
-(NFD) that turns its findings into node labels, as plain data (like kubernetes_manifests.py).
+(NFD) that turns its findings into node labels, as plain data (like components/kube/manifests.py).
 
-- GFD runs from the device plugin's own image at the device plugin's release (the binary
-  `gpu-feature-discovery` ships in nvcr.io/nvidia/k8s-device-plugin since v0.15), as NVIDIA's
-  chart deploys it (k8s-device-plugin `deployments/helm/nvidia-device-plugin/templates/
-  daemonset-gfd.yml`, v0.20.0): NODE_NAME, NAMESPACE and POD_NAME from the downward API, the
-  plugin's config file (MIG strategy, time slicing: the labels describe what the plugin
-  advertises), /sys from the host, and CAP_SYS_ADMIN, which upstream adds with the volume-mounts
-  device list strategy (`_helpers.tpl`, gpu-feature-discovery.securityContext) and which the
-  container toolkit counts as privileged, so NVML sees every GPU without taking any from the
-  scheduler. It publishes through NFD's NodeFeature API (`USE_NODE_FEATURE_API`; `cmd/
-  gpu-feature-discovery/main.go`; `internal/lm/output.go` creates one NodeFeature per node in
-  its own namespace, labelled `nfd.node.kubernetes.io/node-name`), so no NFD worker and no host
-  directory are needed; the chart's ClusterRole grants exactly that (`templates/role.yml`:
-  nodefeatures get/list/watch/create/update, pods get for the owner reference).
-- NFD master, pinned to the release NVIDIA's chart v0.20.0 depends on (Chart.yaml:
-  node-feature-discovery 0.19.0), reads NodeFeature objects and labels the Nodes. It admits the
-  `nvidia.com` label namespace only when told (`-extra-label-ns`, as NVIDIA's chart values set
-  `extraLabelNs: ["nvidia.com"]`). It runs unprivileged in its own namespace at Pod Security
-  `restricted` (NFD `deployment/helm` values: no privilege escalation, no capabilities,
-  read-only root; the image runs as 65534), and tolerates the control plane's and the pools'
-  taints so it has a node to run on before any GPU node joins. Its ClusterRole follows NFD's
-  `deployment/base/rbac/master-clusterrole.yaml` (v0.19.0).
-- The NFD API's three CustomResourceDefinitions (nodefeatures, nodefeaturegroups,
-  nodefeaturerules of nfd.k8s-sigs.io/v1alpha1): nfd-master watches all three. Their schemas
-  here accept any fields (the API server stores what GFD writes; NFD validates its own objects).
+- GFD runs from the device plugin's own image at its release, as NVIDIA's chart deploys it, and
+  publishes through NFD's NodeFeature API: no NFD worker, no host directory.
+- The NFD master (pinned to the release NVIDIA's chart depends on) labels the Nodes, admitting
+  the `nvidia.com` namespace; it runs unprivileged at Pod Security `restricted`.
+- The NFD API's three CustomResourceDefinitions, whose schemas accept any fields.
+
+Why: docs/decisions/013-gpu-feature-discovery-through-the-nodefeature-api.md
 """
 
 from __future__ import annotations

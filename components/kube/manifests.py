@@ -2,14 +2,12 @@
 
 Pure functions, no Pulumi: the components pass these dicts to typed pulumi-kubernetes resources
 (`k8s.apps.v1.DaemonSet(name, metadata=..., spec=...)`), and tests validate the very same data
-against the Kubernetes JSON schemas. Field names are the Kubernetes API's (camelCase).
+against the Kubernetes JSON schemas. Field names are the Kubernetes API's (camelCase). The device
+plugin follows NVIDIA's static manifest, plus its own namespace, the plugin config from a
+ConfigMap, a node selector on the GPU label set at join and tolerations for every pool's taints.
 
-The device plugin follows NVIDIA's static manifest (k8s-device-plugin
-deployments/static/nvidia-device-plugin.yml, v0.17+): container `nvidia-device-plugin-ctr`,
-FAIL_ON_INIT_ERROR=false, no privileges beyond the kubelet's device-plugins directory,
-`system-node-critical`, a toleration for the GPU taint. Additions: its own namespace, the plugin
-config from a ConfigMap (MIG strategy, time slicing), a node selector on the GPU label set at join,
-and tolerations for every taint the pools carry, so the plugin reaches every GPU node.
+Why: docs/decisions/012-manifests-follow-upstream-with-named-changes.md,
+docs/decisions/014-gpu-validation-is-a-capacity-wait-and-an-awaited-job.md
 """
 
 from __future__ import annotations

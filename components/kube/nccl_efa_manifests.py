@@ -1,39 +1,14 @@
 """The Kubernetes objects of the two-node NCCL check over EFA, as plain data (like
 components/kube/manifests.py: pure functions, no Pulumi; tests validate the same dicts).
 
-How two nodes run one `all_reduce_perf` without an operator: nccl-tests spans nodes only as an MPI
-program, and the pinned image (aws-samples awsome-distributed-training
-`micro-benchmarks/nccl-tests/nccl-tests.Dockerfile`) has Open MPI 4 in /opt/amazon/openmpi,
-nccl-tests built with `MPI=1`, and `openssh-server`. So this is what Kubeflow's mpi-operator v2
-does with that image (`pkg/controller/mpi_job_controller.go`: workers run `/usr/sbin/sshd -De`,
-an SSH key pair in a Secret, a headless Service as the workers' subdomain,
-OMPI_MCA_orte_keep_fqdn_hostnames), as one Indexed Job:
+nccl-tests spans nodes only as an MPI program, so two nodes run one `all_reduce_perf` the way
+Kubeflow's mpi-operator runs the image, without an operator: one Indexed Job of two pods behind
+a headless Service; index 1 runs sshd, index 0 waits until it can log in there and runs `mpirun`
+over SSH; `successPolicy` ends the Job when index 0 succeeds. Both pods take every GPU and EFA
+interface of their node and run at Pod Security `baseline` (sshd keeps SETUID, SETGID,
+SYS_CHROOT and KILL; nothing is privileged).
 
-- Kubernetes names the pods of an Indexed Job `<job>-<index>` and, with `subdomain` set to a
-  headless Service that selects them, they resolve as `<job>-<index>.<service>` (kubernetes.io
-  "Job with Pod-to-Pod Communication"); each pod reads its index from JOB_COMPLETION_INDEX (also
-  the `batch.kubernetes.io/job-completion-index` annotation and label).
-- Index 1 runs sshd (port 2222, the program's host key, one authorized key, no PAM: pam_loginuid
-  cannot write /proc/self/loginuid in a container, and without PAM the session keeps the
-  container's unlimited locked-memory limit). Index 0 waits until it can log in there, then runs
-  mpirun: its own ranks locally, the second node's through `ssh` (Open MPI's rsh launcher, MCA
-  `plm_rsh_agent`, default `ssh : rsh`, and `plm_rsh_args`: open-mpi/ompi v4.1.x
-  `orte/mca/plm/rsh/plm_rsh_component.c`; `--prefix` sets PATH and LD_LIBRARY_PATH for the remote
-  orted, and `-x` hands the ranks their environment, which sshd does not pass on).
-- `successPolicy` ends the Job when index 0 succeeds and stops the sshd pod (KEP-3998, stable in
-  Kubernetes 1.33, the oldest minor the program supports; kubernetes.io blog "Kubernetes 1.33:
-  Job's SuccessPolicy Goes GA" names this MPI leader-follower case: the Job gets
-  SuccessCriteriaMet, its lingering pods are terminated, then Complete); a failure of either pod
-  counts against backoffLimit like the other validation Jobs.
-
-Both pods request every GPU of their node and its `vpc.amazonaws.com/efa` interfaces (the AWS EFA
-device plugin mounts their /dev/infiniband devices), and run at Pod Security `baseline`: no
-privilege, every capability dropped but SETUID, SETGID, SYS_CHROOT and KILL, which sshd's privilege
-separation needs (setuid to `sshd`, chroot to /run/sshd, signal its unprivileged child) and which
-are on baseline's list of allowed capabilities (kubernetes.io "Pod Security Standards",
-Capabilities). EFA needs no IPC_LOCK here: it pins the buffers it registers against
-RLIMIT_MEMLOCK, which the EFA step makes unlimited for containerd and so for every container
-(install-efa.sh, allow_locked_memory); the namespace stays at `baseline`.
+Why: docs/decisions/011-two-node-nccl-as-one-indexed-job.md
 """
 
 from __future__ import annotations

@@ -2,24 +2,14 @@
 other over EFA at the speed the instance type is built for.
 
 One Indexed Job per pool (`<cluster>-<pool>-nccl-efa-job`) between the pool's first two nodes,
-after both nodes' own last check (their per-node NCCL Job, or their CUDA validation Job on
-single-GPU types) and after nothing else of any node: each node's own chain, its uncordon
-included, never waits for this check or for the other node, and only this check waits for both.
-NCCL's `all_reduce_perf` runs across every GPU of both nodes (one rank per GPU, one 1 GiB message),
-NCCL must have used aws-ofi-nccl with libfabric's efa provider (not TCP sockets), and its
-"Avg bus bandwidth" must reach the type's two-node floor (components/catalog.py `NcclFloor.efa`).
-A failure names the pool, both nodes, the stage and where to look, also as the launcher pod's
-termination message (`kubectl -n gpu-validation describe pod -l
-gpu-cluster.io/nccl-efa-check=<job>`). How the two pods launch without an operator (MPI over SSH
-between the pods of one Indexed Job) is in components/kube/nccl_efa_manifests.py.
+after both nodes' own last check and after nothing else: no node's chain waits for it. It passes
+when NCCL used aws-ofi-nccl with libfabric's efa provider and the bus bandwidth reaches the
+type's two-node floor (components/catalog.py `NcclFloor.efa`); a failure names the pool, both
+nodes, the stage and where to look. Children: `-ssh-client-key` and `-ssh-host-key`
+(pulumi-tls, secret), the `-ssh` Secret, `-service` (headless) and `-job`
+(components/kube/nccl_efa_manifests.py).
 
-Children: `-ssh-client-key` and `-ssh-host-key` (pulumi-tls ED25519 keys: the launcher's login
-key and the second pod's sshd host key; the private halves are secret outputs and reach the
-cluster only through the `-ssh` Secret, a secret input), `-service` (headless) and `-job`.
-
-Like the per-node NCCL check it requests all the GPUs of both nodes: on nodes busy with GPU work
-it waits up to `validation.timeoutSeconds` and then fails `up`. `validation.nccl: false` turns it
-off with the per-node one; `validation.enabled: false` turns off every check.
+Why: docs/decisions/011-two-node-nccl-as-one-indexed-job.md
 """
 
 from __future__ import annotations

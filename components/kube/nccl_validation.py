@@ -2,17 +2,13 @@
 speed the instance type is built for.
 
 One Job per node (`<node>-nccl-job`), after that node's CUDA validation Job: NCCL's
-`all_reduce_perf` (nccl-tests) across every GPU of the node in one process (`-g <GPUs>`), one
-1 GiB message (large enough to reach the links' bandwidth), and its "Avg bus bandwidth" must
-reach the type's floor in the catalog (components/catalog.py `NcclFloor`: half the published
-NVLink rate on NVLink types, 3 GB/s on PCIe-only ones). A node below it fails the Job, and so
-`pulumi up`, with a message that names the node, the stage and where to look; the message is
-also the pod's termination message (`kubectl -n gpu-validation describe pod -l
-job-name=<node>-nccl`).
+`all_reduce_perf` across every GPU of the node, one 1 GiB message, whose "Avg bus bandwidth"
+must reach the type's floor (components/catalog.py `NcclFloor`). A node below it fails the Job,
+and so `pulumi up`, with a message that names the node, the stage and where to look. Single-GPU
+nodes have nothing to measure and get no Job. `validation.nccl: false` turns the check off;
+`validation.enabled: false` turns off every check.
 
-Single-GPU nodes have nothing to measure (an all-reduce over one GPU moves no data: nccl-tests'
-bus bandwidth is algbw x 2(n-1)/n = 0), so they get no Job. `validation.nccl: false` turns the
-check off; `validation.enabled: false` turns off every check.
+Why: docs/decisions/010-nccl-floors-are-half-the-link-rate.md
 """
 
 from __future__ import annotations

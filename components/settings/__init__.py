@@ -1,20 +1,14 @@
 """The stack configuration contract: one typed model, validated once, before any resource exists.
 
 Key names (camelCase, in the `gpu-cluster:` namespace) are the public interface, described in
-Pulumi.yaml and the README's configuration reference. Defaults live in code: under the SDK's mocks
-the CLI applies no Pulumi.yaml defaults, so the model is where `pulumi up` and the tests get the
-same values (Pulumi.yaml declares the same defaults for the CLI; tests/test_project_file.py keeps
-them equal).
+Pulumi.yaml and docs/configuration.md. Defaults live in code, where `pulumi up` and the tests
+get the same values (tests/test_project_file.py keeps Pulumi.yaml's equal). Modules: `constants`
+(supported versions, defaults, the labels and tags the program owns), `fields` (one validated
+type per kind of value, the base `Model`, `problem(s)`), `sections` (network, SSH, control
+plane, device plugin, validation), `node_pool`, `rules` (rules across sections, one named
+function each), `model` (`Settings`). Each problem names the exact key it is about.
 
-- `constants`: supported versions, defaults, the labels and tags the program owns
-- `fields`: one validated type per kind of value, the base `Model`, `problem(s)`
-- `sections`: network, SSH, control plane, device plugin, validation
-- `node_pool`: a GPU node pool and its taints
-- `rules`: rules across sections, one named function each
-- `model`: `Settings`, the whole configuration
-
-Rules that involve one field are field validators; rules across fields are model validators that
-raise `problems(...)`, so each problem still names the exact key it is about.
+Why: docs/decisions/021-settings-defaults-live-in-code.md
 """
 
 from components.settings.constants import (

@@ -2,6 +2,8 @@
 
 Building these objects starts nothing; only `PolicyPack(...)` (in `policies/__main__.py`) starts
 the gRPC server the Pulumi CLI talks to.
+
+Why: docs/decisions/024-policy-validators-are-pure-functions.md
 """
 
 from __future__ import annotations

@@ -1,24 +1,13 @@
 """Resource identity across program versions: which old URN each registered resource takes over.
 
-The engine knows a resource by its URN (stack, project, the types of its parents, its own type, its
-name). When a later program registers a resource under a different URN, the engine deletes the old
-one and creates a new one (for a GPU instance: terminate; for a join: `kubeadm reset`), unless one
-of the resource's aliases resolves to the old URN.
+The engine knows a resource by its URN; when a later program registers it under another URN,
+the engine deletes the old one and creates a new one (for a GPU instance: terminate; for a join:
+`kubeadm reset`), unless one of its aliases resolves to the old URN. `match(graph, olds)`
+applies the engine's own alias rules. Snapshot files (`tests/identity/<stack>.urns`) list the
+URNs each stack file registers, one a line; a line `retired <urn>` records a resource a running
+stack loses on purpose, which CHANGELOG.md must name.
 
-`match(graph, olds)` applies the engine's own rules, from pulumi/pulumi
-`pkg/resource/deploy/step_generator.go`:
-- `generateSteps` looks a resource up by its URN first, then by each alias in order; the first one
-  found in the old state is the one it takes over, and that choice is remembered for its children
-  (`sg.aliases[urn] = urnOrAlias`).
-- `collapseAliasToUrn`: an alias spec's name, type, project and stack default to the resource's
-  own; its parent defaults to the resource's parent; a given parent that was itself aliased stands
-  for its old URN; `noParent` or the root stack means no parent.
-- `generateAliases` also multiplies out the parent's matched alias (`inheritedChildAlias`): the
-  child under the parent's old URN, with the parent's old name in place of a name prefix it shares.
-
-Snapshot files (`tests/identity/<stack>.urns`) list the URNs each stack file registers, one a line.
-A line `retired <urn>` records a resource a running stack loses on purpose; CHANGELOG.md must name
-it, so the operator reading the release notes knows what the next `up` deletes.
+Why: docs/decisions/018-resource-identity-follows-the-engines-alias-rules.md
 """
 
 from __future__ import annotations

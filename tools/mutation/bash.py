@@ -1,16 +1,9 @@
 """A line mutator for the host scripts: the mistakes a reviewer misses in bash.
 
-Operators (one mutant per place each applies):
-  fatal-to-log      `fatal "..."` becomes `log "..."`: the failure is reported, the step goes on
-  default-number    `${NAME:-300}` becomes `${NAME:-1}` (or 2 for a 1, 1 for a 0)
-  timeout-bound     `timeout [-k N] 600` becomes `timeout [-k N] 1`
-  drop-errexit      `set -Eeuo pipefail` loses its `e`
-  negate-condition  `if X` / `elif X` / `while X` / `until X` / a line `[[ X ]] || ...` gets a `!`
-  swap-equality     `==` and `!=` trade places (in `[[ ]]`, `(( ))` or awk)
-  swap-and-or       `&&` and `||` trade places
-  numeric-compare   `>`/`>=`/`<`/`<=` in `(( ))`, and `-gt`/`-ge`/`-lt`/`-le`, move by one
-  exit-status       `return 1`/`exit 1` become 0, `return 0` becomes 1
-  drop-command      a simple command line becomes `:` (not a `log`, `local` or `set` line)
+Operators (one mutant per place each applies): fatal-to-log, default-number, timeout-bound,
+drop-errexit, negate-condition, swap-equality, swap-and-or, numeric-compare, exit-status and
+drop-command; what each changes is in `_line_mutants` and in
+docs/decisions/022-mutation-tests-run-only-the-tests-that-can-see-a-mutant.md.
 
 Comments, heredoc bodies and the inside of multi-line single-quoted strings are not mutated.
 """

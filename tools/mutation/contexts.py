@@ -1,14 +1,12 @@
 """pytest plugin of the coverage run: each test's phases as coverage contexts.
 
-coverage.py's own `dynamic_context = test_function` labels a line with the test function on the
-stack when it runs, so the work of a fixture (set up from pytest's own frames) belongs to no
-test: a line run only while a module-scoped fixture builds the program's graph looked untested,
-and its mutant ran against too few tests. Here, as pytest-cov's `--cov-context=test` does,
-every line run while a test is set up, called or torn down is labelled `<node id>|<phase>`;
-coverage_map.py reads a line set up for a test as seen by that test's whole file (the tests of
-a module share its fixtures).
+Every line run while a test is set up, called or torn down is labelled `<node id>|<phase>` (as
+pytest-cov's `--cov-context=test` does), so the work of a module-scoped fixture belongs to the
+tests that use it; coverage.py's own `dynamic_context = test_function` gives it to no test.
+coverage_map.py reads a line set up for a test as seen by that test's whole file.
 
 Loaded by the coverage run only: `python -m pytest -p tools.mutation.contexts`.
+Why: docs/decisions/022-mutation-tests-run-only-the-tests-that-can-see-a-mutant.md
 """
 
 from __future__ import annotations

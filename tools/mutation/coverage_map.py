@@ -1,14 +1,13 @@
 """Which tests execute which line of components/ and policies/, from one coverage run with a
 context per phase of each test (tools/mutation/contexts.py).
 
-A Python mutant then runs only the tests that execute its line (the tests that can see it),
-instead of every test of the program, fastest first (durations from the same run's JUnit report),
-so that a killed mutant usually stops at its first few tests. Lines that run at import time only
-(constants, class bodies) have no test context: their mutants fall back to the file-level map
-(testmap.py).
+A Python mutant then runs only the tests that execute its line, fastest first (durations from
+the same run's JUnit report). Lines that run at import time only have no test context: their
+mutants fall back to readers.py and the file-level map (testmap.py). The run takes as long as
+the suite under coverage (minutes); `keep` saves its data file and durations so the next run
+over the same tests (`reuse`) skips it.
 
-The run takes as long as the suite under coverage (minutes); `keep` saves its data file and
-durations so the next run over the same tests (`reuse`) skips it.
+Why: docs/decisions/022-mutation-tests-run-only-the-tests-that-can-see-a-mutant.md
 """
 
 from __future__ import annotations

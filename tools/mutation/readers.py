@@ -1,19 +1,13 @@
 """The tests that can see a mutant on a line that runs only at import time.
 
-Coverage gives such a line no test context (it ran while pytest imported the test modules), so
-without more, its mutant would run against every test file of its module: the whole suite for
-most of components/, ten minutes or more per surviving mutant. A constant, a class attribute (a
-pydantic field and its default) or a decorator is seen only where code reads it, so the tests
-that execute the lines reading it are the ones that can catch the mutant:
+Coverage gives such a line no test context, so without more its mutant would run against every
+test file of its module (the whole suite for most of components/). A constant, a class attribute
+or a decorator is seen only where code reads it: for a module-level name, the lines that use the
+name as a word (and the test files that name it themselves); for an attribute in a class body,
+the lines that read `.name`. The tests that execute those lines are the ones that can catch the
+mutant; when nothing executes a reader, the caller falls back to the file-level map.
 
-- a module-level name (`EFA_PLUGIN_IMAGE = ...`, `def f(...)` with a default, `class C`): the
-  lines of components/, policies/ and the program that use the name as a word;
-- an attribute in a class body (`image: PinnedImage = Field(default=...)`): the lines that read
-  `.image`;
-
-and, for a module-level name, the test files that name it themselves (a test comparing a pin
-across the places that state it reads the constant directly). When nothing executes a reader,
-the caller falls back to the file-level map.
+Why: docs/decisions/022-mutation-tests-run-only-the-tests-that-can-see-a-mutant.md
 """
 
 from __future__ import annotations
