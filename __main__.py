@@ -21,7 +21,7 @@ from components.kube.nccl_efa_validation import (
     needs_efa_check,
 )
 from components.kube.nccl_validation import NcclValidation, NcclValidationArgs, needs_nccl_check
-from components.kube.validation import GpuValidation, validation_args
+from components.kube.validation import validation_job
 from components.settings.load import load_settings
 
 settings = load_settings()
@@ -72,16 +72,14 @@ pools = [
             pool,
             network=network,
             control_plane=control_plane,
+            device_plugin=device_plugin.daemon_set,
             image_ami=images.get(pool.name),
         ),
     )
     for pool in settings.node_pools
 ]
 validations = {
-    node.node_name: GpuValidation(
-        f"{node.node_name}-validation",
-        validation_args(node, settings, device_plugin, control_plane),
-    )
+    node.node_name: validation_job(node, settings, device_plugin, control_plane)
     for pool in pools
     for node in pool.nodes
     if settings.validation.enabled

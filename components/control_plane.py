@@ -1,23 +1,13 @@
-"""ControlPlane: the Kubernetes API the GPU nodes join, in one of two modes.
-
-- `managed`: a CPU EC2 instance this stack creates and bootstraps with the same runtime and
-  kube-tools scripts as the GPU nodes, then `kubeadm init` from an InitConfiguration, a pinned CNI,
-  and the admin kubeconfig read back (a secret) with an address the operator's machine reaches.
-  With `image: baked` it boots a `ControlPlaneImage` (components/images/control_plane_image.py) that
-  holds the runtime, the kube tools and kubeadm's and the CNI's images: the same steps verify.
-  A `kubernetesVersion` one minor up upgrades it with kubeadm before any node moves.
-- `existing`: a kubeadm cluster whose control-plane host answers over SSH (through the bastion
-  when there is one). The stack checks version skew first, then reads the kubeconfig.
+"""ControlPlane: the Kubernetes API the GPU nodes join, managed (a kubeadm control plane on
+EC2 the stack creates, with a pinned CNI) or existing (a kubeadm cluster reached over SSH).
 
 Both modes expose one interface, so node pools, the device plugin and validation never ask which
-mode is in use: `endpoint`, `kubeconfig` (secret), `provider`, `kubernetes_version`, `host`,
-`ready`, `kubelet_gate`, `kubelet_client_cidrs`, `join_credentials(...)` and
-`register_node(...)`.
-
-`kubeconfig` (admin) stays with the program's own provider. What the stack exports is
-`operator_kubeconfig` (secret): a certificate of its own from `kubeadm kubeconfig user`, in the
-configured group, bound to one ClusterRole by a ClusterRoleBinding (deleting it revokes the
-access) and valid for `kubeconfig.validityHours`.
+mode is in use: `endpoint`, `kubeconfig` (secret), `ca_cert_hash`, `provider`, `host`, `ready`,
+`kubelet_gate`, `kubelet_client_cidrs` and `machine`. Per node, the Kubernetes side (its join
+token) goes through the provider, not through SSH; what stays on the control-plane host is the
+roll's drain and uncordon. What the stack exports is `operator_kubeconfig`, an identity of its
+own. Why: docs/decisions/019-one-control-plane-interface-for-both-modes.md and
+020-the-exported-kubeconfig-is-its-own-certificate.md.
 """
 
 from __future__ import annotations
@@ -33,7 +23,6 @@ import pulumi_kubernetes as k8s
 from components.aws import machines
 from components.aws.network import Network, tcp_port_rule
 from components.hosts import host_keys, pins, steps
-from components.hosts.join_tokens import JOIN_TOKEN_TTL, JoinCredentials, parse_join_token
 from components.hosts.remote import Host, Login, run_step, ssh_host
 from components.images.control_plane_image import install_steps
 from components.kube import manifests
@@ -46,8 +35,8 @@ from components.settings import (
 )
 
 API_PORT = 6443
-NODE_READY_TIMEOUT_SECONDS = 600
-DELETE_DRAIN_TIMEOUT_SECONDS = 300  # drain-node.sh, when a node is deleted
+# The line read-kubeconfig.sh ends the kubeconfig with: the CA public key's hash nodes pin.
+CA_HASH_PREFIX = "# ca-cert-hash: "
 
 
 @dataclass(frozen=True)
@@ -106,15 +95,16 @@ class ControlPlane(pulumi.ComponentResource):
     """The Kubernetes API the GPU nodes join (see the module docstring for the two modes).
 
     Outputs: `endpoint` (host:port nodes join), `kubeconfig` (admin, secret; only for the
-    program's own `provider`), `operator_kubeconfig` (secret, the one the stack exports),
-    `provider` (Kubernetes, replaced only with the cluster), `kubernetes_version`, `host` (SSH to
-    the control-plane host), `ready`, `kubelet_gate`, `kubelet_client_cidrs` and `machine` (the
-    managed instance, else None). Per node: `join_credentials`, `register_node`,
-    `reconcile_labels`.
+    program's own `provider`), `ca_cert_hash` (the CA public key's, which joins pin),
+    `operator_kubeconfig` (secret, the one the stack exports), `provider` (Kubernetes, replaced
+    only with the cluster), `kubernetes_version`, `host` (SSH to the control-plane host),
+    `ready`, `kubelet_gate`, `kubelet_client_cidrs` and `machine` (the managed instance, else
+    None).
     """
 
     endpoint: pulumi.Output[str]
     kubeconfig: pulumi.Output[str]
+    ca_cert_hash: pulumi.Output[str]
     operator_kubeconfig: pulumi.Output[str]
     provider: k8s.Provider
     kubernetes_version: str
@@ -144,6 +134,10 @@ class ControlPlane(pulumi.ComponentResource):
         self.ready = core.ready
         self.machine = core.machine
         self.kubeconfig = pulumi.Output.secret(core.kubeconfig_step.stdout)
+        # Not a secret: the hash of the CA's public key identifies the cluster (nodes pin it).
+        self.ca_cert_hash = pulumi.Output.unsecret(
+            core.kubeconfig_step.stdout.apply(parse_ca_cert_hash)
+        )
         # The provider is replaced (and every Kubernetes object with it) only when this changes:
         # pulumi-kubernetes `provider/pkg/provider/provider.go` DiffConfig replaces on an
         # updated clusterIdentifier and drops every other replacement while it stays the same,
@@ -216,6 +210,7 @@ class ControlPlane(pulumi.ComponentResource):
             args.login,
             identity=instance.id,
             host_key=host_keys.pinned(instance, host_key, args.login.host_keys),
+            role=steps.Where.CONTROL_PLANE,
         )
         endpoint = pulumi.Output.concat(private_ip, f":{API_PORT}")
         minor = args.kubernetes_version
@@ -223,18 +218,8 @@ class ControlPlane(pulumi.ComponentResource):
         def step(row: steps.Step, params=None, *, after: Sequence[pulumi.Resource] = ()):
             return self._step(host, row, params, after=after)
 
-        wait, install_runtime, install_kube_tools = install_steps(config, minor)
+        wait, install_runtime, install_kube_tools = install_steps(config, minor, args.login)
         wait_ready = step(wait.step, wait.params, after=[instance])
-        step(
-            steps.CP_AUTHORIZED_KEYS,
-            {
-                "SSH_USER": args.login.ssh.user,
-                "AUTHORIZED_KEYS": machines.authorized_keys(
-                    args.login.ssh.public_key, args.login.private_key
-                ),
-            },
-            after=[wait_ready],
-        )
         runtime = step(install_runtime.step, install_runtime.params, after=[wait_ready])
         # A new minor: kubeadm upgrade of the running cluster before its kubelet moves
         # (nothing on the first `up`); refuses a skipped minor before anything is installed.
@@ -330,6 +315,7 @@ class ControlPlane(pulumi.ComponentResource):
             identity=config.host,
             host_key=config.host_key,
             user=config.user,
+            role=steps.Where.CONTROL_PLANE,
         )
         source = config.kubelet_client_address
         if source is not None:
@@ -400,97 +386,15 @@ class ControlPlane(pulumi.ComponentResource):
         )
         return pulumi.Output.secret(step.stdout)
 
-    def join_credentials(
-        self,
-        node_name: str,
-        *,
-        parent: pulumi.Resource,
-        after: Sequence[pulumi.Resource],
-        node_id: pulumi.Input[str],
-        node_ip: pulumi.Input[str] | None = None,
-    ) -> JoinCredentials:
-        """Mint a fresh bootstrap token for one node (`<node>-join-token`, on the control plane).
 
-        `node_id` (the joining machine's instance id) is the step's identity with the endpoint:
-        a new machine or a new cluster gets a new token.
-        `node_ip` (the joining machine's private address) lets the step remove a stale Node of
-        the same name left by a replaced machine, which would make kubeadm join refuse.
-        """
-        params: dict[str, pulumi.Input[str]] = {"NODE_NAME": node_name, "TOKEN_TTL": JOIN_TOKEN_TTL}
-        if node_ip is not None:
-            params["NODE_IP"] = node_ip
-        step = run_step(
-            steps.JOIN_TOKEN,
-            node_name,
-            host=self.host,
-            params=params,
-            identity={steps.Identity.HOST: node_id, steps.Identity.ENDPOINT: self.endpoint},
-            after=[*after, *self.ready],
-            parent=parent,
-        )
-        parsed = step.stdout.apply(parse_join_token)
-        return JoinCredentials(
-            token=pulumi.Output.secret(parsed.apply(lambda d: d["token"])),
-            # The token's id (before the dot) is its public half (kubeadm: "the token-id part is
-            # public"); the node-ready step deletes the token by it once the node has joined.
-            token_id=pulumi.Output.unsecret(parsed.apply(lambda d: d["token"].split(".")[0])),
-            # A hash of the CA's public key identifies the cluster; it is not a secret.
-            ca_cert_hash=pulumi.Output.unsecret(parsed.apply(lambda d: d["caCertHash"])),
-            endpoint=self.endpoint,
-            step=step,
-        )
-
-    def register_node(
-        self,
-        node_name: str,
-        *,
-        node_id: pulumi.Input[str],
-        token_id: pulumi.Input[str],
-        parent: pulumi.Resource,
-        after: Sequence[pulumi.Resource],
-    ) -> command.remote.Command:
-        """`<node>-node-ready` on the control plane: create waits for the Node to be Ready, then
-        deletes the node's bootstrap token; delete drains the Node (without eviction when it is
-        not Ready: its host is gone) and deletes the Node object."""
-        return run_step(
-            steps.NODE_READY,
-            node_name,
-            host=self.host,
-            params={
-                "NODE_NAME": node_name,
-                "READY_TIMEOUT_SECONDS": str(NODE_READY_TIMEOUT_SECONDS),
-                "TOKEN_ID": token_id,
-            },
-            delete_params={
-                "NODE_NAME": node_name,
-                "DRAIN_TIMEOUT_SECONDS": str(DELETE_DRAIN_TIMEOUT_SECONDS),
-            },
-            identity={steps.Identity.HOST: node_id, steps.Identity.ENDPOINT: self.endpoint},
-            after=after,
-            parent=parent,
-            # Destroying the whole cluster: no Node to drain on a control plane going away.
-            deleted_with=self.machine,
-        )
-
-    def reconcile_labels(
-        self,
-        node_name: str,
-        *,
-        node_id: pulumi.Input[str],
-        labels: str,
-        taints: str,
-        parent: pulumi.Resource,
-        after: Sequence[pulumi.Resource],
-    ) -> command.remote.Command:
-        """`<node>-labels` on the control plane: the pool's labels and taints through the API
-        (`kubectl label/taint --overwrite`, the ones set before and no longer wanted removed), so
-        a label change updates this step and never re-joins the node."""
-        return run_step(
-            steps.NODE_LABELS,
-            node_name,
-            host=self.host,
-            params={"NODE_NAME": node_name, "NODE_LABELS": labels, "NODE_TAINTS": taints},
-            identity={steps.Identity.HOST: node_id, steps.Identity.ENDPOINT: self.endpoint},
-            after=after,
-            parent=parent,
-        )
+def parse_ca_cert_hash(kubeconfig: str) -> str:
+    """The `sha256:<hex>` read-kubeconfig.sh writes after the kubeconfig. Errors never include
+    the kubeconfig: it holds the admin's key."""
+    for line in reversed(kubeconfig.splitlines()):
+        if line.startswith(CA_HASH_PREFIX):
+            value = line.removeprefix(CA_HASH_PREFIX).strip()
+            if value.startswith("sha256:") and len(value) == len("sha256:") + 64:
+                return value
+    raise ValueError(
+        "read-kubeconfig.sh printed no '# ca-cert-hash: sha256:<64 hex>' line (output not shown)"
+    )

@@ -22,10 +22,13 @@ from components.aws import fabric, machines
 from components.aws.network import KUBELET_PORT, Network, tcp_port_rule
 from components.catalog import GpuInstanceType
 from components.hosts import host_keys, pins, rolling, steps
-from components.hosts.join_tokens import JoinCredentials
 from components.hosts.remote import Host, Login, run_step, ssh_host
+from components.hosts.rolling import DELETE_DRAIN_TIMEOUT_SECONDS
 from components.images.builder import InstallStep
-from components.labels import EFA_LABEL, GPU_PRESENT_LABEL, POOL_LABEL
+from components.kube import bootstrap_token
+from components.kube.manifests import DEVICE_PLUGIN_NAMESPACE
+from components.kube.validation import expected_allocatable
+from components.labels import EFA_LABEL, GPU_PRESENT_LABEL, INSTANCE_LABEL, POOL_LABEL
 from components.settings import NodePool, Settings
 
 if TYPE_CHECKING:
@@ -35,6 +38,34 @@ if TYPE_CHECKING:
 NVIDIA_CTK_VERSION = pins.NVIDIA_CTK_VERSION
 # The Instance input of its type, as the engine and replace_on_changes name it.
 INSTANCE_TYPE_INPUT = "instanceType"
+# How long the join waits for the Node to register and be Ready.
+NODE_READY_TIMEOUT_SECONDS = 600
+
+
+@dataclass(frozen=True)
+class NodeChecks:
+    """What a node's join checks after it joined: the device plugin DaemonSet it waits for, and
+    the allocatable GPUs it must reach (None: validation disabled, no capacity check)."""
+
+    device_plugin: pulumi.Resource
+    shares_per_gpu: int  # time slicing: each GPU advertised as this many
+    capacity_timeout_seconds: int
+    enabled: bool = True
+
+    @classmethod
+    def of(cls, settings: Settings, device_plugin: pulumi.Resource) -> NodeChecks:
+        return cls(
+            device_plugin=device_plugin,
+            shares_per_gpu=settings.device_plugin.time_slicing.replicas,
+            capacity_timeout_seconds=settings.validation.timeout_seconds,
+            enabled=settings.validation.enabled,
+        )
+
+    def expected_gpus(self, pool: NodePool) -> str:
+        """EXPECTED_GPUS for join-node.sh: every share of every GPU, or "" (no check)."""
+        if not self.enabled:
+            return ""
+        return str(expected_allocatable(pool.gpu_type.gpu_count, self.shares_per_gpu))
 
 
 @dataclass(frozen=True)
@@ -53,6 +84,7 @@ class GpuNodePoolArgs:
     assigns_public_ips: bool  # the instances get a public address (network.publicIps)
     dials_public_ips: bool  # steps dial public addresses (no bastion relays)
     tags: Mapping[str, str]
+    checks: NodeChecks
     image_ami: pulumi.Input[str] | None = None
 
     @classmethod
@@ -63,6 +95,7 @@ class GpuNodePoolArgs:
         *,
         network: Network,
         control_plane: ControlPlane,
+        device_plugin: pulumi.Resource,
         image_ami: pulumi.Input[str] | None = None,
     ) -> GpuNodePoolArgs:
         return cls(
@@ -76,6 +109,7 @@ class GpuNodePoolArgs:
             assigns_public_ips=settings.network.assigns_public_ips,
             dials_public_ips=settings.network.connects_to_public_ips,
             tags=settings.stack_tags,
+            checks=NodeChecks.of(settings, device_plugin),
             image_ami=image_ami,
         )
 
@@ -123,6 +157,7 @@ class GpuNodePool(pulumi.ComponentResource):
                         validation_timeout_seconds=args.validation_timeout_seconds,
                         control_plane=args.control_plane,
                         login=args.login,
+                        checks=args.checks,
                         efa=efa,
                     ),
                     pulumi.ResourceOptions(parent=self),
@@ -178,16 +213,16 @@ class GpuNodeArgs:
     validation_timeout_seconds: int
     control_plane: ControlPlane
     login: Login
+    checks: NodeChecks
     efa: fabric.EfaFabric | None = None  # the pool uses EFA: its placement group and group
 
 
 @dataclass(frozen=True)
 class NodeChain:
-    """What a node's bootstrap built: the join, the Node Ready step, and `change`, the digest of
-    the disruptive steps' programs (components/hosts/rolling.py)."""
+    """What a node's bootstrap built: the join (the Node Ready, its GPUs allocatable) and
+    `change`, the digest of what its disruptive steps install (components/hosts/rolling.py)."""
 
     join: command.remote.Command
-    node_ready: command.remote.Command
     change: str
 
 
@@ -209,8 +244,8 @@ class GpuNode(pulumi.ComponentResource):
     resource, the instance (as the interface contract and the tests look it up).
 
     Outputs: `node_name`, `pool`, `gpu_type` (the catalog entry of its instance type),
-    `instance`, `host` (SSH to it), `join`, `node_ready` (the control plane saw the Node Ready),
-    `change` (digest of its disruptive steps' programs), and after `finish_roll`, `uncordon`.
+    `instance`, `host` (SSH to it), `join` (joined, Ready, its GPUs allocatable), `change`
+    (digest of what its disruptive steps install), and after `finish_roll`, `uncordon`.
     """
 
     node_name: str
@@ -220,10 +255,9 @@ class GpuNode(pulumi.ComponentResource):
     efa_interfaces: list[aws.ec2.NetworkInterface]
     host: Host
     join: command.remote.Command
-    node_ready: command.remote.Command
-    change: str  # digest of the disruptive steps' programs (components/hosts/rolling.py)
+    change: str  # digest of what the disruptive steps install (components/hosts/rolling.py)
     uncordon: command.remote.Command
-    _credentials: JoinCredentials  # the join token step's, once built
+    _token: bootstrap_token.JoinToken  # made with the join-token row
 
     def __init__(self, name: str, args: GpuNodeArgs, opts: pulumi.ResourceOptions | None = None):
         # `name` is the node's (its Kubernetes Node, its steps); the component is `<name>-node`.
@@ -258,7 +292,7 @@ class GpuNode(pulumi.ComponentResource):
             host_key=host_keys.pinned(self.instance, host_key, args.login.host_keys),
         )
         chain = self._bootstrap(args)
-        self.join, self.node_ready, self.change = chain.join, chain.node_ready, chain.change
+        self.join, self.change = chain.join, chain.change
         self.register_outputs(
             {
                 "nodeName": node_name,
@@ -306,143 +340,144 @@ class GpuNode(pulumi.ComponentResource):
 
     def _bootstrap(self, args: GpuNodeArgs) -> NodeChain:
         """The node's rows of the step table (Part.NODE), in table order, each after the rows
-        it follows; `_step` says how each row runs."""
+        it follows; `_step` says how each row is made."""
         pool, minor = self.pool, args.kubernetes_version
-        installs = {install.step.suffix: install.params for install in install_steps(pool, minor)}
-        disruptive = {s: p for s, p in installs.items() if steps.node_step(s).disruptive}
-        disruptive[steps.KUBE_UPGRADE.suffix] = {"KUBERNETES_MINOR": minor}
-        programs = rolling.disruptive_programs(disruptive)
-        if pool.uses_efa:
-            # Only EFA pools carry it: the digest of every other node stays what it was.
-            programs[steps.EFA.script] = pins.efa_params(pool.gpu_type.efa_interfaces)
+        installs = {
+            install.step.suffix: install.params
+            for install in install_steps(pool, minor, args.login)
+        }
+        efa = pins.efa_params(pool.gpu_type.efa_interfaces) if pool.uses_efa else None
         context = _ChainContext(
             args=args,
-            params={
-                **installs,
-                steps.KUBE_UPGRADE.suffix: disruptive[steps.KUBE_UPGRADE.suffix],
-                steps.EFA.suffix: pins.efa_params(pool.gpu_type.efa_interfaces),
-            },
-            change=rolling.change_digest(programs),
+            params={**installs, steps.EFA.suffix: efa or {}},
+            change=rolling.change_digest(rolling.pinned_programs(installs, minor, efa)),
             timing=rolling.roll_timing(validation_seconds=args.validation_timeout_seconds),
         )
         registered = steps.node_rows(efa=pool.uses_efa, validation=True)
         built: dict[str, pulumi.Resource] = {steps.INSTANCE: self.instance}
         for row in steps.node_rows(efa=pool.uses_efa, validation=True, part=steps.Part.NODE):
             after = [built[name] for name in steps.follows(row, registered)]
-            built[row.suffix] = self._step(row, after, context)
-        return NodeChain(
-            join=built[steps.JOIN.suffix],
-            node_ready=built[steps.NODE_READY.suffix],
-            change=context.change,
-        )
+            built[row.suffix] = self._step(row, after, context, built)
+        join = built[steps.JOIN.suffix]
+        assert isinstance(join, command.remote.Command)
+        return NodeChain(join=join, change=context.change)
 
     def _step(
-        self, row: steps.Step, after: list[pulumi.Resource], context: _ChainContext
+        self,
+        row: steps.Step,
+        after: list[pulumi.Resource],
+        context: _ChainContext,
+        built: Mapping[str, pulumi.Resource],
     ) -> pulumi.Resource:
-        """One node row of the step table as a resource: on the node, or on the control plane
-        about this node (its instance id, and for cluster-bound rows the endpoint, as identity)."""
+        """One node row of the step table as a resource: on the node, on the control plane about
+        this node (its instance id, and the cluster, as identity), or through the Kubernetes API."""
         args, name, pool = context.args, self.node_name, self.pool
         control_plane = args.control_plane
-        about_node = {steps.Identity.HOST: self.instance.id}
-        if row is steps.ROLL_DRAIN:
+        if row is steps.DRAIN:
             return run_step(
                 row,
                 name,
                 host=control_plane.host,
                 params=rolling.drain_params(name, pool, context.timing, context.change),
-                identity=about_node,
+                delete_params={
+                    "NODE_NAME": name,
+                    "INSTANCE_ID": self.instance.id,
+                    "DRAIN_TIMEOUT_SECONDS": str(DELETE_DRAIN_TIMEOUT_SECONDS),
+                },
+                identity={
+                    steps.Identity.HOST: self.instance.id,
+                    steps.Identity.ENDPOINT: control_plane.endpoint,
+                },
                 after=after,
                 parent=self,
                 timeout_seconds=context.timing.drain_step_seconds,
+                # Destroying the whole cluster: no Node to drain on a control plane going away.
+                deleted_with=control_plane.machine,
+                # It continues the node-ready step of earlier releases, with the same triggers,
+                # so that step's stored drain hook never runs (an update, not a delete).
+                aliases=[pulumi.Alias(name=f"{name}-node-ready")],
             )
-        if row is steps.KUBE_UPGRADE:
+        if row is steps.KUBE_TOOLS:
             # The control plane moves to a new minor first (or, existing, is checked): no
             # kubelet of this node is ever newer than the API server.
             after = [*after, control_plane.kubelet_gate]
-        if row is steps.AUTHORIZED_KEYS:
-            params = {
-                "SSH_USER": args.login.ssh.user,
-                "AUTHORIZED_KEYS": machines.authorized_keys(
-                    args.login.ssh.public_key, args.login.private_key
-                ),
-            }
-            return run_step(row, name, host=self.host, params=params, after=after, parent=self)
         if row is steps.JOIN_TOKEN:
-            self._credentials = control_plane.join_credentials(
-                name,
+            kube_tools = built[steps.KUBE_TOOLS.suffix]
+            assert isinstance(kube_tools, command.remote.Command)
+            self._token = bootstrap_token.join_token(
+                row.resource_name(name),
+                node_name=name,
+                seed=args.login.private_key,
+                cluster=pulumi.Output.concat(
+                    control_plane.endpoint, "/", control_plane.ca_cert_hash
+                ),
+                machine=self.instance.id,
+                kube_tools_stdout=kube_tools.stdout,
+                provider=control_plane.provider,
                 parent=self,
                 after=after,
-                node_id=self.instance.id,
-                node_ip=self.instance.private_ip,
             )
-            return self._credentials.step
+            return self._token.secret
         if row is steps.JOIN:
-            credentials = self._credentials
+            checks = args.checks
             return run_step(
                 row,
                 name,
                 host=self.host,
                 params={
-                    **join_params(name, pool, args.kubernetes_version),
-                    "API_ENDPOINT": credentials.endpoint,
-                    "CA_CERT_HASH": credentials.ca_cert_hash,
+                    **join_params(name, pool, args.kubernetes_version, self.instance.id),
+                    "PROVIDER_ID": provider_id(self.instance),
+                    "API_ENDPOINT": control_plane.endpoint,
+                    "CA_CERT_HASH": control_plane.ca_cert_hash,
+                    "EXPECTED_GPUS": checks.expected_gpus(pool),
+                    "READY_TIMEOUT_SECONDS": str(NODE_READY_TIMEOUT_SECONDS),
+                    "CAPACITY_TIMEOUT_SECONDS": str(checks.capacity_timeout_seconds),
+                    "DEVICE_PLUGIN_NAMESPACE": DEVICE_PLUGIN_NAMESPACE,
+                    # A disruptive change re-runs the checks, after the roll changed the host.
+                    "CHANGE": context.change,
                 },
-                secret_params={"JOIN_TOKEN": credentials.token},
+                secret_params={"JOIN_TOKEN": self._token.token},
                 identity={
-                    steps.Identity.ENDPOINT: credentials.endpoint,
-                    steps.Identity.CA_HASH: credentials.ca_cert_hash,
+                    steps.Identity.ENDPOINT: control_plane.endpoint,
+                    steps.Identity.CA_HASH: control_plane.ca_cert_hash,
                 },
-                after=after,
+                after=[*after, checks.device_plugin],
                 parent=self,
-            )
-        if row is steps.NODE_READY:
-            return control_plane.register_node(
-                name,
-                node_id=self.instance.id,
-                token_id=self._credentials.token_id,
-                parent=self,
-                after=after,
-            )
-        if row is steps.NODE_LABELS:
-            labels = join_params(name, pool, args.kubernetes_version)
-            return control_plane.reconcile_labels(
-                name,
-                node_id=self.instance.id,
-                labels=labels["NODE_LABELS"],
-                taints=labels["NODE_TAINTS"],
-                parent=self,
-                after=after,
+                timeout_seconds=steps.JOIN.timeout_seconds + checks.capacity_timeout_seconds,
             )
         if row.runs_on is not steps.Where.NODE:
-            raise ValueError(f"{row.suffix}: no way to run a {row.runs_on.value} row on a node")
+            raise ValueError(f"{row.suffix}: no way to make a {row.runs_on.value} row of a node")
         params = context.params.get(row.suffix, {})
         return run_step(row, name, host=self.host, params=params, after=after, parent=self)
 
     def finish_roll(
         self, control_plane: ControlPlane, *, after: Sequence[pulumi.Resource]
     ) -> command.remote.Command:
-        """`<node>-uncordon` on the control plane, after `after` (the node's validation Job, or
-        node-ready without validation): uncordon the node and give its pool slot back once a
-        disruptive change passed the checks again (components/hosts/rolling.py)."""
+        """`<node>-uncordon` on the control plane, after `after` (the node's GPU Jobs) and its
+        join: the pool's labels and taints reconciled, the node uncordoned and its pool slot
+        given back once a disruptive change passed the checks again (hosts/rolling.py)."""
         self.uncordon = run_step(
             steps.ROLL_UNCORDON,
             self.node_name,
             host=control_plane.host,
-            params=rolling.uncordon_params(self.node_name, self.pool, self.change),
+            params={
+                **rolling.uncordon_params(self.node_name, self.pool, self.change),
+                **labels_and_taints(self.pool, self.instance.id),
+            },
             identity={steps.Identity.HOST: self.instance.id},
-            after=[self.node_ready, *after],
+            after=[self.join, *after],
             parent=self,
         )
         return self.uncordon
 
 
-def install_steps(pool: NodePool, kubernetes_version: str) -> tuple[InstallStep, ...]:
+def install_steps(pool: NodePool, kubernetes_version: str, login: Login) -> tuple[InstallStep, ...]:
     """steps.INSTALL_STEPS, in that order, with their parameters: every node of a stock pool
     runs them; a baked image runs them once (components/images/gpu_image.py) and its nodes run them
     again only to verify."""
     gpu = pool.gpu_type
     params = {
-        steps.WAIT_READY: {},
+        steps.WAIT_READY: login.wait_ready_params(),
         # Its own step because it may reboot the host (nouveau in use, or a kernel without a
         # signed module of this driver replaced by the newest one with it): the driver step
         # then redials.
@@ -466,20 +501,44 @@ def install_steps(pool: NodePool, kubernetes_version: str) -> tuple[InstallStep,
     return tuple(InstallStep(step, params[step]) for step in steps.INSTALL_STEPS)
 
 
-def join_params(node_name: str, pool: NodePool, kubernetes_version: str) -> dict[str, str]:
-    """What join-node.sh gets besides the cluster's endpoint, CA hash and token."""
+def join_params(
+    node_name: str, pool: NodePool, kubernetes_version: str, instance_id: pulumi.Input[str]
+) -> dict[str, pulumi.Input[str]]:
+    """What join-node.sh gets besides the cluster, the token and the checks."""
     return {
         "NODE_NAME": node_name,
         "KUBERNETES_MINOR": kubernetes_version,
-        "NODE_LABELS": node_labels(pool),
+        **labels_and_taints(pool, instance_id),
+    }
+
+
+def labels_and_taints(
+    pool: NodePool, instance_id: pulumi.Input[str]
+) -> dict[str, pulumi.Input[str]]:
+    """NODE_LABELS (with the machine's instance id) and NODE_TAINTS: set at registration by the
+    join, reconciled later by the uncordon step."""
+    return {
+        "NODE_LABELS": pulumi.Output.from_input(instance_id).apply(
+            lambda machine: node_labels(pool, machine)
+        ),
         "NODE_TAINTS": node_taints(pool),
     }
 
 
-def node_labels(pool: NodePool) -> str:
-    """NODE_LABELS for join-node.sh: the pool's labels plus the GPU and pool labels (and the EFA
-    label on pools that use EFA), sorted."""
-    labels = {**pool.labels, GPU_PRESENT_LABEL: "true", POOL_LABEL: pool.name}
+def provider_id(instance: aws.ec2.Instance) -> pulumi.Output[str]:
+    """The kubelet's --provider-id, as AWS's cloud provider writes it: aws:///<zone>/<id>."""
+    return pulumi.Output.concat("aws:///", instance.availability_zone, "/", instance.id)
+
+
+def node_labels(pool: NodePool, instance_id: str) -> str:
+    """NODE_LABELS for join-node.sh: the pool's labels plus the GPU, pool and instance labels
+    (and the EFA label on pools that use EFA), sorted."""
+    labels = {
+        **pool.labels,
+        GPU_PRESENT_LABEL: "true",
+        POOL_LABEL: pool.name,
+        INSTANCE_LABEL: instance_id,
+    }
     if pool.uses_efa:
         labels[EFA_LABEL] = "true"
     return ",".join(f"{key}={labels[key]}" for key in sorted(labels))

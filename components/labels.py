@@ -4,6 +4,9 @@
 # NVIDIA's GPU feature discovery sets, so the plugin lands on GPU nodes only).
 GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
 POOL_LABEL = "gpu-cluster.io/pool"
+# The EC2 instance that registered the Node (set at join, reconciled by the uncordon step): a
+# drain on delete acts only on the Node its own machine registered.
+INSTANCE_LABEL = "gpu-cluster.io/instance-id"
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 # Set at join on the nodes of pools that use EFA; the EFA device plugin selects on it.
 EFA_LABEL = "gpu-cluster.io/efa"

@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from components.hosts import steps
+from tools.harness import identity
 from tools.harness.graph import Graph, Resource, script_params, unwrap
 from tools.harness.stacks import ROOT
 
@@ -161,8 +162,44 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _changed_paths(old: Resource, new: Resource) -> set[str]:
-    a, b = _flatten(unwrap(old.inputs)), _flatten(unwrap(new.inputs))
+    """The input paths that differ, after the engine applied `ignoreChanges` to the new inputs
+    (the old value at an ignored path is kept, also where the new inputs have none)."""
+    new_inputs = unwrap(new.inputs)
+    old_inputs = unwrap(old.inputs)
+    for path in new.ignore_changes:
+        new_inputs = _with_old_value(new_inputs, old_inputs, property_path(path))
+    a, b = _flatten(old_inputs), _flatten(new_inputs)
     return {path for path in a.keys() | b.keys() if a.get(path) != b.get(path)}
+
+
+def property_path(path: str) -> tuple[str, ...]:
+    """A Pulumi property path (`a.b["c.d"]`, `a[0]`) as its keys (pulumi/pulumi
+    sdk/go/common/resource/properties_path.go `ParsePropertyPath`)."""
+    keys: list[str] = []
+    for match in re.finditer(r'\["((?:[^"\\]|\\.)*)"\]|\[(\d+)\]|([^.\[\]]+)', path):
+        quoted, index, plain = match.groups()
+        keys.append(quoted if quoted is not None else index if index is not None else plain)
+    return tuple(keys)
+
+
+def _with_old_value(new: Any, old: Any, keys: tuple[str, ...]) -> Any:
+    """`new` with the value `old` has at `keys` (removed where `old` has none)."""
+    if not keys:
+        return old
+    if not isinstance(new, dict):
+        return new
+    key, rest = keys[0], keys[1:]
+    copy = dict(new)
+    old_child = old.get(key) if isinstance(old, dict) else None
+    if not rest:
+        if isinstance(old, dict) and key in old:
+            copy[key] = old[key]
+        else:
+            copy.pop(key, None)
+        return copy
+    if key in copy or old_child is not None:
+        copy[key] = _with_old_value(copy.get(key, {}), old_child, rest)
+    return copy
 
 
 def _matches(path: str, names: Iterable[str]) -> bool:
@@ -189,28 +226,41 @@ def _is_no_op_update(resource: Resource) -> bool:
 
 
 def plan(before: Graph, after: Graph) -> Plan:
-    """What `pulumi up` with the `after` program does to a stack deployed with `before`."""
+    """What `pulumi up` with the `after` program does to a stack deployed with `before`.
+
+    A resource continues the old one its URN or, failing that, its first alias names
+    (tools.harness.identity). It is replaced when a changed input is one its provider forces a
+    new resource for, when a resource in its `replace_with` is replaced, or when its
+    `replacement_trigger` changes (pulumi/pulumi step_generator.go `shouldTriggerReplace`: a
+    trigger that was or becomes null replaces nothing)."""
+    stack = after.resources[0].urn.split("::", 1)[0].removeprefix("urn:pulumi:") if after else ""
+    taken = identity.match(after, [r.urn for r in before], stack).taken_over
     replaced: set[str] = set()
     changes: list[Change] = []
     for urn in after.topological():
         new = after.by_urn[urn]
-        old = before.by_urn.get(urn)
+        old = before.by_urn.get(taken.get(urn, ""))
         if old is None:
             changes.append(Change(urn, new.name, new.type, Action.CREATE))
             replaced.add(urn)  # everything reading its outputs sees new values
             continue
-        ignored = set(new.ignore_changes)
+        ignored = {".".join(property_path(path)) for path in new.ignore_changes}
         paths = {p for p in _changed_paths(old, new) if not _matches(p, ignored)}
         # Inputs fed by a replaced resource change with it (a new id, an auto-name).
         for key, deps in new.property_dependencies.items():
             if deps & replaced and not _matches(key, ignored):
                 paths.add(key)
-        if not paths:
-            changes.append(Change(urn, new.name, new.type, Action.UNCHANGED))
-            continue
         forcing = sorted(
             p for p in paths if _matches(p, _force_new(new)) or _top(p) in _force_new(new)
         )
+        if any(dependency in replaced for dependency in new.replace_with):
+            forcing.append("replaceWith")
+        replaced_ids = {after.by_urn[u].id for u in replaced if after.by_urn[u].id}
+        if _trigger_changed(old.replacement_trigger, new.replacement_trigger, replaced_ids):
+            forcing.append("replacementTrigger")
+        if not paths and not forcing:
+            changes.append(Change(urn, new.name, new.type, Action.UNCHANGED))
+            continue
         changed = tuple(sorted(paths))
         if forcing:
             if new.protect or old.protect:
@@ -226,13 +276,30 @@ def plan(before: Graph, after: Graph) -> Plan:
             changes.append(Change(urn, new.name, new.type, Action.RERUN, changed))
         else:
             changes.append(Change(urn, new.name, new.type, Action.UPDATE, changed))
+    continued = set(taken.values())
     for urn, old in before.by_urn.items():
-        if urn not in after.by_urn:
+        if urn not in continued:
             changes.append(Change(urn, old.name, old.type, Action.DELETE))
-    return Plan(changes, _node_impacts(before, after, changes), _refused(before, after, changes))
+    return Plan(
+        changes,
+        _node_impacts(before, after, changes, taken),
+        _refused(before, after, changes, taken),
+    )
 
 
-def _refused(before: Graph, after: Graph, changes: list[Change]) -> list[str]:
+def _trigger_changed(old: Any, new: Any, replaced_ids: set[str]) -> bool:
+    """The engine's `shouldTriggerReplace`: nulls mean "no trigger"; a trigger holding the id of
+    a replaced resource (a new machine's instance id, which the mocks cannot tell from the old)
+    is a changed one."""
+    if old is None or new is None:
+        return False
+    values = new if isinstance(new, list) else [new]
+    return old != new or any(isinstance(v, str) and v in replaced_ids for v in values)
+
+
+def _refused(
+    before: Graph, after: Graph, changes: list[Change], taken: Mapping[str, str]
+) -> list[str]:
     """Updates that fail at `up`: a smaller root volume (EBS ModifyVolume only grows a volume;
     terraform-provider-aws updates root_block_device.volume_size in place with it)."""
     found = []
@@ -240,8 +307,8 @@ def _refused(before: Graph, after: Graph, changes: list[Change]) -> list[str]:
         if change.action is not Action.UPDATE or _ROOT_VOLUME_SIZE not in change.changed:
             continue
         old, new = (
-            graph.by_urn[change.urn].plain_inputs()["rootBlockDevice"]["volumeSize"]
-            for graph in (before, after)
+            graph.by_urn[urn].plain_inputs()["rootBlockDevice"]["volumeSize"]
+            for graph, urn in ((before, taken.get(change.urn, change.urn)), (after, change.urn))
         )
         if new < old:
             found.append(
@@ -252,8 +319,8 @@ def _refused(before: Graph, after: Graph, changes: list[Change]) -> list[str]:
         if change.action is not Action.RERUN or change.type != COMMAND:
             continue
         old_release, new_release = (
-            _ubuntu_release(script_params(graph.by_urn[change.urn]).get(_CONTAINERD, ""))
-            for graph in (before, after)
+            _ubuntu_release(script_params(graph.by_urn[urn]).get(_CONTAINERD, ""))
+            for graph, urn in ((before, taken.get(change.urn, change.urn)), (after, change.urn))
         )
         if old_release and new_release and old_release != new_release:
             found.append(
@@ -288,27 +355,40 @@ _NEW_USER = "connection.user"
 GPU_JOBS = ("validation-job", "nccl-job")
 
 
-def _node_impacts(before: Graph, after: Graph, changes: list[Change]) -> dict[str, NodeImpact]:
+# What an old step's stored delete hook runs, when it drains a node.
+DRAIN_PROGRAM = "drain-node.sh"
+
+
+def _node_impacts(
+    before: Graph, after: Graph, changes: list[Change], taken: Mapping[str, str]
+) -> dict[str, NodeImpact]:
+    """Per GPU node: drained (a stored drain hook runs: its step is deleted or replaced, and not
+    with the control plane it would drain on), reset and re-joined (its machine or join
+    replaced), the disruptive steps that re-run, and its GPU Jobs run again in service."""
     by_name = {c.name: c for c in changes}
+    gone = (Action.REPLACE, Action.DELETE)
+    old_urn = {c.urn: taken.get(c.urn, c.urn) for c in changes}
+    ended = {old_urn[c.urn] for c in changes if c.action in gone}
     names = list(dict.fromkeys([*node_names(before), *node_names(after)]))
     impacts: dict[str, NodeImpact] = {}
-    gone = (Action.REPLACE, Action.DELETE)
     for node in names:
         impact = NodeImpact(node)
-        instance = by_name.get(node)
-        join = by_name.get(steps.JOIN.resource_name(node))
-        ready = by_name.get(steps.NODE_READY.resource_name(node))
-        existed = node in node_names(before)
-        machine_gone = instance is not None and instance.action in gone
-        if existed:
-            impact.drained = ready is not None and ready.action in gone
-            impact.reset = machine_gone or (join is not None and join.action in gone)
+        if node in node_names(before):
+            impact.drained = any(
+                _drains(old) and (old.deleted_with is None or old.deleted_with not in ended)
+                for old in before
+                if old.urn in ended and old.name.startswith(f"{node}-")
+            )
+            instance = by_name.get(node)
+            join = by_name.get(steps.JOIN.resource_name(node))
+            impact.reset = any(c is not None and c.action in gone for c in (instance, join))
             impact.rejoined = node in node_names(after) and impact.reset
             for step in (*steps.disruptive_steps(), steps.EFA):
                 change = by_name.get(step.resource_name(node))
                 if change is not None and change.action in (Action.RERUN, Action.REPLACE):
                     impact.disrupted.append(step.suffix)
-            if not (impact.reset or impact.disrupted):  # else the roll or a new machine
+            rolled = _rolls(before, after, node, taken)
+            if not (impact.reset or rolled):  # else the roll or a new machine re-validates
                 impact.revalidated = [
                     job
                     for job in GPU_JOBS
@@ -317,6 +397,23 @@ def _node_impacts(before: Graph, after: Graph, changes: list[Change]) -> dict[st
                 ]
         impacts[node] = impact
     return impacts
+
+
+def _drains(resource: Resource) -> bool:
+    delete = unwrap(resource.inputs.get("delete"))
+    return isinstance(delete, str) and DRAIN_PROGRAM in delete
+
+
+def _rolls(before: Graph, after: Graph, node: str, taken: Mapping[str, str]) -> bool:
+    """The node's roll runs: its drain step's CHANGE (what the disruptive steps install) is
+    new."""
+    drain = next((r for r in after if r.name == steps.DRAIN.resource_name(node)), None)
+    # Earlier releases drained for a roll in `<node>-roll-drain`.
+    olds = [r for r in before if r.name in (f"{node}-roll-drain", steps.DRAIN.resource_name(node))]
+    old_change = next((script_params(r).get("CHANGE") for r in olds if script_params(r)), None)
+    if drain is None or old_change is None:
+        return False
+    return old_change != script_params(drain).get("CHANGE")
 
 
 # ---------------------------------------------------------------- printing

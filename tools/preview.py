@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import ipaddress
 import json
+import re
 import shutil
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -46,11 +47,11 @@ PLACEHOLDER_SECRETS = {"sshPrivateKey": PLACEHOLDER_PRIVATE_KEY}
 # What the control plane's steps print at `up` time, which the program parses: the same shape,
 # secrets as placeholders, so no real token or kubeconfig can ever show up in a preview.
 PLACEHOLDER_STDOUT: dict[str, Callable[[Any], str]] = {
-    "-join-token": lambda _args: json.dumps(
-        {"token": "<secret:JOIN_TOKEN>", "caCertHash": "sha256:" + "0" * 64}
-    ),
-    "-kubeconfig": lambda _args: "<secret:KUBECONFIG>",
+    "-kubeconfig": lambda _args: "<secret:KUBECONFIG>\n# ca-cert-hash: sha256:" + "0" * 64,
 }
+# Step parameters that hold a secret the program derives from one (a join token is derived from
+# the SSH key, here a placeholder): shown as a placeholder too.
+MASKED_PARAMETERS = ("JOIN_TOKEN",)
 
 
 @dataclass
@@ -289,6 +290,8 @@ def write_scripts(graph: Graph, out_dir: Path) -> list[Path]:
             text = unwrap(inputs.get(key))
             if not text:
                 continue
+            for name in MASKED_PARAMETERS:
+                text = re.sub(rf"(?m)^{name}=.*$", f"{name}='<secret:{name}>'", text)
             path = out_dir / f"{stems[command.urn]}{suffix}"
             path.write_text(text if text.endswith("\n") else text + "\n", encoding="utf-8")
             written.append(path)

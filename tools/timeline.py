@@ -81,7 +81,6 @@ CONTROL_PLANE_SUFFIXES = _longest_first(
     for step in (
         *steps.MANAGED_CONTROL_PLANE_STEPS,
         *steps.EXISTING_CONTROL_PLANE_STEPS,
-        steps.CP_AUTHORIZED_KEYS,
     )
 )
 IMAGE_STEP_SUFFIXES = _longest_first(
@@ -280,9 +279,9 @@ def validated_keys(graph: Graph) -> dict[str, str]:
     if jobs:
         return jobs
     return {
-        r.name.removesuffix(f"-{steps.NODE_READY.suffix}"): r.urn
+        r.name.removesuffix(f"-{steps.JOIN.suffix}"): r.urn
         for r in graph
-        if r.type == "command:remote:Command" and r.name.endswith(f"-{steps.NODE_READY.suffix}")
+        if r.type == "command:remote:Command" and r.name.endswith(f"-{steps.JOIN.suffix}")
     }
 
 
@@ -453,7 +452,7 @@ def gantt_svg(result: Result) -> str:
     palette = {
         steps.DRIVER.suffix: "#d62728",
         steps.VALIDATION_JOB.suffix: "#2ca02c",
-        steps.GPU_CAPACITY.suffix: "#98df8a",
+        steps.JOIN.suffix: "#98df8a",
     }
     p = "unbounded" if result.parallel == INFINITE else str(int(result.parallel))
     image = "baked" if result.baked else "stock"

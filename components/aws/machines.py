@@ -100,7 +100,7 @@ def day_two_ignored(*, ami_pinned: bool) -> list[str]:
 
 
 def authorized_keys(public_key: str, private_key: SecretStr) -> str:
-    """AUTHORIZED_KEYS for authorize-ssh-keys.sh: `ssh.publicKey`, then the public half of
+    """AUTHORIZED_KEYS for wait-ready.sh: `ssh.publicKey`, then the public half of
     `sshPrivateKey` (the key every step logs in with) when it differs. Rotating is two `up`s:
     set the new publicKey (both keys are authorized), then the new sshPrivateKey (only it is)."""
     keys = [public_key.strip()]
@@ -230,8 +230,8 @@ class MachineArgs:
     # and reset the node). The engine deletes a delete-before-replace resource's dependents
     # that it replaces first, in reverse order (pulumi/pulumi tests/integration/
     # delete_before_create). Created first instead, the new machine could not join under the
-    # node's name while the old one is still a Ready Node (mint-join-token.sh,
-    # clear_stale_node), nor take an EFA interface still attached to the old one.
+    # node's name while the old one is still a Ready Node (kubeadm join refuses that name),
+    # nor take an EFA interface still attached to the old one.
     delete_before_replace: bool = False
     # Inputs whose change replaces the machine where the provider would change it in place.
     replace_on_changes: Sequence[str] = ()

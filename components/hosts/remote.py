@@ -1,36 +1,12 @@
 """Run a host step over SSH as one Pulumi resource: the one way every component does it.
 
-A step's script and parameters travel on stdin to `bash -s` (sshd drops the environment of
-`remote.Command`), so a secret parameter (a join token) never appears in a process list or in the
-`create` string. What the engine does with a step on a later `pulumi up` follows pulumi-command's
-own rules, which this module is built around:
-
-- `triggers` is the only input that replaces a Command (`provider/pkg/provider/common/inputs.go`:
-  `Triggers ... provider:"replaceOnChanges"`). A step's triggers hold its identity only (the
-  host's instance id; for the join also the cluster endpoint and CA hash;
-  components/hosts/steps.py), so a script or parameter change never replaces a step nor
-  cascades into the steps after it.
-- Any other changed input (`stdin`, `connection`) is an update, and `Update` runs `update`, or
-  `create` when `update` is unset (`provider/pkg/provider/remote/commandController.go`). Every
-  step sets `update` explicitly: the same bounded `bash -s` (the scripts are idempotent), or a
-  no-op for the steps whose table row says an update runs nothing.
-- What is sent and compared is the script without comments and blank lines
-  (host_scripts.render_script), so editing a comment changes no input at all.
-- `custom_timeouts` bound only the SSH dial, not the script: the script is bounded on the host
-  (`timeout -k`), run by root (`sudo timeout ...`, so the kill reaches the root processes).
-- `addPreviousOutputInEnv` defaults to true and sends the previous stdout as an environment
-  variable (`commandOutputs.go`, `run`): a token or kubeconfig would travel again; it is off.
-- `host_key` pins the server's key (`connection.go`, `SSHConfig`: `ssh.ParseAuthorizedKey` of
-  an authorized_keys line, then `ssh.FixedHostKey` and only that key's algorithm offered); a
-  connection without it accepts any key (`ssh.InsecureIgnoreHostKey()`). Machines of the stack
-  pass the key they booted with (components/hosts/host_keys.py); the bastion and an existing control
-  plane pass `network.bastion.hostKey` / `controlPlane.hostKey`. A wrong key fails every dial
-  ("ssh: host key mismatch") until the step's timeout.
-- `Delete` runs the `delete` of the *stored* state with the stored connection and fails when the
-  dial fails (`commandController.go`, `Delete`; `connection.go`, `dialWithRetry` ends with an
-  error after `dialErrorLimit` attempts, never with "host gone"). A step without a delete hook is
-  never dialled on delete (`if props.Delete == nil { return }`), so those keep dialling on create
-  until their step timeout; a step with a hook dials a bounded number of times.
+A host's scripts arrive once, with its `<host>-scripts` copy (components/hosts/bundle.py); each
+step's stdin carries its parameters and the digest of the program it runs (`sudo bash -s`: sshd
+drops the environment, and a secret never reaches argv). `triggers` hold only the step's identity
+(its host, for the join the cluster), so a script or parameter change is an update that re-runs
+the idempotent script, never a replacement. Why, with the providers' source: docs/decisions/
+004-steps-are-replaced-only-by-identity.md, 003-host-steps-run-on-stdin.md and
+026-scripts-travel-once-per-host.md.
 """
 
 from __future__ import annotations
@@ -43,8 +19,10 @@ import pulumi
 import pulumi_command as command
 from pydantic import SecretStr
 
-from components.hosts.rendering import render_script
-from components.hosts.steps import Identity, OnUpdate, Step
+from components.aws.machines import authorized_keys
+from components.hosts import bundle
+from components.hosts.rendering import render_inputs, stripped_script
+from components.hosts.steps import Identity, OnUpdate, Step, Where, host_scripts
 from components.settings import Bastion, Settings, Ssh
 
 # Fresh GPU instances can take minutes before sshd answers; a step without a delete hook keeps
@@ -61,6 +39,8 @@ KILL_AFTER_SECONDS = 30
 DELETE_TIMEOUT_SECONDS = 10 * 60
 DELETE_MARKER = "GPU_CLUSTER_SCRIPT"
 NO_OP = "true"
+# The first dial of a fresh machine and the copy of its scripts.
+COPY_TIMEOUT_SECONDS = 30 * 60
 
 
 @dataclass(frozen=True)
@@ -72,6 +52,11 @@ class Host:
     identity: pulumi.Input[str]
     _connection: dict[str, Any] = field(repr=False)
     _proxy: dict[str, Any] | None = field(default=None, repr=False)
+    role: Where = Where.NODE
+    # The host's copy of its scripts, made with its first step (`scripts`).
+    _copy: list[command.remote.CopyToRemote] = field(
+        default_factory=list, repr=False, compare=False
+    )
     # One connection per dial limit, shared by every step on the host: a machine's key is
     # known only once it exists, and one Output per host (not per step) waits for it.
     _built: dict[int, pulumi.Output[Mapping[str, Any]]] = field(
@@ -87,6 +72,34 @@ class Host:
         if dial_error_limit not in self._built:
             self._built[dial_error_limit] = _settled(self.args(dial_error_limit))
         return self._built[dial_error_limit]
+
+    @property
+    def bundle(self) -> bundle.Bundle:
+        return bundle.Bundle(self.role.value, host_scripts(self.role))
+
+    def scripts(self, parent: pulumi.Resource) -> command.remote.CopyToRemote:
+        """`<host>-scripts`: the host's bundle, copied once (as the login user, over SFTP) by
+        the first step that needs it, with that step's parent; every later step waits for it.
+        A new bundle is an update that copies again (pulumi-command copyController.go `Update`:
+        a new source hash copies); nothing dials the host on delete."""
+        if not self._copy:
+            files = self.bundle
+            self._copy.append(
+                command.remote.CopyToRemote(
+                    f"{self.name}-scripts",
+                    connection=self.connection(DIAL_FOREVER),
+                    source=pulumi.FileArchive(files.local_dir()),
+                    remote_path=bundle.REMOTE_DIR,
+                    opts=pulumi.ResourceOptions(
+                        parent=parent,
+                        custom_timeouts=pulumi.CustomTimeouts(
+                            create=duration(COPY_TIMEOUT_SECONDS),
+                            update=duration(COPY_TIMEOUT_SECONDS),
+                        ),
+                    ),
+                )
+            )
+        return self._copy[0]
 
     def args(self, dial_error_limit: int) -> command.remote.ConnectionArgs:
         """The connection as pulumi-command's `ConnectionArgs` (its defaults filled in), Outputs
@@ -146,6 +159,14 @@ class Login:
             settings.ssh, settings.ssh_private_key, settings.network.bastion, settings.host_keys
         )
 
+    def wait_ready_params(self) -> dict[str, str]:
+        """What wait-ready.sh writes into the login user's authorized_keys: ssh.publicKey and
+        the key the steps log in with, so a rotated key reaches running machines."""
+        return {
+            "SSH_USER": self.ssh.user,
+            "AUTHORIZED_KEYS": authorized_keys(self.ssh.public_key, self.private_key),
+        }
+
 
 def as_mapping(
     args: Any,
@@ -182,9 +203,11 @@ def ssh_host(
     identity: pulumi.Input[str],
     host_key: pulumi.Input[str | None] | None,
     user: str | None = None,
+    role: Where = Where.NODE,
 ) -> Host:
-    """How to reach `name` at `address`; `host_key` (an authorized_keys line) is the key it
-    must present, None only where none is known (a warning says so)."""
+    """How to reach `name` at `address`, a host of `role` (which scripts it gets); `host_key`
+    (an authorized_keys line) is the key it must present, None only where none is known (a
+    warning says so)."""
     ssh = login.ssh
     private_key = pulumi.Output.secret(login.private_key.get_secret_value())
     bastion = login.bastion
@@ -207,7 +230,7 @@ def ssh_host(
     }
     if host_key is not None:
         connection["host_key"] = host_key
-    return Host(name=name, identity=identity, _connection=connection, _proxy=proxy)
+    return Host(name=name, identity=identity, _connection=connection, _proxy=proxy, role=role)
 
 
 def bounded(command_line: str, seconds: int) -> str:
@@ -215,22 +238,68 @@ def bounded(command_line: str, seconds: int) -> str:
     return f"sudo timeout -k {KILL_AFTER_SECONDS} {seconds} {command_line}"
 
 
-def _render_later(
+def step_program(
+    script: str, params: Mapping[str, str], host: Host, *, also: Sequence[str] = ()
+) -> str:
+    """What a step sends on stdin: its parameters, then the run of its bundled program by
+    digest (lib/run-by-digest.sh), after checking it and any of `also` (the delete hook's
+    script) against their digests. Deterministic: the same inputs, the same bytes."""
+    digests = [bundle.digest(script), *(bundle.digest(name) for name in also)]
+    return "".join(
+        [
+            f"# {script}, by digest; runs as `sudo bash -s`.\n",
+            "set +x  # the inputs may hold a secret: keep them out of any trace\n",
+            render_inputs(params),
+            f"STEP_BUNDLE={host.bundle.remote_dir}\n",
+            stripped_script(bundle.RUNNER),
+            *(f"by_digest {d}\n" for d in digests),
+            f"source {bundle.INSTALLED_DIR}/{digests[0]}.sh\n",
+        ]
+    )
+
+
+def _stdin(
     script: str,
+    host: Host,
     params: dict[str, pulumi.Input[str]],
     secret_params: dict[str, pulumi.Input[str]],
-) -> pulumi.Output[str]:
-    """stdin once Output parameters resolve; secret parameters make it a secret."""
+    also: Sequence[str],
+) -> pulumi.Input[str]:
+    """stdin now when every input is known, else once Output parameters resolve; secret
+    parameters make it a secret."""
+    if not secret_params and all(isinstance(v, str) for v in params.values()):
+        return step_program(script, params, host, also=also)  # type: ignore[arg-type]
     names, secret_names = sorted(params), sorted(secret_params)
 
     def render(values: list[str]) -> str:
         rendered = dict(zip(names + secret_names, values, strict=True))
-        return render_script(script, rendered, remember=not secret_names)
+        return step_program(script, rendered, host, also=also)
 
     stdin = pulumi.Output.all(
         *[params[n] for n in names], *[secret_params[n] for n in secret_names]
     ).apply(render)
     return pulumi.Output.secret(stdin) if secret_params else stdin
+
+
+def _delete_command(
+    script: str, host: Host, params: Mapping[str, pulumi.Input[str]]
+) -> pulumi.Input[str]:
+    """The delete hook: `script` by digest with `params`, as a bounded `bash -s` heredoc (the
+    stored command is all a delete has: it runs long after this program)."""
+
+    def command_line(values: Mapping[str, str]) -> str:
+        program = step_program(script, values, host)
+        return (
+            f"{bounded('bash -s', DELETE_TIMEOUT_SECONDS)} <<'{DELETE_MARKER}'\n"
+            f"{program}{DELETE_MARKER}"
+        )
+
+    if all(isinstance(v, str) for v in params.values()):
+        return command_line(params)  # type: ignore[arg-type]
+    names = sorted(params)
+    return pulumi.Output.all(*[params[n] for n in names]).apply(
+        lambda values: command_line(dict(zip(names, values, strict=True)))
+    )
 
 
 def run_step(
@@ -240,42 +309,36 @@ def run_step(
     host: Host,
     params: Mapping[str, pulumi.Input[str]] | None = None,
     secret_params: Mapping[str, pulumi.Input[str]] | None = None,
-    delete_params: Mapping[str, str] | None = None,
+    delete_params: Mapping[str, pulumi.Input[str]] | None = None,
     identity: Mapping[Identity, pulumi.Input[str]] | None = None,
     after: Sequence[pulumi.Resource] = (),
     parent: pulumi.Resource,
     timeout_seconds: int | None = None,
     deleted_with: pulumi.Resource | None = None,
+    aliases: Sequence[pulumi.Input[str] | pulumi.Alias] = (),
 ) -> command.remote.Command:
     """The `remote.Command` of one row of the step table (components/hosts/steps.py), named
-    `<owner>-<suffix>`, run on `host`, chained `after` (ordering only, not identity).
+    `<owner>-<suffix>`, run on `host` after the host's scripts arrived, chained `after`
+    (ordering only, not identity).
 
     `identity` gives the values of the row's identity (Identity.HOST defaults to the host's own;
     a control-plane step about a node passes the node's). `secret_params` are rendered into stdin
     only and make it a secret. `deleted_with`: the engine skips the delete hook when that
     resource is deleted in the same operation (nothing left to undo).
     """
+    if step.script is None:
+        raise ValueError(f"{step.suffix}: a {step.runs_on.value} row runs no script on a host")
     values: dict[Identity, pulumi.Input[str]] = {Identity.HOST: host.identity, **(identity or {})}
     missing = [i.value for i in step.identity if i not in values]
     if missing:
         raise ValueError(f"{step.resource_name(owner)}: identity {missing} not given")
-    params = dict(params or {})
-    secret_params = dict(secret_params or {})
-    if not secret_params and all(isinstance(v, str) for v in params.values()):
-        # Every input is known now (most steps): render at once, no Output machinery per step.
-        stdin: pulumi.Input[str] = render_script(step.script, params)
-    else:
-        stdin = _render_later(step.script, params, secret_params)
+    also = (step.delete_script,) if step.delete_script is not None else ()
+    stdin = _stdin(step.script, host, dict(params or {}), dict(secret_params or {}), also)
     seconds = step.timeout_seconds if timeout_seconds is None else timeout_seconds
     create = bounded("bash -s", seconds)
     delete = None
     if step.delete_script is not None:
-        program = render_script(step.delete_script, dict(delete_params or {}))
-        program = program if program.endswith("\n") else program + "\n"
-        delete = (
-            f"{bounded('bash -s', DELETE_TIMEOUT_SECONDS)} <<'{DELETE_MARKER}'\n"
-            f"{program}{DELETE_MARKER}"
-        )
+        delete = _delete_command(step.delete_script, host, dict(delete_params or {}))
     dial_limit = DIAL_FOREVER if delete is None else DELETE_DIAL_ATTEMPTS
     step_timeout = duration(seconds + DIAL_MARGIN_SECONDS)
     return command.remote.Command(
@@ -292,7 +355,7 @@ def run_step(
         else command.remote.Logging.STDOUT_AND_STDERR,
         opts=pulumi.ResourceOptions(
             parent=parent,
-            depends_on=list(after),
+            depends_on=[host.scripts(parent), *after],
             custom_timeouts=pulumi.CustomTimeouts(
                 create=step_timeout,
                 update=step_timeout,
@@ -305,6 +368,7 @@ def run_step(
             # hits the new work.
             delete_before_replace=delete is not None,
             deleted_with=deleted_with,
+            aliases=list(aliases),
         ),
     )
 

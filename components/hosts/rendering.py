@@ -1,8 +1,7 @@
-"""Render the node scripts in components/hosts/scripts/ into programs for `sudo bash -s`.
-
-Each rendered program is self-contained: the inputs as shell assignments, then the shared
-library (lib/common.sh), then the script body. It travels on stdin, so inputs never go through
-the SSH environment (sshd drops it) and secrets such as the join token never appear in argv.
+"""The host scripts as text: read from components/hosts/scripts/, without comments and blank
+lines (what a host runs and a later `pulumi up` compares, so a comment edit re-runs nothing), and
+a step's parameters as shell assignments. `render_script` makes one self-contained program of a
+script and its parameters, as the script tests run it.
 """
 
 from __future__ import annotations
@@ -66,13 +65,12 @@ def strip_comments(text: str) -> str:
 
 @functools.cache
 def stripped_script(name: str) -> str:
-    """`strip_comments(script_text(name))`, once per process: every node renders the same few
-    scripts, and stripping them each time was the program's largest own cost
-    (`python -m tools.benchmark`)."""
+    """`strip_comments(script_text(name))`, once per process."""
     return strip_comments(script_text(name))
 
 
-def _assignments(params: Mapping[str, str]) -> str:
+def render_inputs(params: Mapping[str, str]) -> str:
+    """`params` as sorted NAME='value' lines, refusing a name or value bash would not keep."""
     lines = []
     for name in sorted(params):
         value = params[name]
@@ -89,51 +87,22 @@ def _assignments(params: Mapping[str, str]) -> str:
     return "".join(lines)
 
 
-def render_script(name: str, params: Mapping[str, str], *, remember: bool = True) -> str:
+def render_script(name: str, params: Mapping[str, str]) -> str:
     """One bash program: shebang, sorted NAME='value' inputs, common.sh, the script body, the
-    last two without comments and blank lines (`strip_comments`).
-
-    The same name and params always give byte-identical text: the same string object while it
-    is among the last renders remembered (`_rendered`). Most steps of a node render exactly
-    what the same step of every other node does (their inputs are versions and settings, not
-    the node), and a fleet then holds one copy of each, not one per node. `remember=False`
-    for a program that holds a secret: it is not kept past its use.
-    """
+    last two without comments and blank lines (`strip_comments`)."""
     if name == COMMON_LIB:
         raise ValueError(f"{COMMON_LIB} is a library, not a node script")
-    if remember:
-        kinds = set(map(type, params))
-        kinds.update(map(type, params.values()))
-        if kinds <= {str}:  # names and values all strings (else refused below)
-            return _rendered(name, tuple(sorted(params.items())))
-    return _render(name, params)  # refuses a parameter that is not a string, as it says why
-
-
-# Renders remembered: a node's own ones pass through, the ones every node shares stay.
-_RENDERS_REMEMBERED = 256
-
-
-@functools.lru_cache(maxsize=_RENDERS_REMEMBERED)
-def _rendered(name: str, items: tuple[tuple[str, str], ...]) -> str:
-    return _render(name, dict(items))
-
-
-def _render(name: str, params: Mapping[str, str]) -> str:
-    body = stripped_script(name)
-    common = stripped_script(COMMON_LIB)
     return "".join(
         [
             "#!/usr/bin/env bash\n",
-            # The header names the renderer by its first path: what the stacks sent stays the
-            # same bytes, so the move of this module re-ran no step.
-            f"# {name}, rendered by components/host_scripts.py; runs as `sudo bash -s`.\n",
+            f"# {name}, rendered by components/hosts/rendering.py; runs as `sudo bash -s`.\n",
             "set +x  # the inputs may hold a secret: keep them out of any trace\n",
             "# ---- inputs\n",
-            _assignments(params),
+            render_inputs(params),
             f"# ---- {COMMON_LIB}\n",
-            common,
+            stripped_script(COMMON_LIB),
             f"# ---- {name}\n",
-            body,
+            stripped_script(name),
         ]
     )
 

@@ -2,22 +2,12 @@
 only after the node was taken out, and at most `nodePools[].maxUnavailable` nodes of a pool are
 out at once, with no edge between nodes in the graph.
 
-Per node, in its own chain (components/hosts/steps.py NODE_STEPS): `<node>-roll-drain` (control
-plane) before the first disruptive step, the disruptive steps, the join, `<node>-node-ready`,
-the node's checks (`<node>-gpu-capacity`, the validation Job), then `<node>-uncordon` (control
-plane).
-
-`roll-drain` takes a pool slot (a Lease on the control plane, roll-drain.sh), cordons and drains;
-`uncordon` runs after the node's checks passed again, uncordons and gives the slot back. Both
-run on the control-plane host: a node's own (kubelet) credentials may neither cordon it nor
-write Leases (the Node authorizer). Both carry `CHANGE`, the digest of the disruptive steps'
-programs: a changed driver branch, toolkit or Kubernetes minor changes it, so both are updated
-(re-run) in the same `up`, around the steps that changed, in the order of the chain. A comment
-edit changes no program (host_scripts strips comments) and re-runs nothing. On the first `up`
-the node has not joined when `roll-drain` runs: no slot, no drain.
-
-Nodes wait for each other only inside roll-drain.sh, on the Lease; each waiting node holds one
-engine slot of `--parallel` meanwhile, which `tools.parallelism`'s one slot per node covers.
+Per node, on the control plane: `<node>-drain` before the first disruptive step takes a pool slot
+(a Lease), cordons and drains; `<node>-uncordon`, after the node's checks passed again, uncordons
+and gives the slot back. Both carry `CHANGE`, the digest of what the disruptive steps install
+(`pinned_programs`), so a new driver branch, toolkit or Kubernetes minor re-runs both around the
+steps that changed; a script edit re-runs no roll. Why: docs/decisions/
+007-disruptive-steps-roll-through-a-lease.md.
 """
 
 from __future__ import annotations
@@ -36,9 +26,11 @@ SLOT_WAIT_SECONDS = 48 * 60 * 60
 # On top of the steps' own bounds: SSH dials, the validation Job's scheduling.
 SLOT_MARGIN_SECONDS = 30 * 60
 READY_TIMEOUT_SECONDS = 10 * 60
+# Bound on the drain a node's delete runs (drain-node.sh).
+DELETE_DRAIN_TIMEOUT_SECONDS = 300
 
 # The steps between roll-drain and uncordon on a node, whose bounds a slot must outlast.
-_HELD_THROUGH = steps.NODE_STEPS[steps.NODE_STEPS.index(steps.ROLL_DRAIN) + 1 :]
+_HELD_THROUGH = steps.NODE_STEPS[steps.NODE_STEPS.index(steps.DRAIN) + 1 :]
 
 
 def change_digest(programs: Mapping[str, Mapping[str, str]]) -> str:
@@ -104,10 +96,23 @@ def uncordon_params(node_name: str, pool: NodePool, change: str) -> dict[str, st
     }
 
 
-def disruptive_programs(params: Mapping[str, Mapping[str, str]]) -> dict[str, Mapping[str, str]]:
-    """{script: params} of the disruptive node steps, from {suffix: params} of every step given;
-    every disruptive step of the table must be among them."""
-    missing = [s.suffix for s in steps.disruptive_steps() if s.suffix not in params]
-    if missing:
-        raise ValueError(f"parameters of disruptive steps {missing} not given")
-    return {s.script: params[s.suffix] for s in steps.disruptive_steps()}
+def pinned_programs(
+    installs: Mapping[str, Mapping[str, str]],
+    kubernetes_minor: str,
+    efa: Mapping[str, str] | None,
+) -> dict[str, Mapping[str, str]]:
+    """What CHANGE is a digest of: {name: parameters} of what the disruptive steps install,
+    from the install steps' parameters by suffix. The names are the ones the steps had when the
+    digest was defined (the kubelet upgrade had a step of its own, upgrade-node.sh): renaming
+    one would change every node's digest and roll every node for nothing."""
+    pinned: dict[str, Mapping[str, str]] = {
+        steps.NOUVEAU.script: installs[steps.NOUVEAU.suffix],
+        steps.DRIVER.script: installs[steps.DRIVER.suffix],
+        steps.RUNTIME.script: installs[steps.RUNTIME.suffix],
+        "upgrade-node.sh": {"KUBERNETES_MINOR": kubernetes_minor},
+        steps.KUBE_TOOLS.script: installs[steps.KUBE_TOOLS.suffix],
+    }
+    if efa is not None:
+        # Only EFA pools carry it: the digest of every other node stays what it was.
+        pinned[steps.EFA.script] = efa
+    return {name: params for name, params in pinned.items() if name is not None}

@@ -1,21 +1,12 @@
-"""The host steps, described once as data: what each runs, where, for how long, what replaces it,
-what an update does, what undoes it, and whether it disrupts GPU work.
+"""The step table: the one place the chain lives. Each row says what runs (a script, or a
+Kubernetes object), where (the node, the control plane, an image builder), when (every node, EFA
+pools only, a roll only, with validation), after which rows, what replaces it (`identity`: its
+`triggers`), what an update does, what undoes it, and whether it disrupts GPU work.
 
-Components build their `remote.Command`s from these rows (`remote.run_step`); the tests, the
-preview, the policies and the README read step names and order from here instead of spelling
-them out again. A step's resource is `f"{owner}-{step.suffix}"`: the node name for node steps
-(also for the control-plane steps that act on one node), the cluster name for control-plane steps.
-
-How the engine treats a step on a later `pulumi up` (pulumi-command
-`provider/pkg/provider/common/inputs.go`: `triggers` is the only `replaceOnChanges` input;
-`provider/pkg/provider/remote/commandController.go`: `Update` runs `update`, else `create`):
-- `identity` lists what the step's `triggers` hold. Only a change of these replaces the step
-  (delete hook first, then create): the host it runs on (an instance id), and for the join the
-  cluster it joins (endpoint and CA hash).
-- Any other change (script, parameters, connection) is an update; `on_update` says what it does:
-  re-run the idempotent script on the same host, or nothing.
-- `disruptive` marks steps whose update on a joined node interrupts GPU work (the driver, the
-  container runtime and toolkit, kubelet/kubeadm): these must roll, node by node.
+GpuNode, the validation and the roll build their resources from these rows (`<owner>-<suffix>`);
+the timeline, the policy pack's generated copy, the README's chain and the tests read them. A
+new step is a new row plus its script. Why: docs/decisions/004-steps-are-replaced-only-by-
+identity.md.
 """
 
 from __future__ import annotations
@@ -105,27 +96,24 @@ WAIT_READY = Step(
     20 * MINUTE,
     after=(INSTANCE,),
     in_image=True,
-    summary="OS ready: cloud-init done, apt free",
+    summary="OS ready: cloud-init done, apt free; the login user's authorized keys",
 )
-# Beside the chain (nothing waits for it): keys reach running machines.
-AUTHORIZED_KEYS = Step(
-    "authorized-keys",
-    "authorize-ssh-keys.sh",
-    Where.NODE,
-    2 * MINUTE,
-    after=("wait-ready",),
-    summary="the login user's authorized_keys: ssh.publicKey and the key the steps log in with",
-)
-ROLL_DRAIN = Step(
-    "roll-drain",
+# Named `drain` (not roll-drain): it also carries the node's drain on delete. It continues the
+# state of the `<node>-node-ready` step of earlier releases (an alias), whose stored delete hook
+# would otherwise drain every running node on the first up after the upgrade
+# (docs/decisions/027-an-upgrade-that-drains-nothing.md).
+DRAIN = Step(
+    "drain",
     "roll-drain.sh",
     Where.CONTROL_PLANE,
     30 * MINUTE,  # the component bounds it by the pool's slot wait plus the drain instead
     after=("wait-ready",),
     when=When.ROLL_ONLY,
+    identity=(Identity.HOST, Identity.ENDPOINT),
+    delete_script="drain-node.sh",
     summary=(
         "before a disruptive change reaches a joined node: a pool slot (a Lease), cordon, "
-        "drain (nothing on a node not joined yet)"
+        "drain; on delete: drain and delete the Node its own machine registered"
     ),
 )
 NOUVEAU = Step(
@@ -133,7 +121,7 @@ NOUVEAU = Step(
     "disable-nouveau.sh",
     Where.NODE,
     20 * MINUTE,  # an initramfs rebuild, maybe a newer kernel with a signed module to install
-    after=("roll-drain",),
+    after=("drain",),
     in_image=True,
     # It may install a kernel and reboot the host: on a joined node only inside the roll.
     disruptive=True,
@@ -159,25 +147,15 @@ RUNTIME = Step(
     disruptive=True,
     summary="containerd + NVIDIA Container Toolkit; nvidia is containerd's default runtime",
 )
-KUBE_UPGRADE = Step(
-    "kube-upgrade",
-    "upgrade-node.sh",
-    Where.NODE,
-    20 * MINUTE,
-    after=("runtime",),  # and the control plane's kubelet gate (its upgrade or skew check)
-    when=When.ROLL_ONLY,
-    disruptive=True,
-    summary="a joined node to the next Kubernetes minor: kubeadm upgrade node, then kubelet",
-)
 KUBE_TOOLS = Step(
     "kube-tools",
     "install-kube-tools.sh",
     Where.NODE,
-    15 * MINUTE,
-    after=("kube-upgrade",),
+    25 * MINUTE,  # a joined node's upgrade too: kubeadm upgrade node (10m) and the packages
+    after=("runtime",),  # and the control plane's kubelet gate (its upgrade or skew check)
     in_image=True,
     disruptive=True,
-    summary="kubelet/kubeadm, pinned minor",
+    summary="kubelet/kubeadm, pinned minor (a joined node moved to it as kubeadm says)",
 )
 # After kube-tools and before the join token (also with a baked image: its builder has no EFA
 # interface to prove); inside the roll like the steps before it.
@@ -195,119 +173,77 @@ EFA = Step(
 )
 JOIN_TOKEN = Step(
     "join-token",
-    "mint-join-token.sh",
-    Where.CONTROL_PLANE,
-    5 * MINUTE,
-    after=("efa",),  # and the control plane being ready
-    identity=(Identity.HOST, Identity.ENDPOINT),
+    None,
+    Where.KUBERNETES,
+    MINUTE,
+    after=("efa",),
     secret_stdout=True,
-    summary="a fresh short-lived join token for this node, minted on the control plane",
+    summary="a bootstrap token Secret for this node, expiring 2 h after its kube tools were ready",
 )
 JOIN = Step(
     "join",
     "join-node.sh",
     Where.NODE,
-    20 * MINUTE,  # above join-node.sh's own bound (17m: kubeadm's phase timeouts + 2m)
-    after=("join-token",),
+    # kubeadm join's own bound (17m), the Node Ready (10m) and its GPUs allocatable (the
+    # component bounds that part by validation.timeoutSeconds)
+    30 * MINUTE,
+    after=("join-token",),  # and the device plugin DaemonSet
     identity=(Identity.HOST, Identity.ENDPOINT, Identity.CA_HASH),
     # No delete hook: pulumi-command's Delete dials the stored host and fails when it is gone, so
     # a hook on the node would make a terminated machine block every later up. A kept host that
     # moves to another cluster is reset by the join itself (join-node.sh, leave_other_cluster);
     # a deleted machine needs no reset.
-    summary="kubeadm join from a JoinConfiguration (resets a host joined to another cluster)",
-)
-NODE_READY = Step(
-    "node-ready",
-    "wait-node-ready.sh",
-    Where.CONTROL_PLANE,
-    20 * MINUTE,
-    after=("join",),
-    identity=(Identity.HOST, Identity.ENDPOINT),
-    delete_script="drain-node.sh",
-    summary="Node Ready, seen from the control plane (drained and deleted on delete)",
-)
-# Beside the chain (nothing waits for it): labels and taints reconciled through the API.
-NODE_LABELS = Step(
-    "labels",
-    "label-node.sh",
-    Where.CONTROL_PLANE,
-    5 * MINUTE,
-    after=("node-ready",),
-    summary="the pool's labels and taints, set with --overwrite; ones set before removed",
-)
-GPU_CAPACITY = Step(
-    "gpu-capacity",
-    "wait-gpu-capacity.sh",
-    Where.CONTROL_PLANE,
-    20 * MINUTE,  # the component bounds it by validation.timeoutSeconds instead
-    after=("node-ready",),  # and the device plugin DaemonSet
-    when=When.VALIDATION,
-    part=Part.VALIDATION,
-    identity=(Identity.HOST, Identity.ENDPOINT),
-    summary="allocatable nvidia.com/gpu == the type's GPUs (from the control plane)",
+    summary="kubeadm join; the Node Ready and every GPU allocatable, seen through the API",
 )
 VALIDATION_JOB = Step(
     "validation-job",
     None,
     Where.KUBERNETES,
     15 * MINUTE,  # the component bounds it by validation.timeoutSeconds instead
-    after=("gpu-capacity",),
+    after=("join",),
     when=When.VALIDATION,
     part=Part.VALIDATION,
     summary="a Job pinned to the node takes all its GPUs: nvidia-smi -L + a CUDA kernel",
 )
-# Last of a node, after its checks (or node-ready without validation): ends the roll
-# ROLL_DRAIN began.
+# Last of a node, after its checks: ends the roll DRAIN began, and reconciles what the join set
+# at registration (labels, taints) when the pool's change.
 ROLL_UNCORDON = Step(
     "uncordon",
     "roll-uncordon.sh",
     Where.CONTROL_PLANE,
     15 * MINUTE,
-    after=("validation-job", "node-ready"),
-    when=When.ROLL_ONLY,
+    after=("validation-job", "join"),
     part=Part.ROLL_END,
-    summary="after the checks passed again: uncordon, give the pool slot back",
+    summary="after the checks: labels and taints reconciled, uncordoned, the pool slot back",
 )
 
-# Every node row, in chain order: GpuNode, GpuValidation and the roll's end build them from here.
+# Every node row, in chain order: GpuNode, its validation and the roll's end build them.
 NODE_ROWS: tuple[Step, ...] = (
     WAIT_READY,
-    AUTHORIZED_KEYS,
-    ROLL_DRAIN,
+    DRAIN,
     NOUVEAU,
     DRIVER,
     RUNTIME,
-    KUBE_UPGRADE,
     KUBE_TOOLS,
     EFA,
     JOIN_TOKEN,
     JOIN,
-    NODE_READY,
-    NODE_LABELS,
-    GPU_CAPACITY,
     VALIDATION_JOB,
     ROLL_UNCORDON,
 )
-# Rows beside the chain: registered, but nothing waits for them.
-NODE_SIDE_STEPS: tuple[Step, ...] = (AUTHORIZED_KEYS, NODE_LABELS)
 
 # The steps that make a booted Ubuntu a GPU host, in chain order: every node of a stock pool runs
 # them; a baked image holds their work (components/images/gpu_image.py) and its nodes only verify.
 INSTALL_STEPS: tuple[Step, ...] = tuple(step for step in NODE_ROWS if step.in_image)
 
-# The node's own chain (GpuNode), without the rows beside it and the EFA-only one.
+# The node's own chain (GpuNode), without the EFA-only row.
 NODE_STEPS: tuple[Step, ...] = tuple(
-    step
-    for step in NODE_ROWS
-    if step.part is Part.NODE and step not in NODE_SIDE_STEPS and step.when is not When.EFA_POOLS
+    step for step in NODE_ROWS if step.part is Part.NODE and step.when is not When.EFA_POOLS
 )
 
 # ---------------------------------------------------------------- control plane
 
 CP_WAIT_READY = Step("wait-ready", "wait-ready.sh", Where.CONTROL_PLANE, 20 * MINUTE)
-CP_AUTHORIZED_KEYS = Step(
-    "authorized-keys", "authorize-ssh-keys.sh", Where.CONTROL_PLANE, 2 * MINUTE
-)
 CP_RUNTIME = Step("runtime", "install-runtime.sh", Where.CONTROL_PLANE, 20 * MINUTE)
 CP_UPGRADE = Step(
     "upgrade",
@@ -379,7 +315,6 @@ EXISTING_CONTROL_PLANE_STEPS: tuple[Step, ...] = (
 ALL_STEPS: tuple[Step, ...] = (
     *NODE_ROWS,
     *MANAGED_CONTROL_PLANE_STEPS,
-    CP_AUTHORIZED_KEYS,
     CP_VERSION_SKEW,
     *IMAGE_STEPS,
 )
@@ -424,8 +359,19 @@ def validation_chain() -> tuple[str, ...]:
 
 def node_steps_in_first_up() -> tuple[Step, ...]:
     """The node chain as a new node's first `up` does work in it (the README's chain): without
-    the rows beside it and those that act on a joined node only."""
+    the rows that act on a joined node only."""
     return tuple(step for step in NODE_STEPS if step.when is not When.ROLL_ONLY)
+
+
+def host_scripts(where: Where) -> tuple[str, ...]:
+    """The scripts a host of `where` runs (delete hooks included): its bundle. An image builder
+    runs the GPU node's install steps and the image steps."""
+    if where is Where.IMAGE_BUILDER:
+        rows: tuple[Step, ...] = (*INSTALL_STEPS, *IMAGE_STEPS)
+    else:
+        rows = tuple(step for step in ALL_STEPS if step.runs_on is where)
+    names = {step.script for step in rows} | {step.delete_script for step in rows}
+    return tuple(sorted(name for name in names if name is not None))
 
 
 def disruptive_steps() -> tuple[Step, ...]:

@@ -20,6 +20,7 @@ import pulumi
 
 from components.aws.network import Network
 from components.hosts import pins, steps
+from components.hosts.remote import Login
 from components.images.builder import (
     ARCHITECTURE,
     BUILD_SCRIPTS,
@@ -60,12 +61,12 @@ class ControlPlaneImageKey(ImageKey):
     images: tuple[str, ...]
 
 
-def install_steps(config: ManagedControlPlane, minor: str) -> tuple[InstallStep, ...]:
-    """What makes a booted Ubuntu a control-plane host before `kubeadm init` (wait-ready, the
-    runtime without the NVIDIA toolkit, the kube tools): the managed control plane runs these
-    (components/control_plane.py), and the image's builder runs the very same."""
+def install_steps(config: ManagedControlPlane, minor: str, login: Login) -> tuple[InstallStep, ...]:
+    """What makes a booted Ubuntu a control-plane host before `kubeadm init` (wait-ready with
+    the login's keys, the runtime without the NVIDIA toolkit, the kube tools): the managed
+    control plane runs these (components/control_plane.py), and the image's builder the same."""
     return (
-        InstallStep(steps.CP_WAIT_READY, {}),
+        InstallStep(steps.CP_WAIT_READY, login.wait_ready_params()),
         InstallStep(
             steps.CP_RUNTIME,
             pins.runtime_params(config.os_version, minor, with_toolkit=False),
@@ -119,7 +120,7 @@ class ControlPlaneImage(pulumi.ComponentResource):
             Build(
                 key=key,
                 kind="control-plane",
-                install_steps=install_steps(args.config, key.kubernetes_minor),
+                install_steps=install_steps(args.config, key.kubernetes_minor, args.site.login),
                 pull_params={"IMAGES": " ".join(key.images), "KUBEADM_IMAGES": "true"},
                 builder_instance_type=args.config.instance_type,
                 root_volume_gib=IMAGE_ROOT_GIB,

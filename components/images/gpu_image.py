@@ -21,6 +21,7 @@ import pulumi
 from components.aws.network import Network
 from components.hosts import steps
 from components.hosts.pins import FLANNEL_IMAGES
+from components.hosts.remote import Login
 from components.images.builder import (
     ARCHITECTURE,
     BUILD_SCRIPTS,
@@ -130,7 +131,7 @@ def baked_images(
     settings: Settings,
     network: Network,
     *,
-    install_steps: Callable[[NodePool, str], tuple[InstallStep, ...]],
+    install_steps: Callable[[NodePool, str, Login], tuple[InstallStep, ...]],
     container_toolkit: str,
 ) -> dict[str, pulumi.Output[str]]:
     """Pool name -> the AMI id its nodes boot from, for every pool with `image: baked`: one
@@ -152,7 +153,9 @@ def baked_images(
                 image_name(settings.cluster_name, key),
                 GpuImageArgs(
                     key=key,
-                    install_steps=install_steps(first, settings.kubernetes_version),
+                    install_steps=install_steps(
+                        first, settings.kubernetes_version, Login.of(settings)
+                    ),
                     builder_instance_type=first.instance_type,
                     site=site,
                 ),

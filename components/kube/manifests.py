@@ -47,9 +47,12 @@ DEVICE_PLUGIN_SECURITY_CONTEXT = {"capabilities": {"add": ["SYS_ADMIN"]}}
 ISOLATION_CONTAINER = "gpu-isolation"
 # Changing the plugin config rolls the DaemonSet (a ConfigMap edit alone restarts nothing).
 CONFIG_HASH_ANNOTATION = "gpu-cluster.io/config-sha256"
-# Set on the validation pod template to the id of the node's capacity check: when the node's
-# chain re-runs (new instance, new driver), the Job is replaced and validates the node again.
+# Set on the GPU Jobs' pod templates, while a capacity step of their own ran before them, to
+# that step's id. Retired: the Jobs follow their machine and cluster (`replacement_trigger`,
+# `replace_with`) instead, and ignore it, so the Jobs of running stacks keep the stored value
+# and are not replaced (run again on nodes in service) by the upgrade.
 CAPACITY_CHECK_ANNOTATION = "gpu-cluster.io/capacity-check"
+RETIRED_TEMPLATE_ANNOTATIONS = (CAPACITY_CHECK_ANNOTATION,)
 # The digest of the node's disruptive steps (components/hosts/rolling.py): a new one re-runs
 # the Job.
 NODE_CHANGE_ANNOTATION = "gpu-cluster.io/node-change"

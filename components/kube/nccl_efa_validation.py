@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from components.gpu_node import GpuNode, GpuNodePool
     from components.kube.device_plugin import NvidiaDevicePlugin
     from components.kube.nccl_validation import NcclValidation
-    from components.kube.validation import GpuValidation
+    from components.kube.validation import ValidationJob
 
 # Beyond activeDeadlineSeconds: the Job controller marks the Job Failed, then the await sees it.
 JOB_AWAIT_MARGIN_SECONDS = 120
@@ -56,7 +56,7 @@ class NcclEfaValidationArgs:
     pool_resource_name: str  # `<cluster>-<pool>`: the Job's name comes from it
     node_names: tuple[str, str]
     after: tuple[pulumi.Resource, pulumi.Resource]
-    capacity_checks: tuple[pulumi.Input[str], pulumi.Input[str]]
+    validation_jobs: tuple[pulumi.Resource, pulumi.Resource]
     node_changes: tuple[str, str]
     gpu_type: GpuInstanceType
     taints: tuple[Taint, ...]
@@ -72,7 +72,7 @@ class NcclEfaValidationArgs:
         pool: GpuNodePool,
         settings: Settings,
         *,
-        validations: Mapping[str, GpuValidation],
+        validations: Mapping[str, ValidationJob],
         nccl_checks: Mapping[str, NcclValidation],
         device_plugin: NvidiaDevicePlugin,
         control_plane: ControlPlane,
@@ -89,9 +89,9 @@ class NcclEfaValidationArgs:
             pool_resource_name=f"{settings.cluster_name}-{pool.pool.name}",
             node_names=(first[0].node_name, first[1].node_name),
             after=(last_check(first[0]), last_check(first[1])),
-            capacity_checks=(
-                validations[first[0].node_name].capacity.id,
-                validations[first[1].node_name].capacity.id,
+            validation_jobs=(
+                validations[first[0].node_name].job,
+                validations[first[1].node_name].job,
             ),
             node_changes=(first[0].change, first[1].change),
             gpu_type=pool.pool.gpu_type,
@@ -160,11 +160,8 @@ class NcclEfaValidation(pulumi.ComponentResource):
                 timeout_seconds=args.timeout_seconds,
                 taints=args.taints,
                 shares_per_gpu=args.shares_per_gpu,
-                # Run again when either node's chain ran again (new machine, driver, roll).
+                # Run again when either node's disruptive steps change (a roll).
                 template_annotations={
-                    manifests.CAPACITY_CHECK_ANNOTATION: pulumi.Output.concat(
-                        args.capacity_checks[0], " ", args.capacity_checks[1]
-                    ),
                     manifests.NODE_CHANGE_ANNOTATION: " ".join(args.node_changes),
                 },
             ),
@@ -174,6 +171,12 @@ class NcclEfaValidation(pulumi.ComponentResource):
                 # The GPUs of both nodes are free once each node's own checks released them.
                 depends_on=[secret, service, *args.after],
                 replace_on_changes=["spec"],
+                # Run again when either node's CUDA validation runs again (new machine, driver).
+                replace_with=list(args.validation_jobs),
+                ignore_changes=[
+                    f'spec.template.metadata.annotations["{key}"]'
+                    for key in manifests.RETIRED_TEMPLATE_ANNOTATIONS
+                ],
                 delete_before_replace=True,
                 custom_timeouts=pulumi.CustomTimeouts(
                     create=job_timeout, update=job_timeout, delete="10m"

@@ -26,7 +26,7 @@ from components.settings import Settings, Taint
 if TYPE_CHECKING:
     from components.control_plane import ControlPlane
     from components.gpu_node import GpuNode
-    from components.kube.validation import GpuValidation
+    from components.kube.validation import ValidationJob
 
 # Where the nccl-tests binaries live in the image (aws-samples awsome-distributed-training
 # builds nccl-tests into /opt/nccl-tests/build).
@@ -128,7 +128,7 @@ class NcclValidationArgs:
     node_name: str
     gpu_type: GpuInstanceType
     taints: tuple[Taint, ...]
-    validation: GpuValidation
+    validation: ValidationJob
     provider: k8s.Provider
     image: str
     timeout_seconds: int
@@ -139,7 +139,7 @@ class NcclValidationArgs:
         cls,
         node: GpuNode,
         settings: Settings,
-        validation: GpuValidation,
+        validation: ValidationJob,
         control_plane: ControlPlane,
     ) -> NcclValidationArgs:
         return cls(
@@ -175,10 +175,7 @@ class NcclValidation(pulumi.ComponentResource):
                 timeout_seconds=args.timeout_seconds,
                 taints=list(args.taints),
                 shares_per_gpu=args.shares_per_gpu,
-                # Re-run when the node's CUDA validation ran again (new machine, new driver).
-                template_annotations={
-                    manifests.CAPACITY_CHECK_ANNOTATION: args.validation.capacity.id
-                },
+                template_annotations={},
             ),
             opts=pulumi.ResourceOptions(
                 parent=self,
@@ -186,6 +183,12 @@ class NcclValidation(pulumi.ComponentResource):
                 # One Job at a time on the node's GPUs: after the CUDA check released them.
                 depends_on=[args.validation.job],
                 replace_on_changes=["spec"],
+                # Re-run when the node's CUDA validation runs again (new machine, new driver).
+                replace_with=[args.validation.job],
+                ignore_changes=[
+                    f'spec.template.metadata.annotations["{key}"]'
+                    for key in manifests.RETIRED_TEMPLATE_ANNOTATIONS
+                ],
                 delete_before_replace=True,
                 custom_timeouts=pulumi.CustomTimeouts(
                     create=job_timeout, update=job_timeout, delete="10m"

@@ -3,7 +3,7 @@ model and the components that follow the same rules."""
 
 from __future__ import annotations
 
-from components.labels import EFA_LABEL, GPU_PRESENT_LABEL, POOL_LABEL
+from components.labels import EFA_LABEL, GPU_PRESENT_LABEL, INSTANCE_LABEL, POOL_LABEL
 
 PROJECT = "gpu-cluster"
 
@@ -35,7 +35,7 @@ DEFAULT_DCGM_EXPORTER_IMAGE = "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-dist
 # label value): Kubernetes caps label values at 63 characters, so longer names never register.
 MAX_NODE_NAME_LENGTH = 63
 # Labels the program sets on every GPU node itself (the device plugin selects on them).
-PROGRAM_NODE_LABELS = (GPU_PRESENT_LABEL, POOL_LABEL, EFA_LABEL)
+PROGRAM_NODE_LABELS = (GPU_PRESENT_LABEL, POOL_LABEL, EFA_LABEL, INSTANCE_LABEL)
 # Label namespaces a kubelet may set on its own Node (kubelet --node-labels / NodeRestriction):
 # other kubernetes.io and k8s.io labels make the kubelet refuse to start.
 KUBELET_LABEL_NAMESPACES = ("kubelet.kubernetes.io", "node.kubernetes.io")

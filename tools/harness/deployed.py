@@ -2,8 +2,8 @@
 (URN, type, parent, inputs, options), so that a new program can be planned against the graph a
 released one registered (tests/upgrade/, `tools.lifecycle.plan`).
 
-A host step's script text is kept as its sha256 (`sha256:<hex>`): the plan only asks whether it
-changed, and the files stay small.
+A host step's stdin keeps its parameters and, for the script text, a digest of the whole: the
+plan asks what the parameters were and whether the rest changed, and the files stay small.
 """
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ from typing import Any
 
 from tools.harness.graph import Graph, Resource, Secret
 
-# Inputs kept as their digest: long script text.
+# Inputs kept as their parameters and a digest: long script text.
 DIGESTED_INPUTS = ("stdin",)
+# Where a step's parameters end on its stdin (tools.harness.graph.script_params).
+PARAMETERS_END = ("# ---- lib/common.sh", "STEP_BUNDLE=")
 _SECRET = "__secret__"
 
 
@@ -52,17 +54,38 @@ def digest(value: Any) -> str:
 
 
 def as_deployed(resource: Resource) -> Resource:
-    """`resource` as the saved state keeps it: digested inputs replaced by their digest."""
+    """`resource` as the saved state keeps it: a digested input keeps its parameters (what
+    `script_params` reads) and a digest of the whole in place of the script text."""
     inputs = dict(resource.inputs)
     for key in DIGESTED_INPUTS:
         if key in inputs:
-            inputs[key] = digest(inputs[key])
+            inputs[key] = _digested(inputs[key])
     return dataclasses.replace(resource, inputs=inputs)
 
 
+def _digested(value: Any) -> Any:
+    if isinstance(value, Secret):
+        return Secret(_digested(value.value))
+    if not isinstance(value, str):
+        return digest(value)
+    head = value
+    for marker in PARAMETERS_END:
+        head = head.split(marker, 1)[0]
+    return f"{head}{PARAMETERS_END[0]}\n# {digest(value)}\n"
+
+
+def _fields(resource: Resource) -> dict[str, Any]:
+    """The resource's fields, shallow (`dataclasses.asdict` would take a Secret apart)."""
+    return {field.name: getattr(resource, field.name) for field in dataclasses.fields(resource)}
+
+
+def _urn(resource: Resource) -> str:
+    return resource.urn
+
+
 def save(graph: Graph, path: Path) -> None:
-    """Write `graph` (gzip'd JSON, deterministic) to `path`."""
-    rows = [_encode(dataclasses.asdict(as_deployed(r))) for r in graph]
+    """Write `graph` (gzip'd JSON, deterministic: resources by URN) to `path`."""
+    rows = [_encode(_fields(as_deployed(r))) for r in sorted(graph, key=_urn)]
     payload = {"resources": rows, "outputs": _encode(graph.outputs)}
     text = json.dumps(payload, sort_keys=True, indent=None, separators=(",", ":"))
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -84,20 +107,25 @@ def load(path: Path) -> Graph:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m tools.harness.deployed OUT_DIR`: save the graph of every pinned stack (the
-    stack files, and the variants of tests/identity) as the deployed state of this version."""
+    """`python -m tools.harness.deployed REF OUT_DIR`: save the graph every pinned stack (the
+    stack files, and the variants of tests/identity) registers with the program at git REF, as
+    the state a stack deployed from that version holds."""
     import argparse
 
+    from tools import lifecycle
     from tools.harness.identity import VARIANTS
     from tools.harness.stacks import STACKS, run_program
 
     parser = argparse.ArgumentParser(prog="python -m tools.harness.deployed")
+    parser.add_argument("ref")
     parser.add_argument("out", type=Path)
     args = parser.parse_args(argv)
-    for pinned in (*STACKS, *VARIANTS):
-        stack, config = VARIANTS.get(pinned, (pinned, None))
-        save(run_program(stack, config=config), args.out / f"{pinned}.json.gz")
-        print(args.out / f"{pinned}.json.gz")
+    with lifecycle.program_of(args.ref) as checkout:
+        for pinned in (*STACKS, *VARIANTS):
+            stack, config = VARIANTS.get(pinned, (pinned, None))
+            graph = run_program(stack, config=config, program=checkout / "__main__.py")
+            save(graph, args.out / f"{pinned}.json.gz")
+            print(args.out / f"{pinned}.json.gz")
     return 0
 
 

@@ -48,6 +48,11 @@ class Resource:
     protect: bool
     aliases: list[dict[str, Any]] = field(default_factory=list)
     outputs: dict[str, Any] = field(default_factory=dict)
+    replace_with: list[str] = field(default_factory=list)  # URNs whose replacement replaces it
+    replacement_trigger: Any = None  # a value whose change replaces it (None: none)
+    deleted_with: str | None = None
+    retain_on_delete: bool = False
+    id: str = ""  # what the provider (the mocks) answered
 
     @property
     def provider_urn(self) -> str | None:
@@ -100,7 +105,9 @@ def plain_strings(value: Any) -> Iterator[str]:
 def script_params(resource: Resource) -> dict[str, str]:
     """The NAME='value' inputs of the script a host step renders on stdin (secrets unwrapped)."""
     stdin = unwrap(resource.inputs["stdin"])
-    header = stdin.split("# ---- lib/common.sh", 1)[0]
+    # The parameters come first: before the shared library (a whole program) or the run of a
+    # bundled program by digest (components/hosts/remote.py step_program).
+    header = stdin.split("# ---- lib/common.sh", 1)[0].split("STEP_BUNDLE=", 1)[0]
     found = {}
     for line in header.splitlines():
         match = re.fullmatch(r"([A-Z][A-Z0-9_]*)=(.*)", line)

@@ -24,12 +24,24 @@ def fake_ip(prefix: str, name: str) -> str:
     return f"{prefix}.{digest[0] % 250 + 2}.{digest[1] % 250 + 2}"
 
 
+# The test cluster's CA public key hash (what read-kubeconfig.sh, and mint-join-token.sh of
+# earlier releases, print).
+CA_CERT_HASH = "sha256:" + hashlib.sha256(b"test cluster CA").hexdigest()
+# When the mocked kube-tools steps report the host ready to join (install-kube-tools.sh).
+READY_TO_JOIN_AT = "2026-01-01T00:00:00Z"
+
+
 def _join_token_stdout(args: MockResourceArgs) -> str:
-    """What mint-join-token.sh prints: one JSON line, a bootstrap token unique to the node."""
+    """What mint-join-token.sh of earlier releases printed: one JSON line, a bootstrap token
+    unique to the node (recorded graphs of those releases run under these mocks too)."""
     digest = hashlib.sha256(args.name.encode()).hexdigest()
     token = f"{digest[:6]}.{digest[6:22]}"
-    ca_hash = "sha256:" + hashlib.sha256(b"test cluster CA").hexdigest()
-    return json.dumps({"token": token, "caCertHash": ca_hash}) + "\n"
+    return json.dumps({"token": token, "caCertHash": CA_CERT_HASH}) + "\n"
+
+
+def _kube_tools_stdout(args: MockResourceArgs) -> str:
+    """What install-kube-tools.sh prints last: when the host was ready to join."""
+    return json.dumps({"readyToJoinAt": READY_TO_JOIN_AT}) + "\n"
 
 
 def _kubeconfig_stdout(args: MockResourceArgs) -> str:
@@ -44,6 +56,7 @@ def _kubeconfig_stdout(args: MockResourceArgs) -> str:
         "    user: kubernetes-admin\n  name: kubernetes-admin@kubernetes\n"
         "current-context: kubernetes-admin@kubernetes\nusers:\n- name: kubernetes-admin\n"
         f"  user:\n    client-certificate-data: {fake}\n    client-key-data: {fake}\n"
+        f"# ca-cert-hash: {CA_CERT_HASH}\n"
     )
 
 
@@ -51,6 +64,7 @@ def _kubeconfig_stdout(args: MockResourceArgs) -> str:
 COMMAND_STDOUT: dict[str, Callable[[MockResourceArgs], str]] = {
     "-join-token": _join_token_stdout,
     "-kubeconfig": _kubeconfig_stdout,
+    "-kube-tools": _kube_tools_stdout,
 }
 
 
@@ -198,6 +212,8 @@ class Mocks(pulumi.runtime.Mocks):
                 arn=f"arn:aws:ec2:us-west-2:123456789012:instance/{fake_id('i-', name)}",
                 userData=stored_user_data(name, state),
             )
+            # The provider reads the zone back from the subnet it launched in.
+            state.setdefault("availabilityZone", "us-west-2a")
             return fake_id("i-", name), state
         if typ == "tls:index/privateKey:PrivateKey":
             state.update(ed25519_key(name))

@@ -126,12 +126,27 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     for alias in request.aliases
                 ]
                 + [{"urn": urn} for urn in request.aliasURNs],
+                replace_with=list(request.replace_with),
+                replacement_trigger=_trigger(request),
+                deleted_with=request.deletedWith or None,
+                retain_on_delete=request.retainOnDelete,
+                id=response.id,
             )
         )
 
     def RegisterResourceOutputs(self, request):
         self.outputs_by_urn[request.urn] = decode(request.outputs)
         return super().RegisterResourceOutputs(request)
+
+
+def _trigger(request) -> Any:
+    """The request's replacement trigger as a plain value (None when it has none)."""
+    if not request.HasField("replacement_trigger"):
+        return None
+    value = request.replacement_trigger
+    if value.WhichOneof("kind") in (None, "null_value"):
+        return None
+    return _decode_value(value, None)
 
 
 def decode(struct: struct_pb2.Struct, strings: dict[str, str] | None = None) -> Any:

@@ -32,9 +32,11 @@ if str(ROOT) not in sys.path:
 
 
 def _test_private_key() -> str:
-    """A syntactically valid OpenSSH private key that opens nothing (tests never dial)."""
-    body = "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZWQyNTUxOQ"
-    return f"-----BEGIN OPENSSH PRIVATE KEY-----\n{body}\n-----END OPENSSH PRIVATE KEY-----\n"
+    """A real ED25519 OpenSSH private key of the tests' own (never dialled with), as large as an
+    operator's: what the state holds of every step's connection is measured with it."""
+    from tools.harness.mocks import ed25519_key
+
+    return ed25519_key("operator login")["privateKeyOpenssh"]
 
 
 TEST_SECRETS = {"sshPrivateKey": _test_private_key()}

@@ -5,8 +5,15 @@
 # A Node that is not Ready (its machine terminated or unreachable) cannot confirm an eviction:
 # its pods are deleted without eviction (--force --disable-eviction), so a dead host never blocks.
 #
+# It acts only on the Node its own machine registered: a Node named NODE_NAME that a later
+# machine registered (after the first was lost and replaced, `pulumi refresh` then `up`) carries
+# that machine's instance id (label gpu-cluster.io/instance-id, spec.providerID) and is left
+# alone. A Node with neither was registered before nodes carried them: it is this machine's.
+#
 # Inputs:
 #   NODE_NAME              the Node to remove (required)
+#   INSTANCE_ID            the EC2 instance this step was made for (optional for steps made
+#                          before nodes carried it: then the Node is taken by its name)
 #   DRAIN_TIMEOUT_SECONDS  bound on the drain (default 300)
 set -Eeuo pipefail
 
@@ -17,10 +24,35 @@ fi
 
 ADMIN_CONF=/etc/kubernetes/admin.conf
 
+INSTANCE_LABEL=gpu-cluster.io/instance-id
+
 check_inputs() {
   require_node_name
   [[ "${DRAIN_TIMEOUT_SECONDS:-300}" =~ ^[0-9]+$ ]] ||
     fatal "DRAIN_TIMEOUT_SECONDS must be a number of seconds, got '${DRAIN_TIMEOUT_SECONDS}'"
+  [[ -z "${INSTANCE_ID:-}" || "${INSTANCE_ID}" =~ ^i-[0-9a-f]+$ ]] ||
+    fatal "INSTANCE_ID must be an EC2 instance id (i-...), got '${INSTANCE_ID}'"
+}
+
+# registered_by_this_machine: the Node NODE_NAME is the one INSTANCE_ID registered (or
+# carries no instance id at all); false, with the reason logged, when another machine's.
+registered_by_this_machine() {
+  local found label provider
+  [[ -n "${INSTANCE_ID:-}" ]] || return 0
+  found="$(admin_kubectl get node "${NODE_NAME}" -o \
+    "jsonpath={.metadata.labels.${INSTANCE_LABEL//./\\.}}{\"\t\"}{.spec.providerID}")"
+  label="${found%%$'\t'*}"
+  provider="${found#*$'\t'}"
+  if [[ -z "${label}" && -z "${provider}" ]]; then
+    log "Node ${NODE_NAME} carries no instance id (registered before nodes did): taken as ${INSTANCE_ID}'s"
+    return 0
+  fi
+  if [[ "${label}" == "${INSTANCE_ID}" || "${provider}" == */"${INSTANCE_ID}" ]]; then
+    return 0
+  fi
+  log "Node ${NODE_NAME} belongs to ${label:-${provider##*/}}, not to ${INSTANCE_ID} (this" \
+    "step's machine, gone since): the new machine's Node is left alone"
+  return 1
 }
 
 node_exists() {
@@ -37,11 +69,14 @@ drain_node() {
     log "Node ${NODE_NAME} already gone, nothing to drain"
     return 0
   fi
+  registered_by_this_machine || return 0
   local limit="${DRAIN_TIMEOUT_SECONDS:-300}" unreachable=()
   if ! node_ready; then
+    # A dead kubelet never confirms a deletion: don't wait for it (kubectl drain's
+    # --skip-wait-for-delete-timeout, as drain_node_bounded in lib/common.sh has it).
     log "Node ${NODE_NAME} is not Ready (host gone or unreachable): deleting its pods" \
-      "without eviction"
-    unreachable=(--force --disable-eviction)
+      "without eviction, not waiting for a kubelet that cannot confirm"
+    unreachable=(--force --disable-eviction --skip-wait-for-delete-timeout=1)
   fi
   timeout -k 10 "$((limit + 30))" kubectl --kubeconfig="${ADMIN_CONF}" \
     drain "${NODE_NAME}" --ignore-daemonsets "${unreachable[@]}" \
@@ -56,6 +91,7 @@ delete_node() {
     log "Node ${NODE_NAME} already gone"
     return 0
   fi
+  registered_by_this_machine || return 0
   admin_kubectl delete node "${NODE_NAME}" --ignore-not-found >&2
   log "Node ${NODE_NAME} deleted"
 }

@@ -173,7 +173,7 @@ write_kubeadm_config() {
 apiVersion: kubeadm.k8s.io/v1beta4
 kind: InitConfiguration
 bootstrapTokens:
-  - description: "kubeadm init default; nodes join with their own (mint-join-token.sh)"
+  - description: "kubeadm init default; each node joins with a token of its own"
     ttl: 15m0s
     usages: [signing, authentication]
     groups: [system:bootstrappers:kubeadm:default-node-token]
@@ -260,6 +260,54 @@ approve_own_kubelet() {
   approve_kubelet_serving_csr "${NODE_NAME}" "${CSR_WAIT_SECONDS:-120}"
 }
 
+# Every node's kubelet serves with a certificate of the cluster CA (serverTLSBootstrap), which
+# the API server verifies (--kubelet-certificate-authority); kube-controller-manager approves no
+# such request. A timer here approves, every 20 s, the pending kubelet-serving requests of
+# registered Nodes, each made by that Node's own identity (system:node:<name>): what a per-node
+# step on this host did before, without a session per node.
+APPROVER=/usr/local/sbin/gpu-cluster-approve-kubelet-serving
+APPROVER_UNIT=gpu-cluster-approve-kubelet-serving
+
+install_serving_certificate_approver() {
+  local changed=""
+  changed+="$(write_file_if_changed "${APPROVER}" 0755 <<'APPROVE'
+#!/usr/bin/env bash
+# Written by gpu-cluster (init-control-plane.sh): approve the pending kubelet serving
+# certificate requests of registered Nodes, each made by that Node itself.
+set -euo pipefail
+kc() { kubectl --kubeconfig=/etc/kubernetes/admin.conf --request-timeout=20s "$@"; }
+kc get csr -o 'jsonpath={range .items[?(@.spec.signerName=="kubernetes.io/kubelet-serving")]}{.metadata.name}{"\t"}{.spec.username}{"\t"}{.status.conditions[0].type}{"\n"}{end}' |
+  while IFS=$'\t' read -r name user state; do
+    [[ -z "${state}" && "${user}" == system:node:* ]] || continue
+    kc get node "${user#system:node:}" >/dev/null 2>&1 || continue
+    kc certificate approve "${name}"
+  done
+APPROVE
+)"
+  changed+="$(write_file_if_changed "/etc/systemd/system/${APPROVER_UNIT}.service" <<UNIT
+[Unit]
+Description=gpu-cluster: approve kubelet serving certificates of registered Nodes
+[Service]
+Type=oneshot
+ExecStart=${APPROVER}
+UNIT
+)"
+  changed+="$(write_file_if_changed "/etc/systemd/system/${APPROVER_UNIT}.timer" <<UNIT
+[Unit]
+Description=gpu-cluster: approve kubelet serving certificates every 20 s
+[Timer]
+OnBootSec=30s
+OnUnitActiveSec=20s
+[Install]
+WantedBy=timers.target
+UNIT
+)"
+  if [[ "${changed}" == *changed* ]]; then
+    systemctl daemon-reload
+  fi
+  enable_service "${APPROVER_UNIT}.timer"
+}
+
 main() {
   init_script init
   check_inputs
@@ -267,7 +315,8 @@ main() {
   run_steps \
     init_cluster \
     verify_api \
-    approve_own_kubelet
+    approve_own_kubelet \
+    install_serving_certificate_approver
 }
 
 main "$@"

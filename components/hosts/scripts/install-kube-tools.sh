@@ -3,10 +3,20 @@
 # pkgs.k8s.io, plus the host settings kubeadm checks (swap off, br_netfilter,
 # overlay, bridge netfilter and IP forwarding).
 #
+# On a worker node that has joined already with the kubelet of an older minor (a roll drained
+# it first), it moves the node as kubeadm's procedure for worker nodes says ("Upgrading Linux
+# nodes", kubernetes.io/docs/tasks/administer-cluster/kubeadm/upgrading-linux-nodes/): kubeadm of
+# the new minor, `kubeadm upgrade node`, then kubelet and kubectl. It refuses to move a kubelet
+# past its API server. A control-plane host is upgraded by upgrade-control-plane.sh instead.
+#
+# Last, it prints one JSON line on stdout, {"readyToJoinAt": "<UTC RFC 3339>"}: the program
+# starts the node's bootstrap token's lifetime there.
+#
 # Inputs:
 #   KUBERNETES_MINOR  e.g. 1.35; never newer than the API server (required)
 #   SANDBOX_IMAGE     the pause image install-runtime.sh gave containerd (optional): checked
 #                     against the one this kubeadm expects (`kubeadm config images list`)
+#   UPGRADE_TIMEOUT_SECONDS  bound on kubeadm upgrade node (default 600)
 #   (plus the tunables listed in lib/common.sh)
 set -Eeuo pipefail
 
@@ -16,6 +26,8 @@ if ! declare -F init_script >/dev/null; then
 fi
 
 KUBE_PACKAGES="kubelet kubeadm kubectl"
+KUBELET_CONF=/etc/kubernetes/kubelet.conf
+ADMIN_CONF=/etc/kubernetes/admin.conf
 
 check_inputs() {
   require_vars KUBERNETES_MINOR
@@ -51,6 +63,45 @@ CONF
   ensure_sysctl net.ipv4.ip_forward 1
 }
 
+# upgrade_needed: true on a joined worker whose kubelet is of an older minor (and says why not).
+upgrade_needed() {
+  local kubelet server
+  if [[ ! -f "${KUBELET_CONF}" ]]; then
+    log "not joined yet: kubeadm join configures kubelet ${KUBERNETES_MINOR}"
+    return 1
+  fi
+  if [[ -f "${ADMIN_CONF}" ]]; then
+    log "a control-plane host: upgrade-control-plane.sh moves it"
+    return 1
+  fi
+  kubelet="$(minor_of "$(installed_version kubelet)")"
+  [[ -n "${kubelet}" ]] ||
+    fatal "joined (${KUBELET_CONF}) but no kubelet package installed: kubelet was removed or" \
+      "installed without apt; install the kubelet package of the running minor on this node" \
+      "(apt-get install kubelet), then pulumi up again"
+  check_one_minor_step "${kubelet}" "this node's kubelet"
+  if [[ "${kubelet}" == "${KUBERNETES_MINOR}" ]]; then
+    log "kubelet already ${kubelet}, nothing to upgrade"
+    return 1
+  fi
+  # The node's own credentials may read /version (system:public-info-viewer).
+  server="$(api_server_minor "${KUBELET_CONF}")"
+  if ((${KUBERNETES_MINOR#1.} > ${server#1.})); then
+    fatal "gpu-cluster:kubernetesVersion is ${KUBERNETES_MINOR} but the API server runs ${server};" \
+      "a kubelet must never be newer than its API server: upgrade the control plane first," \
+      "or set gpu-cluster:kubernetesVersion to ${server}"
+  fi
+  log "kubelet ${kubelet} -> ${KUBERNETES_MINOR} (API server ${server})"
+}
+
+upgrade_joined_node() {
+  upgrade_needed || return 0
+  upgrade_kubeadm_package
+  timeout -k 10 "${UPGRADE_TIMEOUT_SECONDS:-600}" kubeadm upgrade node >&2 ||
+    fatal "kubeadm upgrade node failed (its output is above); the node stays drained"
+  upgrade_kubelet_package
+}
+
 install_kube_packages() {
   local packages=()
   read -r -a packages <<<"${KUBE_PACKAGES}"
@@ -79,8 +130,12 @@ verify_kube_tools() {
     awk -F/ '$NF ~ /^pause:/ { print; exit }')"
   [[ "${pause}" == "${SANDBOX_IMAGE}" ]] ||
     fatal "kubeadm ${found} expects the sandbox image ${pause:-(none listed)}, containerd has" \
-      "${SANDBOX_IMAGE} (components/host_pins.py PAUSE_IMAGES)"
+      "${SANDBOX_IMAGE} (components/hosts/pins.py PAUSE_IMAGES)"
   log "sandbox image ${pause} as kubeadm expects"
+}
+
+print_ready_to_join() {
+  printf '{"readyToJoinAt": "%s"}\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
 }
 
 main() {
@@ -92,8 +147,10 @@ main() {
     load_kernel_modules \
     set_sysctls \
     add_kubernetes_apt_repo \
+    upgrade_joined_node \
     install_kube_packages \
     verify_kube_tools
+  print_ready_to_join
 }
 
 main "$@"

@@ -9,12 +9,24 @@
 #   KUBERNETES_MINOR  e.g. 1.35; the installed kubeadm must match (required)
 #   NODE_LABELS       comma-separated key=value labels (optional)
 #   NODE_TAINTS       comma-separated key=value:Effect or key:Effect taints (optional)
+#   PROVIDER_ID       the kubelet's --provider-id, aws:///<zone>/<instance id> (optional): the
+#                     Node's spec.providerID, which a drain on delete checks it acts on
+#   EXPECTED_GPUS     allocatable nvidia.com/gpu the Node must reach (optional: no capacity check
+#                     when empty, validation.enabled false)
+#   READY_TIMEOUT_SECONDS     how long to wait for the Node to register and be Ready (default 600)
+#   CAPACITY_TIMEOUT_SECONDS  how long to wait for its GPUs to be allocatable (default 900)
+#   DEVICE_PLUGIN_NAMESPACE   where the device plugin runs, for the hint (default nvidia-device-plugin)
+#   CHANGE            digest of the node's disruptive steps: a new one re-runs the checks after a
+#                     roll changed the host (optional, logged only)
 #   JOIN_TIMEOUT_SECONDS  bound on kubeadm join (default 1020: above the sum of the phase
 #                         timeouts the JoinConfiguration sets, so kubeadm reports which phase
 #                         timed out before this bound cuts it off)
 #
 # The JoinConfiguration holds the token: it is written 0600 in a private temporary
-# directory and removed when the script exits, whether the join worked or not.
+# directory and removed when the script exits, whether the join worked or not. After the join
+# the Node is watched through the API with the node's own kubelet credentials (the Node
+# authorizer lets a node read its own Node object): registered, Ready, and with every GPU
+# allocatable, each failure named apart.
 set -Eeuo pipefail
 set +x # the token must not reach a trace
 
@@ -46,6 +58,13 @@ check_inputs() {
     fatal "CA_CERT_HASH must be sha256:<64 hex digits>, got '${CA_CERT_HASH}'"
   [[ "${KUBERNETES_MINOR}" =~ ^1\.[0-9]+$ ]] ||
     fatal "KUBERNETES_MINOR must be a minor version like 1.35, got '${KUBERNETES_MINOR}'"
+  [[ -z "${PROVIDER_ID:-}" || "${PROVIDER_ID}" =~ ^aws:///[a-z0-9-]+/i-[0-9a-f]+$ ]] ||
+    fatal "PROVIDER_ID must be aws:///<zone>/<instance id>, got '${PROVIDER_ID}'"
+  local name
+  for name in EXPECTED_GPUS READY_TIMEOUT_SECONDS CAPACITY_TIMEOUT_SECONDS; do
+    [[ -z "${!name:-}" || "${!name}" =~ ^[0-9]+$ ]] ||
+      fatal "${name} must be a whole number, got '${!name}'"
+  done
   IFS=, read -r -a items <<<"${NODE_LABELS:-}"
   for item in "${items[@]}"; do
     [[ "${item}" =~ ${LABEL_RE} ]] || fatal "NODE_LABELS: '${item}' is not key=value"
@@ -66,11 +85,15 @@ check_kubeadm_version() {
 }
 
 kubelet_args_yaml() {
-  if [[ -z "${NODE_LABELS:-}" ]]; then
+  if [[ -z "${NODE_LABELS:-}" && -z "${PROVIDER_ID:-}" ]]; then
     printf '  kubeletExtraArgs: []\n'
     return 0
   fi
-  printf '  kubeletExtraArgs:\n    - name: node-labels\n      value: "%s"\n' "${NODE_LABELS}"
+  printf '  kubeletExtraArgs:\n'
+  [[ -z "${NODE_LABELS:-}" ]] ||
+    printf '    - name: node-labels\n      value: "%s"\n' "${NODE_LABELS}"
+  [[ -z "${PROVIDER_ID:-}" ]] ||
+    printf '    - name: provider-id\n      value: "%s"\n' "${PROVIDER_ID}"
 }
 
 taints_yaml() {
@@ -201,14 +224,129 @@ verify_joined() {
   log "${NODE_NAME} joined ${API_ENDPOINT}"
 }
 
+# ---- the Node, seen through the API with the node's own credentials
+
+GPU_RESOURCE="nvidia.com/gpu"
+# One look: the Ready condition and the allocatable GPUs, tab-separated (either may be empty).
+NODE_FIELDS='{.status.conditions[?(@.type=="Ready")].status}{"\t"}{.status.allocatable.nvidia\.com/gpu}'
+NODE_STATE=""  # not-found | not-ready | no-gpus | too-few | too-many | ok | api-error
+NODE_READY=""
+NODE_GPUS=""
+NODE_ERROR=""
+
+# observe_node: one bounded look at this host's Node; sets NODE_STATE and friends.
+observe_node() {
+  local out err rc=0
+  err="$(temp_path kubectl.err)"
+  out="$(kubectl --kubeconfig "${KUBELET_KUBECONFIG}" --request-timeout=20s \
+    get node "${NODE_NAME}" -o "jsonpath=${NODE_FIELDS}" 2>"${err}")" || rc=$?
+  NODE_READY=""
+  NODE_GPUS=""
+  NODE_ERROR=""
+  if ((rc != 0)); then
+    if grep -q NotFound "${err}"; then
+      NODE_STATE=not-found
+    else
+      NODE_STATE=api-error
+      NODE_ERROR="$(head -c 300 "${err}")"
+    fi
+    return 0
+  fi
+  # Split on the tab by hand: `read` would collapse an empty first field into the second.
+  NODE_READY="${out%%$'\t'*}"
+  NODE_GPUS="${out#*$'\t'}"
+  [[ "${out}" == *$'\t'* ]] || NODE_GPUS=""
+  if [[ "${NODE_READY}" != True ]]; then
+    NODE_STATE=not-ready
+  elif [[ -z "${EXPECTED_GPUS:-}" ]]; then
+    NODE_STATE=ok
+  elif [[ -z "${NODE_GPUS}" || "${NODE_GPUS}" == 0 ]]; then
+    NODE_STATE=no-gpus
+  elif ! [[ "${NODE_GPUS}" =~ ^[0-9]+$ ]]; then
+    NODE_STATE=api-error
+    NODE_ERROR="allocatable ${GPU_RESOURCE} is '${NODE_GPUS}', not a count"
+  elif ((NODE_GPUS < EXPECTED_GPUS)); then
+    NODE_STATE=too-few
+  elif ((NODE_GPUS > EXPECTED_GPUS)); then
+    NODE_STATE=too-many
+  else
+    NODE_STATE=ok
+  fi
+}
+
+describe_state() {
+  local ns="${DEVICE_PLUGIN_NAMESPACE:-nvidia-device-plugin}" plugin_pods
+  plugin_pods="kubectl -n ${ns} get pods -o wide --field-selector spec.nodeName=${NODE_NAME}"
+  case "${NODE_STATE}" in
+    not-found)
+      echo "Node ${NODE_NAME} is not registered: the kubelet never reached the API server; look at 'journalctl -u kubelet' on this host"
+      ;;
+    not-ready)
+      echo "Node ${NODE_NAME} is not Ready (Ready=${NODE_READY:-none}): look at 'kubectl describe node ${NODE_NAME}' (the CNI pod on it, kubelet conditions) and 'journalctl -u kubelet' on this host"
+      ;;
+    no-gpus)
+      echo "Node ${NODE_NAME} is Ready but has no allocatable ${GPU_RESOURCE}: the device plugin pod on it or the nvidia container runtime is not working (${plugin_pods}; kubectl -n ${ns} logs <that pod>; on this host: containerd config dump, /etc/containerd/conf.d/99-nvidia.toml; after a reboot, a kernel without an NVIDIA module: systemctl status gpu-cluster-nvidia-boot-check)"
+      ;;
+    too-few | too-many)
+      echo "Node ${NODE_NAME} reports ${NODE_GPUS} allocatable ${GPU_RESOURCE}, expected ${EXPECTED_GPUS}: check nvidia-smi on this host, the MIG/time-slicing config (kubectl -n ${ns} get configmap, ${plugin_pods})"
+      ;;
+    api-error)
+      echo "cannot read Node ${NODE_NAME} from the API server: ${NODE_ERROR:-unknown error}"
+      ;;
+    *)
+      echo "Node ${NODE_NAME} Ready${EXPECTED_GPUS:+ with ${NODE_GPUS} allocatable ${GPU_RESOURCE}}"
+      ;;
+  esac
+}
+
+# wait_for <states that end the wait> <seconds> <what>: look until the Node reaches one.
+wait_for_node() {
+  local wanted="$1" limit="$2" deadline last="" now
+  deadline=$((SECONDS + limit))
+  while true; do
+    observe_node
+    if [[ " ${wanted} " == *" ${NODE_STATE} "* ]]; then
+      return 0
+    fi
+    now="${NODE_STATE}/${NODE_READY}/${NODE_GPUS}"
+    if [[ "${now}" != "${last}" ]]; then
+      log "waiting: $(describe_state) ($((deadline - SECONDS))s left)"
+      last="${now}"
+    fi
+    if ((SECONDS >= deadline)); then
+      fatal "after ${limit}s: $(describe_state)"
+    fi
+    sleep "${POLL_SECONDS:-5}"
+  done
+}
+
+# Node check: registered and Ready (the GPU count is the next check's).
+wait_node_ready() {
+  wait_for_node "no-gpus too-few too-many ok" "${READY_TIMEOUT_SECONDS:-600}"
+  log "Node ${NODE_NAME} Ready"
+}
+
+# Capacity check: every GPU of the instance type allocatable (the device plugin's work).
+wait_gpu_capacity() {
+  if [[ -z "${EXPECTED_GPUS:-}" ]]; then
+    log "no capacity check (validation disabled)"
+    return 0
+  fi
+  wait_for_node ok "${CAPACITY_TIMEOUT_SECONDS:-900}"
+  log "$(describe_state)"
+}
+
 main() {
   init_script join
   check_inputs
   make_temp_dir
+  [[ -z "${CHANGE:-}" ]] || log "after host change ${CHANGE}"
   run_steps \
     leave_other_cluster \
     join_cluster \
-    verify_joined
+    verify_joined \
+    wait_node_ready \
+    wait_gpu_capacity
 }
 
 main "$@"

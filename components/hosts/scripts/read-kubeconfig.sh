@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # read-kubeconfig.sh: print the cluster's admin kubeconfig with its server rewritten to the
-# address the operator's machine reaches. The output is a secret (Pulumi keeps it encrypted
-# and unlogged); nothing of it goes to the log.
+# address the operator's machine reaches, then one YAML comment line with the hash of the
+# cluster CA's public key that joining nodes pin (`# ca-cert-hash: sha256:<hex>`). The output
+# is a secret (Pulumi keeps it encrypted and unlogged); nothing of it goes to the log.
 #
 # Inputs:
 #   API_SERVER  https://host:port the kubeconfig should point at (required)
+#   CA_CERT     the cluster CA certificate (default /etc/kubernetes/pki/ca.crt)
 set -Eeuo pipefail
 
 if ! declare -F init_script >/dev/null; then
@@ -13,6 +15,7 @@ if ! declare -F init_script >/dev/null; then
 fi
 
 ADMIN_CONF=/etc/kubernetes/admin.conf
+CA_CERT="${CA_CERT:-/etc/kubernetes/pki/ca.crt}"
 
 check_inputs() {
   require_vars API_SERVER
@@ -20,6 +23,22 @@ check_inputs() {
     fatal "API_SERVER must be https://host:port, got '${API_SERVER}'"
   [[ -r "${ADMIN_CONF}" ]] ||
     fatal "${ADMIN_CONF} not found on this host; it must be a kubeadm control-plane node"
+  [[ -r "${CA_CERT}" ]] ||
+    fatal "${CA_CERT} not found on this host; it must be a kubeadm control-plane node"
+}
+
+# The hash kubeadm join pins: sha256 of the CA's DER SubjectPublicKeyInfo.
+print_ca_hash() {
+  local hex
+  # A pipeline under pipefail: an unreadable certificate fails it (sha256sum always prints 64
+  # hex digits of whatever reaches it).
+  hex="$(openssl x509 -in "${CA_CERT}" -noout -pubkey |
+    openssl pkey -pubin -outform der |
+    sha256sum | awk '{ print $1 }')" ||
+    fatal "could not read the public key of ${CA_CERT} (openssl's error is above): nodes pin" \
+      "the cluster CA's key to join; restore the CA kubeadm made there"
+  printf '# ca-cert-hash: sha256:%s\n' "${hex}"
+  log "CA public key sha256:${hex}"
 }
 
 print_kubeconfig() {
@@ -36,7 +55,7 @@ print_kubeconfig() {
 main() {
   init_script kubeconfig
   check_inputs
-  run_steps print_kubeconfig
+  run_steps print_kubeconfig print_ca_hash
 }
 
 main "$@"

@@ -5,7 +5,7 @@
 # kubeadm-upgrade/): kubeadm of the new minor, `kubeadm upgrade plan`, `kubeadm upgrade apply`,
 # then kubelet and kubectl, kubelet restarted. The control-plane node is not drained: only the
 # control-plane pods, CoreDNS and the CNI run on it, and nothing else could take CoreDNS.
-# Nodes follow afterwards, one pool slot at a time (upgrade-node.sh).
+# Nodes follow afterwards, one pool slot at a time (install-kube-tools.sh).
 # Refuses, naming gpu-cluster:kubernetesVersion, a skipped minor or a downgrade; a host without a
 # cluster yet (first `pulumi up`) has nothing to upgrade.
 #

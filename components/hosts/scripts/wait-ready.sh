@@ -8,9 +8,16 @@
 #   APT_DAILY_POLL_SECONDS      how often to look (default 5)
 #   APT_LISTS_RETRIES           attempts of apt-get update while the lists lock is held
 #                               (default 8, with the backoff of lib/common.sh)
+#   SSH_USER         the login user whose ~/.ssh/authorized_keys is written (with
+#                    AUTHORIZED_KEYS; both or neither)
+#   AUTHORIZED_KEYS  OpenSSH public key lines, one per line: ssh.publicKey and the key the steps
+#                    log in with (derived from sshPrivateKey), so this session never locks itself
+#                    out; once both are the new key, the old one is gone
 #
 # Checks: cloud-init finished; the OS is Ubuntu 22.04 or 24.04; the first-boot apt-daily and
-# apt-daily-upgrade (unattended-upgrades) runs are over; the package lists are fresh.
+# apt-daily-upgrade (unattended-upgrades) runs are over; the package lists are fresh. Then the
+# login user's authorized_keys holds exactly the stack's keys, so a rotated ssh.publicKey reaches
+# running machines without replacing them.
 set -Eeuo pipefail
 
 if ! declare -F init_script >/dev/null; then
@@ -19,6 +26,25 @@ if ! declare -F init_script >/dev/null; then
 fi
 
 SUPPORTED_UBUNTU="22.04 24.04"
+KEY_RE='^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)|sk-ssh-ed25519@openssh\.com) [A-Za-z0-9+/=]+( .*)?$'
+HOME_DIR=""
+
+# Checked before anything is touched: both key inputs or neither, each line one public key.
+check_inputs() {
+  [[ -z "${SSH_USER:-}${AUTHORIZED_KEYS:-}" ]] && return 0
+  require_vars SSH_USER AUTHORIZED_KEYS
+  local line entry
+  while IFS= read -r line; do
+    [[ -z "${line}" || "${line}" =~ ${KEY_RE} ]] ||
+      fatal "AUTHORIZED_KEYS: a line is not an OpenSSH public key: '${line:0:40}...'"
+  done <<<"${AUTHORIZED_KEYS}"
+  # getent exits 2 for a user it does not know: that is the case the check below names.
+  entry="$(getent passwd "${SSH_USER}")" || entry=""
+  HOME_DIR="$(cut -d: -f6 <<<"${entry}")"
+  [[ -n "${HOME_DIR}" && -d "${HOME_DIR}" ]] ||
+    fatal "user ${SSH_USER} expected with a home directory, getent finds '${HOME_DIR}';" \
+      "ssh.user must name a user this host has (the image's login user, e.g. ubuntu)"
+}
 
 wait_for_cloud_init_to_finish() {
   wait_for_cloud_init
@@ -75,14 +101,36 @@ wait_for_apt_and_refresh_lists() {
   retry "${APT_LISTS_RETRIES:-8}" apt_get update >/dev/null
 }
 
+write_authorized_keys() {
+  if [[ -z "${SSH_USER:-}" ]]; then
+    log "no keys to write"
+    return 0
+  fi
+  local dir="${HOME_DIR}/.ssh" staged changed group
+  group="$(id -gn "${SSH_USER}")"
+  staged="$(temp_path authorized_keys)"
+  {
+    printf '# Managed by gpu-cluster (ssh.publicKey): edits are replaced on the next pulumi up.\n'
+    printf '%s\n' "${AUTHORIZED_KEYS}" | awk 'NF && !seen[$0]++'
+  } >"${staged}"
+  install -d -m 0700 -o "${SSH_USER}" -g "${group}" "${dir}"
+  changed="$(install_file_if_changed "${staged}" "${dir}/authorized_keys" 0600)"
+  chown "${SSH_USER}:${group}" "${dir}/authorized_keys"
+  if [[ "${changed}" == changed ]]; then
+    log "authorized_keys of ${SSH_USER} now holds $(grep -cv '^#' "${dir}/authorized_keys") key(s)"
+  fi
+}
+
 main() {
   init_script ready
+  check_inputs
   make_temp_dir
   run_steps \
     wait_for_cloud_init_to_finish \
     check_operating_system \
     wait_for_apt_daily \
-    wait_for_apt_and_refresh_lists
+    wait_for_apt_and_refresh_lists \
+    write_authorized_keys
   log "host ready"
 }
 
