@@ -130,8 +130,7 @@ COMMON: dict[str, Duration] = {
     ),
     steps.ROLL_UNCORDON.suffix: _d(
         4.0,
-        "assumption: SSH to the control plane, kubectl wait/label/taint/annotate, nothing "
-        "cordoned",
+        "assumption: SSH to the control plane, kubectl wait/label/taint/annotate, nothing cordoned",
     ),
     steps.JOIN_TOKEN.suffix: _d(1.0, "assumption: one API call (a Secret)"),
     "command:remote:CopyToRemote": _d(
