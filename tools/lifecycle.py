@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -225,15 +225,17 @@ def _is_no_op_update(resource: Resource) -> bool:
 # ---------------------------------------------------------------- the plan
 
 
-def plan(before: Graph, after: Graph) -> Plan:
+def plan(before: Graph, after: Graph, *, replace: Collection[str] = ()) -> Plan:
     """What `pulumi up` with the `after` program does to a stack deployed with `before`.
 
     A resource continues the old one its URN or, failing that, its first alias names
     (tools.harness.identity). It is replaced when a changed input is one its provider forces a
-    new resource for, when a resource in its `replace_with` is replaced, or when its
+    new resource for, when a resource in its `replace_with` is replaced, when its
     `replacement_trigger` changes (pulumi/pulumi step_generator.go `shouldTriggerReplace`: a
-    trigger that was or becomes null replaces nothing)."""
-    stack = after.resources[0].urn.split("::", 1)[0].removeprefix("urn:pulumi:") if after else ""
+    trigger that was or becomes null replaces nothing), or when `pulumi up --replace` names it
+    (`replace`: URNs or names; step_generator.go `isTargetedReplace`). A refresh that dropped
+    resources (a terminated machine) is `tools.recovery.refreshed`."""
+    stack = _stack_of(after) or _stack_of(before)
     taken = identity.match(after, [r.urn for r in before], stack).taken_over
     replaced: set[str] = set()
     changes: list[Change] = []
@@ -255,6 +257,12 @@ def plan(before: Graph, after: Graph) -> Plan:
         )
         if any(dependency in replaced for dependency in new.replace_with):
             forcing.append("replaceWith")
+        # A resource deleted with a replaced one is replaced with it (step_generator.go `diff`:
+        # "marked for replacement because ... (its DeletedWith resource) is being replaced").
+        if new.deleted_with is not None and new.deleted_with in replaced:
+            forcing.append("deletedWith")
+        if urn in replace or new.name in replace:
+            forcing.append("--replace")
         replaced_ids = {after.by_urn[u].id for u in replaced if after.by_urn[u].id}
         if _trigger_changed(old.replacement_trigger, new.replacement_trigger, replaced_ids):
             forcing.append("replacementTrigger")
@@ -285,6 +293,10 @@ def plan(before: Graph, after: Graph) -> Plan:
         _node_impacts(before, after, changes, taken),
         _refused(before, after, changes, taken),
     )
+
+
+def _stack_of(graph: Graph) -> str:
+    return graph.resources[0].urn.split("::", 1)[0].removeprefix("urn:pulumi:") if graph else ""
 
 
 def _trigger_changed(old: Any, new: Any, replaced_ids: set[str]) -> bool:

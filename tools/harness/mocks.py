@@ -228,7 +228,11 @@ class Mocks(pulumi.runtime.Mocks):
         if typ == "aws:ec2/securityGroup:SecurityGroup":
             return fake_id("sg-", name), state
         if typ == "aws:ec2/keyPair:KeyPair":
-            state.update(keyName=state.get("keyName") or name)
+            # Pulumi auto-names it: the name plus a random suffix, new for a replacement (a new
+            # public key), so a machine launched with the old name can be told apart.
+            public_key = str(state.get("publicKey", ""))
+            auto_name = f"{name}-{hashlib.sha256(public_key.encode()).hexdigest()[:7]}"
+            state.update(keyName=state.get("keyName") or auto_name)
             return fake_id("key-", name), state
         if typ == "command:remote:Command":
             for suffix, make in COMMAND_STDOUT.items():
