@@ -392,7 +392,11 @@ class GpuNode(pulumi.ComponentResource):
                 parent=self,
                 timeout_seconds=context.timing.drain_step_seconds,
                 # Destroying the whole cluster: no Node to drain on a control plane going away.
-                deleted_with=control_plane.machine,
+                # A control plane that is gone (controlPlane.unreachable): a delete of this node
+                # skips the drain, from the options the next `up` stores (an option change
+                # alone is a `same` step: nothing dials), docs/decisions/
+                # 031-an-unreachable-control-plane-dials-nothing-on-delete.md.
+                deleted_with=self.instance if control_plane.unreachable else control_plane.machine,
                 # It continues the node-ready step of earlier releases, with the same triggers,
                 # so that step's stored drain hook never runs (an update, not a delete).
                 aliases=[pulumi.Alias(name=f"{name}-node-ready")],

@@ -181,6 +181,14 @@ class Ssh(Model):
     )
 
 
+_UNREACHABLE = (
+    "The control plane is gone or cannot be reached: no delete dials it (a node's drain on "
+    "delete is skipped, Kubernetes objects are dropped from the state when the API does not "
+    "answer). Set it, `pulumi up`, then destroy or scale down (docs/operations.md); remove it "
+    "once the control plane is back"
+)
+
+
 class ManagedControlPlane(Model):
     mode: Literal["managed"] = Field(
         description="managed: the stack creates a kubeadm control plane on EC2 (CNI included)"
@@ -224,6 +232,7 @@ class ManagedControlPlane(Model):
         description="Protect the control-plane machine from deletion and replacement (its loss "
         "is a new cluster); set false only to destroy or rebuild it on purpose",
     )
+    unreachable: bool = Field(default=False, description=_UNREACHABLE)
 
     @model_validator(mode="after")
     def _consistent(self) -> ManagedControlPlane:
@@ -272,6 +281,7 @@ class ExistingControlPlane(Model):
         description="What the existing cluster's CNI sends between machines (default: flannel's "
         "VXLAN, udp/8472; Calico VXLAN: udp/4789; Cilium: udp/8472 and tcp/4240)",
     )
+    unreachable: bool = Field(default=False, description=_UNREACHABLE)
 
     @model_validator(mode="after")
     def _reachable(self) -> ExistingControlPlane:
