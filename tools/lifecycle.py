@@ -313,8 +313,9 @@ def _refused(
     before: Graph, after: Graph, changes: list[Change], taken: Mapping[str, str]
 ) -> list[str]:
     """Updates that fail at `up`: a smaller root volume (EBS ModifyVolume only grows a volume;
-    terraform-provider-aws updates root_block_device.volume_size in place with it)."""
-    found = []
+    terraform-provider-aws updates root_block_device.volume_size in place with it), a new
+    Ubuntu release on a kept machine, and subnets AWS refuses (`_subnets_refused`)."""
+    found = _subnets_refused(before, after, changes, taken)
     for change in changes:
         if change.action is not Action.UPDATE or _ROOT_VOLUME_SIZE not in change.changed:
             continue
@@ -341,6 +342,52 @@ def _refused(
                 f"{new_release}, which apt there cannot; keep osVersion for running machines, "
                 "or move them by adding a pool with the new release and removing the old one"
             )
+    return found
+
+
+SUBNET = "aws:ec2/subnet:Subnet"
+# What sits in a subnet by its `subnetId`: a machine, an EFA interface.
+_IN_SUBNET = ("aws:ec2/instance:Instance", "aws:ec2/networkInterface:NetworkInterface")
+
+
+def _subnets_refused(
+    before: Graph, after: Graph, changes: list[Change], taken: Mapping[str, str]
+) -> list[str]:
+    """A subnet deleted while a kept machine or interface still sits in it (they ignore a new
+    `subnetId`: EC2 DeleteSubnet answers DependencyViolation), and a new subnet whose block a
+    kept one holds (a subnet keeps the block it was created with: InvalidSubnet.Conflict)."""
+    gone = {taken.get(c.urn, c.urn) for c in changes if c.action in (Action.REPLACE, Action.DELETE)}
+    kept = [r for r in before if r.urn not in gone]
+    found = []
+    for change in changes:
+        if change.type != SUBNET:
+            continue
+        if change.action is Action.DELETE:
+            subnet = before.by_urn[change.urn]
+            inside = sorted(
+                r.name
+                for r in kept
+                if r.type in _IN_SUBNET and unwrap(r.inputs.get("subnetId")) == subnet.id
+            )
+            if subnet.id and inside:
+                found.append(
+                    f"{change.name}: AWS refuses to delete a subnet machines still sit in "
+                    f"({', '.join(inside)}: a machine keeps its subnet); replace them in the "
+                    "same up (pulumi up --replace <URN of each>), or keep the zone"
+                )
+        elif change.action in (Action.CREATE, Action.REPLACE):
+            block = unwrap(after.by_urn[change.urn].inputs.get("cidrBlock"))
+            holders = sorted(
+                r.name
+                for r in kept
+                if r.type == SUBNET and unwrap(r.inputs.get("cidrBlock")) == block
+            )
+            if holders:
+                found.append(
+                    f"{change.name}: its block {block} is held by {', '.join(holders)} (a "
+                    "subnet keeps the block of its zone's first position), so AWS refuses it; "
+                    "add new zones at the end of availabilityZones"
+                )
     return found
 
 

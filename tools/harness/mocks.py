@@ -224,7 +224,10 @@ class Mocks(pulumi.runtime.Mocks):
         if typ == "aws:ec2/vpc:Vpc":
             return fake_id("vpc-", name), state
         if typ == "aws:ec2/subnet:Subnet":
-            return fake_id("subnet-", name), state
+            # One subnet per zone of a VPC here: the same one under another name (an alias)
+            # keeps its id.
+            where = f"{state.get('vpcId')}|{state.get('availabilityZone')}"
+            return fake_id("subnet-", where), state
         if typ == "aws:ec2/securityGroup:SecurityGroup":
             return fake_id("sg-", name), state
         if typ == "aws:ec2/keyPair:KeyPair":
