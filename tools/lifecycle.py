@@ -511,6 +511,9 @@ def render(plan_: Plan, *, show_unchanged: bool = False) -> str:
             "first, or keep the user."
         )
         lines.append(_note(warning))
+    login_only = [c for c in plan_.changes if c.action is Action.RERUN and _login_key_only(c)]
+    if login_only:
+        lines.append(_note(login_key_warning(login_only)))
     in_service = [impact.node for impact in plan_.nodes.values() if impact.revalidated]
     if in_service:
         warning = (
@@ -521,6 +524,31 @@ def render(plan_: Plan, *, show_unchanged: bool = False) -> str:
         )
         lines.append(_note(warning))
     return "\n".join(lines) + "\n"
+
+
+# The login key of a Command's connection (and of its bastion hop).
+_LOGIN_KEY = ("connection.privateKey", "connection.proxy.privateKey")
+
+
+def _login_key_only(change: Change) -> bool:
+    return bool(change.changed) and all(path in _LOGIN_KEY for path in change.changed)
+
+
+def login_key_warning(changes: list[Change]) -> str:
+    """The warning for steps that re-run only because `sshPrivateKey` changed: pulumi-command
+    compares the connection like any input, and its `Update` runs `update` (here: the step's
+    script again), commandController.go."""
+    install_runs = [
+        c for c in changes if any(c.name.endswith(f"-{s.suffix}") for s in steps.INSTALL_STEPS)
+    ]
+    return (
+        f"Warning: {len(changes)} step(s) re-run only because the login key changed "
+        f"(sshPrivateKey), {len(install_runs)} of them install steps: each runs its script "
+        "again on its host, which finds everything in place and installs and restarts nothing, "
+        "but dials every host and takes that long. The update stores the new key, which their "
+        "delete hooks dial with later, so it is not skipped. Rotate the key when a long `up` "
+        "is acceptable (docs/ssh-keys.md)."
+    )
 
 
 def _note(text: str) -> str:
