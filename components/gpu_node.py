@@ -347,9 +347,15 @@ class GpuNode(pulumi.ComponentResource):
             for install in install_steps(pool, minor, args.login)
         }
         efa = pins.efa_params(pool.gpu_type.efa_interfaces) if pool.uses_efa else None
+        # The node's own root volume (its image builder's is another): wait-ready grows the
+        # filesystem into a larger rootVolumeGiB, which the provider applies in place.
+        wait_ready = {
+            **installs[steps.WAIT_READY.suffix],
+            "ROOT_VOLUME_GIB": str(pool.root_volume_gib),
+        }
         context = _ChainContext(
             args=args,
-            params={**installs, steps.EFA.suffix: efa or {}},
+            params={**installs, steps.WAIT_READY.suffix: wait_ready, steps.EFA.suffix: efa or {}},
             change=rolling.change_digest(rolling.pinned_programs(installs, minor, efa)),
             timing=rolling.roll_timing(validation_seconds=args.validation_timeout_seconds),
         )
