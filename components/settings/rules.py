@@ -253,6 +253,26 @@ def device_plugin_release_runs_here(settings: Settings) -> list[Found]:
     return [("devicePlugin.version", version, f"v{'.'.join(map(str, floor))} or newer: {why}")]
 
 
+def a_roll_fits_the_deploy_job(settings: Settings) -> list[Found]:
+    """One node's roll (every step at its bound, the checks twice) ends inside the deploy job,
+    so an `up` that rolls ends by itself and the next one goes on (components/hosts/rolling.py)."""
+    from components.hosts import rolling
+
+    longest = rolling.longest_validation_seconds()
+    given = settings.validation.timeout_seconds
+    if given <= longest or not any(pool.count for pool in settings.node_pools):
+        return []
+    return [
+        (
+            "validation.timeoutSeconds",
+            given,
+            f"at most {longest}: a node's roll waits for its checks twice, and with every step "
+            f"at its bound it must end inside the deploy job's "
+            f"{rolling.DEPLOY_JOB_SECONDS // 60} minutes",
+        )
+    ]
+
+
 CROSS_SECTION_RULES: tuple[Callable[[Settings], list[Found]], ...] = (
     node_names_fit,
     cluster_blocks_outside_created_vpc,
@@ -264,4 +284,5 @@ CROSS_SECTION_RULES: tuple[Callable[[Settings], list[Found]], ...] = (
     created_vpc_gives_public_ips,
     existing_control_plane_reachable_from_created_vpc,
     device_plugin_release_runs_here,
+    a_roll_fits_the_deploy_job,
 )
