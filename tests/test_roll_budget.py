@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from components.hosts import rolling
+from components.hosts import roll_budget
 from components.settings.load import ConfigError
 from tools.harness.graph import script_params
 from tools.harness.stacks import ROOT, STACKS, load_stack_settings, run_program, stack_file
@@ -24,9 +24,9 @@ def _job_seconds() -> int:
 
 
 def test_the_program_bounds_its_rolls_by_the_deploy_jobs_timeout():
-    assert _job_seconds() == rolling.DEPLOY_JOB_SECONDS, (
+    assert _job_seconds() == roll_budget.DEPLOY_JOB_SECONDS, (
         f"{WORKFLOW.name} gives the `up` {_job_seconds()}s, the roll is bounded by "
-        f"rolling.DEPLOY_JOB_SECONDS = {rolling.DEPLOY_JOB_SECONDS}s: keep them equal"
+        f"roll_budget.DEPLOY_JOB_SECONDS = {roll_budget.DEPLOY_JOB_SECONDS}s: keep them equal"
     )
 
 
@@ -40,15 +40,15 @@ def test_every_nodes_drain_to_uncordon_ends_inside_the_job(stack):
         waited_and_changed = (
             int(params["SLOT_WAIT_SECONDS"])
             + int(params["DRAIN_TIMEOUT_SECONDS"])
-            + rolling.READY_TIMEOUT_SECONDS
+            + roll_budget.READY_TIMEOUT_SECONDS
             + int(params["SLOT_SECONDS"])
         )
-        assert waited_and_changed + rolling.UP_MARGIN_SECONDS <= _job_seconds(), drain.urn
+        assert waited_and_changed + roll_budget.UP_MARGIN_SECONDS <= _job_seconds(), drain.urn
         assert int(params["SLOT_WAIT_SECONDS"]) > 0, f"{drain.urn}: no node would ever wait"
 
 
 def test_a_validation_timeout_too_long_for_one_job_is_refused_naming_the_key():
-    longest = rolling.longest_validation_seconds()
+    longest = roll_budget.longest_validation_seconds()
     validation = dict(stack_file("dev")["gpu-cluster:validation"], timeoutSeconds=longest)
     assert load_stack_settings("dev", config={"validation": validation})
     validation["timeoutSeconds"] = longest + 1

@@ -17,25 +17,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from components.hosts import steps
+from components.hosts.roll_budget import (
+    DRAIN_TIMEOUT_SECONDS,
+    READY_TIMEOUT_SECONDS,
+    slot_seconds,
+    slot_wait_seconds,
+)
 from components.settings import NodePool
 
-# Bound on one drain (PodDisruptionBudgets may hold evictions; GPU jobs may stop slowly).
-DRAIN_TIMEOUT_SECONDS = 15 * 60
-# The deploy job's bound (.github/workflows/pulumi-up.yml `timeout-minutes`: 360, the most GitHub
-# gives a job on a hosted runner). An `up` that rolls ends by itself before it: a node waits for
-# a slot only as long as its own change still fits, then fails naming the holders, and the next
-# `up` goes on where this one stopped (docs/decisions/033-a-roll-ends-inside-the-deploy-job.md).
-DEPLOY_JOB_SECONDS = 360 * 60
-# The rest of an `up` around a node's roll: dials, the scripts' copy, the engine's own work.
-UP_MARGIN_SECONDS = 10 * 60
-# On top of the steps' own bounds: SSH dials, the validation Job's scheduling.
-SLOT_MARGIN_SECONDS = 30 * 60
-READY_TIMEOUT_SECONDS = 10 * 60
-# Bound on the drain a node's delete runs (drain-node.sh).
-DELETE_DRAIN_TIMEOUT_SECONDS = 300
-
-# The steps between roll-drain and uncordon on a node, whose bounds a slot must outlast.
-_HELD_THROUGH = steps.NODE_STEPS[steps.NODE_STEPS.index(steps.DRAIN) + 1 :]
+# The bounds of a roll, which the settings check too: components/hosts/roll_budget.py.
+DELETE_DRAIN_TIMEOUT_SECONDS = 300  # bound on the drain a node's delete runs (drain-node.sh)
 
 
 def change_digest(programs: Mapping[str, Mapping[str, str]]) -> str:
@@ -63,31 +54,6 @@ class RollTiming:
     def drain_step_seconds(self) -> int:
         """The bound of the roll-drain step on the host: waiting for a slot, then the drain."""
         return self.slot_wait_seconds + self.drain_seconds + READY_TIMEOUT_SECONDS
-
-
-def slot_seconds(validation_seconds: int) -> int:
-    """A slot must outlast one node's whole change: every step between drain and uncordon at its
-    bound, plus the capacity check and the validation Job."""
-    return (
-        sum(step.timeout_seconds for step in _HELD_THROUGH)
-        + 2 * validation_seconds
-        + steps.ROLL_UNCORDON.timeout_seconds
-        + SLOT_MARGIN_SECONDS
-    )
-
-
-def slot_wait_seconds(validation_seconds: int) -> int:
-    """How long a node waits for a slot: whatever is left of the deploy job once its own drain
-    and change have their bounds (0: it rolls only when a slot is free at once). The same for
-    every node of every pool, so scaling a pool changes no other node's steps."""
-    own = DRAIN_TIMEOUT_SECONDS + READY_TIMEOUT_SECONDS + slot_seconds(validation_seconds)
-    return max(DEPLOY_JOB_SECONDS - UP_MARGIN_SECONDS - own, 0)
-
-
-def longest_validation_seconds() -> int:
-    """The largest validation.timeoutSeconds whose roll of one node fits the deploy job."""
-    fixed = DEPLOY_JOB_SECONDS - UP_MARGIN_SECONDS - DRAIN_TIMEOUT_SECONDS
-    return (fixed - READY_TIMEOUT_SECONDS - slot_seconds(0)) // 2
 
 
 def roll_timing(validation_seconds: int) -> RollTiming:

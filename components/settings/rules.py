@@ -255,10 +255,11 @@ def device_plugin_release_runs_here(settings: Settings) -> list[Found]:
 
 def a_roll_fits_the_deploy_job(settings: Settings) -> list[Found]:
     """One node's roll (every step at its bound, the checks twice) ends inside the deploy job,
-    so an `up` that rolls ends by itself and the next one goes on (components/hosts/rolling.py)."""
-    from components.hosts import rolling
+    so an `up` that rolls ends by itself and the next one goes on
+    (components/hosts/roll_budget.py)."""
+    from components.hosts import roll_budget
 
-    longest = rolling.longest_validation_seconds()
+    longest = roll_budget.longest_validation_seconds()
     given = settings.validation.timeout_seconds
     if given <= longest or not any(pool.count for pool in settings.node_pools):
         return []
@@ -268,7 +269,7 @@ def a_roll_fits_the_deploy_job(settings: Settings) -> list[Found]:
             given,
             f"at most {longest}: a node's roll waits for its checks twice, and with every step "
             f"at its bound it must end inside the deploy job's "
-            f"{rolling.DEPLOY_JOB_SECONDS // 60} minutes",
+            f"{roll_budget.DEPLOY_JOB_SECONDS // 60} minutes",
         )
     ]
 
