@@ -20,6 +20,7 @@ from components.settings.fields import (
     AmiId,
     AvailabilityZone,
     Cidr,
+    DigestPinnedImage,
     Endpoint,
     Found,
     Host,
@@ -444,6 +445,15 @@ class DcgmExporter(Model):
         default=False,
         description="Also create a Prometheus operator ServiceMonitor for the exporter's "
         "Service (needs the operator's monitoring.coreos.com/v1 CRDs in the cluster)",
+    )
+
+
+class NodeTerminationHandler(Model):
+    image: DigestPinnedImage | None = Field(
+        default=None,
+        description="The AWS Node Termination Handler image the spot pools' nodes run, pinned "
+        "by digest (public.ecr.aws/aws-ec2/aws-node-termination-handler:v1.25.6@sha256:...); "
+        "unset: that tag, with a warning on every preview",
     )
 
 
