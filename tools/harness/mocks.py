@@ -173,17 +173,23 @@ EXISTING_IMAGES: list[tuple[str, dict[str, str]]] = []
 
 
 def _image_ids(inputs: dict) -> list[str]:
-    """The ids of EXISTING_IMAGES that match every `tag:<key>` filter (all are available)."""
+    """The ids of EXISTING_IMAGES that match every `tag:<key>` and `tag-key` filter (all are
+    available), in the order of the list (as if listed oldest first), newest first when the
+    call asks `sortAscending: false`."""
+    filters = inputs.get("filters", [])
     wanted = {
         f["name"].removeprefix("tag:"): set(f["values"])
-        for f in inputs.get("filters", [])
+        for f in filters
         if f["name"].startswith("tag:")
     }
-    return sorted(
+    keys = [set(f["values"]) for f in filters if f["name"] == "tag-key"]
+    found = [
         image_id
         for image_id, tags in EXISTING_IMAGES
         if all(tags.get(key) in values for key, values in wanted.items())
-    )
+        and all(names & tags.keys() for names in keys)
+    ]
+    return found[::-1] if inputs.get("sortAscending") is False else found
 
 
 # Which Canonical release the AMI look-up answers with: set AMI_RELEASE[0] to a new value to see
