@@ -20,7 +20,7 @@ from components.kube import nccl_efa_manifests as efa
 from components.kube.manifests import GPU_EXTENDED_RESOURCE, tolerates
 from components.settings import SUPPORTED_KUBERNETES_MINORS, Taint
 from components.settings.constants import DEFAULT_NCCL_IMAGE
-from tests.test_manifests_schema import manifest, stack_minor, validate
+from tests.helpers.manifests import manifest, stack_minor, validate
 from tools.harness.graph import Graph, Resource, plain_strings
 from tools.harness.mocks import ed25519_key
 from tools.harness.stacks import STACKS, run_program
