@@ -470,7 +470,7 @@ def test_the_pods_shell_passes_shellcheck(tmp_path):
 def test_the_policy_pack_passes_a_stack_with_two_node_checks():
     """Through pulumi_policy's analyzer, as in tests/test_policies.py: pinned images, bounded
     Jobs, secrets kept secret."""
-    from tests.test_policies import analyze, as_policy_input
+    from tests.helpers.policies import analyze, as_policy_input
 
     found = analyze([as_policy_input(r) for r in graph()])
     assert found == [], "\n".join(f"{p} {u}: {m}" for p, u, m, _ in found)
