@@ -25,10 +25,9 @@ from pathlib import Path
 import pytest
 
 from components.hosts.rendering import SCRIPTS_DIR
+from tests.helpers.control_plane_host import FLANNEL_MANIFEST
+from tests.helpers.scripts import header_inputs, host_steps, step_program
 from tests.sandbox import Sandbox, sandbox_available
-from tests.test_control_plane_scripts import FLANNEL_MANIFEST
-from tests.test_production_defaults import step_program
-from tests.test_script_inputs import header_inputs, host_steps
 from tools.harness.stacks import run_program
 
 SCRIPTS = SCRIPTS_DIR
