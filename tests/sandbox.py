@@ -85,11 +85,6 @@ def sandbox_problem() -> str | None:
     return None
 
 
-def sandbox_available() -> bool:
-    """True when this machine can run the sandbox (unshare and overlayfs, as root or not)."""
-    return sandbox_problem() is None
-
-
 @cache
 def _directories_below(lower: Path, depth: int) -> tuple[str, ...]:
     """The real subdirectories of lower down to depth (a symlink to a directory stays a link)."""

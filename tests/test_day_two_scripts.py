@@ -8,11 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sandbox import Sandbox, sandbox_available
-
-needs_sandbox = pytest.mark.skipif(
-    not sandbox_available(), reason="needs root, unshare --mount and overlayfs"
-)
+from tests.sandbox import Sandbox, needs_sandbox
 
 OLD = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOldOldOldOldOldOldOldOldOldOldOldOldOldOldOld ops@old"
 NEW = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAINewNewNewNewNewNewNewNewNewNewNewNewNewNewNew ops@new"

@@ -10,11 +10,9 @@ import pytest
 
 from tests.helpers.control_plane_host import ADMIN_KUBECONFIG, CNI, FLANNEL_MANIFEST
 from tests.helpers.gpu_host import DRIVER, RUNTIME, new_gpu_host
-from tests.sandbox import Sandbox, sandbox_available
+from tests.sandbox import Sandbox, needs_sandbox
 
-pytestmark = pytest.mark.skipif(
-    not sandbox_available(), reason="needs root, unshare --mount and overlayfs"
-)
+pytestmark = needs_sandbox
 
 FAST = {"RETRY_BASE_SECONDS": "0.01", "POLL_SECONDS": "0.01"}
 PRIVATE_IP = "10.42.3.7"

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from components.hosts.rendering import render_script
-from tests.sandbox import Sandbox, sandbox_available
+from tests.sandbox import Sandbox, needs_sandbox
 
-pytestmark = pytest.mark.skipif(not sandbox_available(), reason="needs root, unshare, overlayfs")
+pytestmark = needs_sandbox
 
 PLUGIN = "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
 SAMPLE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0"

@@ -15,13 +15,11 @@ from components.hosts import pins
 from components.hosts.rendering import render_script
 from tests.helpers.gpu_host import CONTAINERD, CTK_PACKAGES, UBUNTU_2404
 from tests.helpers.scripts import step_program
-from tests.sandbox import Sandbox, sandbox_available
+from tests.sandbox import Sandbox, needs_sandbox
 from tools.harness.graph import unwrap
 from tools.harness.stacks import run_program
 
-pytestmark = pytest.mark.skipif(
-    not sandbox_available(), reason="needs root, unshare --mount and overlayfs"
-)
+pytestmark = needs_sandbox
 
 NODE = "dev-gpu-a10g-0"
 CLOCK_SCALE = "0.001"
