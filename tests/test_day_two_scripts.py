@@ -37,6 +37,12 @@ def test_rotation_authorizes_both_keys_then_only_the_new_one(host):
     lines = [line for line in host.host_path(KEYS).read_text().splitlines() if line[:1] != "#"]
     assert lines == [NEW, OLD], lines
     assert oct(host.host_path(KEYS).stat().st_mode & 0o777) == "0o600"
+    # The owner the script asked for, from the recorded calls: without root the sandbox maps no
+    # user but root, so the files themselves cannot belong to opsuser (tests/stubs/install).
+    assert both.called("install", "-d", "-m", "0700", "-o", "opsuser", "-g", "opsuser"), (
+        both.commands()
+    )
+    assert both.called("chown", "opsuser:opsuser", KEYS), both.commands()
     again = host.run(
         "authorize-ssh-keys.sh", {"SSH_USER": "opsuser", "AUTHORIZED_KEYS": f"{NEW}\n{OLD}"}
     )
