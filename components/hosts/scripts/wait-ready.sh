@@ -13,11 +13,14 @@
 #   AUTHORIZED_KEYS  OpenSSH public key lines, one per line: ssh.publicKey and the key the steps
 #                    log in with (derived from sshPrivateKey), so this session never locks itself
 #                    out; once both are the new key, the old one is gone
+#   SSHD_MAX_STARTUPS  a managed control plane only: sshd's MaxStartups (start:rate:full), the
+#                    SSH connections of its fleet's steps it takes at once
 #
 # Checks: cloud-init finished; the OS is Ubuntu 22.04 or 24.04; the first-boot apt-daily and
 # apt-daily-upgrade (unattended-upgrades) runs are over; the package lists are fresh. Then the
 # login user's authorized_keys holds exactly the stack's keys, so a rotated ssh.publicKey reaches
-# running machines without replacing them.
+# running machines without replacing them. On a managed control plane, sshd takes its fleet's
+# fan-in (a drop-in with MaxStartups, checked with `sshd -t`, reloaded only when it changed).
 set -Eeuo pipefail
 
 if ! declare -F init_script >/dev/null; then
@@ -28,9 +31,14 @@ fi
 SUPPORTED_UBUNTU="22.04 24.04"
 KEY_RE='^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)|sk-ssh-ed25519@openssh\.com) [A-Za-z0-9+/=]+( .*)?$'
 HOME_DIR=""
+# sshd uses the first value it reads for a keyword, and Ubuntu's sshd_config includes
+# sshd_config.d/*.conf at its top in name order: 10- comes before cloud-init's 50- and 60-.
+SSHD_DROP_IN=/etc/ssh/sshd_config.d/10-gpu-cluster-fan-in.conf
 
-# Checked before anything is touched: both key inputs or neither, each line one public key.
+# Checked before anything is touched: MaxStartups as sshd reads it; both key inputs or neither,
+# each line one public key.
 check_inputs() {
+  check_max_startups
   [[ -z "${SSH_USER:-}${AUTHORIZED_KEYS:-}" ]] && return 0
   require_vars SSH_USER AUTHORIZED_KEYS
   local line entry
@@ -44,6 +52,19 @@ check_inputs() {
   [[ -n "${HOME_DIR}" && -d "${HOME_DIR}" ]] ||
     fatal "user ${SSH_USER} expected with a home directory, getent finds '${HOME_DIR}';" \
       "ssh.user must name a user this host has (the image's login user, e.g. ubuntu)"
+}
+
+# sshd_config(5) MaxStartups start:rate:full: start <= full, rate 1-100 (servconf.c refuses
+# anything else, and sshd would not start).
+check_max_startups() {
+  [[ -z "${SSHD_MAX_STARTUPS:-}" ]] && return 0
+  local start rate full
+  [[ "${SSHD_MAX_STARTUPS}" =~ ^([0-9]+):([0-9]+):([0-9]+)$ ]] ||
+    fatal "SSHD_MAX_STARTUPS must be start:rate:full like 100:30:200, got '${SSHD_MAX_STARTUPS}'"
+  start="$((10#${BASH_REMATCH[1]}))" rate="$((10#${BASH_REMATCH[2]}))"
+  full="$((10#${BASH_REMATCH[3]}))"
+  ((start >= 1 && start <= full && rate >= 1 && rate <= 100)) ||
+    fatal "SSHD_MAX_STARTUPS ${SSHD_MAX_STARTUPS}: expected 1 <= start <= full and rate 1-100"
 }
 
 wait_for_cloud_init_to_finish() {
@@ -121,6 +142,43 @@ write_authorized_keys() {
   fi
 }
 
+# The drop-in, written only when it differs; a refused config is put back as it was before sshd
+# reads it, and sshd is reloaded (new connections only: this session and others go on) only
+# when the file changed. Another file that sets MaxStartups first is named, not overridden.
+configure_sshd_fan_in() {
+  if [[ -z "${SSHD_MAX_STARTUPS:-}" ]]; then
+    log "sshd: MaxStartups left as configured"
+    return 0
+  fi
+  local staged previous changed effective
+  staged="$(temp_path sshd-fan-in.conf)"
+  previous="$(temp_path sshd-fan-in.previous)"
+  printf '%s\n' "# Managed by gpu-cluster: the SSH connections of this control plane's fleet." \
+    "MaxStartups ${SSHD_MAX_STARTUPS}" >"${staged}"
+  if [[ -e "${SSHD_DROP_IN}" ]]; then cp -p "${SSHD_DROP_IN}" "${previous}"; fi
+  changed="$(install_file_if_changed "${staged}" "${SSHD_DROP_IN}" 0644)"
+  if [[ "${changed}" == changed ]] && ! sshd -t >&2; then
+    if [[ -e "${previous}" ]]; then
+      cp -p "${previous}" "${SSHD_DROP_IN}"
+    else
+      rm -f "${SSHD_DROP_IN}"
+    fi
+    fatal "sshd -t refused the configuration with MaxStartups ${SSHD_MAX_STARTUPS}" \
+      "(${SSHD_DROP_IN} put back as it was); see the error above"
+  fi
+  effective="$(sshd -T | awk '$1 == "maxstartups" { print $2 }')"
+  [[ "${effective}" == "${SSHD_MAX_STARTUPS}" ]] ||
+    fatal "sshd reads MaxStartups ${effective:-unset}, not ${SSHD_MAX_STARTUPS}: a file under" \
+      "/etc/ssh/sshd_config.d sorted before ${SSHD_DROP_IN##*/}, or sshd_config before its" \
+      "Include, sets it first; remove that setting"
+  if [[ "${changed}" != changed ]]; then
+    log "sshd: MaxStartups ${SSHD_MAX_STARTUPS} already in effect, not reloading"
+    return 0
+  fi
+  systemctl try-reload-or-restart ssh.service
+  log "sshd: MaxStartups ${SSHD_MAX_STARTUPS}, reloaded"
+}
+
 main() {
   init_script ready
   check_inputs
@@ -130,7 +188,8 @@ main() {
     check_operating_system \
     wait_for_apt_daily \
     wait_for_apt_and_refresh_lists \
-    write_authorized_keys
+    write_authorized_keys \
+    configure_sshd_fan_in
   log "host ready"
 }
 
