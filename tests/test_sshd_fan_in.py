@@ -102,12 +102,22 @@ def test_a_first_refused_drop_in_leaves_no_file(sandbox):
 
 
 @needs_sandbox
-def test_another_file_that_sets_max_startups_first_is_named(sandbox):
+def test_a_smaller_setting_read_first_elsewhere_is_named(sandbox):
     sandbox.write("/etc/ssh/sshd_config.d/01-site.conf", "MaxStartups 10:30:60\n")
     result = sandbox.run("wait-ready.sh", ASKED)
     assert result.returncode == 1
-    assert "sshd reads MaxStartups 10:30:60, not 100:30:200" in result.stderr
+    assert "sshd reads MaxStartups 10:30:60, below 100:30:200" in result.stderr
+    assert "raise or remove that setting" in result.stderr
     assert result.called("systemctl", "try-reload-or-restart") == []
+
+
+@needs_sandbox
+def test_a_larger_setting_read_first_elsewhere_is_kept(sandbox):
+    """A control plane that more stacks' nodes join: the operator's own drop-in, sorted first."""
+    sandbox.write("/etc/ssh/sshd_config.d/05-fleet.conf", "MaxStartups 1000:30:1000\n")
+    result = sandbox.run("wait-ready.sh", ASKED)
+    assert result.returncode == 0, result.stderr
+    assert "MaxStartups 1000:30:1000 set elsewhere takes this fleet (100:30:200)" in result.stderr
 
 
 @needs_sandbox

@@ -144,7 +144,8 @@ write_authorized_keys() {
 
 # The drop-in, written only when it differs; a refused config is put back as it was before sshd
 # reads it, and sshd is reloaded (new connections only: this session and others go on) only
-# when the file changed. Another file that sets MaxStartups first is named, not overridden.
+# when the file changed. A setting read first elsewhere stays if it is at least as large, and is
+# named otherwise.
 configure_sshd_fan_in() {
   if [[ -z "${SSHD_MAX_STARTUPS:-}" ]]; then
     log "sshd: MaxStartups left as configured"
@@ -167,10 +168,17 @@ configure_sshd_fan_in() {
       "(${SSHD_DROP_IN} put back as it was); see the error above"
   fi
   effective="$(sshd -T | awk '$1 == "maxstartups" { print $2 }')"
-  [[ "${effective}" == "${SSHD_MAX_STARTUPS}" ]] ||
-    fatal "sshd reads MaxStartups ${effective:-unset}, not ${SSHD_MAX_STARTUPS}: a file under" \
-      "/etc/ssh/sshd_config.d sorted before ${SSHD_DROP_IN##*/}, or sshd_config before its" \
-      "Include, sets it first; remove that setting"
+  if [[ "${effective}" != "${SSHD_MAX_STARTUPS}" ]]; then
+    # A site's own setting (a control plane that more stacks' nodes join) is kept when it
+    # takes at least as many connections for certain.
+    local have="${effective%%:*}"
+    if [[ ! "${have}" =~ ^[0-9]+$ ]] || ((have < ${SSHD_MAX_STARTUPS%%:*})); then
+      fatal "sshd reads MaxStartups ${effective:-unset}, below ${SSHD_MAX_STARTUPS}: a file" \
+        "under /etc/ssh/sshd_config.d sorted before ${SSHD_DROP_IN##*/}, or sshd_config" \
+        "before its Include, sets it first; raise or remove that setting"
+    fi
+    log "sshd: MaxStartups ${effective} set elsewhere takes this fleet (${SSHD_MAX_STARTUPS})"
+  fi
   if [[ "${changed}" != changed ]]; then
     log "sshd: MaxStartups ${SSHD_MAX_STARTUPS} already in effect, not reloading"
     return 0
