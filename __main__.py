@@ -27,11 +27,14 @@ from components.kube.termination_handler import (
     handler_image,
 )
 from components.kube.validation import validation_job
+from components.settings.control_plane_size import warn_unchecked_size
 from components.settings.load import load_settings
 
 settings = load_settings()
-# Hosts the operator names without their SSH host key: said on every preview and up.
+# Hosts the operator names without their SSH host key, a control plane whose size the sizing
+# table cannot check: said on every preview and up.
 warn_unchecked(settings)
+warn_unchecked_size(settings)
 
 network = Network("network", NetworkArgs.of(settings))
 control_plane = ControlPlane(

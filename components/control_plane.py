@@ -22,7 +22,7 @@ import pulumi_kubernetes as k8s
 
 from components.aws import machines
 from components.aws.network import Network, tcp_port_rule
-from components.hosts import host_keys, pins, steps
+from components.hosts import fan_in, host_keys, pins, steps
 from components.hosts.remote import Host, Login, run_step, ssh_host
 from components.images.control_plane_image import install_steps
 from components.kube import manifests
@@ -55,6 +55,7 @@ class ControlPlaneArgs:
     operators: OperatorKubeconfig
     tags: Mapping[str, str]
     image_ami: pulumi.Input[str] | None = None
+    gpu_nodes: int = 0  # every pool's count: the SSH fan-in a managed sshd takes
 
     @classmethod
     def of(
@@ -71,6 +72,7 @@ class ControlPlaneArgs:
             dials_public_ips=settings.network.connects_to_public_ips,
             operators=settings.kubeconfig,
             tags=settings.stack_tags,
+            gpu_nodes=sum(pool.count for pool in settings.node_pools),
         )
 
 
@@ -89,6 +91,7 @@ class ControlPlaneCore:
     api_server: pulumi.Output[str]
     ready: list[pulumi.Resource]
     machine: aws.ec2.Instance | None = None
+    sshd_ready: pulumi.Resource | None = None
 
 
 class ControlPlane(pulumi.ComponentResource):
@@ -98,8 +101,9 @@ class ControlPlane(pulumi.ComponentResource):
     program's own `provider`), `ca_cert_hash` (the CA public key's, which joins pin),
     `operator_kubeconfig` (secret, the one the stack exports), `provider` (Kubernetes, replaced
     only with the cluster), `kubernetes_version`, `host` (SSH to the control-plane host),
-    `ready`, `kubelet_gate`, `kubelet_client_cidrs` and `machine` (the managed instance, else
-    None).
+    `ready`, `kubelet_gate`, `kubelet_client_cidrs`, `machine` (the managed instance, else
+    None) and `sshd_ready` (managed: the step after which its sshd takes the fleet's SSH
+    fan-in, components/hosts/fan_in.py; else None).
     """
 
     endpoint: pulumi.Output[str]
@@ -117,6 +121,7 @@ class ControlPlane(pulumi.ComponentResource):
     machine: aws.ec2.Instance | None  # the managed control plane's instance
     # controlPlane.unreachable: no delete dials the control plane (docs/decisions/031-...)
     unreachable: bool
+    sshd_ready: pulumi.Resource | None
 
     def __init__(
         self, name: str, args: ControlPlaneArgs, opts: pulumi.ResourceOptions | None = None
@@ -135,6 +140,7 @@ class ControlPlane(pulumi.ComponentResource):
         self.kubelet_gate = core.kubelet_gate
         self.ready = core.ready
         self.machine = core.machine
+        self.sshd_ready = core.sshd_ready
         self.kubeconfig = pulumi.Output.secret(core.kubeconfig_step.stdout)
         # Not a secret: the hash of the CA's public key identifies the cluster (nodes pin it).
         self.ca_cert_hash = pulumi.Output.unsecret(
@@ -228,7 +234,9 @@ class ControlPlane(pulumi.ComponentResource):
             return self._step(host, row, params, after=after)
 
         wait, install_runtime, install_kube_tools = install_steps(config, minor, args.login)
-        wait_ready = step(wait.step, wait.params, after=[instance])
+        # Before any node's step dials this host: sshd takes every node's dial at once.
+        sshd = {"SSHD_MAX_STARTUPS": str(fan_in.max_startups(args.gpu_nodes))}
+        wait_ready = step(wait.step, {**wait.params, **sshd}, after=[instance])
         runtime = step(install_runtime.step, install_runtime.params, after=[wait_ready])
         # A new minor: kubeadm upgrade of the running cluster before its kubelet moves
         # (nothing on the first `up`); refuses a skipped minor before anything is installed.
@@ -273,6 +281,7 @@ class ControlPlane(pulumi.ComponentResource):
             api_server=api_server,
             ready=[init, cni, kubeconfig],
             machine=instance,
+            sshd_ready=wait_ready,
         )
 
     def _machine_image(self, config: ManagedControlPlane) -> machines.MachineImage:

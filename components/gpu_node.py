@@ -380,6 +380,10 @@ class GpuNode(pulumi.ComponentResource):
         args, name, pool = context.args, self.node_name, self.pool
         control_plane = args.control_plane
         if row is steps.DRAIN:
+            if control_plane.sshd_ready is not None:
+                # The first of this node's steps on the control plane: after its sshd takes
+                # every node's dial (components/hosts/fan_in.py).
+                after = [*after, control_plane.sshd_ready]
             return run_step(
                 row,
                 name,

@@ -8,6 +8,7 @@ import ipaddress
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from components.settings import control_plane_size
 from components.settings.constants import (
     AWS_RESERVED_PER_SUBNET,
     MAX_NODE_NAME_LENGTH,
@@ -230,6 +231,29 @@ def existing_control_plane_reachable_from_created_vpc(settings: Settings) -> lis
     ]
 
 
+def control_plane_sized_to_fleet(settings: Settings) -> list[Found]:
+    """A managed control plane has the vCPUs and memory its GPU nodes need (published sizings,
+    components/settings/control_plane_size.py); a family the table does not know is not refused
+    (`warn_unchecked_size` says so instead)."""
+    cp = settings.control_plane
+    if not isinstance(cp, ManagedControlPlane):
+        return []
+    has = control_plane_size.instance_size(cp.instance_type)
+    nodes = control_plane_size.gpu_nodes(settings)
+    need = control_plane_size.needed(nodes)
+    if has is None or has.holds(need):
+        return []
+    return [
+        (
+            "controlPlane.instanceType",
+            cp.instance_type,
+            f"an instance type with at least {need} for {nodes} GPU node(s), like "
+            f"{control_plane_size.to_use(cp.instance_type, nodes)}: {cp.instance_type} has "
+            f"{has} ({control_plane_size.why(nodes)}; scale the control plane up first)",
+        )
+    ]
+
+
 # The device plugin releases the program can run: the DaemonSet passes --config-file, which the
 # plugin takes since v0.12.0, and GPU Feature Discovery runs from the plugin's image, which
 # holds its binary since v0.15.0 (NVIDIA/k8s-device-plugin CHANGELOG.md).
@@ -284,6 +308,7 @@ CROSS_SECTION_RULES: tuple[Callable[[Settings], list[Found]], ...] = (
     public_api_names_its_sources,
     created_vpc_gives_public_ips,
     existing_control_plane_reachable_from_created_vpc,
+    control_plane_sized_to_fleet,
     device_plugin_release_runs_here,
     a_roll_fits_the_deploy_job,
 )
