@@ -12,11 +12,11 @@ from collections.abc import Iterator
 import pytest
 import yaml
 
-from components.hosts import rendering, steps
+from components.hosts import steps
 from tools import lifecycle
 from tools.harness import mocks
 from tools.harness.graph import Secret, unwrap
-from tools.harness.stacks import run_program, stack_file
+from tools.harness.stacks import edited_script, run_program, stack_file
 from tools.lifecycle import Action
 
 INSTANCE = "aws:ec2/instance:Instance"
@@ -31,25 +31,6 @@ def pools_with(stack: str, **changes: dict) -> dict:
     for pool in pools:
         pool.update(changes.get(pool["name"], {}))
     return {"nodePools": pools}
-
-
-@contextlib.contextmanager
-def edited_script(name: str, edit) -> Iterator[None]:
-    """The host script `name` as `edit(text)` returns it, for one program run."""
-    original = rendering.script_text
-
-    def patched(script: str) -> str:
-        text = original(script)
-        return edit(text) if script == name else text
-
-    # stripped_script keeps each script's stripped text for the process: drop it around the edit.
-    rendering.script_text = patched  # type: ignore[assignment]
-    rendering.stripped_script.cache_clear()
-    try:
-        yield
-    finally:
-        rendering.script_text = original  # type: ignore[assignment]
-        rendering.stripped_script.cache_clear()
 
 
 @contextlib.contextmanager

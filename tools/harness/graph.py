@@ -108,12 +108,14 @@ def script_params(resource: Resource) -> dict[str, str]:
     # The parameters come first: before the shared library (a whole program) or the run of a
     # bundled program by digest (components/hosts/remote.py step_program).
     header = stdin.split("# ---- lib/common.sh", 1)[0].split("STEP_BUNDLE=", 1)[0]
-    found = {}
-    for line in header.splitlines():
-        match = re.fullmatch(r"([A-Z][A-Z0-9_]*)=(.*)", line)
-        if match:
-            found[match.group(1)] = shlex.split(match.group(2))[0] if match.group(2) else ""
-    return found
+    # A value is one shell word as shlex.quote writes it, and may span lines (a list of keys).
+    return {
+        match.group(1): shlex.split(match.group(2))[0] if match.group(2) else ""
+        for match in _ASSIGNMENT.finditer(header)
+    }
+
+
+_ASSIGNMENT = re.compile(r"""^([A-Z][A-Z0-9_]*)=((?:'[^']*'|"(?:\\.|[^"\\])*"|[^\s'"])*)$""", re.M)
 
 
 class Graph:
