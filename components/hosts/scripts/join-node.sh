@@ -65,6 +65,9 @@ check_inputs() {
     [[ -z "${!name:-}" || "${!name}" =~ ^[0-9]+$ ]] ||
       fatal "${name} must be a whole number, got '${!name}'"
   done
+  # No Node ever reports 0 as "every GPU": an empty EXPECTED_GPUS is the way to skip the check.
+  [[ -z "${EXPECTED_GPUS:-}" ]] || ((10#${EXPECTED_GPUS} >= 1)) ||
+    fatal "EXPECTED_GPUS must be at least 1, got '${EXPECTED_GPUS}' (empty: no capacity check)"
   IFS=, read -r -a items <<<"${NODE_LABELS:-}"
   for item in "${items[@]}"; do
     [[ "${item}" =~ ${LABEL_RE} ]] || fatal "NODE_LABELS: '${item}' is not key=value"
