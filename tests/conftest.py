@@ -5,10 +5,18 @@ GPU_CLUSTER_SANDBOX=skip; the summary then says how many script tests did not ru
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
 from tests import sandbox
+
+# The policy pack's modules import each other as `gpu_cluster_policies` (the pack runs from
+# policies/): a test module that imports them works alone too, not only after test_policies.py.
+_POLICIES = str(Path(__file__).resolve().parent.parent / "policies")
+if _POLICIES not in sys.path:
+    sys.path.insert(0, _POLICIES)
 
 _not_run: list[str] = []
 
