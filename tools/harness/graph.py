@@ -104,15 +104,33 @@ def plain_strings(value: Any) -> Iterator[str]:
 
 def script_params(resource: Resource) -> dict[str, str]:
     """The NAME='value' inputs of the script a host step renders on stdin (secrets unwrapped)."""
-    stdin = unwrap(resource.inputs["stdin"])
+    return program_params(unwrap(resource.inputs["stdin"]))
+
+
+def program_params(program: str) -> dict[str, str]:
+    """The NAME='value' inputs of a step's program: a whole rendered program
+    (components/hosts/rendering.py render_script) or a step's stdin (remote.py step_program)."""
     # The parameters come first: before the shared library (a whole program) or the run of a
-    # bundled program by digest (components/hosts/remote.py step_program).
-    header = stdin.split("# ---- lib/common.sh", 1)[0].split("STEP_BUNDLE=", 1)[0]
+    # bundled program by digest.
+    header = program.split("# ---- lib/common.sh", 1)[0].split("STEP_BUNDLE=", 1)[0]
     # A value is one shell word as shlex.quote writes it, and may span lines (a list of keys).
     return {
         match.group(1): shlex.split(match.group(2))[0] if match.group(2) else ""
         for match in _ASSIGNMENT.finditer(header)
     }
+
+
+def program_script(program: str) -> str:
+    """The host script a step's program runs: the one it sources by digest (a step's stdin or
+    stored delete hook), or the one a whole rendered program names in its header."""
+    from components.hosts import bundle
+    from components.hosts.rendering import available_scripts
+
+    sourced = re.search(rf"^source {bundle.INSTALLED_DIR}/([0-9a-f]{{64}})\.sh$", program, re.M)
+    if sourced is None:
+        return program.split("\n", 2)[1].removeprefix("# ").split(",", 1)[0]
+    by_digest = {bundle.digest(script): script for script in available_scripts()}
+    return by_digest[sourced.group(1)]
 
 
 _ASSIGNMENT = re.compile(r"""^([A-Z][A-Z0-9_]*)=((?:'[^']*'|"(?:\\.|[^"\\])*"|[^\s'"])*)$""", re.M)
