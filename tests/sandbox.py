@@ -33,6 +33,7 @@ SUDO_USER set to the login user).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -56,7 +57,9 @@ FIELD_SEPARATOR = "\x1f"
 OPT_OUT_ENV = "GPU_CLUSTER_SANDBOX"  # =skip: run without the script tests, and say so
 # The login user steps run as (`sudo` sets SUDO_USER to it): its home is under an overlaid
 # directory, so the copy of a host's scripts lands in the sandbox.
-LOGIN_USER = "gpuops"
+# The stacks' ssh.user, the login user of Ubuntu's images: the steps the program registers name
+# it (wait-ready's SSH_USER).
+LOGIN_USER = "ubuntu"
 LOGIN_HOME = f"/var/lib/gpu-cluster-test-home/{LOGIN_USER}"
 # Marks a test that runs scripts in the sandbox (tests/conftest.py fails or skips it when the
 # sandbox cannot run here).
@@ -227,15 +230,16 @@ class Sandbox:
 
     def add_login_user(self, user: str = LOGIN_USER, home: str = LOGIN_HOME) -> str:
         """An account like the image's login user (ubuntu): an /etc/passwd and /etc/group entry
-        (after the real ones) and its home directory. Returns the home."""
+        (in place of one of that name this machine has) and its home directory. Returns the
+        home."""
         entries = {
             "/etc/passwd": f"{user}:x:4300:4300::{home}:/bin/bash\n",
             "/etc/group": f"{user}:x:4300:\n",
         }
         for path, entry in entries.items():
             current = self.read(path) if self.exists(path) else Path(path).read_text("utf-8")
-            if entry not in current:
-                self.write(path, current + entry)
+            others = [line for line in current.splitlines() if not line.startswith(f"{user}:")]
+            self.write(path, "".join(f"{line}\n" for line in others) + entry)
         self.host_path(home).mkdir(parents=True, exist_ok=True)
         self.state("sudo.user", user)
         return home
@@ -309,6 +313,17 @@ class Sandbox:
         """A registered step's stdin (components/hosts/remote.py step_program) as its `create`
         runs it: `sudo bash -s` from the login user `user` (SUDO_USER)."""
         return self.run_text(stdin, timeout=timeout, env={"SUDO_USER": user})
+
+    def run_registered(self, stdin: str, timeout: float = 60) -> RunResult:
+        """A step's stdin as the program registers it, on a host that got its scripts: the login
+        user and the role's bundle (the one its STEP_BUNDLE names) are put in place first, once,
+        then it runs as `run_step` runs it."""
+        role = re.search(r"^STEP_BUNDLE=\S+/([a-z-]+)$", stdin, re.M)
+        assert role, "not a step's stdin: it names no bundle (STEP_BUNDLE=)"
+        if not self.exists(f"{LOGIN_HOME}/{bundle.REMOTE_DIR}/{role.group(1)}"):
+            self.add_login_user()
+            self.put_bundle(role.group(1))
+        return self.run_step(stdin, timeout=timeout)
 
     def run_command(self, command_line: str, timeout: float = 60) -> RunResult:
         """A command line as pulumi-command runs it over SSH as the login user (a stored delete

@@ -272,6 +272,17 @@ def test_a_missing_program_is_named_with_where_it_was_looked_for(tmp_path):
 
 
 @needs_sandbox
+def test_run_as_root_without_sudo_a_program_is_looked_for_in_roots_home(tmp_path):
+    """An operator who runs a stored hook as root (no sudo, so no invoking user): root's own
+    home is where the copy would be."""
+    sb = Sandbox(tmp_path)
+    digest = bundle.digest("wait-ready.sh")
+    result = sb.run_text(step_stdin("wait-ready.sh", WAIT_READY))
+    assert result.returncode == 2, result.stderr
+    assert f"nor /root/{bundle.REMOTE_DIR}/node/{digest}.sh" in result.stderr, result.stderr
+
+
+@needs_sandbox
 def test_a_program_of_another_role_is_not_found_in_this_roles_copy(node_host):
     """A control-plane program asked of a node's copy: named missing, not run."""
     result = node_host.run_step(step_stdin("drain-node.sh", {"NODE_NAME": "x"}, role="node"))

@@ -1,9 +1,9 @@
 """Kubernetes minor upgrades, run for real in the sandbox: the managed control plane first
 (upgrade-control-plane.sh), then each drained node (install-kube-tools.sh on a joined worker,
-what upgrade-node.sh did), in the order kubeadm's upgrade procedure gives (kubernetes.io/docs/tasks/administer-cluster/kubeadm/kubeadm-upgrade/:
-"Skipping MINOR versions when upgrading is unsupported"; upgrade kubeadm, `kubeadm upgrade
-plan`/`apply` on the control plane, then per node `kubeadm upgrade node`, then kubelet and
-kubectl, kubelet restarted).
+what upgrade-node.sh did), in the order kubeadm's upgrade procedure gives
+(kubernetes.io/docs/tasks/administer-cluster/kubeadm/kubeadm-upgrade/: "Skipping MINOR versions
+when upgrading is unsupported"; upgrade kubeadm, `kubeadm upgrade plan`/`apply` on the control
+plane, then per node `kubeadm upgrade node`, then kubelet and kubectl, kubelet restarted).
 """
 
 from __future__ import annotations
