@@ -8,7 +8,7 @@ import pulumi
 
 from components.aws.network import Network, NetworkArgs
 from components.control_plane import ControlPlane, ControlPlaneArgs
-from components.gpu_node import NVIDIA_CTK_VERSION, GpuNodePool, GpuNodePoolArgs, install_steps
+from components.gpu_node import NVIDIA_CTK_VERSION, GpuNodePool, GpuNodePoolArgs
 from components.hosts.host_keys import warn_unchecked
 from components.images.control_plane_image import baked_control_plane_image
 from components.images.gpu_image import baked_images
@@ -22,6 +22,7 @@ from components.kube.nccl_efa_validation import (
 )
 from components.kube.nccl_validation import NcclValidation, NcclValidationArgs, needs_nccl_check
 from components.kube.validation import validation_job
+from components.node_inputs import install_steps
 from components.settings.load import load_settings
 
 settings = load_settings()
