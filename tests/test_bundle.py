@@ -343,3 +343,49 @@ def test_a_delete_hook_whose_program_is_gone_fails_naming_it(control_plane):
     assert result.returncode == 2, result.stderr
     assert f"program {bundle.digest('drain-node.sh')} is in neither" in result.stderr
     assert (control_plane.state_dir / f"kubectl/nodes/{NODE}.json").exists()
+
+
+# A slow `install` (ahead of coreutils' on the sandbox's PATH): it opens its destination at once,
+# as install does, and writes and closes it later, so two steps that install one program at
+# once overlap the way dozens of steps on one control plane can.
+SLOW_INSTALL = """#!/usr/bin/env bash
+src="${@: -2:1}" dst="${@: -1}"
+mkdir -p "$(dirname "$dst")"
+exec 3>"$dst"
+sleep 0.3
+cat "$src" >&3
+sleep 0.3
+exec 3>&-
+chmod 0600 "$dst"
+"""
+
+
+@needs_sandbox
+def test_steps_that_install_one_program_at_once_both_run_it(node_host):
+    """Two steps on one host (a control plane runs a drain or an uncordon per node, at once)
+    install the same program: neither sees the other's half-written copy, so neither refuses
+    a program that matches its digest."""
+    node_host.write("/usr/local/bin/install", SLOW_INSTALL, 0o755)
+    digest = bundle.digest("wait-ready.sh")
+    check = "".join(
+        [
+            f"STEP_BUNDLE={bundle.REMOTE_DIR}/node\n",
+            stripped_script(bundle.RUNNER),
+            f"by_digest {digest}\n",
+            "echo installed and checked\n",
+        ]
+    )
+    (node_host.tmp_dir / "check.sh").write_text(check)
+    result = node_host.run_step(
+        'bash "$TMPDIR/check.sh" > "$TMPDIR/a.out" 2>&1 & first=$!\n'
+        "sleep 0.5\n"
+        'bash "$TMPDIR/check.sh" > "$TMPDIR/b.out" 2>&1 & second=$!\n'
+        'wait $first; echo "first: $?"\n'
+        'wait $second; echo "second: $?"\n'
+        'cat "$TMPDIR/a.out" "$TMPDIR/b.out"\n'
+    )
+    assert "first: 0\n" in result.stdout and "second: 0\n" in result.stdout, result.stdout
+    assert result.stdout.count("installed and checked") == 2, result.stdout
+    installed = node_host.installed_program(digest)
+    assert installed.read_text() == bundle.program("wait-ready.sh")
+    assert [p.name for p in installed.parent.iterdir()] == [installed.name], "temporary left"
