@@ -237,23 +237,27 @@ def test_a_program_that_does_not_match_its_digest_is_refused_before_it_runs(node
     copy.write_text(copy.read_text() + "touch /etc/gpu-cluster-tampered\n")
     result = node_host.run_step(step_stdin("wait-ready.sh", WAIT_READY))
     assert result.returncode == 2, result.stderr
-    assert (
-        f"[by-digest] FAILED: {bundle.INSTALLED_DIR}/{digest}.sh does not match its digest: "
-        "changed on this host" in result.stderr
-    ), result.stderr
-    assert result.calls == [], f"ran before the check: {result.commands()}"
+    assert "[by-digest] FAILED:" in result.stderr, result.stderr
+    assert "does not match its digest: changed on this host since it arrived" in result.stderr
+    assert "pulumi up --replace the URN of <host>-scripts" in result.stderr, result.stderr
+    # Only the copy into the root-owned directory ran (to check it), and it is gone again.
+    assert [call[0] for call in result.calls] == ["install"], result.commands()
+    assert not node_host.exists(f"{bundle.INSTALLED_DIR}/{digest}.sh")
+    assert not list(node_host.host_path(bundle.INSTALLED_DIR).iterdir()), "a staged copy left"
     assert not node_host.exists("/etc/gpu-cluster-tampered")
 
 
 @needs_sandbox
-def test_an_installed_program_changed_since_is_refused_too(node_host):
+def test_an_installed_program_changed_since_is_put_back_before_it_runs(node_host):
+    """A changed program in the root-owned directory never runs: the checked copy of the
+    host's scripts takes its place first."""
     assert node_host.run_step(step_stdin("wait-ready.sh", WAIT_READY)).returncode == 0
     installed = node_host.installed_program(bundle.digest("wait-ready.sh"))
     installed.write_text(installed.read_text().replace("host ready", "host pwned"))
     result = node_host.run_step(step_stdin("wait-ready.sh", WAIT_READY))
-    assert result.returncode == 2, result.stderr
-    assert "does not match its digest: changed on this host" in result.stderr
-    assert result.calls == [], result.commands()
+    assert result.returncode == 0, result.stderr
+    assert "host pwned" not in result.stderr and "host ready" in result.stderr
+    assert installed.read_text() == bundle.program("wait-ready.sh")
 
 
 @needs_sandbox

@@ -13,19 +13,24 @@
 BY_DIGEST=/var/lib/gpu-cluster/scripts
 
 by_digest() {
-  local target="${BY_DIGEST}/$1.sh" source
-  if [[ ! -f "${target}" ]]; then
-    source="$(getent passwd "${SUDO_USER:-root}" | cut -d: -f6)/${STEP_BUNDLE}/$1.sh"
-    [[ -f "${source}" ]] || {
-      echo "[by-digest] FAILED: program $1 is in neither ${BY_DIGEST} nor ${source}:" \
-        "the host's copy of its scripts (<host>-scripts) did not reach it" >&2
-      exit 2
-    }
-    # A copy of its own, renamed into place whole: steps on one host install at once.
-    install -D -m 0600 "${source}" "${target}.$$" && mv -f "${target}.$$" "${target}"
+  local target="${BY_DIGEST}/$1.sh" source staged="${BY_DIGEST}/$1.sh.$$"
+  if [[ -f "${target}" ]] && echo "$1  ${target}" | sha256sum --check --status; then
+    return 0
   fi
-  echo "$1  ${target}" | sha256sum --check --status || {
-    echo "[by-digest] FAILED: ${target} does not match its digest: changed on this host" >&2
+  source="$(getent passwd "${SUDO_USER:-root}" | cut -d: -f6)/${STEP_BUNDLE}/$1.sh"
+  [[ -f "${source}" ]] || {
+    echo "[by-digest] FAILED: program $1 is in neither ${BY_DIGEST} nor ${source}:" \
+      "the host's copy of its scripts (<host>-scripts) did not reach it" >&2
     exit 2
   }
+  # Checked as copied, then renamed into place whole (steps on one host install at once): a
+  # program that does not match its digest never lands where a step runs it.
+  install -D -m 0600 "${source}" "${staged}"
+  echo "$1  ${staged}" | sha256sum --check --status || {
+    rm -f "${staged}"
+    echo "[by-digest] FAILED: ${source} does not match its digest: changed on this host since" \
+      "it arrived; copy the scripts again: pulumi up --replace the URN of <host>-scripts" >&2
+    exit 2
+  }
+  mv -f "${staged}" "${target}"
 }
