@@ -48,7 +48,7 @@ DRIVER_UPSTREAM = "580.95.05"
 DRIVER_VERSION = "580.95.05-0ubuntu0.24.04.2"
 NEWER_DRIVER = "580.105.08-0ubuntu0.24.04.1"  # userspace a day ahead of the built modules
 RUNNING_KERNEL = "6.8.0-1021-aws"  # the uname stub's default
-CONTAINERD = "2.2.1-0ubuntu1~24.04.3"
+CONTAINERD = "2.2.1-1~ubuntu.24.04~noble"  # Docker's containerd.io (components/hosts/pins.py)
 # The lists the runtime and kube-tools steps add (the apt-get stub installs their packages only
 # after an `apt-get update` read them).
 NVIDIA_SOURCES = "/etc/apt/sources.list.d/nvidia-container-toolkit.list"
@@ -78,9 +78,12 @@ def sandbox(tmp_path: Path) -> Sandbox:
     for pkg in ("nvidia-fabricmanager-580", "libnvidia-nscq-580", "libnvsdm-580"):
         sb.apt_available(pkg, "580.95.05-0ubuntu0.24.04.1", "580.105.08-0ubuntu0.24.04.1")
     sb.apt_available("nvlsm", "2025.06.4-1")
-    # noble's release pocket has containerd 1.7.12, noble-updates 2.2.1 (packages.ubuntu.com);
-    # a later 2.3 upload must not be taken by a pinned host.
-    sb.apt_available("containerd", "1.7.12-0ubuntu4", CONTAINERD, "2.3.0-0ubuntu1~24.04.1")
+    # Docker's repository keeps every containerd.io; a later 2.3 must not be taken by a pinned
+    # host (tests/archive.py builds the same archive for the tests of issue 35).
+    sb.apt_available(
+        "containerd.io", "1.7.28-1~ubuntu.24.04~noble", CONTAINERD, "2.3.0-1~ubuntu.24.04~noble"
+    )
+    sb.state("apt.source/containerd.io", "/etc/apt/sources.list.d/docker.list")
     for pkg in CTK_PACKAGES:
         sb.apt_available(pkg, "1.17.8-1", "1.18.0-1", "1.20.0-1")
         sb.state(f"apt.source/{pkg}", NVIDIA_SOURCES)
@@ -193,7 +196,12 @@ def test_a_program_with_a_secret_is_not_remembered(monkeypatch):
 
 REQUIRED = {
     "install-driver.sh": ["DRIVER_BRANCH", "GPU_COUNT", "NEEDS_FABRIC_MANAGER", "KERNEL_MODULES"],
-    "install-runtime.sh": ["NVIDIA_CTK_VERSION", "CONTAINERD_VERSION", "SANDBOX_IMAGE"],
+    "install-runtime.sh": [
+        "NVIDIA_CTK_VERSION",
+        "CONTAINERD_VERSION",
+        "CONTAINERD_REPOSITORY",
+        "SANDBOX_IMAGE",
+    ],
     "install-kube-tools.sh": ["KUBERNETES_MINOR"],
     "join-node.sh": ["NODE_NAME", "API_ENDPOINT", "JOIN_TOKEN", "CA_CERT_HASH", "KUBERNETES_MINOR"],
 }
@@ -270,7 +278,8 @@ def test_download_that_fails_twice_then_works(sandbox, script):
     sandbox.state("curl.fail", 2)
     result = sandbox.run(script, PARAMS[script])
     assert result.returncode == 0, result.stderr
-    assert len(result.called("curl")) == 3
+    # The runtime fetches two keys (Docker's, NVIDIA's): 2 failures, then each key once.
+    assert len(result.called("curl")) == {"install-runtime.sh": 4}.get(script, 3)
     assert result.stderr.count("retrying in") == 2
 
 
@@ -862,10 +871,10 @@ def containerd_dump(sandbox: Sandbox) -> dict:
 def test_runtime_happy_path(sandbox):
     result = sandbox.run("install-runtime.sh", RUNTIME)
     assert result.returncode == 0, result.stderr
-    assert sandbox.installed("containerd") == CONTAINERD
+    assert sandbox.installed("containerd.io") == CONTAINERD
     for pkg in CTK_PACKAGES:
         assert sandbox.installed(pkg) == pins.NVIDIA_CTK_VERSION
-    assert sandbox.held() == {"containerd", *CTK_PACKAGES}
+    assert sandbox.held() == {"containerd.io", *CTK_PACKAGES}
     config = tomllib.loads(sandbox.read("/etc/containerd/config.toml"))
     assert config["version"] == 3
     assert config["imports"] == ["/etc/containerd/conf.d/*.toml"]
@@ -937,15 +946,16 @@ def test_runtime_pins_containerd_of_this_release(sandbox):
     result = sandbox.run("install-runtime.sh", RUNTIME)
     assert result.returncode == 0, result.stderr
     (install,) = [c for c in installs(result) if any(a.startswith("containerd") for a in c)]
-    assert "containerd=2.2.1-0ubuntu1~24.04.*" in install
-    assert sandbox.installed("containerd") == CONTAINERD, "the 2.3 upload was taken"
+    assert f"containerd.io={CONTAINERD}" in install
+    assert sandbox.installed("containerd.io") == CONTAINERD, "the 2.3 upload was taken"
 
 
 @needs_sandbox
 def test_runtime_refuses_a_containerd_1x(sandbox):
-    result = sandbox.run("install-runtime.sh", {**RUNTIME, "CONTAINERD_VERSION": "1.7.*"})
+    old = "1.7.28-1~ubuntu.24.04~noble"
+    result = sandbox.run("install-runtime.sh", {**RUNTIME, "CONTAINERD_VERSION": old})
     assert result.returncode == 1
-    assert "containerd 2.x expected (containerd=1.7.*), found 'containerd " in result.stderr
+    assert f"containerd 2.x expected (containerd.io={old}), found 'containerd " in result.stderr
 
 
 @needs_sandbox
@@ -968,8 +978,11 @@ def test_runtime_restarts_containerd_only_when_its_config_changed(sandbox):
 def test_runtime_without_the_toolkit_for_control_plane_hosts(sandbox):
     result = sandbox.run("install-runtime.sh", CONTROL_PLANE_RUNTIME)
     assert result.returncode == 0, result.stderr
-    assert sandbox.held() == {"containerd"}
-    assert result.called("curl") == [] and result.called("nvidia-ctk") == []
+    assert sandbox.held() == {"containerd.io"}
+    assert result.called("nvidia-ctk") == []
+    assert [c[-1] for c in result.called("curl")] == [
+        "https://download.docker.com/linux/ubuntu/gpg"
+    ]
     cri = containerd_dump(sandbox)["plugins"][CRI_RUNTIME]["containerd"]
     assert cri["default_runtime_name"] == "runc"
     assert cri["runtimes"]["runc"]["options"]["SystemdCgroup"] is True

@@ -71,7 +71,8 @@ def host(tmp_path) -> Sandbox:
     sb = Sandbox(tmp_path)
     sb.write("/etc/os-release", UBUNTU_2404)
     sb.state("sleep.scale", CLOCK_SCALE)
-    sb.apt_available("containerd", CONTAINERD)  # the release pinned by components/hosts/pins.py
+    sb.apt_available("containerd.io", CONTAINERD)  # the release pinned by components/hosts/pins.py
+    sb.state("apt.source/containerd.io", "/etc/apt/sources.list.d/docker.list")
     return sb
 
 

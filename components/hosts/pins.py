@@ -19,15 +19,24 @@ NVIDIA_CTK_VERSION = "1.20.0-1"
 # 2025) upgrades libnccl-ofi to 1.16.3 on top of 1.43.1's libfabric 2.1.0amzn5.0.
 EFA_INSTALLER_VERSION = "1.43.2"
 
-# containerd from Ubuntu's archive, per release. packages.ubuntu.com: noble-updates and
-# jammy-updates carry containerd (source containerd-app) 2.2.1, 2.2.1-0ubuntu1~24.04.3 and
-# 2.2.1-0ubuntu1~22.04.2; the release pockets still carry 1.7.12-0ubuntu4 (noble) and
-# 1.5.9-0ubuntu3 (jammy). Which one apt picks depends on the host's pockets, so the version is
-# pinned: any Ubuntu revision of the 2.2.1 build for that release.
+# containerd.io from Docker's apt repository, per Ubuntu release: 2.2.1, the containerd the
+# hosts ran from Ubuntu's archive before. Docker's repository keeps every version it published
+# (Holodeck pkg/provisioner/templates/containerd.go installs containerd.io=<version>* from it),
+# Ubuntu's archive only the newest of each pocket, where 2.2.1 stops installing when 2.2.2
+# arrives. Changing a version here rolls every node. Why, and how to pick the next:
+# docs/decisions/035-containerd-from-a-repository-that-keeps-every-version.md.
 CONTAINERD_VERSIONS = {
-    "24.04": "2.2.1-0ubuntu1~24.04.*",
-    "22.04": "2.2.1-0ubuntu1~22.04.*",
+    "24.04": "2.2.1-1~ubuntu.24.04~noble",
+    "22.04": "2.2.1-1~ubuntu.22.04~jammy",
 }
+UBUNTU_CODENAMES = {"24.04": "noble", "22.04": "jammy"}
+DOCKER_APT_REPOSITORY = "https://download.docker.com/linux/ubuntu"
+
+
+def containerd_repository(os_version: str) -> str:
+    """Docker's apt source for one Ubuntu release (docs.docker.com/engine/install/ubuntu/)."""
+    return f"{DOCKER_APT_REPOSITORY} {UBUNTU_CODENAMES[os_version]} stable"
+
 
 # The pause (sandbox) image kubeadm expects for each Kubernetes minor (kubeadm's
 # cmd/kubeadm/app/constants PauseVersion; `kubeadm config images list` prints it). containerd's
@@ -81,6 +90,7 @@ def runtime_params(os_version: str, kubernetes_minor: str, *, with_toolkit: bool
     """Parameters of install-runtime.sh for one host."""
     params = {
         "CONTAINERD_VERSION": CONTAINERD_VERSIONS[os_version],
+        "CONTAINERD_REPOSITORY": containerd_repository(os_version),
         "SANDBOX_IMAGE": PAUSE_IMAGES[kubernetes_minor],
     }
     if with_toolkit:

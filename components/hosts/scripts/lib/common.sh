@@ -222,6 +222,55 @@ apt_hold() {
   fi
 }
 
+# ---- signed third-party repositories --------------------------------------------------
+
+# key_fingerprint <key file>: the fingerprint of the file's primary key (gpg --show-keys).
+key_fingerprint() {
+  gpg --batch --with-colons --show-keys "$1" 2>/dev/null | awk -F: '$1 == "fpr" { print $10; exit }'
+}
+
+# fetch_key <url> <fingerprint> <dest>: a publisher's armored key, refused unless its primary
+# key is the one the publisher documents (the fingerprint pinned in components/hosts/pins.py):
+# a key fetched from the server it guards proves nothing by itself.
+fetch_key() {
+  local found
+  download "$1" "$3"
+  found="$(key_fingerprint "$3")" || found=""
+  [[ "${found}" == "$2" ]] ||
+    fatal "the key at $1 has fingerprint ${found:-none}, $2 expected: not trusting it"
+}
+
+# add_signed_apt_repo <name> <key url> <fingerprint> <source>: the apt source "deb [signed-by=
+# /etc/apt/keyrings/<name>.gpg] <source>" in sources.list.d/<name>.list, its keyring fetched
+# once (fetch_key); apt-get update only when either changed.
+add_signed_apt_repo() {
+  local name="$1" url="$2" fingerprint="$3" source="$4" key changed_key="" changed_list
+  local keyring="/etc/apt/keyrings/$1.gpg"
+  if [[ ! -s "${keyring}" ]]; then
+    key="$(temp_path "${name}.key")"
+    fetch_key "${url}" "${fingerprint}" "${key}"
+    gpg --batch --yes --dearmor -o "${key}.gpg" "${key}"
+    changed_key="$(install_file_if_changed "${key}.gpg" "${keyring}")"
+  fi
+  changed_list="$(printf 'deb [signed-by=%s] %s\n' "${keyring}" "${source}" |
+    write_file_if_changed "/etc/apt/sources.list.d/${name}.list")"
+  if [[ "${changed_key}${changed_list}" == *changed* ]]; then
+    apt_update
+  fi
+}
+
+# require_apt_version <pkg> <version> <where from>: fail before installing anything unless the
+# archive offers exactly that version (installed counts), naming what it offers instead: a pin
+# that stopped resolving is reported as such, never replaced by the newest.
+require_apt_version() {
+  local offered
+  [[ "$(installed_version "$1")" == "$2" ]] && return 0
+  offered="$(apt-cache madison "$1" | awk -F'|' '{ gsub(/ /, "", $2); print $2 }' |
+    paste -sd, -)"
+  [[ ",${offered}," == *",$2,"* ]] ||
+    fatal "$1 $2 wanted (components/hosts/pins.py), $3 offers ${offered:-no version of it}"
+}
+
 # ---- Kubernetes packages ------------------------------------------------------------
 
 KUBE_KEYRING=/etc/apt/keyrings/kubernetes-apt-keyring.gpg
