@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from components.hosts import pins
 from tests.archive import DOCKER_LIST, Archive, gpu_host, installed
@@ -109,3 +110,16 @@ def test_a_key_that_is_not_dockers_is_never_trusted(host):
         "9DC858229FC7DD38854AE2D88D81803C0EBFCD88 expected: not trusting it" in result.stderr
     ), result.stderr
     assert not host.exists(KEYRING) and not host.exists(DOCKER_LIST)
+
+
+@needs_sandbox
+def test_crictl_talks_to_containerd(host):
+    """Issue 35, finding 8: without /etc/crictl.yaml crictl probes deprecated endpoints."""
+    Archive.today(host)
+    result = host.run("install-runtime.sh", runtime())
+    assert result.returncode == 0, result.stderr
+    config = yaml.safe_load(host.read("/etc/crictl.yaml"))
+    socket = "unix:///run/containerd/containerd.sock"
+    assert config == {"runtime-endpoint": socket, "image-endpoint": socket, "timeout": 10}
+    again = host.run("install-runtime.sh", runtime())
+    assert "/etc/crictl.yaml: no change" in again.stderr

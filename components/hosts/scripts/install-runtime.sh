@@ -34,6 +34,8 @@ CONTAINERD_CONFIG=/etc/containerd/config.toml
 CONTAINERD_DROP_INS=/etc/containerd/conf.d
 NVIDIA_DROP_IN="${CONTAINERD_DROP_INS}/99-nvidia.toml"
 TOOLKIT_CONFIG=/etc/nvidia-container-runtime/config.toml
+CRICTL_CONFIG=/etc/crictl.yaml
+CONTAINERD_SOCKET=unix:///run/containerd/containerd.sock
 # Docker's signing key as docs.docker.com/engine/install/ubuntu/ documents it.
 DOCKER_KEY_URL=https://download.docker.com/linux/ubuntu/gpg
 DOCKER_KEY_FINGERPRINT=9DC858229FC7DD38854AE2D88D81803C0EBFCD88
@@ -161,6 +163,19 @@ configure_containerd() {
   fi
   enable_service containerd
   restart_if_changed containerd "${changed}"
+  configure_crictl
+}
+
+# crictl (cri-tools, which kubeadm depends on) asks the runtime at these endpoints; without a
+# config it probes a list of deprecated defaults and warns on every call (cri-tools
+# docs/crictl.md, "Configuration": runtime-endpoint, image-endpoint, timeout).
+configure_crictl() {
+  write_file_if_changed "${CRICTL_CONFIG}" >/dev/null <<YAML
+# Written by gpu-cluster (install-runtime.sh): crictl talks to containerd.
+runtime-endpoint: ${CONTAINERD_SOCKET}
+image-endpoint: ${CONTAINERD_SOCKET}
+timeout: 10
+YAML
 }
 
 configure_toolkit() {
