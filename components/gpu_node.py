@@ -485,13 +485,7 @@ def install_steps(pool: NodePool, kubernetes_version: str, login: Login) -> tupl
             "DRIVER_BRANCH": pool.driver_version,
             "KERNEL_MODULES": pool.kernel_module_type,
         },
-        steps.DRIVER: {
-            "DRIVER_BRANCH": pool.driver_version,
-            "GPU_COUNT": str(gpu.gpu_count),
-            "NEEDS_FABRIC_MANAGER": "true" if gpu.needs_fabric_manager else "false",
-            "KERNEL_MODULES": pool.kernel_module_type,
-            "NVLINK_SUBNET_MANAGER": "true" if gpu.needs_nvlink_subnet_manager else "false",
-        },
+        steps.DRIVER: pins.driver_params(gpu, pool.driver_version, pool.kernel_module_type),
         steps.RUNTIME: pins.runtime_params(pool.os_version, kubernetes_version, with_toolkit=True),
         steps.KUBE_TOOLS: {
             "KUBERNETES_MINOR": kubernetes_version,

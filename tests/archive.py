@@ -146,13 +146,20 @@ class Archive:
         abi = kernel.rsplit("-", 1)[0]
         version = f"{abi}.23+1" if rebuild else f"{abi}.23"
         common = f"nvidia-kernel-common-{BRANCH}-server"
-        for suffix in (f"{BRANCH}-server", f"{BRANCH}-server-open"):
+        flavours = (f"{BRANCH}-server", f"{BRANCH}-server-open")
+        for suffix, other in zip(flavours, reversed(flavours), strict=True):
             package = f"linux-modules-nvidia-{suffix}-{kernel}"
             self.offer(package, version)
             self.sb.state(
                 f"apt.depends/{package}",
                 f"linux-image-{kernel} | linux-image-unsigned-{kernel}, "
                 f"{common} (<= {built_for}-1), {common} (>= {built_for})",
+            )
+            # The two module types of one kernel ship the same files: one replaces the other.
+            self.sb.state(f"apt.conflicts/{package}", f"linux-modules-nvidia-{other}-{kernel}")
+            self.sb.state(
+                f"apt.conflicts/nvidia-headless-no-dkms-{suffix}",
+                f"nvidia-headless-no-dkms-{other}",
             )
 
     def ubuntu_containerd(self, version: str) -> None:

@@ -6,6 +6,8 @@ one re-runs the step that installs it and nothing else.
 
 from __future__ import annotations
 
+from components.catalog import GpuInstanceType
+
 # NVIDIA Container Toolkit, an apt version of NVIDIA's libnvidia-container repository: v1.20.0
 # (NVIDIA/nvidia-container-toolkit CHANGELOG.md). From 1.18 `nvidia-ctk runtime configure` writes
 # containerd's nvidia runtime to a drop-in, /etc/containerd/conf.d/99-nvidia.toml
@@ -98,3 +100,15 @@ def runtime_params(os_version: str, kubernetes_minor: str, *, with_toolkit: bool
     else:
         params["WITH_NVIDIA_TOOLKIT"] = "false"
     return params
+
+
+def driver_params(gpu: GpuInstanceType, driver_branch: str, kernel_modules: str) -> dict[str, str]:
+    """Parameters of install-driver.sh for one instance type, driver branch and module type."""
+    return {
+        "DRIVER_BRANCH": driver_branch,
+        "GPU_COUNT": str(gpu.gpu_count),
+        "NEEDS_FABRIC_MANAGER": "true" if gpu.needs_fabric_manager else "false",
+        "KERNEL_MODULES": kernel_modules,
+        "NVLINK_SUBNET_MANAGER": "true" if gpu.needs_nvlink_subnet_manager else "false",
+        "GSP_FIRMWARE": "on" if gpu.gsp_firmware else "off",
+    }

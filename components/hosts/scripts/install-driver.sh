@@ -11,6 +11,9 @@
 #                         proprietary on Volta) (required)
 #   NVLINK_SUBNET_MANAGER true on NVSwitch gen 4 (NVLink 5: p6-b200): fabric manager also needs
 #                         nvlsm, libnvsdm and the ib_umad module (default false)
+#   GSP_FIRMWARE          on (default) or off: off loads the module with
+#                         NVreg_EnableGpuFirmware=0, as AWS's images do on g4dn, g5 and g5g; only
+#                         the proprietary modules run without GSP firmware
 #   (plus the tunables listed in lib/common.sh)
 #
 # Expects wait-ready.sh (package lists fresh) and disable-nouveau.sh (nouveau gone, running a
@@ -39,6 +42,11 @@ check_inputs() {
     fatal "KERNEL_MODULES must be open or proprietary, got '${KERNEL_MODULES}'"
   [[ "${NVLINK_SUBNET_MANAGER:-false}" == true || "${NVLINK_SUBNET_MANAGER:-false}" == false ]] ||
     fatal "NVLINK_SUBNET_MANAGER must be true or false, got '${NVLINK_SUBNET_MANAGER}'"
+  [[ "${GSP_FIRMWARE:-on}" == on || "${GSP_FIRMWARE:-on}" == off ]] ||
+    fatal "GSP_FIRMWARE must be on or off, got '${GSP_FIRMWARE}'"
+  [[ "${GSP_FIRMWARE:-on}" == on || "${KERNEL_MODULES}" == proprietary ]] ||
+    fatal "GSP_FIRMWARE=off needs KERNEL_MODULES=proprietary: the open kernel modules run" \
+      "only with GSP firmware"
 }
 
 DRIVER_VERSION=""     # the exact upstream version, e.g. 580.95.05 (set by choose_driver_version)
@@ -48,6 +56,8 @@ BOOT_CHECK=/usr/local/sbin/gpu-cluster-nvidia-boot-check
 BOOT_CHECK_UNIT=/etc/systemd/system/gpu-cluster-nvidia-boot-check.service
 PERSISTENCED_DROP_IN=/etc/systemd/system/nvidia-persistenced.service.d/50-gpu-cluster-persistence-mode.conf
 NVLSM_MODULES_CONF=/etc/modules-load.d/gpu-cluster-nvlsm.conf
+GSP_OPTIONS=/etc/modprobe.d/gpu-cluster-nvidia-gsp.conf
+RELOAD_REASONS=()     # why an nvidia module loaded before this run must be loaded again
 
 nvlink_subnet_manager() {
   [[ "${NVLINK_SUBNET_MANAGER:-false}" == true ]]
@@ -130,8 +140,13 @@ block_nouveau() {
 }
 
 install_driver_packages() {
+  local module="${DRIVER_PACKAGES[0]%%=*}" before
+  before="$(installed_version "${module}")"
   apt_install "${DRIVER_PACKAGES[@]}" >/dev/null
   apt_hold "${DRIVER_PACKAGES[@]%%=*}"
+  if [[ "$(installed_version "${module}")" != "${before}" ]]; then
+    RELOAD_REASONS+=("${module} ${before:-not installed} -> $(installed_version "${module}")")
+  fi
 }
 
 # Kernel and driver move together: unattended-upgrades would install a new kernel (through the
@@ -215,9 +230,35 @@ UNIT
   fi
 }
 
+# GSP firmware off (GSP_FIRMWARE=off): the module option AWS's images set on g4dn, g5 and g5g
+# (amazon-eks-ami templates/al2023/runtime/gpu/nvidia-kmod-load.sh, disable-gsp); it takes
+# effect when the module loads.
+set_module_options() {
+  local changed=""
+  if [[ "${GSP_FIRMWARE:-on}" == off ]]; then
+    changed="$(write_file_if_changed "${GSP_OPTIONS}" <<'CONF'
+# Written by gpu-cluster (install-driver.sh): no GSP firmware on this instance type.
+options nvidia NVreg_EnableGpuFirmware=0
+CONF
+)"
+  elif [[ -e "${GSP_OPTIONS}" ]]; then
+    rm -f -- "${GSP_OPTIONS}"
+    changed=changed
+  fi
+  if [[ "${changed}" == changed ]]; then
+    RELOAD_REASONS+=("GSP firmware ${GSP_FIRMWARE:-on}")
+  fi
+}
+
 load_driver() {
+  local loaded=false
+  module_loaded nvidia && loaded=true
+  set_module_options
   ensure_kernel_module nvidia
   reload_after_branch_change
+  if [[ "${loaded}" == true ]] && ((${#RELOAD_REASONS[@]} > 0)); then
+    reload_nvidia_module "${RELOAD_REASONS[*]}" "must be loaded again (${RELOAD_REASONS[*]})"
+  fi
   enable_persistence_mode
   if nvlink_subnet_manager; then
     # NVLSM talks to the NVSwitch trays through ib_umad (gpu-driver-container waits for
@@ -260,11 +301,21 @@ UNIT
 # reboots, and nvidia-smi fails with "Driver/library version mismatch". Unload and load it;
 # when GPU processes hold it, the node must be drained and rebooted instead.
 reload_after_branch_change() {
-  local report unit module
+  local report
   if report="$(timeout -k 10 120 nvidia-smi -L 2>&1)" || [[ "${report}" != *"version mismatch"* ]]; then
     return 0
   fi
-  log "driver ${DRIVER_BRANCH} installed while an older kernel module is loaded: reloading it"
+  reload_nvidia_module "driver ${DRIVER_BRANCH} installed while an older kernel module is loaded" \
+    "is older than driver ${DRIVER_BRANCH}"
+  RELOAD_REASONS=()
+}
+
+# reload_nvidia_module <why> <what it is>: unload the loaded nvidia module and load the
+# installed one with its options now; when GPU processes hold it, the node must be drained and
+# rebooted instead.
+reload_nvidia_module() {
+  local unit module
+  log "$1: reloading it"
   for unit in nvidia-fabricmanager nvidia-persistenced; do
     if systemctl is-active --quiet "${unit}"; then
       systemctl stop "${unit}"
@@ -272,8 +323,8 @@ reload_after_branch_change() {
   done
   for module in nvidia_uvm nvidia_drm nvidia_modeset nvidia; do
     if module_loaded "${module}" && ! modprobe -r "${module}"; then
-      printf 'REBOOT_REQUIRED: the loaded nvidia kernel module is older than driver %s and is in use (GPU workloads on this node); drain the node (kubectl drain <node> --ignore-daemonsets --delete-emptydir-data), reboot it, then run pulumi up again\n' \
-        "${DRIVER_BRANCH}" >&2
+      printf 'REBOOT_REQUIRED: the loaded nvidia kernel module %s and is in use (GPU workloads on this node); drain the node (kubectl drain <node> --ignore-daemonsets --delete-emptydir-data), reboot it, then run pulumi up again\n' \
+        "$2" >&2
       exit "${EXIT_REBOOT_REQUIRED}"
     fi
   done
@@ -295,7 +346,19 @@ verify_gpus() {
   if ((count != GPU_COUNT)); then
     fatal "${GPU_COUNT} GPUs expected for this instance type, nvidia-smi lists ${count}:"$'\n'"${report}"
   fi
+  verify_gsp_firmware
   log "driver ${version}, ${count} GPU(s)"
+}
+
+# nvidia-smi -q reports "GSP Firmware Version : N/A" for a GPU that runs without it.
+verify_gsp_firmware() {
+  [[ "${GSP_FIRMWARE:-on}" == off ]] || return 0
+  local running
+  running="$(timeout -k 10 120 nvidia-smi -q |
+    awk -F': *' '/GSP Firmware Version/ && $2 != "N/A" { n++ } END { print n + 0 }')"
+  ((running == 0)) ||
+    fatal "GSP firmware off expected (${GSP_OPTIONS}), nvidia-smi -q reports it running on" \
+      "${running} GPU(s): the module was loaded before the option; reboot the node"
 }
 
 verify_persistence_mode() {

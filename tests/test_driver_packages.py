@@ -1,0 +1,149 @@
+"""What install-driver.sh installs and loads, per instance type, against archives that move
+(issue 35): the module type and GSP firmware of g4dn and g5 (finding 5), driver packages pinned
+by the driver's version rather than one Ubuntu revision, with the video libraries (findings 7
+and 8), and the NVSwitch fabric packages from NVIDIA's CUDA repository (finding 2). The sandbox
+and its archive: tests/sandbox.py, tests/archive.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from components.catalog import CATALOG
+from components.hosts import pins
+from components.settings.load import ConfigError
+from tests.archive import DRIVER, KERNEL, Archive, gpu_host
+from tests.sandbox import Sandbox, needs_sandbox
+from tools.harness.stacks import load_stack_settings
+
+FAST = {"RETRY_BASE_SECONDS": "0.01"}
+GSP_OPTIONS = "/etc/modprobe.d/gpu-cluster-nvidia-gsp.conf"
+
+
+def driver(instance_type: str, kernel_modules: str | None = None) -> dict[str, str]:
+    """The driver step's parameters for a pool of this type, as the program renders them."""
+    gpu = CATALOG[instance_type]
+    modules = kernel_modules or gpu.default_kernel_modules
+    return {**pins.driver_params(gpu, "580", modules), **FAST}
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> Sandbox:
+    sb = gpu_host(Sandbox(tmp_path), gpus=1)
+    Archive.today(sb)
+    return sb
+
+
+def module_package(kernel_modules: str) -> str:
+    suffix = "580-server-open" if kernel_modules == "open" else "580-server"
+    return f"linux-modules-nvidia-{suffix}-{KERNEL}"
+
+
+# ---- finding 5: g4dn and g5 run the proprietary module without GSP firmware ---------------
+
+
+@pytest.mark.parametrize(
+    ("instance_type", "modules", "gsp"),
+    [
+        ("g4dn.xlarge", "proprietary", "off"),
+        ("g5.xlarge", "proprietary", "off"),
+        ("g6.xlarge", "open", "on"),
+        ("g6e.xlarge", "open", "on"),
+        ("p4d.24xlarge", "open", "on"),
+        ("p5.48xlarge", "open", "on"),
+        ("p6-b200.48xlarge", "open", "on"),
+        ("p3.2xlarge", "proprietary", "on"),  # Volta: no open module at all
+    ],
+)
+def test_each_family_gets_the_module_type_and_gsp_firmware_aws_runs_it_with(
+    instance_type, modules, gsp
+):
+    """amazon-eks-ami templates/al2023/runtime/gpu/nvidia-kmod-load.sh: g4dn.*, g5.* and g5g.*
+    get the proprietary module with NVreg_EnableGpuFirmware=0; every other type keeps the
+    module its GPU's architecture defaults to."""
+    pool = {"name": "a", "instanceType": instance_type, "count": 1}
+    settings = load_stack_settings(config={"nodePools": [pool]})
+    assert settings.node_pools[0].kernel_module_type == modules
+    params = pins.driver_params(CATALOG[instance_type], "580", modules)
+    assert params["KERNEL_MODULES"] == modules and params["GSP_FIRMWARE"] == gsp
+
+
+@pytest.mark.parametrize("instance_type", ["g4dn.xlarge", "g5.12xlarge"])
+def test_the_open_module_is_refused_where_gsp_firmware_is_off(instance_type):
+    pool = {"name": "a", "instanceType": instance_type, "count": 1, "kernelModules": "open"}
+    with pytest.raises(ConfigError) as raised:
+        load_stack_settings(config={"nodePools": [pool]})
+    (problem,) = raised.value.problems
+    assert problem.key == "gpu-cluster:nodePools[0].kernelModules"
+    assert "runs with GSP firmware off, which only the proprietary modules can" in str(problem)
+
+
+@needs_sandbox
+def test_gsp_firmware_is_off_before_the_module_first_loads(host):
+    result = host.run("install-driver.sh", driver("g5.xlarge"))
+    assert result.returncode == 0, result.stderr
+    assert host.installed(module_package("proprietary"))
+    assert host.installed(module_package("open")) is None
+    assert "options nvidia NVreg_EnableGpuFirmware=0\n" in host.read(GSP_OPTIONS)
+    assert host.state("nvidia.loaded-gsp") == "off"
+    assert result.called("nvidia-smi", "-q"), result.commands()
+    again = host.run("install-driver.sh", driver("g5.xlarge"))
+    assert again.returncode == 0, again.stderr
+    assert again.called("modprobe", "-r", "nvidia") == []
+
+
+@needs_sandbox
+def test_a_g5_node_on_the_open_module_moves_to_the_proprietary_one_without_gsp(host):
+    """A g5 node of an earlier release runs the open module with GSP: the step (inside its roll,
+    drained) installs the proprietary module, sets the option and loads the module again."""
+    before = {k: v for k, v in driver("g5.xlarge", "open").items() if k != "GSP_FIRMWARE"}
+    first = host.run("install-driver.sh", before)
+    assert first.returncode == 0, first.stderr
+    assert host.state("nvidia.loaded-gsp") == "on"
+    result = host.run("install-driver.sh", driver("g5.xlarge"))
+    assert result.returncode == 0, result.stderr
+    assert host.installed(module_package("proprietary"))
+    assert host.installed(module_package("open")) is None
+    commands = result.commands()
+    assert "modprobe -r nvidia" in commands, commands
+    assert commands[-1 - commands[::-1].index("modprobe nvidia")] == "modprobe nvidia"
+    assert commands.index("modprobe -r nvidia") < len(commands) - commands[::-1].index(
+        "modprobe nvidia"
+    )
+    assert host.state("nvidia.loaded-gsp") == "off"
+    assert "GSP firmware off" in result.stderr and "reloading it" in result.stderr
+
+
+@needs_sandbox
+def test_a_busy_module_that_must_lose_gsp_asks_for_a_drain_and_reboot(host):
+    before = {k: v for k, v in driver("g5.xlarge", "open").items() if k != "GSP_FIRMWARE"}
+    assert host.run("install-driver.sh", before).returncode == 0
+    host.state("modprobe.busy.nvidia", 1)
+    result = host.run("install-driver.sh", driver("g5.xlarge"))
+    assert result.returncode == 3, result.stderr
+    assert "REBOOT_REQUIRED: the loaded nvidia kernel module must be loaded again" in (
+        result.stderr
+    )
+
+
+@needs_sandbox
+def test_gsp_still_running_after_the_step_fails_it(host):
+    """The option was written but the module it reached was loaded before it (nvidia-smi -q
+    still lists GSP firmware): the step says so instead of passing."""
+    host.state("modules", "nvidia\n")
+    host.state("nvidia.loaded-gsp", "on")
+    host.state("dpkg/" + module_package("proprietary"), "6.8.0-1021.23")
+    host.state("nvidia.loaded-version", DRIVER)
+    params = driver("g5.xlarge")
+    result = host.run("install-driver.sh", {**params})
+    # The module package was already installed and the option is new: it is reloaded.
+    assert result.returncode == 0, result.stderr
+    assert host.state("nvidia.loaded-gsp") == "off"
+    host.state("nvidia.loaded-gsp", "on")  # someone loaded it again by hand without the option
+    again = host.run("install-driver.sh", params)
+    assert again.returncode == 1
+    assert (
+        "[driver] FAILED: GSP firmware off expected (/etc/modprobe.d/gpu-cluster-nvidia-gsp.conf),"
+        " nvidia-smi -q reports it running on 1 GPU(s)" in again.stderr
+    ), again.stderr
