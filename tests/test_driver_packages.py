@@ -13,7 +13,7 @@ import pytest
 from components.catalog import CATALOG
 from components.hosts import pins
 from components.settings.load import ConfigError
-from tests.archive import DRIVER, KERNEL, Archive, gpu_host
+from tests.archive import DRIVER, KERNEL, Archive, gpu_host, ubuntu_version
 from tests.sandbox import Sandbox, needs_sandbox
 from tools.harness.stacks import load_stack_settings
 
@@ -147,3 +147,86 @@ def test_gsp_still_running_after_the_step_fails_it(host):
         "[driver] FAILED: GSP firmware off expected (/etc/modprobe.d/gpu-cluster-nvidia-gsp.conf),"
         " nvidia-smi -q reports it running on 1 GPU(s)" in again.stderr
     ), again.stderr
+
+
+# ---- findings 7 and 8: the driver's version, not one revision; the video libraries --------
+
+
+def userspace(kernel_modules: str) -> tuple[str, ...]:
+    """Ubuntu's driver packages besides the module, the headless one of the module's type."""
+    headless = "nvidia-headless-no-dkms-580-server" + ("-open" if kernel_modules == "open" else "")
+    return (
+        "nvidia-kernel-common-580-server",
+        headless,
+        "nvidia-utils-580-server",
+        "libnvidia-decode-580-server",
+        "libnvidia-encode-580-server",
+    )
+
+
+def driver_install(result) -> list[str]:
+    (install,) = [
+        c
+        for c in result.called("apt-get")
+        if "install" in c and any(arg.startswith("linux-modules-nvidia-") for arg in c)
+    ]
+    return install
+
+
+@needs_sandbox
+def test_every_driver_package_is_pinned_by_the_drivers_version_in_one_transaction(host):
+    result = host.run("install-driver.sh", driver("g5.xlarge"))
+    assert result.returncode == 0, result.stderr
+    install = driver_install(result)
+    assert f"{module_package('proprietary')}=6.8.0-1021.23" in install, install
+    for package in userspace("proprietary"):
+        assert f"{package}={DRIVER}-*" in install, install
+        assert host.installed(package) == ubuntu_version(DRIVER, "24.04", 2), package
+    assert set(userspace("proprietary")) <= host.held()
+
+
+@needs_sandbox
+def test_the_video_libraries_are_installed_with_the_driver(host):
+    """NVDEC and NVENC: gpu-driver-container installs libnvidia-decode and libnvidia-encode of
+    the branch beside the driver (ubuntu24.04/precompiled/nvidia-driver, _install_driver)."""
+    result = host.run("install-driver.sh", driver("g6.xlarge"))
+    assert result.returncode == 0, result.stderr
+    for package in ("libnvidia-decode-580-server", "libnvidia-encode-580-server"):
+        assert host.installed(package) == ubuntu_version(DRIVER, "24.04", 2)
+
+
+def recranked(host: Sandbox) -> None:
+    """A node the earlier release installed at 580.95.05-0ubuntu0.24.04.2 (no video libraries),
+    then Ubuntu recranked the same driver as .3 (LP #2129682, "Fix dependencies between
+    packages": each userspace package names nvidia-kernel-common's own build) and the pocket
+    kept only .3."""
+    old, new = ubuntu_version(DRIVER, "24.04", 2), ubuntu_version(DRIVER, "24.04", 3)
+    common = "nvidia-kernel-common-580-server"
+    packages = userspace("open")
+    for package in packages[:3]:
+        host.state(f"dpkg/{package}", old)
+    host.state(f"dpkg/{module_package('open')}", "6.8.0-1021.23")
+    host.state("apt-mark.held", "\n".join([*packages[:3], module_package("open")]) + "\n")
+    host.state("modules", "nvidia\n")
+    host.state("nvidia.loaded-version", DRIVER)
+    host.state("systemd/nvidia-persistenced.active", "yes")
+    for package in packages:
+        host.apt_available(package, new)
+    for package in packages[1:]:
+        host.state(f"apt.depends/{package}={new}", f"{common} (= {new})")
+    host.state(f"apt.depends/nvidia-utils-580-server={old}", f"{common} (= {old})")
+
+
+@needs_sandbox
+def test_a_node_installed_before_a_recrank_takes_the_new_packages_with_the_same_driver(host):
+    """Pinned per revision, the step would ask apt for the installed .2 beside the new video
+    libraries at .3, which need nvidia-kernel-common .3: apt refuses. Pinned by the driver's
+    version, in one transaction, apt moves the whole set to .3; the module stays as it is."""
+    recranked(host)
+    result = host.run("install-driver.sh", driver("g6.xlarge"))
+    assert result.returncode == 0, result.stderr
+    new = ubuntu_version(DRIVER, "24.04", 3)
+    packages = userspace("open")
+    assert {p: host.installed(p) for p in packages} == dict.fromkeys(packages, new)
+    assert host.installed(module_package("open")) == "6.8.0-1021.23"
+    assert result.called("modprobe", "-r", "nvidia") == [], "the module was not touched"

@@ -63,21 +63,20 @@ nvlink_subnet_manager() {
   [[ "${NVLINK_SUBNET_MANAGER:-false}" == true ]]
 }
 
-# pin <pkg>: "pkg=<version>" at DRIVER_VERSION: the installed version when it is that one
-# (a re-run changes nothing), else the archive's; fails naming what the archive offers.
-# Fabric manager and NSCQ refuse to run unless they equal the driver exactly.
+# pin <pkg>: "pkg=<DRIVER_VERSION>-*", any packaging revision of the driver's version: apt picks
+# the revision, so packages that name each other's exact revision move together (a recrank of
+# one driver version, LP #2129682, changed those dependencies), and fabric manager and NSCQ,
+# which refuse to run unless they equal the driver, get the driver's version (gpu-driver-
+# container pins them as =${DRIVER_VERSION}*). Fails naming what the archive offers.
 pin() {
-  local version offered
-  version="$(installed_version "$1")"
-  if [[ "${version}" != "${DRIVER_VERSION}-"* ]]; then
-    version="$(apt_version_for_upstream "$1" "${DRIVER_VERSION}")"
-  fi
-  if [[ -z "${version}" ]]; then
+  local offered
+  if [[ "$(installed_version "$1")" != "${DRIVER_VERSION}-"* &&
+    -z "$(apt_version_for_upstream "$1" "${DRIVER_VERSION}")" ]]; then
     offered="$(apt-cache madison "$1" | awk -F'|' '{ gsub(/ /, "", $2); print $2 }' | paste -sd, -)"
     fatal "$1 ${DRIVER_VERSION} wanted (the driver the running kernel's signed module is" \
       "built for), the archive has ${offered:-no version of it}"
   fi
-  printf '%s=%s\n' "$1" "${version}"
+  printf '%s=%s-*\n' "$1" "${DRIVER_VERSION}"
 }
 
 # The driver version is the one Ubuntu built the running kernel's signed module with: its
@@ -107,8 +106,12 @@ choose_driver_version() {
     spec="${module}=$(apt_field "${module}" Version)"
   fi
   DRIVER_PACKAGES=("${spec}")
+  # The userspace NVIDIA's driver container installs from the same archive, video decode and
+  # encode (NVDEC, NVENC) included (gpu-driver-container ubuntu24.04/precompiled/nvidia-driver,
+  # `_install_driver`).
   for pkg in "${common}" "nvidia-headless-no-dkms-$(nvidia_suffix)" \
-    "nvidia-utils-${DRIVER_BRANCH}-server"; do
+    "nvidia-utils-${DRIVER_BRANCH}-server" "libnvidia-decode-${DRIVER_BRANCH}-server" \
+    "libnvidia-encode-${DRIVER_BRANCH}-server"; do
     DRIVER_PACKAGES+=("$(pin "${pkg}")")
   done
   if [[ "${NEEDS_FABRIC_MANAGER}" == true ]]; then
@@ -142,7 +145,7 @@ block_nouveau() {
 install_driver_packages() {
   local module="${DRIVER_PACKAGES[0]%%=*}" before
   before="$(installed_version "${module}")"
-  apt_install "${DRIVER_PACKAGES[@]}" >/dev/null
+  apt_install_together "${DRIVER_PACKAGES[@]}" >/dev/null
   apt_hold "${DRIVER_PACKAGES[@]%%=*}"
   if [[ "$(installed_version "${module}")" != "${before}" ]]; then
     RELOAD_REASONS+=("${module} ${before:-not installed} -> $(installed_version "${module}")")

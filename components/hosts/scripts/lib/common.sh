@@ -195,6 +195,27 @@ apt_install() {
   echo installed
 }
 
+# apt_install_together pkg[=version]...: as apt_install, but when anything is missing or at
+# another version every spec goes into the one transaction, so apt can move packages that name
+# each other's exact revision together instead of refusing half a set.
+apt_install_together() {
+  local spec want have
+  for spec in "$@"; do
+    want=""
+    [[ "${spec}" == *=* ]] && want="${spec#*=}"
+    have="$(installed_version "${spec%%=*}")"
+    # shellcheck disable=SC2053 # ${want} is matched as a glob on purpose
+    if [[ -z "${have}" || (-n "${want}" && "${have}" != ${want}) ]]; then
+      log "installing $*"
+      retry "${APT_RETRIES:-3}" apt_get install --no-install-recommends \
+        --allow-change-held-packages "$@" >&2
+      echo installed
+      return 0
+    fi
+  done
+  log "already installed: ${*}"
+}
+
 # apt_install_held VERSION pkg...: install every pkg at VERSION (a glob such as 1.35.* is
 # allowed) and hold them, so the pinned versions stay what this script installed.
 apt_install_held() {
