@@ -485,7 +485,9 @@ def install_steps(pool: NodePool, kubernetes_version: str, login: Login) -> tupl
             "DRIVER_BRANCH": pool.driver_version,
             "KERNEL_MODULES": pool.kernel_module_type,
         },
-        steps.DRIVER: pins.driver_params(gpu, pool.driver_version, pool.kernel_module_type),
+        steps.DRIVER: pins.driver_params(
+            gpu, pool.os_version, pool.driver_version, pool.kernel_module_type
+        ),
         steps.RUNTIME: pins.runtime_params(pool.os_version, kubernetes_version, with_toolkit=True),
         steps.KUBE_TOOLS: {
             "KUBERNETES_MINOR": kubernetes_version,

@@ -13,7 +13,16 @@ import pytest
 from components.catalog import CATALOG
 from components.hosts import pins
 from components.settings.load import ConfigError
-from tests.archive import DRIVER, KERNEL, Archive, gpu_host, ubuntu_version
+from tests.archive import (
+    CUDA_LIST,
+    DRIVER,
+    KERNEL,
+    Archive,
+    cuda_version,
+    gpu_host,
+    source_of,
+    ubuntu_version,
+)
 from tests.sandbox import Sandbox, needs_sandbox
 from tools.harness.stacks import load_stack_settings
 
@@ -25,7 +34,7 @@ def driver(instance_type: str, kernel_modules: str | None = None) -> dict[str, s
     """The driver step's parameters for a pool of this type, as the program renders them."""
     gpu = CATALOG[instance_type]
     modules = kernel_modules or gpu.default_kernel_modules
-    return {**pins.driver_params(gpu, "580", modules), **FAST}
+    return {**pins.driver_params(gpu, "24.04", "580", modules), **FAST}
 
 
 @pytest.fixture
@@ -65,7 +74,7 @@ def test_each_family_gets_the_module_type_and_gsp_firmware_aws_runs_it_with(
     pool = {"name": "a", "instanceType": instance_type, "count": 1}
     settings = load_stack_settings(config={"nodePools": [pool]})
     assert settings.node_pools[0].kernel_module_type == modules
-    params = pins.driver_params(CATALOG[instance_type], "580", modules)
+    params = pins.driver_params(CATALOG[instance_type], "24.04", "580", modules)
     assert params["KERNEL_MODULES"] == modules and params["GSP_FIRMWARE"] == gsp
 
 
@@ -230,3 +239,130 @@ def test_a_node_installed_before_a_recrank_takes_the_new_packages_with_the_same_
     assert {p: host.installed(p) for p in packages} == dict.fromkeys(packages, new)
     assert host.installed(module_package("open")) == "6.8.0-1021.23"
     assert result.called("modprobe", "-r", "nvidia") == [], "the module was not touched"
+
+
+# ---- finding 2: the fabric packages from NVIDIA's CUDA repository -------------------------
+
+CUDA_KEYRING = "/etc/apt/keyrings/cuda.gpg"
+PREFERENCES = "/etc/apt/preferences.d/gpu-cluster-cuda"
+
+
+def preferences(host: Sandbox) -> list[dict[str, str]]:
+    """The apt preferences file as its stanzas (apt_preferences(5))."""
+    stanzas = []
+    for block in host.read(PREFERENCES).split("\n\n"):
+        fields = dict(
+            line.split(": ", 1) for line in block.splitlines() if line and not line.startswith("#")
+        )
+        stanzas.append(fields)
+    return stanzas
+
+
+@needs_sandbox
+@pytest.mark.parametrize("release", ["24.04", "22.04"])
+def test_b200_gets_nvlsm_and_nvsdm_from_the_cuda_repository(tmp_path, release):
+    """p6-b200 stopped at "nvlsm is not in this host's package archive": nvlsm and libnvsdm are
+    in NVIDIA's CUDA repository only, as are, from branch 580, the unsuffixed fabric manager,
+    NSCQ and NVSDM (gpu-driver-container ubuntu24.04/precompiled/nvidia-driver)."""
+    host = gpu_host(Sandbox(tmp_path), release)
+    Archive.today(host, release)
+    params = {**pins.driver_params(CATALOG["p6-b200.48xlarge"], release, "580", "open"), **FAST}
+    result = host.run("install-driver.sh", params)
+    assert result.returncode == 0, result.stderr
+    repository = pins.CUDA_REPOSITORIES[release]
+    assert host.read(CUDA_LIST) == f"deb [signed-by={CUDA_KEYRING}] {repository} /\n"
+    install = driver_install(result)
+    for package in ("nvidia-fabricmanager", "libnvidia-nscq", "libnvsdm"):
+        assert f"{package}={DRIVER}-*" in install, install
+        assert host.installed(package) == cuda_version(DRIVER, release)
+        assert source_of(host, package) == "NVIDIA CUDA repository"
+    assert "nvlsm=2025.06.4-1" in install
+    assert {"nvidia-fabricmanager", "libnvidia-nscq", "libnvsdm", "nvlsm"} <= host.held()
+    assert host.installed(f"linux-modules-extra-{KERNEL}")
+    assert host.read("/etc/modules-load.d/gpu-cluster-nvlsm.conf").split() == [
+        "mlx5_core",
+        "mlx5_ib",
+        "ib_umad",
+    ]
+    commands = result.commands()
+    start = commands.index("systemctl enable --now nvidia-fabricmanager")
+    for module in ("mlx5_core", "mlx5_ib", "ib_umad"):
+        assert commands.index(f"modprobe {module}") < start, commands
+    assert host.service_active("nvidia-fabricmanager")
+
+
+@needs_sandbox
+def test_the_cuda_repository_serves_only_the_fabric_packages_at_the_drivers_version(host):
+    host.state("nvidia-smi.gpus", 8)
+    params = driver("p5.48xlarge")
+    result = host.run("install-driver.sh", params)
+    assert result.returncode == 0, result.stderr
+    # apt_preferences(5): a package version takes the priority of the first specific stanza
+    # that matches it, else of the first general one (Package: *): so the fabric packages at
+    # the driver's version get 600, nvlsm from that origin too, every other package and
+    # version of the CUDA repository -1 (never installed).
+    assert preferences(host) == [
+        {
+            "Package": "nvidia-fabricmanager libnvidia-nscq",
+            "Pin": f"version {DRIVER}-*",
+            "Pin-Priority": "600",
+        },
+        {
+            "Package": "nvlsm",
+            "Pin": "origin developer.download.nvidia.com",
+            "Pin-Priority": "600",
+        },
+        {"Package": "*", "Pin": "origin developer.download.nvidia.com", "Pin-Priority": "-1"},
+    ]
+    assert host.installed("libnvsdm") is None and host.installed("nvlsm") is None
+    assert result.called("modprobe", "ib_umad") == []
+    assert {"nvidia-fabricmanager", "libnvidia-nscq"} <= host.held()
+
+
+@needs_sandbox
+def test_a_p5_node_moves_from_ubuntus_fabric_packages_in_one_transaction(host):
+    """A p5 node of an earlier release: Ubuntu's nvidia-fabricmanager-580 and libnvidia-nscq-580,
+    held. The CUDA repository's unsuffixed packages ship the same files: the old ones leave in
+    the transaction that installs the new ones (inside the node's roll)."""
+    host.state("nvidia-smi.gpus", 8)
+    old = ubuntu_version(DRIVER, "24.04", 1)
+    for package in ("nvidia-fabricmanager-580", "libnvidia-nscq-580"):
+        host.state(f"dpkg/{package}", old)
+    host.state("apt-mark.held", "nvidia-fabricmanager-580\nlibnvidia-nscq-580\n")
+    result = host.run("install-driver.sh", driver("p5.48xlarge"))
+    assert result.returncode == 0, result.stderr
+    install = driver_install(result)
+    assert {"nvidia-fabricmanager-580-", "libnvidia-nscq-580-"} <= set(install), install
+    assert "--allow-change-held-packages" in install
+    assert host.installed("nvidia-fabricmanager-580") is None
+    assert host.installed("nvidia-fabricmanager") == cuda_version(DRIVER, "24.04")
+    again = host.run("install-driver.sh", driver("p5.48xlarge"))
+    assert again.returncode == 0, again.stderr
+    assert [c for c in again.called("apt-get") if "install" in c] == []
+
+
+@needs_sandbox
+def test_a_cuda_key_that_is_not_nvidias_is_never_trusted(host):
+    host.state("curl.body.3bf863cc.pub", "stub key fingerprint " + "AB" * 20 + "\n")
+    result = host.run("install-driver.sh", driver("p5.48xlarge"))
+    assert result.returncode == 1
+    assert (
+        "the key at https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/"
+        "3bf863cc.pub has fingerprint " + "AB" * 20 + ", EB693B3035CD5710E231E123A4B469963BF863CC "
+        "expected: not trusting it" in result.stderr
+    ), result.stderr
+    assert not host.exists(CUDA_KEYRING) and not host.exists(CUDA_LIST)
+
+
+@needs_sandbox
+def test_without_modules_extra_in_the_archive_nvlink5_fails_naming_the_module(host):
+    host.state("nvidia-smi.gpus", 8)
+    host.state(f"apt.available/linux-modules-extra-{KERNEL}", "")
+    result = host.run("install-driver.sh", driver("p6-b200.48xlarge"))
+    assert result.returncode == 1
+    assert (
+        f"[driver] FAILED: kernel module mlx5_core (NVLink 5 subnet manager) does not load on "
+        f"{KERNEL}: its package (linux-modules-extra-{KERNEL}) is not in the archive"
+        in result.stderr
+    ), result.stderr
+    assert not host.service_active("nvidia-fabricmanager")

@@ -23,6 +23,12 @@ DRIVER = {
     **FAST,
 }
 RUNTIME = {**pins.runtime_params("24.04", "1.35", with_toolkit=True), **FAST}
+# An NVSwitch host's driver step: its fabric packages come from NVIDIA's CUDA repository.
+FABRIC = {
+    **DRIVER,
+    "NEEDS_FABRIC_MANAGER": "true",
+    "CUDA_REPOSITORY": pins.CUDA_REPOSITORIES["24.04"],
+}
 CONTROL_PLANE_RUNTIME = {**pins.runtime_params("24.04", "1.35", with_toolkit=False), **FAST}
 KUBE = {"KUBERNETES_MINOR": "1.35", **FAST}
 TOKEN = "abcdef.0123456789abcdef"
@@ -79,10 +85,13 @@ def sandbox(tmp_path: Path) -> Sandbox:
         "libnvidia-encode-580-server",
     ):
         sb.apt_available(pkg, DRIVER_VERSION, NEWER_DRIVER)
-    # Fabric manager's Debian revision is its own; its upstream version must equal the driver's.
-    for pkg in ("nvidia-fabricmanager-580", "libnvidia-nscq-580", "libnvsdm-580"):
-        sb.apt_available(pkg, "580.95.05-0ubuntu0.24.04.1", "580.105.08-0ubuntu0.24.04.1")
-    sb.apt_available("nvlsm", "2025.06.4-1")
+    # Fabric packages come from NVIDIA's CUDA repository (its own Debian revision); their
+    # upstream version must equal the driver's. NVLink 5's IB modules are in modules-extra.
+    for pkg in ("nvidia-fabricmanager", "libnvidia-nscq", "libnvsdm", "nvlsm"):
+        versions = ["2025.06.4-1"] if pkg == "nvlsm" else ["580.95.05-1", "580.105.08-1"]
+        sb.apt_available(pkg, *versions)
+        sb.state(f"apt.source/{pkg}", "/etc/apt/sources.list.d/cuda.list")
+    sb.apt_available(f"linux-modules-extra-{RUNNING_KERNEL}", "6.8.0-1021.23")
     # Docker's repository keeps every containerd.io; a later 2.3 must not be taken by a pinned
     # host (tests/archive.py builds the same archive for the tests of issue 35).
     sb.apt_available(
@@ -568,28 +577,28 @@ def test_persistence_mode_on_through_a_drop_in(sandbox):
 
 @needs_sandbox
 def test_fabric_manager_installed_and_started_on_nvswitch_types(sandbox):
-    result = sandbox.run("install-driver.sh", {**DRIVER, "NEEDS_FABRIC_MANAGER": "true"})
+    result = sandbox.run("install-driver.sh", {**FABRIC})
     assert result.returncode == 0, result.stderr
     (install,) = installs(result)
-    assert "nvidia-fabricmanager-580=580.95.05-*" in install
-    assert "libnvidia-nscq-580=580.95.05-*" in install
-    assert {"nvidia-fabricmanager-580", "libnvidia-nscq-580"} <= sandbox.held()
+    assert "nvidia-fabricmanager=580.95.05-*" in install
+    assert "libnvidia-nscq=580.95.05-*" in install
+    assert {"nvidia-fabricmanager", "libnvidia-nscq"} <= sandbox.held()
     assert result.called("systemctl", "enable", "--now", "nvidia-fabricmanager")
     assert sandbox.service_active("nvidia-fabricmanager")
     assert not any("nvlsm" in c for c in result.commands())
-    again = sandbox.run("install-driver.sh", {**DRIVER, "NEEDS_FABRIC_MANAGER": "true"})
+    again = sandbox.run("install-driver.sh", {**FABRIC})
     assert again.returncode == 0, again.stderr
     assert again.called("systemctl", "enable") == [] and installs(again) == []
 
 
 @needs_sandbox
 def test_fabric_manager_without_the_drivers_version_fails_before_installing(sandbox):
-    sandbox.apt_available("nvidia-fabricmanager-580", "580.65.06-0ubuntu0.24.04.1")
-    result = sandbox.run("install-driver.sh", {**DRIVER, "NEEDS_FABRIC_MANAGER": "true"})
+    sandbox.apt_available("nvidia-fabricmanager", "580.65.06-1")
+    result = sandbox.run("install-driver.sh", {**FABRIC})
     assert result.returncode != 0
     assert (
-        "nvidia-fabricmanager-580 580.95.05 wanted (the driver the running kernel's signed "
-        "module is built for), the archive has 580.65.06-0ubuntu0.24.04.1" in result.stderr
+        "nvidia-fabricmanager 580.95.05 wanted (the driver the running kernel's signed "
+        "module is built for), the archive has 580.65.06-1" in result.stderr
     )
     assert installs(result) == []
 
@@ -601,7 +610,7 @@ def test_fabric_manager_that_does_not_start_prints_its_journal(sandbox):
         "journal/nvidia-fabricmanager",
         "nv-fabricmanager[2071]: fabric manager NVLink training failed: NVLSM not reachable\n",
     )
-    result = sandbox.run("install-driver.sh", {**DRIVER, "NEEDS_FABRIC_MANAGER": "true"})
+    result = sandbox.run("install-driver.sh", {**FABRIC})
     assert result.returncode == 1
     assert "NVLink training failed: NVLSM not reachable" in result.stderr
     assert "nvidia-fabricmanager did not start (its journal is above)" in result.stderr
@@ -609,13 +618,13 @@ def test_fabric_manager_that_does_not_start_prints_its_journal(sandbox):
 
 @needs_sandbox
 def test_nvswitch_gen4_gets_nvlsm_libnvsdm_and_ib_umad_before_fabric_manager(sandbox):
-    params = {**DRIVER, "NEEDS_FABRIC_MANAGER": "true", "NVLINK_SUBNET_MANAGER": "true"}
+    params = {**FABRIC, "NVLINK_SUBNET_MANAGER": "true"}
     result = sandbox.run("install-driver.sh", {**params, "KERNEL_MODULES": "open"})
     assert result.returncode == 0, result.stderr
-    (install,) = installs(result)
-    assert "libnvsdm-580=580.95.05-*" in install and "nvlsm=2025.06.4-1" in install
-    assert {"libnvsdm-580", "nvlsm"} <= sandbox.held()
-    assert sandbox.read("/etc/modules-load.d/gpu-cluster-nvlsm.conf") == "ib_umad\n"
+    (install,) = [c for c in installs(result) if any(a.startswith("nvlsm") for a in c)]
+    assert "libnvsdm=580.95.05-*" in install and "nvlsm=2025.06.4-1" in install
+    assert {"libnvsdm", "nvlsm"} <= sandbox.held()
+    assert "ib_umad\n" in sandbox.read("/etc/modules-load.d/gpu-cluster-nvlsm.conf")
     commands = result.commands()
     assert commands.index("modprobe ib_umad") < commands.index(
         "systemctl enable --now nvidia-fabricmanager"
@@ -1398,10 +1407,10 @@ def test_driver_whose_module_is_built_for_another_branch_fails_before_installing
 @needs_sandbox
 def test_nvswitch_gen4_without_nvlsm_in_the_archive_fails_before_installing(sandbox):
     (sandbox.state_dir / "apt.available" / "nvlsm").unlink()
-    params = {**DRIVER, "NEEDS_FABRIC_MANAGER": "true", "NVLINK_SUBNET_MANAGER": "true"}
+    params = {**FABRIC, "NVLINK_SUBNET_MANAGER": "true"}
     result = sandbox.run("install-driver.sh", params)
     assert result.returncode == 1, result.stderr
-    assert "[driver] FAILED: nvlsm is not in this host's package archive" in result.stderr
+    assert "[driver] FAILED: nvlsm is not in NVIDIA's CUDA repository" in result.stderr
     assert installs(result) == []
 
 

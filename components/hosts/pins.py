@@ -102,9 +102,24 @@ def runtime_params(os_version: str, kubernetes_minor: str, *, with_toolkit: bool
     return params
 
 
-def driver_params(gpu: GpuInstanceType, driver_branch: str, kernel_modules: str) -> dict[str, str]:
-    """Parameters of install-driver.sh for one instance type, driver branch and module type."""
-    return {
+# NVIDIA's CUDA apt repository per Ubuntu release: fabric manager, NSCQ, NVSDM and nvlsm of every
+# driver version come from it (gpu-driver-container ubuntu24.04/precompiled: its Dockerfile adds
+# this repository, local-repo.sh and nvidia-driver install those packages from it), pinned in
+# apt to just those packages at the driver's version (install-driver.sh). Its key: 3bf863cc.pub
+# there, fingerprint EB69 3B30 35CD 5710 E231 E123 A4B4 6996 3BF8 63CC.
+# docs/decisions/038-fabric-packages-from-nvidias-cuda-repository.md
+CUDA_REPOSITORIES = {
+    "24.04": "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/",
+    "22.04": "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/",
+}
+
+
+def driver_params(
+    gpu: GpuInstanceType, os_version: str, driver_branch: str, kernel_modules: str
+) -> dict[str, str]:
+    """Parameters of install-driver.sh for one instance type, Ubuntu release, driver branch and
+    module type. Only NVSwitch types get the CUDA repository: a change of it rolls only them."""
+    params = {
         "DRIVER_BRANCH": driver_branch,
         "GPU_COUNT": str(gpu.gpu_count),
         "NEEDS_FABRIC_MANAGER": "true" if gpu.needs_fabric_manager else "false",
@@ -112,3 +127,6 @@ def driver_params(gpu: GpuInstanceType, driver_branch: str, kernel_modules: str)
         "NVLINK_SUBNET_MANAGER": "true" if gpu.needs_nvlink_subnet_manager else "false",
         "GSP_FIRMWARE": "on" if gpu.gsp_firmware else "off",
     }
+    if gpu.needs_fabric_manager:
+        params["CUDA_REPOSITORY"] = CUDA_REPOSITORIES[os_version]
+    return params

@@ -79,3 +79,14 @@ installed_like() {
 upstream_version() {
   printf '%s\n' "${1%%-*}"
 }
+
+# listed <pkg>: apt knows the package: it comes from no particular sources list (state
+# apt.source/<pkg> unset), or from one (/etc/apt/sources.list.d/...) that the last `apt-get
+# update` read as it is now (state apt.lists-read, written by the apt-get stub).
+listed() {
+  local source
+  source="$(state_get "apt.source/$1")"
+  [[ -z "${source}" ]] && return 0
+  [[ -f "${source}" ]] || return 1
+  grep -qxF "${source} $(md5sum <"${source}" | cut -d' ' -f1)" <<<"$(state_get apt.lists-read)"
+}

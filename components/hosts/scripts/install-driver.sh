@@ -10,7 +10,12 @@
 #                         catalog (open on Turing and newer, required on Blackwell;
 #                         proprietary on Volta) (required)
 #   NVLINK_SUBNET_MANAGER true on NVSwitch gen 4 (NVLink 5: p6-b200): fabric manager also needs
-#                         nvlsm, libnvsdm and the ib_umad module (default false)
+#                         nvlsm, libnvsdm and the mlx5_core, mlx5_ib and ib_umad modules
+#                         (default false)
+#   CUDA_REPOSITORY       NVIDIA's CUDA apt repository for this release, where the fabric
+#                         packages come from, e.g.
+#                         https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/
+#                         (required with NEEDS_FABRIC_MANAGER=true)
 #   GSP_FIRMWARE          on (default) or off: off loads the module with
 #                         NVreg_EnableGpuFirmware=0, as AWS's images do on g4dn, g5 and g5g; only
 #                         the proprietary modules run without GSP firmware
@@ -42,6 +47,13 @@ check_inputs() {
     fatal "KERNEL_MODULES must be open or proprietary, got '${KERNEL_MODULES}'"
   [[ "${NVLINK_SUBNET_MANAGER:-false}" == true || "${NVLINK_SUBNET_MANAGER:-false}" == false ]] ||
     fatal "NVLINK_SUBNET_MANAGER must be true or false, got '${NVLINK_SUBNET_MANAGER}'"
+  if [[ "${NEEDS_FABRIC_MANAGER}" == true ]]; then
+    require_vars CUDA_REPOSITORY
+    [[ "${CUDA_REPOSITORY}" =~ ^https://developer\.download\.nvidia\.com/compute/cuda/repos/ubuntu[0-9]{4}/x86_64/$ ]] ||
+      fatal "CUDA_REPOSITORY must be NVIDIA's CUDA apt repository like" \
+        "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/," \
+        "got '${CUDA_REPOSITORY}'"
+  fi
   [[ "${GSP_FIRMWARE:-on}" == on || "${GSP_FIRMWARE:-on}" == off ]] ||
     fatal "GSP_FIRMWARE must be on or off, got '${GSP_FIRMWARE}'"
   [[ "${GSP_FIRMWARE:-on}" == on || "${KERNEL_MODULES}" == proprietary ]] ||
@@ -56,6 +68,11 @@ BOOT_CHECK=/usr/local/sbin/gpu-cluster-nvidia-boot-check
 BOOT_CHECK_UNIT=/etc/systemd/system/gpu-cluster-nvidia-boot-check.service
 PERSISTENCED_DROP_IN=/etc/systemd/system/nvidia-persistenced.service.d/50-gpu-cluster-persistence-mode.conf
 NVLSM_MODULES_CONF=/etc/modules-load.d/gpu-cluster-nvlsm.conf
+# NVIDIA's CUDA repository signing key (3bf863cc), by the fingerprint NVIDIA publishes it with.
+CUDA_KEY_FINGERPRINT=EB693B3035CD5710E231E123A4B469963BF863CC
+CUDA_PREFERENCES=/etc/apt/preferences.d/gpu-cluster-cuda
+FABRIC_PACKAGES=()    # the fabric manager first: the packages of the CUDA repository at the driver's version
+DRIVER_REMOVALS=()    # "pkg-": another branch naming's fabric packages, removed in the same transaction
 GSP_OPTIONS=/etc/modprobe.d/gpu-cluster-nvidia-gsp.conf
 RELOAD_REASONS=()     # why an nvidia module loaded before this run must be loaded again
 
@@ -115,20 +132,67 @@ choose_driver_version() {
     DRIVER_PACKAGES+=("$(pin "${pkg}")")
   done
   if [[ "${NEEDS_FABRIC_MANAGER}" == true ]]; then
-    DRIVER_PACKAGES+=("$(pin "nvidia-fabricmanager-${DRIVER_BRANCH}")")
-    DRIVER_PACKAGES+=("$(pin "libnvidia-nscq-${DRIVER_BRANCH}")")
-  fi
-  if nvlink_subnet_manager; then
-    # nvlsm is versioned on its own (gpu-driver-container installs it unpinned): pin the
-    # installed or candidate version so it is recorded and held.
-    DRIVER_PACKAGES+=("$(pin "libnvsdm-${DRIVER_BRANCH}")")
-    pkg="$(installed_version nvlsm)"
-    if [[ -z "${pkg}" ]]; then
-      pkg="$(apt_field nvlsm Version)" || fatal "nvlsm is not in this host's package archive"
-    fi
-    DRIVER_PACKAGES+=("nvlsm=${pkg}")
+    choose_fabric_packages
   fi
   log "driver ${DRIVER_VERSION} for kernel ${kernel}"
+}
+
+# fabric_name <name>: a fabric package's name for DRIVER_BRANCH: from branch 580 NVIDIA's CUDA
+# repository names them without the branch, before with it (gpu-driver-container
+# ubuntu24.04/precompiled/nvidia-driver fabricmanager_install, nscq_install, nvsdm_install).
+fabric_name() {
+  if ((DRIVER_BRANCH >= 580)); then
+    printf '%s\n' "$1"
+  else
+    printf '%s-%s\n' "$1" "${DRIVER_BRANCH}"
+  fi
+}
+
+# Fabric manager and NSCQ (NVSwitch), with NVLink 5 also NVSDM and nvlsm, come from NVIDIA's CUDA
+# repository; apt takes only these packages from it, only at the driver's version.
+choose_fabric_packages() {
+  local name old
+  FABRIC_PACKAGES=("$(fabric_name nvidia-fabricmanager)" "$(fabric_name libnvidia-nscq)")
+  if nvlink_subnet_manager && ((DRIVER_BRANCH >= 560)); then
+    FABRIC_PACKAGES+=("$(fabric_name libnvsdm)")
+  fi
+  add_signed_apt_repo cuda "${CUDA_REPOSITORY}3bf863cc.pub" "${CUDA_KEY_FINGERPRINT}" \
+    "${CUDA_REPOSITORY} /"
+  write_file_if_changed "${CUDA_PREFERENCES}" >/dev/null <<PREFERENCES
+# Written by gpu-cluster (install-driver.sh): NVIDIA's CUDA repository gives this host its
+# fabric packages at driver ${DRIVER_VERSION} and nothing else.
+Package: ${FABRIC_PACKAGES[*]}
+Pin: version ${DRIVER_VERSION}-*
+Pin-Priority: 600
+
+Package: nvlsm
+Pin: origin developer.download.nvidia.com
+Pin-Priority: 600
+
+Package: *
+Pin: origin developer.download.nvidia.com
+Pin-Priority: -1
+PREFERENCES
+  for name in "${FABRIC_PACKAGES[@]}"; do
+    DRIVER_PACKAGES+=("$(pin "${name}")")
+    # The other naming of the same package (a branch change across 580, or Ubuntu's archive
+    # of earlier releases) ships the same files: it goes in the same transaction.
+    old="${name}-${DRIVER_BRANCH}"
+    ((DRIVER_BRANCH >= 580)) || old="${name%-"${DRIVER_BRANCH}"}"
+    if [[ -n "$(installed_version "${old}")" ]]; then
+      DRIVER_REMOVALS+=("${old}-")
+    fi
+  done
+  if nvlink_subnet_manager; then
+    # nvlsm is versioned on its own (gpu-driver-container installs it unpinned): the installed
+    # version, else the candidate, recorded and held.
+    name="$(installed_version nvlsm)"
+    if [[ -z "${name}" ]]; then
+      name="$(apt_field nvlsm Version)" ||
+        fatal "nvlsm is not in NVIDIA's CUDA repository for this release (${CUDA_REPOSITORY})"
+    fi
+    DRIVER_PACKAGES+=("nvlsm=${name}")
+  fi
 }
 
 # The nouveau step (disable-nouveau.sh) normally did this and rebooted when needed; run alone,
@@ -145,7 +209,7 @@ block_nouveau() {
 install_driver_packages() {
   local module="${DRIVER_PACKAGES[0]%%=*}" before
   before="$(installed_version "${module}")"
-  apt_install_together "${DRIVER_PACKAGES[@]}" >/dev/null
+  apt_install_together "${DRIVER_PACKAGES[@]}" "${DRIVER_REMOVALS[@]}" >/dev/null
   apt_hold "${DRIVER_PACKAGES[@]%%=*}"
   if [[ "$(installed_version "${module}")" != "${before}" ]]; then
     RELOAD_REASONS+=("${module} ${before:-not installed} -> $(installed_version "${module}")")
@@ -264,15 +328,31 @@ load_driver() {
   fi
   enable_persistence_mode
   if nvlink_subnet_manager; then
-    # NVLSM talks to the NVSwitch trays through ib_umad (gpu-driver-container waits for
-    # mlx5_core and ib_umad before it starts fabric manager on NVLink5+ systems).
-    printf 'ib_umad\n' | write_file_if_changed "${NVLSM_MODULES_CONF}" >/dev/null
-    ensure_kernel_module ib_umad
+    load_nvlink5_modules
   fi
   if [[ "${NEEDS_FABRIC_MANAGER}" == true ]] && ! enable_service nvidia-fabricmanager; then
     fabric_manager_journal
     fatal "nvidia-fabricmanager did not start (its journal is above)"
   fi
+}
+
+# NVLSM talks to the NVSwitch trays through the ConnectX ports: gpu-driver-container waits for
+# mlx5_core and ib_umad before it starts fabric manager on NVLink5+ systems, EKS's AMI loads
+# ib_umad at boot. On AWS kernels they may live in linux-modules-extra.
+load_nvlink5_modules() {
+  local kernel module
+  kernel="$(uname -r)"
+  if [[ -z "$(installed_version "linux-modules-extra-${kernel}")" ]] &&
+    apt_field "linux-modules-extra-${kernel}" Version >/dev/null; then
+    apt_install "linux-modules-extra-${kernel}" >/dev/null
+  fi
+  printf '%s\n' mlx5_core mlx5_ib ib_umad |
+    write_file_if_changed "${NVLSM_MODULES_CONF}" >/dev/null
+  for module in mlx5_core mlx5_ib ib_umad; do
+    module_loaded "${module}" || modprobe "${module}" ||
+      fatal "kernel module ${module} (NVLink 5 subnet manager) does not load on ${kernel}:" \
+        "its package (linux-modules-extra-${kernel}) is not in the archive or not installed"
+  done
 }
 
 fabric_manager_journal() {
@@ -384,9 +464,9 @@ verify_fabric_manager() {
   # awk reads to the end: head would close the pipe early and pipefail reports SIGPIPE.
   driver="$(timeout -k 10 120 nvidia-smi --query-gpu=driver_version --format=csv,noheader |
     awk 'NR == 1')"
-  fabric="$(installed_version "nvidia-fabricmanager-${DRIVER_BRANCH}")"
+  fabric="$(installed_version "${FABRIC_PACKAGES[0]}")"
   [[ "${fabric%%-*}" == "${driver}" ]] ||
-    fatal "fabric manager must match driver ${driver}, nvidia-fabricmanager-${DRIVER_BRANCH} is ${fabric:-not installed}"
+    fatal "fabric manager must match driver ${driver}, ${FABRIC_PACKAGES[0]} is ${fabric:-not installed}"
   if ! state="$(systemctl is-active nvidia-fabricmanager)"; then
     fabric_manager_journal
     fatal "nvidia-fabricmanager expected active, systemctl reports '${state}' (journal above)"
