@@ -477,7 +477,8 @@ def install_steps(pool: NodePool, kubernetes_version: str, login: Login) -> tupl
     again only to verify."""
     gpu = pool.gpu_type
     params = {
-        steps.WAIT_READY: login.wait_ready_params(),
+        # No kernel arrives before the driver: docs/decisions/039-no-kernel-before-the-driver.md
+        steps.WAIT_READY: {**login.wait_ready_params(), "KERNEL_WITH_DRIVER": "true"},
         # Its own step because it may reboot the host (nouveau in use, or a kernel without a
         # signed module of this driver replaced by the newest one with it): the driver step
         # then redials.

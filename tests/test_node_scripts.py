@@ -768,6 +768,7 @@ def _ami_kernel_without_a_module(sandbox: Sandbox) -> None:
     for kernel in (RUNNING_KERNEL, NEW_KERNEL):
         sandbox.apt_available(f"linux-image-{kernel}", f"{kernel.rsplit('-', 1)[0]}.23")
         sandbox.apt_available(f"linux-modules-{kernel}", f"{kernel.rsplit('-', 1)[0]}.23")
+        sandbox.apt_available(f"linux-headers-{kernel}", f"{kernel.rsplit('-', 1)[0]}.23")
 
 
 @needs_sandbox
@@ -777,7 +778,9 @@ def test_nouveau_step_moves_to_the_newest_kernel_with_a_module_and_reboots(sandb
     result = sandbox.run("disable-nouveau.sh", NOUVEAU_KERNEL)
     assert result.returncode == 0, result.stderr
     (install,) = installs(result)
-    assert install[-2:] == [f"linux-image-{NEW_KERNEL}", f"linux-modules-{NEW_KERNEL}"], install
+    # With its headers: DKMS (EFA's driver) builds against them (tests/test_kernel_before_driver).
+    kernel = [f"linux-{part}-{NEW_KERNEL}" for part in ("image", "modules", "headers")]
+    assert install[-3:] == kernel, install
     assert "no signed NVIDIA module for the running kernel 6.8.0-1015-aws" in result.stderr
     assert f"rebooting in 5s (kernel 6.8.0-1015-aws -> {NEW_KERNEL})" in result.stderr
     commands = result.commands()

@@ -63,7 +63,6 @@ check_inputs() {
 
 DRIVER_VERSION=""     # the exact upstream version, e.g. 580.95.05 (set by choose_driver_version)
 DRIVER_PACKAGES=()    # pkg=version specs of the one transaction
-UNATTENDED_UPGRADES_CONF=/etc/apt/apt.conf.d/51gpu-cluster-kernel-and-driver
 BOOT_CHECK=/usr/local/sbin/gpu-cluster-nvidia-boot-check
 BOOT_CHECK_UNIT=/etc/systemd/system/gpu-cluster-nvidia-boot-check.service
 PERSISTENCED_DROP_IN=/etc/systemd/system/nvidia-persistenced.service.d/50-gpu-cluster-persistence-mode.conf
@@ -131,10 +130,38 @@ choose_driver_version() {
     "libnvidia-encode-${DRIVER_BRANCH}-server"; do
     DRIVER_PACKAGES+=("$(pin "${pkg}")")
   done
+  modules_for_kernels_booted_next "${kernel}"
   if [[ "${NEEDS_FABRIC_MANAGER}" == true ]]; then
     choose_fabric_packages
   fi
   log "driver ${DRIVER_VERSION} for kernel ${kernel}"
+}
+
+# modules_for_kernels_booted_next <running kernel>: a kernel newer than the running one that is
+# installed already boots next: it gets its signed module of this driver in the same
+# transaction, or the step fails naming it (the module for the running kernel only would leave
+# the next boot without GPUs).
+modules_for_kernels_booted_next() {
+  local other module spec built
+  for other in $(installed_kernels); do
+    [[ "${other}" != "$1" && "$(printf '%s\n' "$1" "${other}" | sort -V | tail -n 1)" == "${other}" ]] ||
+      continue
+    module="$(nvidia_module_package "${other}")"
+    spec="${module}=$(installed_version "${module}")"
+    [[ "${spec}" != *= ]] || spec="${module}=$(apt_field "${module}" Version)" || spec=""
+    built=""
+    if [[ -n "${spec}" && "${spec}" != *= ]]; then
+      built="$(apt_field "${spec}" Depends | tr ',' '\n' |
+        sed -nE 's/^ *nvidia-kernel-common-[0-9a-z-]+ \(>= ([^)]+)\).*/\1/p' | awk 'NR == 1')"
+    fi
+    [[ "${built}" == "${DRIVER_VERSION}" ]] ||
+      fatal "kernel ${other} is installed and boots next, but the archive's ${module} is built" \
+        "for driver ${built:-(none: no such package)}, not ${DRIVER_VERSION}: the node would boot" \
+        "it without GPUs. Remove it (apt-get purge linux-image-${other}) or let the nouveau" \
+        "step move the host to it (re-run <node>-nouveau), then run pulumi up again"
+    log "kernel ${other} is installed and boots next: its module goes in too"
+    DRIVER_PACKAGES+=("${spec}")
+  done
 }
 
 # fabric_name <name>: a fabric package's name for DRIVER_BRANCH: from branch 580 NVIDIA's CUDA
@@ -219,35 +246,16 @@ install_driver_packages() {
 # Kernel and driver move together: unattended-upgrades would install a new kernel (through the
 # flavour metapackages) with no module of this driver, and the next boot would have no GPUs.
 # Hold the installed kernel metapackages, keep unattended-upgrades off kernel and NVIDIA
-# packages, and check at every boot that the running kernel has a working module.
+# packages (wait-ready.sh did both already on GPU nodes), and check at every boot that the
+# running kernel has a working module.
 keep_kernel_and_driver_together() {
-  local flavour pkg metas=()
-  flavour="$(kernel_flavour)"
-  for pkg in "linux-${flavour}" "linux-image-${flavour}" "linux-headers-${flavour}" \
-    "linux-modules-nvidia-$(nvidia_suffix)-${flavour}"; do
-    if [[ -n "$(installed_version "${pkg}")" ]]; then
-      metas+=("${pkg}")
-    fi
-  done
-  if ((${#metas[@]} > 0)); then
-    apt_hold "${metas[@]}"
-  fi
-  # Package-Blacklist entries are regular expressions matched at the start of the name
-  # (unattended-upgrades, `is_pkgname_in_blacklist`).
-  write_file_if_changed "${UNATTENDED_UPGRADES_CONF}" >/dev/null <<'CONF'
-// Written by gpu-cluster: the kernel and the NVIDIA driver move together, through the
-// driver step, never through unattended-upgrades.
-Unattended-Upgrade::Package-Blacklist {
-    "linux-";
-    "nvidia-";
-    "libnvidia-";
-    "libnvsdm";
-    "nvlsm";
-};
-CONF
+  keep_kernel_with_the_driver "linux-modules-nvidia-$(nvidia_suffix)-$(kernel_flavour)"
   install_boot_check
 }
 
+# The check is required by kubelet (RequiredBy= makes kubelet.service Require= it, ordered
+# Before= it, systemd.unit(5)): when the running kernel has no working module, kubelet does not
+# start and the node goes NotReady, instead of Ready with no GPUs.
 install_boot_check() {
   local changed
   changed="$(write_file_if_changed "${BOOT_CHECK}" 0755 <<'CHECK'
@@ -285,12 +293,14 @@ ExecStart=${BOOT_CHECK}
 
 [Install]
 WantedBy=multi-user.target
+RequiredBy=kubelet.service
 UNIT
 )"
   if [[ "${changed}" == *changed* ]]; then
     systemctl daemon-reload
   fi
-  if systemctl is-enabled --quiet gpu-cluster-nvidia-boot-check; then
+  # Enabled again when the unit changed: `enable` creates the kubelet.service.requires/ link.
+  if systemctl is-enabled --quiet gpu-cluster-nvidia-boot-check && [[ "${changed}" != *changed* ]]; then
     log "boot check already enabled"
   else
     systemctl enable gpu-cluster-nvidia-boot-check

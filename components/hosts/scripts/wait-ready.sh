@@ -8,6 +8,9 @@
 #   APT_DAILY_POLL_SECONDS      how often to look (default 5)
 #   APT_LISTS_RETRIES           attempts of apt-get update while the lists lock is held
 #                               (default 8, with the backoff of lib/common.sh)
+#   KERNEL_WITH_DRIVER  true on GPU nodes: from this step on unattended-upgrades installs no
+#                    kernel or NVIDIA package and the kernel metapackages are held, so no
+#                    kernel arrives before the driver step (default false)
 #   SSH_USER         the login user whose ~/.ssh/authorized_keys is written (with
 #                    AUTHORIZED_KEYS; both or neither)
 #   AUTHORIZED_KEYS  OpenSSH public key lines, one per line: ssh.publicKey and the key the steps
@@ -31,6 +34,8 @@ HOME_DIR=""
 
 # Checked before anything is touched: both key inputs or neither, each line one public key.
 check_inputs() {
+  [[ "${KERNEL_WITH_DRIVER:-false}" == true || "${KERNEL_WITH_DRIVER:-false}" == false ]] ||
+    fatal "KERNEL_WITH_DRIVER must be true or false, got '${KERNEL_WITH_DRIVER}'"
   [[ -z "${SSH_USER:-}${AUTHORIZED_KEYS:-}" ]] && return 0
   require_vars SSH_USER AUTHORIZED_KEYS
   local line entry
@@ -121,6 +126,17 @@ write_authorized_keys() {
   fi
 }
 
+# The first-boot unattended-upgrades run (apt-daily-upgrade.timer is Persistent) may have
+# installed a newer kernel already; the nouveau step moves to it. From here on none arrives.
+hold_the_kernel_until_the_driver() {
+  if [[ "${KERNEL_WITH_DRIVER:-false}" != true ]]; then
+    log "not a GPU node: kernel updates left to unattended-upgrades"
+    return 0
+  fi
+  # shellcheck disable=SC2119 # no packages to hold besides the kernel metapackages
+  keep_kernel_with_the_driver
+}
+
 main() {
   init_script ready
   check_inputs
@@ -130,7 +146,8 @@ main() {
     check_operating_system \
     wait_for_apt_daily \
     wait_for_apt_and_refresh_lists \
-    write_authorized_keys
+    write_authorized_keys \
+    hold_the_kernel_until_the_driver
   log "host ready"
 }
 

@@ -767,6 +767,53 @@ schedule_reboot() {
   systemd-run --on-active="$1" --unit="$2" systemctl reboot >&2
 }
 
+# ---- the kernel moves only with the driver ---------------------------------------------
+
+UNATTENDED_UPGRADES_CONF=/etc/apt/apt.conf.d/51gpu-cluster-kernel-and-driver
+
+# keep_kernel_with_the_driver [pkg...]: unattended-upgrades installs no kernel and no NVIDIA
+# package from now on (they move together, through the nouveau and driver steps), and the
+# installed kernel metapackages (and the pkgs given) are held: a kernel installed without its
+# signed NVIDIA module boots a node with no GPUs.
+keep_kernel_with_the_driver() {
+  local flavour pkg metas=()
+  flavour="$(kernel_flavour)"
+  for pkg in "linux-${flavour}" "linux-image-${flavour}" "linux-headers-${flavour}" "$@"; do
+    if [[ -n "$(installed_version "${pkg}")" ]]; then
+      metas+=("${pkg}")
+    fi
+  done
+  if ((${#metas[@]} > 0)); then
+    apt_hold "${metas[@]}"
+  fi
+  # Package-Blacklist entries are regular expressions matched at the start of the name
+  # (unattended-upgrades, `is_pkgname_in_blacklist`).
+  write_file_if_changed "${UNATTENDED_UPGRADES_CONF}" >/dev/null <<'CONF'
+// Written by gpu-cluster: the kernel and the NVIDIA driver move together, through the
+// driver step, never through unattended-upgrades.
+Unattended-Upgrade::Package-Blacklist {
+    "linux-";
+    "nvidia-";
+    "libnvidia-";
+    "libnvsdm";
+    "nvlsm";
+};
+CONF
+}
+
+# installed_kernels: the installed kernels of the running kernel's flavour, oldest first
+# (6.8.0-1021-aws ...), from their linux-image packages.
+installed_kernels() {
+  { dpkg-query -W -f='${db:Status-Status} ${Package}\n' \
+    "linux-image-[0-9]*-$(kernel_flavour)" 2>/dev/null || :; } |
+    awk '$1 == "installed" { sub(/^linux-image-/, "", $2); print $2 }' | sort -V
+}
+
+# newest_installed_kernel: the kernel the host boots next (GRUB's default is the newest).
+newest_installed_kernel() {
+  { uname -r && installed_kernels; } | sort -V | awk 'END { print }'
+}
+
 # ---- NVIDIA driver packages (Ubuntu's archive) ----------------------------------------
 
 # nvidia_suffix: 580-server (proprietary kernel modules) or 580-server-open, as in Ubuntu's
