@@ -10,10 +10,13 @@ modules replace the old ones, a newer kernel (tests/test_archive_drift.py).
 
 from __future__ import annotations
 
+import hashlib
+import io
+import tarfile
 from dataclasses import dataclass
 
 from components.hosts import pins
-from tests.sandbox import Sandbox
+from tests.sandbox import STUBS_DIR, Sandbox
 
 KERNEL = "6.8.0-1021-aws"  # the uname stub's default: the AMI's kernel
 NEWER_KERNEL = "6.8.0-1030-aws"
@@ -205,3 +208,46 @@ def installed(sb: Sandbox) -> dict[str, str]:
 def source_of(sb: Sandbox, package: str) -> str:
     """Where a package comes from, by the sources list the archive serves it through."""
     return SOURCES.get(sb.state(f"apt.source/{package}") or "", UBUNTU)
+
+
+# ---- the EFA installer, as efa-installer.amazonaws.com serves it ---------------------------
+
+EFA_KEY_FINGERPRINT = "4E9091BCBB97A96B26B15E59A05480B1DD2D3CCC"  # AWS's, as the stubs know it
+
+
+def efa_installer_archive(version: str, driver_version: str) -> bytes:
+    """aws-efa-installer/efa_installer.sh as AWS packs it, tests/stubs/_efa_installer.sh in it."""
+    script = (STUBS_DIR / "_efa_installer.sh").read_text()
+    script = script.replace(
+        ': "${EFA_STUB_VERSION:?',
+        f"EFA_STUB_VERSION={version}\nEFA_STUB_DRIVER_VERSION={driver_version}\n"
+        ': "${EFA_STUB_VERSION:?',
+        1,
+    )
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        data = script.encode()
+        info = tarfile.TarInfo("aws-efa-installer/efa_installer.sh")
+        info.size, info.mode = len(data), 0o755
+        tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+def stub_signature(data: bytes, fingerprint: str = EFA_KEY_FINGERPRINT) -> str:
+    """A detached signature of `data` by the key with `fingerprint`, as the gpgv stub reads it."""
+    return f"stub signature {hashlib.sha256(data).hexdigest()} {fingerprint}\n"
+
+
+def serve_efa_installer(
+    sb: Sandbox,
+    version: str = pins.EFA_INSTALLER_VERSION,
+    driver_version: str = pins.EFA_DRIVER_VERSION,
+    signature: str | None = None,
+) -> bytes:
+    """The installer archive and its signature (by AWS's key unless `signature` is given) on
+    the curl stub; returns the archive."""
+    archive = efa_installer_archive(version, driver_version)
+    name = f"aws-efa-installer-{version}.tar.gz"
+    (sb.state_dir / f"curl.body.{name}").write_bytes(archive)
+    sb.state(f"curl.body.{name}.sig", signature or stub_signature(archive))
+    return archive

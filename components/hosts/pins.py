@@ -17,9 +17,13 @@ NVIDIA_CTK_VERSION = "1.20.0-1"
 
 # AWS EFA installer release, installed by install-efa.sh on the nodes of EFA pools: the EFA
 # driver, rdma-core, libfabric with the efa provider and the NCCL network plugin (libnccl-ofi).
-# AWS EC2 user guide, "Elastic Fabric Adapter release notes" (efa-changelog): 1.43.2 (15 August
-# 2025) upgrades libnccl-ofi to 1.16.3 on top of 1.43.1's libfabric 2.1.0amzn5.0.
-EFA_INSTALLER_VERSION = "1.43.2"
+# AWS EC2 user guide, "Elastic Fabric Adapter release notes" (efa-changelog): 1.51.0 (October
+# 22, 2026) upgrades to libfabric 2.7.0amzn2.0, EFA driver 3.3.1, rdma-core 65.0 and the OFI
+# NCCL plugin 1.22.0. The installer is run only after its GPG signature checks out against AWS's
+# key (docs/decisions/040-efa-verified-and-checked-by-its-loaded-module.md), and the step
+# checks the efa module the running kernel loads is its driver, EFA_DRIVER_VERSION.
+EFA_INSTALLER_VERSION = "1.51.0"
+EFA_DRIVER_VERSION = "3.3.1"
 
 # containerd.io from Docker's apt repository, per Ubuntu release: 2.2.1, the containerd the
 # hosts ran from Ubuntu's archive before. Docker's repository keeps every version it published
@@ -83,6 +87,7 @@ def efa_params(efa_interfaces: int) -> dict[str, str]:
     """Parameters of install-efa.sh for a node with `efa_interfaces` EFA interfaces."""
     return {
         "EFA_INSTALLER_VERSION": EFA_INSTALLER_VERSION,
+        "EFA_DRIVER_VERSION": EFA_DRIVER_VERSION,
         "EFA_INTERFACES": str(efa_interfaces),
         "EFA_INSTALLER_TIMEOUT_SECONDS": str(EFA_INSTALLER_TIMEOUT_SECONDS),
     }
