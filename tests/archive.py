@@ -4,8 +4,9 @@ kernels), Docker's containerd.io repository, NVIDIA's CUDA and container toolkit
 pkgs.k8s.io, in the shapes the stubs read (tests/stubs/apt-get, apt-cache).
 
 `Archive.today()` is the archive the pins were chosen against; `Archive.next_month()` the same
-archive after it moved on as Ubuntu's does: a new containerd, a driver point release whose
-modules replace the old ones, a newer kernel (tests/test_archive_drift.py).
+archive after it moved on as Ubuntu's does: a new containerd, a driver point release, a newer
+kernel whose module is built for it (tests/test_archive_drift.py). The EFA installer as AWS
+serves it, signed, is here too.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import io
 import tarfile
 from dataclasses import dataclass
 
+from components.catalog import CATALOG
 from components.hosts import pins
 from tests.sandbox import STUBS_DIR, Sandbox
 
@@ -96,19 +98,20 @@ class Archive:
     def next_month(cls, sb: Sandbox, release: str = "24.04") -> Archive:
         """The same archive a month on, as Ubuntu's moves (each pocket keeps only its newest
         version): containerd 2.2.2 replaced 2.2.1 in -updates (Docker's repository adds it and
-        keeps 2.2.1), driver point release 580.105.08 replaced 580.95.05 and the signed modules
-        were rebuilt for it, a newer kernel with its module arrived."""
+        keeps 2.2.1), driver point release 580.105.08 replaced 580.95.05, a newer kernel
+        arrived with its module built for that release, and the AMI's kernel left the pocket
+        with its modules (binaries no longer built from the kernel's current source)."""
         archive = cls(sb, release)
         archive.driver(POINT_RELEASE, replace=True)
         archive.fabric(DRIVER)
         archive.fabric(POINT_RELEASE)
-        for kernel in (KERNEL, NEWER_KERNEL):
-            archive.kernel(kernel)
-            archive.modules_for(kernel, POINT_RELEASE, rebuild=kernel == KERNEL)
+        archive.drop_kernel(KERNEL)
+        archive.kernel(NEWER_KERNEL)
+        archive.modules_for(NEWER_KERNEL, POINT_RELEASE)
         archive.ubuntu_containerd("2.2.2-0ubuntu1~{release}.1")
         archive.containerd_io("2.2.0-2", "2.2.1-1", "2.2.2-1")
-        archive.toolkit()
-        archive.kubernetes()
+        archive.toolkit(*TOOLKIT_VERSIONS, "1.21.0-1")
+        archive.kubernetes(*KUBE_VERSIONS, "1.35.2-1.1")
         return archive
 
     # ---- pieces ----------------------------------------------------------------------------
@@ -153,17 +156,27 @@ class Archive:
         for suffix, other in zip(flavours, reversed(flavours), strict=True):
             package = f"linux-modules-nvidia-{suffix}-{kernel}"
             self.offer(package, version)
-            self.sb.state(
-                f"apt.depends/{package}",
+            depends = (
                 f"linux-image-{kernel} | linux-image-unsigned-{kernel}, "
-                f"{common} (<= {built_for}-1), {common} (>= {built_for})",
+                f"{common} (<= {built_for}-1), {common} (>= {built_for})"
             )
+            # Per version (an installed build keeps its own) and for the newest.
+            self.sb.state(f"apt.depends/{package}={version}", depends)
+            self.sb.state(f"apt.depends/{package}", depends)
             # The two module types of one kernel ship the same files: one replaces the other.
             self.sb.state(f"apt.conflicts/{package}", f"linux-modules-nvidia-{other}-{kernel}")
             self.sb.state(
                 f"apt.conflicts/nvidia-headless-no-dkms-{suffix}",
                 f"nvidia-headless-no-dkms-{other}",
             )
+
+    def drop_kernel(self, kernel: str) -> None:
+        """A kernel and its signed modules leave the archive."""
+        names = [f"linux-{part}-{kernel}" for part in ("image", "modules", "modules-extra")]
+        names += [f"linux-modules-nvidia-{BRANCH}-server{o}-{kernel}" for o in ("", "-open")]
+        names.append(f"linux-headers-{kernel}")
+        for name in names:
+            self.sb.apt_available(name)
 
     def ubuntu_containerd(self, version: str) -> None:
         self.offer("containerd", version.format(release=self.release))
@@ -174,13 +187,13 @@ class Archive:
         self.offer("containerd.io", *versions, source=DOCKER_LIST)
         self.sb.state("apt.conflicts/containerd.io", "containerd runc")
 
-    def toolkit(self) -> None:
+    def toolkit(self, *versions: str) -> None:
         for package in TOOLKIT_PACKAGES:
-            self.offer(package, *TOOLKIT_VERSIONS, source=TOOLKIT_LIST)
+            self.offer(package, *(versions or TOOLKIT_VERSIONS), source=TOOLKIT_LIST)
 
-    def kubernetes(self) -> None:
+    def kubernetes(self, *versions: str) -> None:
         for package in ("kubelet", "kubeadm", "kubectl"):
-            self.offer(package, *KUBE_VERSIONS, source=KUBERNETES_LIST)
+            self.offer(package, *(versions or KUBE_VERSIONS), source=KUBERNETES_LIST)
 
     def _add(self, package: str, version: str, replace: bool) -> None:
         """Add a version (oldest first), or make it the only one."""
@@ -251,3 +264,54 @@ def serve_efa_installer(
     (sb.state_dir / f"curl.body.{name}").write_bytes(archive)
     sb.state(f"curl.body.{name}.sig", signature or stub_signature(archive))
     return archive
+
+
+# ---- a node's install steps, as the program sends them ------------------------------------
+
+
+def install_steps(instance_type: str, release: str, minor: str = "1.35") -> list[tuple[str, dict]]:
+    """The install steps of a pool's node with the parameters the program renders for them
+    (components/gpu_node.py install_steps, without the login user's keys)."""
+    gpu = CATALOG[instance_type]
+    modules = gpu.default_kernel_modules
+    fast = {"RETRY_BASE_SECONDS": "0.01"}
+    return [
+        ("wait-ready.sh", {"KERNEL_WITH_DRIVER": "true", **fast}),
+        ("disable-nouveau.sh", {"DRIVER_BRANCH": "580", "KERNEL_MODULES": modules}),
+        ("install-driver.sh", {**pins.driver_params(gpu, release, "580", modules), **fast}),
+        ("install-runtime.sh", {**pins.runtime_params(release, minor, with_toolkit=True), **fast}),
+        (
+            "install-kube-tools.sh",
+            {"KUBERNETES_MINOR": minor, "SANDBOX_IMAGE": pins.PAUSE_IMAGES[minor], **fast},
+        ),
+    ]
+
+
+def reboot_if_scheduled(sb: Sandbox) -> bool:
+    """A reboot a step scheduled (systemd-run): the host comes back on its newest installed
+    kernel (GRUB's default), with nothing loaded (nouveau is blocklisted by then)."""
+    if sb.state("systemd-run.scheduled") is None:
+        return False
+    (sb.state_dir / "systemd-run.scheduled").unlink()
+    kernels = [name.removeprefix("linux-image-") for name in installed(sb)]
+    kernels = [k for k in kernels if k[:1].isdigit()] + [sb.state("uname.r") or KERNEL]
+    sb.state("uname.r", max(kernels, key=_kernel_order))
+    sb.state("modules", "")
+    return True
+
+
+def _kernel_order(kernel: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in kernel.removesuffix("-aws").replace("-", ".").split("."))
+
+
+def run_install_steps(sb: Sandbox, instance_type: str, release: str) -> list:
+    """Every install step in chain order, each after the reboot the one before scheduled (the
+    next step redials); stops at the first that fails. The results, in order."""
+    results = []
+    for script, params in install_steps(instance_type, release):
+        result = sb.run(script, params)
+        results.append(result)
+        if result.returncode != 0:
+            break
+        reboot_if_scheduled(sb)
+    return results

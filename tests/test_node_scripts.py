@@ -282,7 +282,8 @@ def test_apt_lock_held_past_the_timeout_fails_naming_the_step(sandbox):
     )
     assert result.returncode != 0
     assert "Could not get lock /var/lib/dpkg/lock-frontend" in result.stderr
-    assert "[runtime] FAILED at step 1/6 (install containerd), in apt_install" in result.stderr
+    # Docker's repository is added first: its apt-get update is the first to wait.
+    assert "[runtime] FAILED at step 1/6 (install containerd), in apt_update" in result.stderr
     assert "[runtime 1/6] install containerd" in result.stderr
 
 

@@ -115,3 +115,13 @@ stub_key_fingerprint() {
     *) printf '%s' "${url}" | sha1sum | cut -c1-40 | tr '[:lower:]' '[:upper:]' ;;
   esac
 }
+
+# depends_of <pkg> <version>: that version's Depends: (state apt.depends/<pkg>=<version>, else
+# apt.depends/<pkg>, the field of every version).
+depends_of() {
+  if state_has "apt.depends/$1=$2"; then
+    state_get "apt.depends/$1=$2"
+  else
+    state_get "apt.depends/$1"
+  fi
+}

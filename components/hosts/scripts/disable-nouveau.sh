@@ -84,6 +84,11 @@ move_to_a_kernel_with_an_nvidia_module() {
     REBOOT_REASONS+=("kernel ${running} -> ${boots} (installed since boot)")
     return 0
   fi
+  if [[ -n "$(installed_version "$(nvidia_module_package "${running}")")" ]]; then
+    # Installed already: the archive moving on (it drops an old kernel's modules) moves nothing.
+    log "$(nvidia_module_package "${running}") is installed for the running kernel"
+    return 0
+  fi
   if apt_field "$(nvidia_module_package "${running}")" Version >/dev/null; then
     log "the archive has $(nvidia_module_package "${running}") for the running kernel"
     return 0

@@ -105,20 +105,17 @@ choose_driver_version() {
   local kernel module spec depends common pkg
   kernel="$(uname -r)"
   module="$(nvidia_module_package "${kernel}")"
-  spec="${module}"
-  if [[ -n "$(installed_version "${module}")" ]]; then
-    spec="${module}=$(installed_version "${module}")"
-  fi
-  apt_field "${spec}" Version >/dev/null ||
+  # The installed build is kept, also once the archive replaced it.
+  depends="$(package_depends "${module}")" ||
     fatal "the archive has no ${module} for the running kernel ${kernel}; the nouveau step" \
       "moves the host to the newest kernel with one: run pulumi up again"
-  depends="$(apt_field "${spec}" Depends)"
+  spec="${module}=$(installed_version "${module}")"
   read -r common DRIVER_VERSION < <(tr ',' '\n' <<<"${depends}" |
     sed -nE 's/^ *(nvidia-kernel-common-[0-9a-z-]+) \(>= ([^)]+)\).*/\1 \2/p' |
     awk 'NR == 1') || :
   [[ "${DRIVER_VERSION}" == "${DRIVER_BRANCH}."* ]] ||
     fatal "${module} is not built for a ${DRIVER_BRANCH} driver (Depends: ${depends:-none})"
-  if [[ "${spec}" != *=* ]]; then
+  if [[ "${spec}" == *= ]]; then
     spec="${module}=$(apt_field "${module}" Version)"
   fi
   DRIVER_PACKAGES=("${spec}")
@@ -148,12 +145,9 @@ modules_for_kernels_booted_next() {
       continue
     module="$(nvidia_module_package "${other}")"
     spec="${module}=$(installed_version "${module}")"
-    [[ "${spec}" != *= ]] || spec="${module}=$(apt_field "${module}" Version)" || spec=""
-    built=""
-    if [[ -n "${spec}" && "${spec}" != *= ]]; then
-      built="$(apt_field "${spec}" Depends | tr ',' '\n' |
-        sed -nE 's/^ *nvidia-kernel-common-[0-9a-z-]+ \(>= ([^)]+)\).*/\1/p' | awk 'NR == 1')"
-    fi
+    [[ "${spec}" != *= ]] || spec="${module}=$(apt_field "${module}" Version)" || :
+    built="$({ package_depends "${module}" || :; } | tr ',' '\n' |
+      sed -nE 's/^ *nvidia-kernel-common-[0-9a-z-]+ \(>= ([^)]+)\).*/\1/p' | awk 'NR == 1')"
     [[ "${built}" == "${DRIVER_VERSION}" ]] ||
       fatal "kernel ${other} is installed and boots next, but the archive's ${module} is built" \
         "for driver ${built:-(none: no such package)}, not ${DRIVER_VERSION}: the node would boot" \

@@ -846,6 +846,16 @@ apt_field() {
   awk -v f="$2" 'BEGIN { FS = ": " } $1 == f { sub(/^[^:]*: /, ""); print; exit }' <<<"${stanza}"
 }
 
+# package_depends <pkg>: the Depends: of the installed version (dpkg knows it, also once the
+# archive replaced that build), else of the archive's candidate; fails when neither exists.
+package_depends() {
+  if [[ -n "$(installed_version "$1")" ]]; then
+    dpkg-query -W -f='${Depends}' "$1"
+  else
+    apt_field "$1" Version >/dev/null && apt_field "$1" Depends
+  fi
+}
+
 # apt_version_for_upstream <pkg> <upstream>: the newest version of pkg the archive has whose
 # upstream part is exactly <upstream> (580.95.05 -> 580.95.05-0ubuntu0.24.04.2); empty if none.
 apt_version_for_upstream() {
