@@ -366,3 +366,17 @@ def test_without_modules_extra_in_the_archive_nvlink5_fails_naming_the_module(ho
         in result.stderr
     ), result.stderr
     assert not host.service_active("nvidia-fabricmanager")
+
+
+@needs_sandbox
+def test_a_fabric_manager_dpkg_left_half_configured_fails_the_step(host):
+    """Fabric manager must equal the driver or CUDA fails with error 802 while nvidia-smi looks
+    fine: one that dpkg could not configure is not taken as installed."""
+    host.state("nvidia-smi.gpus", 8)
+    host.state("dpkg.half-configured/nvidia-fabricmanager", 1)
+    result = host.run("install-driver.sh", driver("p5.48xlarge"))
+    assert result.returncode == 1
+    assert (
+        f"[driver] FAILED: fabric manager must match driver {DRIVER}, nvidia-fabricmanager is "
+        "not installed" in result.stderr
+    ), result.stderr
