@@ -87,7 +87,7 @@ class GpuInstanceType:
         """Whether the driver may run the GPU System Processor firmware. AWS's own images turn it
         off on g4dn, g5 and g5g, for GSP problems on those types, and load the proprietary
         module, the only one that runs without it (amazon-eks-ami `templates/al2023/runtime/
-        gpu/nvidia-kmod-load.sh`). docs/decisions/036-gsp-off-on-g4dn-and-g5.md."""
+        gpu/nvidia-kmod-load.sh`). docs/decisions/043-gsp-off-on-g4dn-and-g5.md."""
         return self.family not in GSP_OFF_FAMILIES
 
     @property

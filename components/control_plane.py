@@ -22,7 +22,7 @@ import pulumi_kubernetes as k8s
 
 from components.aws import machines
 from components.aws.network import Network, tcp_port_rule
-from components.hosts import host_keys, pins, steps
+from components.hosts import fan_in, host_keys, pins, steps
 from components.hosts.remote import Host, Login, run_step, ssh_host
 from components.images.control_plane_image import install_steps
 from components.kube import manifests
@@ -55,6 +55,7 @@ class ControlPlaneArgs:
     operators: OperatorKubeconfig
     tags: Mapping[str, str]
     image_ami: pulumi.Input[str] | None = None
+    gpu_nodes: int = 0  # every pool's count: the SSH fan-in a managed sshd takes
 
     @classmethod
     def of(
@@ -71,6 +72,7 @@ class ControlPlaneArgs:
             dials_public_ips=settings.network.connects_to_public_ips,
             operators=settings.kubeconfig,
             tags=settings.stack_tags,
+            gpu_nodes=sum(pool.count for pool in settings.node_pools),
         )
 
 
@@ -89,6 +91,7 @@ class ControlPlaneCore:
     api_server: pulumi.Output[str]
     ready: list[pulumi.Resource]
     machine: aws.ec2.Instance | None = None
+    sshd_ready: pulumi.Resource | None = None
 
 
 class ControlPlane(pulumi.ComponentResource):
@@ -98,8 +101,9 @@ class ControlPlane(pulumi.ComponentResource):
     program's own `provider`), `ca_cert_hash` (the CA public key's, which joins pin),
     `operator_kubeconfig` (secret, the one the stack exports), `provider` (Kubernetes, replaced
     only with the cluster), `kubernetes_version`, `host` (SSH to the control-plane host),
-    `ready`, `kubelet_gate`, `kubelet_client_cidrs` and `machine` (the managed instance, else
-    None).
+    `ready`, `kubelet_gate`, `kubelet_client_cidrs`, `machine` (the managed instance, else
+    None) and `sshd_ready` (managed: the step after which its sshd takes the fleet's SSH
+    fan-in, components/hosts/fan_in.py; else None).
     """
 
     endpoint: pulumi.Output[str]
@@ -115,6 +119,9 @@ class ControlPlane(pulumi.ComponentResource):
     kubelet_gate: pulumi.Resource
     kubelet_client_cidrs: pulumi.Output[list[str]]
     machine: aws.ec2.Instance | None  # the managed control plane's instance
+    # controlPlane.unreachable: no delete dials the control plane (docs/decisions/031-...)
+    unreachable: bool
+    sshd_ready: pulumi.Resource | None
 
     def __init__(
         self, name: str, args: ControlPlaneArgs, opts: pulumi.ResourceOptions | None = None
@@ -133,6 +140,7 @@ class ControlPlane(pulumi.ComponentResource):
         self.kubelet_gate = core.kubelet_gate
         self.ready = core.ready
         self.machine = core.machine
+        self.sshd_ready = core.sshd_ready
         self.kubeconfig = pulumi.Output.secret(core.kubeconfig_step.stdout)
         # Not a secret: the hash of the CA's public key identifies the cluster (nodes pin it).
         self.ca_cert_hash = pulumi.Output.unsecret(
@@ -144,11 +152,18 @@ class ControlPlane(pulumi.ComponentResource):
         # also when the kubeconfig is unknown in a preview (a re-run of the kubeconfig step).
         # Adding it to a running stack replaces nothing ("we don't do this when adding or
         # removing the identifier").
+        self.unreachable = args.config.unreachable
+        if self.unreachable:
+            warn_unreachable(args.config)
         self.provider = k8s.Provider(
             f"{name}-k8s",
             kubeconfig=self.kubeconfig,
             cluster_identifier=core.cluster_identifier,
             enable_server_side_apply=True,
+            # An update of the provider, not a replacement (pulumi-kubernetes provider.go
+            # DiffConfig replaces only for the cluster's identity): a delete through it then
+            # drops the object from the state when the API does not answer.
+            delete_unreachable=True if self.unreachable else None,
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(self.ready)),
         )
         self.operator_kubeconfig = self._operator_access(core)
@@ -219,7 +234,9 @@ class ControlPlane(pulumi.ComponentResource):
             return self._step(host, row, params, after=after)
 
         wait, install_runtime, install_kube_tools = install_steps(config, minor, args.login)
-        wait_ready = step(wait.step, wait.params, after=[instance])
+        # Before any node's step dials this host: sshd takes every node's dial at once.
+        sshd = {"SSHD_MAX_STARTUPS": str(fan_in.max_startups(args.gpu_nodes))}
+        wait_ready = step(wait.step, {**wait.params, **sshd}, after=[instance])
         runtime = step(install_runtime.step, install_runtime.params, after=[wait_ready])
         # A new minor: kubeadm upgrade of the running cluster before its kubelet moves
         # (nothing on the first `up`); refuses a skipped minor before anything is installed.
@@ -264,6 +281,7 @@ class ControlPlane(pulumi.ComponentResource):
             api_server=api_server,
             ready=[init, cni, kubeconfig],
             machine=instance,
+            sshd_ready=wait_ready,
         )
 
     def _machine_image(self, config: ManagedControlPlane) -> machines.MachineImage:
@@ -397,4 +415,21 @@ def parse_ca_cert_hash(kubeconfig: str) -> str:
                 return value
     raise ValueError(
         "read-kubeconfig.sh printed no '# ca-cert-hash: sha256:<64 hex>' line (output not shown)"
+    )
+
+
+def warn_unreachable(config: ManagedControlPlane | ExistingControlPlane) -> None:
+    """controlPlane.unreachable is on: said loudly on every preview and up."""
+    which = (
+        f"the control plane at {config.host}"
+        if isinstance(config, ExistingControlPlane)
+        else ("the managed control plane")
+    )
+    pulumi.log.warn(
+        f"gpu-cluster:controlPlane.unreachable is true ({which}): NO NODE IS DRAINED. Deleting "
+        "a GPU machine (destroy, a smaller pool, a replacement) skips its drain on the control "
+        "plane, and Kubernetes objects are dropped from the state without being deleted when "
+        "the API does not answer. Run `pulumi up` once with it (it dials nothing), then "
+        "`pulumi destroy` or the scale-down; remove it as soon as the control plane is back "
+        '(docs/operations.md, "A control plane that is gone").'
     )

@@ -347,9 +347,15 @@ class GpuNode(pulumi.ComponentResource):
             for install in install_steps(pool, minor, args.login)
         }
         efa = pins.efa_params(pool.gpu_type.efa_interfaces) if pool.uses_efa else None
+        # The node's own root volume (its image builder's is another): wait-ready grows the
+        # filesystem into a larger rootVolumeGiB, which the provider applies in place.
+        wait_ready = {
+            **installs[steps.WAIT_READY.suffix],
+            "ROOT_VOLUME_GIB": str(pool.root_volume_gib),
+        }
         context = _ChainContext(
             args=args,
-            params={**installs, steps.EFA.suffix: efa or {}},
+            params={**installs, steps.WAIT_READY.suffix: wait_ready, steps.EFA.suffix: efa or {}},
             change=rolling.change_digest(rolling.pinned_programs(installs, minor, efa)),
             timing=rolling.roll_timing(validation_seconds=args.validation_timeout_seconds),
         )
@@ -374,6 +380,10 @@ class GpuNode(pulumi.ComponentResource):
         args, name, pool = context.args, self.node_name, self.pool
         control_plane = args.control_plane
         if row is steps.DRAIN:
+            if control_plane.sshd_ready is not None:
+                # The first of this node's steps on the control plane: after its sshd takes
+                # every node's dial (components/hosts/fan_in.py).
+                after = [*after, control_plane.sshd_ready]
             return run_step(
                 row,
                 name,
@@ -392,7 +402,11 @@ class GpuNode(pulumi.ComponentResource):
                 parent=self,
                 timeout_seconds=context.timing.drain_step_seconds,
                 # Destroying the whole cluster: no Node to drain on a control plane going away.
-                deleted_with=control_plane.machine,
+                # A control plane that is gone (controlPlane.unreachable): a delete of this node
+                # skips the drain, from the options the next `up` stores (an option change
+                # alone is a `same` step: nothing dials), docs/decisions/
+                # 031-an-unreachable-control-plane-dials-nothing-on-delete.md.
+                deleted_with=self.instance if control_plane.unreachable else control_plane.machine,
                 # It continues the node-ready step of earlier releases, with the same triggers,
                 # so that step's stored drain hook never runs (an update, not a delete).
                 aliases=[pulumi.Alias(name=f"{name}-node-ready")],
@@ -477,7 +491,7 @@ def install_steps(pool: NodePool, kubernetes_version: str, login: Login) -> tupl
     again only to verify."""
     gpu = pool.gpu_type
     params = {
-        # No kernel arrives before the driver: docs/decisions/039-no-kernel-before-the-driver.md
+        # No kernel arrives before the driver: docs/decisions/046-no-kernel-before-the-driver.md
         steps.WAIT_READY: {**login.wait_ready_params(), "KERNEL_WITH_DRIVER": "true"},
         # Its own step because it may reboot the host (nouveau in use, or a kernel without a
         # signed module of this driver replaced by the newest one with it): the driver step

@@ -1,7 +1,7 @@
 """The host steps against an archive that moved on since the pins were chosen (issue 35): a new
 containerd (2.2.2 replaced 2.2.1 in Ubuntu's -updates), a driver point release (580.105.08
 replaced 580.95.05), a newer kernel whose module is built for it, while the AMI's kernel left the
-pocket with its modules; a newer toolkit and Kubernetes patch too (tests/archive.py
+pocket with its modules; a newer toolkit and Kubernetes patch too (tests/helpers/archive.py
 `Archive.next_month`). A new node still installs, at the pins; a node installed before is not
 upgraded by a re-run of its steps (an update of a script, a roll for another change)."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from components.hosts import pins
-from tests.archive import (
+from tests.helpers.archive import (
     KERNEL,
     NEWER_KERNEL,
     POINT_RELEASE,

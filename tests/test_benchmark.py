@@ -13,6 +13,7 @@ def test_a_row_measures_the_program_and_as_many_bare_resources_in_their_own_proc
     assert row.bare.resources == row.program.resources
     for run in (row.program, row.bare):
         assert run.seconds > 0 and run.peak_mib > 10
+        assert run.cpu_seconds > 0, "the CPU the evaluation took, what tools.timeline streams at"
     table = format_table([row])
     assert table.splitlines()[2].split()[:2] == ["1", str(row.program.resources)]
 

@@ -25,6 +25,14 @@ JOB_TYPE = "kubernetes:batch/v1:Job"
 # An existing VPC, the one kind a bastion reaches into.
 EXISTING_VPC = {"vpcId": "vpc-0a1b2c3d4e5f60718", "subnetIds": ["subnet-0a1b2c3d4e5f60710"]}
 INSTANCE_TYPE = "aws:ec2/instance:Instance"
+# dev's control plane (m7i.large) serves up to 10 GPU nodes; tests of larger fleets give it the
+# size the settings ask for 11 to 99 (tests/test_control_plane_sizing.py).
+SIZED_CONTROL_PLANE = {
+    "controlPlane": {
+        **stack_file("dev")["gpu-cluster:controlPlane"],
+        "instanceType": "m7i.xlarge",
+    }
+}
 
 
 def _problem(key: str, **kwargs) -> str:
@@ -67,7 +75,7 @@ def test_user_scales_one_pool_to_zero_while_another_has_nodes():
 
 def test_user_configures_twenty_pools():
     pools = [{**POOL, "name": f"p{i}"} for i in range(20)]
-    graph = run_program("dev", config={"nodePools": pools})
+    graph = run_program("dev", config={"nodePools": pools, **SIZED_CONTROL_PLANE})
     assert _gpu_nodes(graph) == sorted(f"dev-gpu-p{i}-0" for i in range(20))
     assert len(graph.of_type(INSTANCE_TYPE)) == 21, "20 GPU nodes plus the control plane"
 
@@ -129,7 +137,11 @@ def test_longest_node_index_counts_toward_the_node_name():
     )
     expected = _problem(
         "nodePools[0].name",
-        config={"clusterName": cluster, "nodePools": [{**POOL, "name": pool, "count": 11}]},
+        config={
+            "clusterName": cluster,
+            "nodePools": [{**POOL, "name": pool, "count": 11}],
+            **SIZED_CONTROL_PLANE,
+        },
     )
     assert f"{cluster}-{pool}-10" in expected, expected
 
@@ -411,9 +423,12 @@ def test_user_gives_the_existing_control_plane_an_ipv6_address(key, control_plan
 def test_user_creates_a_vpc_too_small_for_the_pools():
     """/24 in two zones: two /28 subnets of 11 usable addresses each."""
     network = {"create": True, "cidr": "10.42.0.0/24", "sshAllowedCidrs": ["203.0.113.0/24"]}
-    load_stack_settings(config={"network": network, "nodePools": [{**POOL, "count": 20}]})
+    load_stack_settings(
+        config={"network": network, "nodePools": [{**POOL, "count": 20}], **SIZED_CONTROL_PLANE}
+    )
     expected = _problem(
-        "network.cidr", config={"network": network, "nodePools": [{**POOL, "count": 21}]}
+        "network.cidr",
+        config={"network": network, "nodePools": [{**POOL, "count": 21}], **SIZED_CONTROL_PLANE},
     )
     assert "11 usable" in expected and "would need 12" in expected, expected
 
@@ -425,7 +440,10 @@ def test_user_creates_a_small_vpc_over_more_zones():
         "sshAllowedCidrs": ["203.0.113.0/24"],
         "availabilityZones": ["us-west-2a", "us-west-2b", "us-west-2c"],
     }
-    graph = run_program("dev", config={"network": network, "nodePools": [{**POOL, "count": 30}]})
+    graph = run_program(
+        "dev",
+        config={"network": network, "nodePools": [{**POOL, "count": 30}], **SIZED_CONTROL_PLANE},
+    )
     subnets = graph.of_type("aws:ec2/subnet:Subnet")
     assert len(subnets) == 3, [s.name for s in subnets]
 
@@ -571,7 +589,9 @@ def test_user_spreads_small_pools_that_all_start_in_the_first_subnet():
     """Two pools of 11 in two /28 subnets: each pool puts 6 nodes in the first subnet."""
     network = {"create": True, "cidr": "10.42.0.0/24", "sshAllowedCidrs": ["203.0.113.0/24"]}
     pools = [{**POOL, "count": 11}, {**POOL, "name": "b", "count": 11}]
-    expected = _problem("network.cidr", config={"network": network, "nodePools": pools})
+    expected = _problem(
+        "network.cidr", config={"network": network, "nodePools": pools, **SIZED_CONTROL_PLANE}
+    )
     assert "would need 13" in expected, expected
 
 

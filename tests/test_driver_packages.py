@@ -2,7 +2,7 @@
 (issue 35): the module type and GSP firmware of g4dn and g5 (finding 5), driver packages pinned
 by the driver's version rather than one Ubuntu revision, with the video libraries (findings 7
 and 8), and the NVSwitch fabric packages from NVIDIA's CUDA repository (finding 2). The sandbox
-and its archive: tests/sandbox.py, tests/archive.py."""
+and its archive: tests/sandbox.py, tests/helpers/archive.py."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from components.catalog import CATALOG
 from components.hosts import pins
 from components.settings.load import ConfigError
-from tests.archive import (
+from tests.helpers.archive import (
     CUDA_LIST,
     DRIVER,
     KERNEL,

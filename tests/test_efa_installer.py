@@ -1,7 +1,7 @@
 """install-efa.sh runs only an installer AWS signed, and is done only when the running kernel
 loads the installer's efa driver (issue 35, finding 6): after a kernel move without headers
 DKMS cannot build it and the kernel's in-tree efa loaded silently, while the step looked at the
-installer's version record. Why: docs/decisions/040-efa-verified-and-checked-by-its-loaded-
+installer's version record. Why: docs/decisions/047-efa-verified-and-checked-by-its-loaded-
 module.md."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from components.hosts import pins
-from tests.archive import (
+from tests.helpers.archive import (
     KERNEL,
     NEWER_KERNEL,
     Archive,

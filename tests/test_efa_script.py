@@ -11,12 +11,8 @@ from pathlib import Path
 import pytest
 
 from components.hosts.pins import EFA_DRIVER_VERSION, EFA_INSTALLER_VERSION
-from tests.archive import stub_signature
-from tests.sandbox import STUBS_DIR, Sandbox, sandbox_available
-
-needs_sandbox = pytest.mark.skipif(
-    not sandbox_available(), reason="needs root, unshare --mount and overlayfs"
-)
+from tests.helpers.archive import stub_signature
+from tests.sandbox import STUBS_DIR, Sandbox, needs_sandbox
 
 VERSION = EFA_INSTALLER_VERSION
 EFA = {

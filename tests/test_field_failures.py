@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import pytest
 
-from tests.sandbox import Sandbox, sandbox_available
-from tests.test_control_plane_scripts import ADMIN_KUBECONFIG, CNI, FLANNEL_MANIFEST
-from tests.test_node_scripts import DRIVER, RUNTIME, sandbox  # noqa: F401 (fixture)
+from tests.helpers.control_plane_host import ADMIN_KUBECONFIG, CNI, FLANNEL_MANIFEST
+from tests.helpers.gpu_host import DRIVER, RUNTIME, new_gpu_host
+from tests.sandbox import Sandbox, needs_sandbox
 
-pytestmark = pytest.mark.skipif(
-    not sandbox_available(), reason="needs root, unshare --mount and overlayfs"
-)
+pytestmark = needs_sandbox
 
 FAST = {"RETRY_BASE_SECONDS": "0.01", "POLL_SECONDS": "0.01"}
-UBUNTU_2404 = 'NAME="Ubuntu"\nVERSION_ID="24.04"\nID=ubuntu\nID_LIKE=debian\n'
 PRIVATE_IP = "10.42.3.7"
 INIT = {
     "CLUSTER_NAME": "dev-gpu",
@@ -35,10 +32,10 @@ INIT = {
 
 
 @pytest.fixture
-def gpu_host(sandbox) -> Sandbox:  # noqa: F811 (the imported fixture, requested by name)
+def gpu_host(tmp_path) -> Sandbox:
     """A fresh Ubuntu 24.04 GPU host whose archive has what the pinned scripts install (the
     node-script tests' host, so both follow the archive's real package shapes)."""
-    return sandbox
+    return new_gpu_host(tmp_path)
 
 
 @pytest.fixture

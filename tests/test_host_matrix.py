@@ -1,7 +1,7 @@
 """The host matrix (`python -m tools.host_matrix`, docs/host-matrix.md) says what the driver and
 runtime steps install per instance family and Ubuntu release: each row is checked by running
 both scripts, with the parameters the program renders for that row, in the script sandbox
-against today's archive (tests/archive.py), and comparing what they installed, from where."""
+against today's archive (tests/helpers/archive.py), comparing what they installed, from where."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from components.catalog import CATALOG
 from components.hosts import pins
-from tests.archive import DRIVER, KERNEL, Archive, gpu_host, installed, source_of
+from tests.helpers.archive import DRIVER, KERNEL, Archive, gpu_host, installed, source_of
 from tests.sandbox import Sandbox, needs_sandbox
 from tools import host_matrix
 

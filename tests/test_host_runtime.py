@@ -1,7 +1,7 @@
 """install-runtime.sh's containerd against archives that move (issue 35, finding 1): the pin
 installs from Docker's repository, which keeps every containerd.io it published, on the day
 Ubuntu's archive replaces 2.2.1 with 2.2.2; a pin nobody offers fails naming what is offered,
-never by taking the newest. Why: docs/decisions/035-containerd-from-a-repository-that-keeps-
+never by taking the newest. Why: docs/decisions/042-containerd-from-a-repository-that-keeps-
 every-version.md."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from components.hosts import pins
-from tests.archive import DOCKER_LIST, Archive, gpu_host, installed
+from tests.helpers.archive import DOCKER_LIST, Archive, gpu_host, installed
 from tests.sandbox import Sandbox, needs_sandbox
 
 FAST = {"RETRY_BASE_SECONDS": "0.01"}

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from components.hosts.rendering import SCRIPTS_DIR, render_script
-from tests.archive import Archive
+from tests.helpers.archive import Archive
 from tests.sandbox import Sandbox, needs_sandbox
 
 ADMIN_CONF = "/etc/kubernetes/admin.conf"
@@ -299,6 +299,9 @@ CASES: list[Case] = [
     bad("user-kubeconfig.sh", "VALIDITY_HOURS", "0", "VALIDITY_HOURS must be a number of hours"),
     Case("user-kubeconfig.sh", {}, f"{ADMIN_CONF} not found on this host", (ADMIN_CONF,)),
     bad("wait-ready.sh", "KERNEL_WITH_DRIVER", "yes", "KERNEL_WITH_DRIVER must be true or false"),
+    bad("wait-ready.sh", "SSHD_MAX_STARTUPS", "100", "SSHD_MAX_STARTUPS must be start:rate:full"),
+    bad("wait-ready.sh", "SSHD_MAX_STARTUPS", "300:30:200", "expected 1 <= start <= full and"),
+    bad("wait-ready.sh", "ROOT_VOLUME_GIB", "200G", "ROOT_VOLUME_GIB must be a size in GiB"),
     *missing("wait-ready.sh", "SSH_USER", "AUTHORIZED_KEYS"),
     bad("wait-ready.sh", "AUTHORIZED_KEYS", "not a key", "AUTHORIZED_KEYS: a line is not an"),
     bad(
@@ -333,10 +336,17 @@ FATAL = re.compile(r'\bfatal\s+"((?:[^"\\]|\\.)*)"')
 VARIABLE = re.compile(r"\$\{[^}]*\}|\$[A-Za-z_][A-Za-z0-9_]*")
 
 
-def check_inputs_body(script: str) -> str:
-    text = (SCRIPTS_DIR / script).read_text()
-    match = re.search(r"^check_inputs\(\) \{\n(.*?)^\}", text, re.MULTILINE | re.DOTALL)
+def function_body(text: str, name: str) -> str:
+    match = re.search(rf"^{name}\(\) \{{\n(.*?)^\}}", text, re.MULTILINE | re.DOTALL)
     return match.group(1) if match else ""
+
+
+def check_inputs_body(script: str) -> str:
+    """The script's check_inputs, with the bodies of the script's functions it calls."""
+    text = (SCRIPTS_DIR / script).read_text()
+    body = function_body(text, "check_inputs")
+    called = set(re.findall(r"^\s*([a-z_]+)\s*$", body, re.MULTILINE))
+    return body + "".join(function_body(text, name) for name in sorted(called))
 
 
 def checked_scripts() -> list[str]:

@@ -2,7 +2,7 @@
 finding 3): the first-boot unattended-upgrades run (apt-daily-upgrade.timer is Persistent) may
 install a newer kernel before the driver step, which then installed the module for `uname -r`
 only, and the next boot came up with no GPUs, Ready all the same. Why and how:
-docs/decisions/039-no-kernel-before-the-driver.md."""
+docs/decisions/046-no-kernel-before-the-driver.md."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 
 from components.catalog import CATALOG
 from components.hosts import pins
-from tests.archive import DRIVER, KERNEL, NEWER_KERNEL, POINT_RELEASE, Archive, gpu_host
+from tests.helpers.archive import DRIVER, KERNEL, NEWER_KERNEL, POINT_RELEASE, Archive, gpu_host
 from tests.sandbox import Sandbox, needs_sandbox
 
 FAST = {"RETRY_BASE_SECONDS": "0.01"}

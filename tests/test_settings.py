@@ -227,7 +227,12 @@ def test_kernel_module_type_follows_the_gpu_architecture(instance_type, default,
 def test_pod_cidr_holds_a_node_range_for_every_node():
     """kube-controller-manager hands every Node (control plane included) a /24 of podCidr: a /20
     holds 16, so 15 GPU nodes fit and the 16th would never become Ready."""
-    cp = {"mode": "managed", "apiAllowedCidrs": ["203.0.113.0/24"], "podCidr": "10.244.0.0/20"}
+    cp = {
+        "mode": "managed",
+        "instanceType": "m7i.xlarge",  # sized for 11 to 99 GPU nodes
+        "apiAllowedCidrs": ["203.0.113.0/24"],
+        "podCidr": "10.244.0.0/20",
+    }
     pool = {"name": "a", "instanceType": "g5.xlarge", "count": 15}
     load_stack_settings(config={"controlPlane": cp, "nodePools": [pool]})
     error = _problems(

@@ -7,7 +7,7 @@
 From the parameters the program renders (components/hosts/pins.py `driver_params`,
 `runtime_params`) and the package names install-driver.sh and install-runtime.sh derive from
 them; tests/test_host_matrix.py runs both scripts in the sandbox for every row and keeps the
-table equal to what they install. Why: docs/decisions/041-a-host-matrix-checked-by-the-scripts.md.
+table equal to what they install. Why: docs/decisions/048-a-host-matrix-checked-by-the-scripts.md.
 """
 
 from __future__ import annotations

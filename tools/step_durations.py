@@ -1,11 +1,12 @@
-"""How long each resource's create step takes, for the bring-up model (`python -m tools.timeline`).
+"""How long each resource's create step takes, and the rates of the limits a fleet meets
+(`LIMITS`), for the bring-up model (`python -m tools.timeline`).
 
-Every figure names where it comes from: a public measurement, a vendor document, or, where none
-exists, the stated assumption. Figures are for one create on a fresh machine in one region; the
-model does not add noise. "stock" is a host booted from Canonical's Ubuntu image (the chain
-installs everything); "baked" is a GPU node booted from a `GpuImage` AMI and a managed control
-plane booted from a `ControlPlaneImage` AMI, built from the same scripts with the container images
-they start first pulled, so their install steps find everything in place and only verify.
+Every figure names where it comes from: a public measurement, a vendor document, the source of
+the tool that sets it, or, where none exists, the stated assumption. Durations are for one create
+on a fresh machine in one region, without noise. "stock": a host booted from Canonical's Ubuntu
+image; "baked": booted from an image built from the same scripts, whose install steps only
+verify. Why: docs/decisions/016-the-bring-up-is-modelled-on-the-engine.md and
+031-the-model-meets-a-fleets-limits.md.
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ COMMON: dict[str, Duration] = {
     ),
     # Control-plane host steps (the managed control plane boots from stock Ubuntu).
     "cp:wait-ready": _d(
-        30.0, "brevdev: boot->SSH 3.1 s; assumption: cloud-init to 'done' ~27 s more"
+        27.0, "assumption: cloud-init to 'done' ~27 s after SSH opened (its scripts' copy)"
     ),
     "cp:runtime": _d(45.0, "assumption: containerd from the Ubuntu archive + config, ~45 s"),
     "cp:kube-tools": _d(30.0, "assumption: kubelet/kubeadm/kubectl from pkgs.k8s.io, ~30 s"),
@@ -135,13 +136,14 @@ COMMON: dict[str, Duration] = {
     steps.JOIN_TOKEN.suffix: _d(1.0, "assumption: one API call (a Secret)"),
     "command:remote:CopyToRemote": _d(
         5.0,
-        "brevdev: boot->SSH 3.1 s after 'running'; assumption: SFTP of ~100 KB of scripts, ~2 s",
+        "brevdev: boot->SSH 3.1 s after 'running' (a host's first dial); assumption: SFTP of "
+        "~100 KB of scripts, ~2 s",
     ),
     "kubernetes:core/v1:Secret": _d(1.0, "assumption: one API call"),
     # Building a baked control-plane image (ControlPlaneImage): the control plane's own install
     # on a builder of its instance type, kubeadm's and flannel's images pulled, the snapshot.
     "cp-image:wait-ready": _d(
-        30.0, "brevdev: boot->SSH 3.1 s; assumption: cloud-init to 'done' ~27 s more"
+        27.0, "assumption: cloud-init to 'done' ~27 s after SSH opened (its scripts' copy)"
     ),
     "cp-image:runtime": _d(45.0, "as cp:runtime (the same step, stock Ubuntu)"),
     "cp-image:kube-tools": _d(30.0, "as cp:kube-tools (the same step, stock Ubuntu)"),
@@ -170,7 +172,7 @@ COMMON: dict[str, Duration] = {
 # GPU node host steps, by image.
 STOCK: dict[str, Duration] = {
     steps.WAIT_READY.suffix: _d(
-        30.0, "brevdev: boot->SSH 3.1 s; assumption: cloud-init to 'done' ~27 s"
+        27.0, "assumption: cloud-init to 'done' ~27 s after SSH opened (its scripts' copy)"
     ),
     steps.NOUVEAU.suffix: _d(
         20.0, "assumption: blocklist + update-initramfs, module unloaded, ~20 s"
@@ -246,6 +248,78 @@ BAKED_JOIN_WITH_CNI = _d(
     "(assumption ~5 s), Node Ready at the next status update (<= 10 s); issue-figures: 13 s to "
     "allocatable",
 )
+
+# ---------------------------------------------------------------- the limits a fleet meets
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A rate or size the model's limits use, with its unit and source."""
+
+    value: float
+    unit: str
+    source: str
+
+
+LIMITS: dict[str, Figure] = {
+    "evaluation": Figure(
+        0.00747,
+        "s per resource",
+        "python -m tools.benchmark --nodes 1 64 256 1000 (2026-12-04, a shared 2-core machine): "
+        "the dev program with 1,000 g5.xlarge nodes registered 14,050 resources on 105.0 s of "
+        "CPU, 7.47 ms each (8.10 at 256 nodes, 9.60 at 64); 297 s of wall time on the busy "
+        "machine (21.1 ms each)",
+    ),
+    "ssh-handshake": Figure(
+        0.5,
+        "s",
+        "cpaelzer.github.io 'SSH login got slower, be happy!' (2023): `ssh localhost true` "
+        "400 ms mean on Ubuntu 23.04 (sntrup761x25519 key exchange, 24.04's default too), 251 "
+        "ms on 22.04; assumption: +4 round trips to the region, 0.5 s unauthenticated",
+    ),
+    "cloud-request": Figure(
+        0.52,
+        "s per send",
+        "pulumi.com/blog/journaling (2025-12, Europe to Pulumi Cloud in us-west-2): 3,222 "
+        "resources created in 58m26s with two serialized checkpoint PATCHes per step, 2m50s "
+        "with journaling: (3506 - 170) s / 6,444 checkpoints",
+    ),
+    "journal-batch-entries": Figure(
+        100,
+        "entries",
+        "pulumi pkg/backend/httpstate/journal/snapshot.go NewJournaler: maxBatchSize 100 "
+        "(PULUMI_JOURNALING_BATCH_SIZE), batches sent one at a time (sendBatches)",
+    ),
+    "journal-batch-seconds": Figure(
+        0.05,
+        "s",
+        "pulumi journal/snapshot.go NewJournaler: period 50 ms (PULUMI_JOURNALING_BATCH_PERIOD)",
+    ),
+    "snapshot-request": Figure(
+        0.3,
+        "s per write",
+        "pulumi pkg/backend/diy/state.go saveCheckpoint: a bucket listing (stackPath), a copy to "
+        ".bak (backupTarget), the write (WriteAll); assumption 0.1 s each; pulumi/pulumi#10960: "
+        "1-3 s per backup and save on GCS",
+    ),
+    "upload": Figure(
+        1.2e6,
+        "bytes/s",
+        "pulumi/pulumi#14967: a 16 MB state of ~130 resources took 30 min to refresh with "
+        "checkpoints, 29 s without: (1800 - 29) s / 130 writes = 13.6 s per 16 MB; #6074: the "
+        "S3 backend fills a 5-6 Mbit/s uplink",
+    ),
+    "run-instances-bucket": Figure(
+        1000,
+        "instances",
+        "docs.aws.amazon.com/ec2/latest/devguide/ec2-api-throttling.html, resource token "
+        "limits: RunInstances bucket 1,000 instances (assumption: full when the up starts)",
+    ),
+    "run-instances-refill": Figure(
+        2, "instances/s", "ec2-api-throttling.html, resource token limits: RunInstances refill 2/s"
+    ),
+}
+
 
 # The install steps, whose time depends on the image (the step table's order).
 INSTALL_STEPS = tuple(step.suffix for step in steps.INSTALL_STEPS)

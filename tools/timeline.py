@@ -1,71 +1,63 @@
-"""How long a stack's first `pulumi up` takes, modelled on the engine's own scheduling.
+"""How long a stack's first `pulumi up` takes, and which limit binds, modelled on the engine.
 
-    python -m tools.timeline dev                       # table + Gantt picture (SVG)
-    python -m tools.timeline dev --nodes 1000 --json   # one line: first/all validated seconds
-    python -m tools.timeline dev --parallel 16 --baked
-    python -m tools.timeline dev --table               # 1..1,000 nodes x P 8/16/recommended
+    python -m tools.timeline dev                        # report + Gantt picture (SVG)
+    python -m tools.timeline dev --nodes 1000 --json    # one line: times, costs, binding limit
+    python -m tools.timeline dev --table                # 1, 8, 64, 256, 1,000 nodes
+    python -m tools.timeline dev --backend snapshot --capacity 200 --parallel 16 --baked
 
-It runs the real program under the test harness (the graph `pulumi up` registers), then simulates
-the engine on that graph:
-
-- A resource is submitted when everything it depends on is done: its dependencies, property
-  dependencies, provider and parent. The language SDK only calls RegisterResource once those have
-  resolved, which is when their steps completed (pulumi/pulumi `step_executor.go`: "Pulumi
-  language hosts can only invoke the resource monitor once all of their dependencies have
-  resolved"); the Python SDK awaits the parent's URN likewise.
-- The engine hands submitted steps to `--parallel` workers in arrival order: the deployment
-  executor's single loop (`deployment_executor.go`, `handleSingleEvent` -> `ExecuteSerial`) sends
-  each chain on an unbuffered channel that `DegreeOfParallelism()` workers read
-  (`step_executor.go`, `newStepExecutor`, `worker`); a worker holds its slot until the step's
-  provider call returns. So: FIFO by ready time (ties in registration order), P slots.
-- Every step holds a slot: component resources too (a no-op create step, ~0 s), explicit
-  providers and the default provider of each package (`source_eval.go`, `defaultProviders`: the
-  engine registers it as a resource before the first resource that uses it). Invokes (the AMI
-  lookup) and RegisterResourceOutputs run outside the workers.
-- `--parallel` defaults to `tools.parallelism.recommended_parallelism` for the stack's nodes;
-  the CLI's own default is 4 x CPUs (`pkg/cmd/pulumi/operations/up.go`, `defaultParallel`).
-
-Each step lasts the time in `tools/step_durations.py`, which names a source for every figure.
-`--baked` boots GPU nodes, and a managed control plane, from baked images that already exist (built
-earlier by this or another stack of the account): their install steps only verify, and kubeadm's
-and the CNI's container images are in place. A node is validated when its validation
-Job completes (its Node Ready step when validation is disabled). Not modelled: retries, failures,
-the program's own evaluation time (`python -m tools.benchmark`), and API rate limits: EC2 lets an
-account launch 1,000 instances at once, then 2 per second (RunInstances resource token bucket,
-docs.aws.amazon.com/ec2/latest/devguide/ec2-api-throttling.html), so past 1,000 nodes the
-launches themselves would spread out (the provider retries RequestLimitExceeded).
+It runs the real program under the test harness (the graph `pulumi up` registers) and simulates
+the engine on it (`tools/fleet_engine.py`) with each step's duration and each limit's figures
+from `tools/step_durations.py`: the program's evaluation, each step's checkpoints, EC2 launches
+and GPU capacity, the control plane's sshd. Why: docs/decisions/016-the-bring-up-is-modelled-
+on-the-engine.md and 031-the-model-meets-a-fleets-limits.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import heapq
+import dataclasses
 import json
-import math
 import re
 import sys
-from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 from typing import Any
 
-from components import gpu_node
-from components.hosts import steps
+from components import catalog, gpu_node
+from components.hosts import fan_in, steps
 from components.images import builder, control_plane_image, gpu_image
 from components.settings import ManagedControlPlane
-from tools import step_durations
+from tools import node_cost, step_durations
+from tools.fleet_engine import (
+    INFINITE,
+    REFUSED_CAPACITY,
+    REFUSED_DIALS,
+    Checkpoints,
+    Launches,
+    Limits,
+    Schedule,
+    Slot,
+    Sshd,
+    Task,
+    simulate,
+)
 from tools.harness import mocks, stacks
-from tools.harness.graph import Graph, Resource
+from tools.harness.graph import Graph, Resource, unwrap
 from tools.harness.stacks import ROOT
 from tools.parallelism import recommended_parallelism
 
+__all__ = ["INFINITE", "Schedule", "Slot", "Task", "model", "record", "simulate"]
+
 OUT_DIR = ROOT / "build" / "timeline"
 TABLE_NODES = (1, 8, 64, 256, 1000)
-TABLE_PARALLEL = (8, 16)
-INFINITE = math.inf
+BACKENDS = ("journal", "snapshot", "skip")
+# A limit binds when taking it away shortens the bring-up by at least this share.
+BINDS = 0.05
+# pulumi-command's dialErrorLimit when a connection sets none (connection.go dialErrorDefault).
+DEFAULT_DIAL_LIMIT = 10
 
 
 def _longest_first(suffixes: Iterable[str]) -> tuple[str, ...]:
@@ -88,110 +80,6 @@ IMAGE_STEP_SUFFIXES = _longest_first(
 )
 
 
-# ---------------------------------------------------------------- the scheduler
-
-
-@dataclass(frozen=True)
-class Task:
-    """One engine step: `key` waits for every key in `deps`, then holds a slot `seconds` long."""
-
-    key: str
-    deps: tuple[str, ...]
-    seconds: float
-    kind: str = ""
-
-
-@dataclass(frozen=True)
-class Slot:
-    ready: float
-    start: float
-    end: float
-
-    @property
-    def waited(self) -> float:
-        return self.start - self.ready
-
-
-@dataclass
-class Schedule:
-    tasks: dict[str, Task]
-    times: dict[str, Slot]
-    parallel: float
-
-    @property
-    def makespan(self) -> float:
-        return max((slot.end for slot in self.times.values()), default=0.0)
-
-    def critical_path(self, key: str) -> list[str]:
-        """The chain that decided when `key` finished: from it back through the dependency that
-        finished last, to a task with none."""
-        chain = [key]
-        while True:
-            deps = [d for d in self.tasks[chain[-1]].deps if d in self.times]
-            if not deps:
-                return chain[::-1]
-            chain.append(max(deps, key=lambda d: (self.times[d].end, d)))
-
-    def busy(self) -> list[tuple[float, int, int]]:
-        """(time, steps running, steps ready but waiting for a slot) at every change."""
-        events: dict[float, list[int]] = defaultdict(lambda: [0, 0])
-        for slot in self.times.values():
-            if slot.end > slot.start:
-                events[slot.start][0] += 1
-                events[slot.end][0] -= 1
-            if slot.start > slot.ready:
-                events[slot.ready][1] += 1
-                events[slot.start][1] -= 1
-        running = waiting = 0
-        profile = []
-        for time in sorted(events):
-            running += events[time][0]
-            waiting += events[time][1]
-            profile.append((time, running, waiting))
-        return profile
-
-
-def simulate(tasks: Iterable[Task], parallel: float = INFINITE) -> Schedule:
-    """List scheduling as the engine does it: FIFO by ready time (ties in the given order),
-    at most `parallel` steps at once."""
-    if parallel < 1:
-        raise ValueError(f"parallel must be at least 1, got {parallel}")
-    by_key: dict[str, Task] = {}
-    for task in tasks:
-        by_key[task.key] = task
-    order = {key: index for index, key in enumerate(by_key)}
-    missing: dict[str, int] = {}
-    dependents: dict[str, list[str]] = defaultdict(list)
-    ready: list[tuple[float, int, str]] = []
-    for key, task in by_key.items():
-        deps = {d for d in task.deps if d in by_key and d != key}
-        missing[key] = len(deps)
-        for dep in deps:
-            dependents[dep].append(key)
-        if not deps:
-            heapq.heappush(ready, (0.0, order[key], key))
-    running: list[tuple[float, int, str]] = []
-    times: dict[str, Slot] = {}
-    now = 0.0
-    while ready or running:
-        while ready and len(running) < parallel:
-            ready_at, index, key = heapq.heappop(ready)
-            end = now + by_key[key].seconds
-            times[key] = Slot(ready_at, now, end)
-            heapq.heappush(running, (end, index, key))
-        now = running[0][0]
-        while running and running[0][0] <= now:
-            _, _, key = heapq.heappop(running)
-            for dependent in dependents[key]:
-                missing[dependent] -= 1
-                if missing[dependent] == 0:
-                    heapq.heappush(ready, (now, order[dependent], dependent))
-    if len(times) != len(by_key):
-        stuck = sorted(set(by_key) - set(times))[:5]
-        raise ValueError(f"dependency cycle: {len(by_key) - len(times)} never ran, e.g. {stuck}")
-    return Schedule(by_key, times, parallel)
-
-
 # ---------------------------------------------------------------- the program's graph
 
 
@@ -207,6 +95,10 @@ def kind_of(resource: Resource) -> str:
         return "component"
     if resource.type == "kubernetes:batch/v1:Job":
         return steps.VALIDATION_JOB.suffix
+    if resource.type == "kubernetes:core/v1:Secret" and resource.name.endswith(
+        f"-{steps.JOIN_TOKEN.suffix}"
+    ):
+        return steps.JOIN_TOKEN.suffix
     if resource.type == "command:remote:Command":
         chain = _type_chain(resource)
         for component, prefix in (("ControlPlaneImage", "cp-image"), ("GpuImage", "image")):
@@ -243,6 +135,56 @@ def _natural(text: str) -> tuple[tuple[int, int | str], ...]:
     return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", text) if p)
 
 
+def control_plane_dials(graph: Graph) -> dict[str, int]:
+    """The steps that open a session on the control plane (its own and the nodes' steps there,
+    tools.node_cost), by URN, with their pulumi-command dialErrorLimit."""
+    hosts = node_cost.control_plane_hosts(graph)
+    found = {}
+    for resource in graph:
+        if resource.type not in node_cost.COMMAND_TYPES:
+            continue
+        connection = unwrap(resource.inputs.get("connection"))
+        if isinstance(connection, dict) and connection.get("host") in hosts:
+            limit = connection.get("dialErrorLimit")
+            found[resource.urn] = DEFAULT_DIAL_LIMIT if limit is None else int(limit)
+    return found
+
+
+def program_positions(graph: Graph) -> dict[str, float]:
+    """How many resources the program registers before each one, as it builds them: what no
+    node owns first, then node after node (each node's resources together, at its end)."""
+    nodes = node_cost.nodes_of(graph)
+    components = {f"{node}-node": index for index, node in enumerate(nodes)}
+    owner: dict[str, int | None] = {
+        r.urn: components.get(r.name)
+        for r in graph
+        if r.type == node_cost.NODE_COMPONENT and r.name in components
+    }
+
+    def owner_of(urn: str | None) -> int | None:
+        if urn is None or urn not in graph.by_urn:
+            return None
+        if urn not in owner:
+            owner[urn] = owner_of(graph.by_urn[urn].parent)
+        return owner[urn]
+
+    for resource in graph:
+        owner_of(resource.urn)
+    shared = sorted((r for r in graph if owner[r.urn] is None), key=lambda r: _natural(r.urn))
+    per_node = (len(graph) - len(shared)) / max(len(nodes), 1)
+    positions = {resource.urn: float(index + 1) for index, resource in enumerate(shared)}
+    for urn, index in owner.items():
+        if index is not None:
+            positions[urn] = len(shared) + (index + 1) * per_node
+    return positions
+
+
+def _launch(resource: Resource) -> str:
+    if resource.type != "aws:ec2/instance:Instance":
+        return ""
+    return "gpu" if unwrap(resource.inputs.get("instanceType")) in catalog.CATALOG else "instance"
+
+
 def tasks_from_graph(graph: Graph, baked: bool = False) -> list[Task]:
     """One task per registered resource, plus one per default provider, in a fixed order.
 
@@ -253,6 +195,8 @@ def tasks_from_graph(graph: Graph, baked: bool = False) -> list[Task]:
     tasks: dict[str, Task] = {}
     # The table in use, built once: an image's row replaces the COMMON row of the same kind.
     durations = dict(step_durations.all_rows(baked, cni_in_image(graph)))
+    dials = control_plane_dials(graph)
+    positions = program_positions(graph)
     for resource in sorted(graph, key=lambda r: _natural(r.urn)):
         deps = set(graph.direct_dependencies(resource))
         if resource.parent in graph.by_urn:
@@ -264,12 +208,22 @@ def tasks_from_graph(graph: Graph, baked: bool = False) -> list[Task]:
                 seconds = step_durations.COMMON["provider"].seconds
                 tasks[provider] = Task(provider, (), seconds, "provider")
         kind = kind_of(resource)
-        tasks[resource.urn] = Task(resource.urn, tuple(sorted(deps)), durations[kind].seconds, kind)
+        tasks[resource.urn] = Task(
+            resource.urn,
+            tuple(sorted(deps)),
+            durations[kind].seconds,
+            kind,
+            dial_limit=dials.get(resource.urn),
+            launch=_launch(resource),
+            input_bytes=node_cost.input_bytes(resource),
+            state_bytes=node_cost.state_bytes(resource),
+            position=positions[resource.urn],
+        )
     return list(tasks.values())
 
 
 def validated_keys(graph: Graph) -> dict[str, str]:
-    """Node name -> the key of the step that proves it: its validation Job, else Node Ready."""
+    """Node name -> the key of the step that proves it: its validation Job, else its join."""
     jobs = {
         r.name.removesuffix(f"-{steps.VALIDATION_JOB.suffix}"): r.urn
         for r in graph
@@ -285,6 +239,71 @@ def validated_keys(graph: Graph) -> dict[str, str]:
     }
 
 
+# ---------------------------------------------------------------- the limits
+
+
+def _figure(name: str) -> float:
+    return step_durations.LIMITS[name].value
+
+
+def checkpoints(backend: str, upload_bytes_per_second: float | None = None) -> Checkpoints:
+    """Pulumi Cloud's journal, a self-managed backend's snapshots, or PULUMI_SKIP_CHECKPOINTS,
+    with the cited rates (tools/step_durations.py LIMITS)."""
+    upload = upload_bytes_per_second or _figure("upload")
+    if backend == "journal":
+        return Checkpoints(
+            "journal",
+            _figure("cloud-request"),
+            upload,
+            int(_figure("journal-batch-entries")),
+            _figure("journal-batch-seconds"),
+        )
+    if backend == "snapshot":
+        return Checkpoints("snapshot", _figure("snapshot-request"), upload)
+    if backend == "skip":
+        return Checkpoints("skip")
+    raise ValueError(f"backend {backend!r}: one of {', '.join(BACKENDS)}")
+
+
+def sshd_of(graph: Graph) -> Sshd:
+    """A managed control plane's sshd takes MaxStartups for its fleet (components/hosts/
+    fan_in.py); an existing one is taken to run OpenSSH's default."""
+    managed = cni_in_image(graph)
+    value = fan_in.max_startups(node_count(graph)) if managed else fan_in.OPENSSH_DEFAULT
+    return Sshd(value, _figure("ssh-handshake"))
+
+
+def default_limits(
+    graph: Graph,
+    backend: str = "journal",
+    capacity: float = INFINITE,
+    evaluation_seconds: float | None = None,
+    upload_bytes_per_second: float | None = None,
+) -> Limits:
+    """Every limit, at the cited figures."""
+    return Limits(
+        evaluation_seconds=_figure("evaluation")
+        if evaluation_seconds is None
+        else evaluation_seconds,
+        checkpoints=checkpoints(backend, upload_bytes_per_second),
+        launches=Launches(
+            _figure("run-instances-bucket"), _figure("run-instances-refill"), capacity
+        ),
+        sshd=sshd_of(graph),
+    )
+
+
+NO_LIMITS = Limits()
+# Each limit, and the model without it (`--parallel` is taken away by unbounded slots).
+WITHOUT = {
+    "program evaluation": lambda limits: dataclasses.replace(limits, evaluation_seconds=0.0),
+    "checkpoints": lambda limits: dataclasses.replace(limits, checkpoints=None),
+    "EC2 launches": lambda limits: dataclasses.replace(limits, launches=None),
+    "control-plane sshd": lambda limits: dataclasses.replace(limits, sshd=None),
+}
+SLOTS = "engine slots (--parallel)"
+
+
 # ---------------------------------------------------------------- one model run
 
 
@@ -298,25 +317,59 @@ class Result:
     schedule: Schedule
     validated: dict[str, str]
 
+    def _ends(self) -> list[tuple[float, str]]:
+        times = self.schedule.times
+        return [
+            (times[key].end, key)
+            for key in self.validated.values()
+            if key in times and not times[key].failed
+        ]
+
+    @property
+    def unvalidated(self) -> list[str]:
+        """Nodes never validated: a step of theirs failed (a refused launch, dials run out)."""
+        done = {key for _, key in self._ends()}
+        return sorted((n for n, key in self.validated.items() if key not in done), key=_natural)
+
     @property
     def first(self) -> float:
-        return min(self.schedule.times[k].end for k in self.validated.values())
+        return min((end for end, _ in self._ends()), default=INFINITE)
 
     @property
     def last_key(self) -> str:
-        return max(self.validated.values(), key=lambda k: (self.schedule.times[k].end, k))
+        ends = self._ends()
+        if not ends:
+            return next(iter(self.validated.values()))
+        return max(ends)[1]
 
     @property
     def all(self) -> float:
-        return self.schedule.times[self.last_key].end
+        return INFINITE if self.unvalidated else max(end for end, _ in self._ends())
+
+    @property
+    def limits(self) -> Limits:
+        return self.schedule.limits
 
     def summary(self) -> dict[str, Any]:
+        def seconds(value: float) -> float | None:
+            return None if value == INFINITE else round(value, 1)
+
         return {
             "nodes": self.nodes,
             "parallel": None if self.parallel == INFINITE else int(self.parallel),
-            "firstValidatedSeconds": round(self.first, 1),
-            "allValidatedSeconds": round(self.all, 1),
+            "firstValidatedSeconds": seconds(self.first),
+            "allValidatedSeconds": seconds(self.all),
+            "resources": len(self.graph),
+            "stateMB": round(state_megabytes(self.graph), 2),
+            "controlPlaneSessions": sum(
+                1 for task in self.schedule.tasks.values() if task.dial_limit is not None
+            ),
+            "unvalidated": len(self.unvalidated),
         }
+
+
+def state_megabytes(graph: Graph) -> float:
+    return sum(node_cost.state_bytes(resource) for resource in graph) / 1e6
 
 
 def node_overrides(stack: str, nodes: int | None, baked: bool = False) -> dict[str, Any]:
@@ -387,13 +440,109 @@ def model(
     graph: Graph,
     parallel: float | None = None,
     baked: bool = False,
+    limits: Limits | None = None,
 ) -> Result:
+    """The bring-up of `graph` at `parallel` slots (default: the recommendation) with `limits`
+    (default: every limit at the cited figures, `default_limits`; NO_LIMITS: the engine and the
+    hosts only)."""
     nodes = node_count(graph)
     if not nodes:
         raise ValueError(f"stack {stack!r} has no GPU nodes to validate")
     p = recommended_parallelism(nodes) if parallel is None else parallel
-    schedule = simulate(tasks_from_graph(graph, baked), p)
+    chosen = default_limits(graph) if limits is None else limits
+    schedule = simulate(tasks_from_graph(graph, baked), p, chosen)
     return Result(stack, nodes, p, baked, graph, schedule, validated_keys(graph))
+
+
+@dataclass(frozen=True)
+class Binding:
+    """The limit that binds: what makes some node never validated, else the one whose removal
+    brings all nodes' validation forward the most (`seconds`), when that is at least BINDS of
+    the time; else "none" (the hosts' own chain decides)."""
+
+    limit: str
+    seconds: float
+    detail: str
+
+    def __str__(self) -> str:
+        if self.seconds == INFINITE:
+            return f"{self.limit}: {self.detail}"
+        if self.limit == "none":
+            return f"none, the hosts ({self.detail})"
+        return f"{self.limit} (+{self.seconds:.0f} s): {self.detail}"
+
+
+def binding(result: Result) -> Binding:
+    schedule, limits = result.schedule, result.limits
+    failed = list(schedule.failed.values())
+    if REFUSED_CAPACITY in failed:
+        assert limits.launches is not None
+        refused = failed.count(REFUSED_CAPACITY)
+        return Binding(
+            "GPU capacity",
+            INFINITE,
+            f"{refused} launch(es) refused with InsufficientInstanceCapacity (the region gives "
+            f"{limits.launches.gpu_capacity:.0f} now); {len(result.unvalidated)} node(s) never "
+            "validated",
+        )
+    if REFUSED_DIALS in failed:
+        assert limits.sshd is not None
+        return Binding(
+            "control-plane sshd",
+            INFINITE,
+            f"{failed.count(REFUSED_DIALS)} step(s) ran out of dials (MaxStartups "
+            f"{limits.sshd.max_startups}; at most {limits.sshd.max_startups.start} "
+            "unauthenticated at once for certain)",
+        )
+    tasks = list(schedule.tasks.values())
+    gains: dict[str, float] = {}
+    for name, without in WITHOUT.items():
+        relaxed = without(limits)
+        if relaxed != limits:
+            gains[name] = result.all - _all(result, simulate(tasks, result.parallel, relaxed))
+    if result.parallel != INFINITE:
+        gains[SLOTS] = result.all - _all(result, simulate(tasks, INFINITE, limits))
+    name, gain = max(gains.items(), key=lambda item: (item[1], item[0]), default=("none", 0.0))
+    if gain >= BINDS * result.all:
+        return Binding(name, gain, limit_detail(result, name))
+    # No one limit: they may still add up (evaluation spreads the nodes out, which the
+    # checkpoints' queue then does not have to).
+    together = result.all - _all(result, simulate(tasks, INFINITE, NO_LIMITS))
+    return Binding("none", gain, f"largest: {name} +{gain:.0f} s; all together +{together:.0f} s")
+
+
+def _all(result: Result, schedule: Schedule) -> float:
+    other = dataclasses.replace(result, schedule=schedule)
+    return other.all
+
+
+def limit_detail(result: Result, name: str) -> str:
+    """What a limit did in this run, in a few words."""
+    limits, stats = result.limits, result.schedule.stats
+    if name == "program evaluation":
+        last = max(task.position for task in result.schedule.tasks.values())
+        return (
+            f"{limits.evaluation_seconds * 1000:.1f} ms per resource, the last registered at "
+            f"{last * limits.evaluation_seconds:.0f} s"
+        )
+    if name == "checkpoints" and limits.checkpoints is not None:
+        return (
+            f"{limits.checkpoints.backend}: {stats.checkpoint_writes:,} writes of "
+            f"{stats.checkpoint_bytes / 1e6:,.1f} MB in all, busy {stats.checkpoint_busy:,.0f} s"
+        )
+    if name == "EC2 launches":
+        return (
+            f"{stats.launches_waited} launch(es) waited for a RunInstances token, at most "
+            f"{stats.longest_launch_wait:.1f} s"
+        )
+    if name == "control-plane sshd" and limits.sshd is not None:
+        return (
+            f"MaxStartups {limits.sshd.max_startups}: {stats.refused_dials} dial(s) refused, "
+            f"{stats.peak_unauthenticated} unauthenticated at once"
+        )
+    if name == SLOTS:
+        return f"{int(result.parallel)} slots"
+    return ""
 
 
 # ---------------------------------------------------------------- printing
@@ -404,14 +553,72 @@ def _name(result: Result, key: str) -> str:
     return resource.name if resource else key
 
 
-def format_report(result: Result) -> str:
+def _time(seconds: float) -> str:
+    return "never" if seconds == INFINITE else f"{seconds:8.0f} s  ({seconds / 60:.1f} min)"
+
+
+def dial_budgets(result: Result) -> list[str]:
+    """The dial budget of each kind of step on the control plane (dialErrorLimit x
+    perDialTimeout, components/hosts/remote.py; pulumi-command fails after dialErrorLimit + 1
+    refused dials) and the most dials a step of that budget made."""
+    budgets: dict[tuple[int, Any], tuple[set[str], int]] = {}
+    for key, task in result.schedule.tasks.items():
+        if task.dial_limit is None:
+            continue
+        connection = unwrap(result.graph.by_urn[key].inputs.get("connection")) or {}
+        budget = (task.dial_limit, connection.get("perDialTimeout"))
+        slot = result.schedule.times.get(key)
+        kinds, most = budgets.get(budget, (set(), 0))
+        budgets[budget] = (kinds | {task.kind}, max(most, slot.dials if slot else 0))
+    lines = []
+    for (limit, timeout), (kinds, most) in sorted(budgets.items()):
+        names = ", ".join(sorted(kinds)) if len(kinds) <= 2 else f"{len(kinds)} kinds of step"
+        budget = "unlimited" if limit < 0 else f"dialErrorLimit {limit} x {timeout} s"
+        lines.append(f"{names}: {budget}, at most {most} dial(s) made")
+    return lines
+
+
+def format_report(result: Result, bound: Binding | None = None) -> str:
     p = "unbounded" if result.parallel == INFINITE else str(int(result.parallel))
     image = "baked" if result.baked else "stock"
+    limits, stats = result.limits, result.schedule.stats
+    one = node_cost.cost(result.graph, node_cost.nodes_of(result.graph)[0])
+    summary = result.summary()
     lines = [
         f"{result.stack}: {result.nodes} GPU node(s), {len(result.schedule.tasks)} steps, "
         f"--parallel {p}, {image} image",
-        f"first validated GPU  {result.first:8.0f} s  ({result.first / 60:.1f} min)",
-        f"all validated        {result.all:8.0f} s  ({result.all / 60:.1f} min)",
+        f"first validated GPU  {_time(result.first)}",
+        f"all validated        {_time(result.all)}",
+    ]
+    if result.unvalidated:
+        lines.append(f"never validated      {len(result.unvalidated)} node(s)")
+    if bound is not None:
+        lines.append(f"binding limit        {bound}")
+    lines += [
+        f"per node             {one.resources} resources, {one.state_bytes / 1e3:.1f} KB of "
+        f"state, {one.control_plane_steps} control-plane session(s)",
+        f"the stack            {summary['resources']:,} resources, {summary['stateMB']:.2f} MB "
+        f"of state, {summary['controlPlaneSessions']:,} control-plane sessions",
+        "",
+        "limits (tools/step_durations.py LIMITS):",
+        f"  program evaluation  {limit_detail(result, 'program evaluation')}",
+    ]
+    if limits.checkpoints is not None:
+        lines.append(f"  checkpoints         {limit_detail(result, 'checkpoints')}")
+    if limits.launches is not None:
+        capacity = limits.launches.gpu_capacity
+        lines.append(
+            f"  EC2 launches        {limit_detail(result, 'EC2 launches')}; "
+            f"{stats.gpus_launched} GPU machine(s) launched, capacity "
+            f"{'unlimited' if capacity == INFINITE else f'{capacity:.0f}'}"
+        )
+    if limits.sshd is not None:
+        lines.append(
+            f"  control-plane sshd  {limit_detail(result, 'control-plane sshd')}, "
+            f"{stats.peak_sessions} sessions at once"
+        )
+        lines.append(f"  dial budgets        {'; '.join(dial_budgets(result))}")
+    lines += [
         "",
         f"critical path of the last validated node ({_name(result, result.last_key)}):",
         f"{'resource':<44} {'kind':<24} {'ready':>7} {'start':>7} {'end':>7} {'waited':>7}",
@@ -521,36 +728,47 @@ def gantt_svg(result: Result) -> str:
     return "\n".join(out)
 
 
-def table(stack: str, counts: Iterable[int] = TABLE_NODES) -> str:
-    """First/all validated minutes for each node count at P 8, 16 and the recommendation,
-    stock and baked; the ratio is all validated over one node's time at the same settings."""
+def _minutes(seconds: float) -> str:
+    if seconds == INFINITE:
+        return "never"
+    return f"{seconds / 60:.1f} min" if seconds < 6000 else f"{seconds / 3600:.0f} h"
+
+
+def table(
+    stack: str,
+    counts: Iterable[int] = TABLE_NODES,
+    baked: bool = False,
+    backend: str = "journal",
+    capacity: float = INFINITE,
+) -> str:
+    """For each node count, at the recommended parallelism with every limit: resources, state,
+    control-plane sessions, first and all validated, all over one node's time, the binding
+    limit; and all validated with a self-managed backend instead."""
     header = (
-        "| nodes | P | stock first | stock all | all / 1 node | baked first | baked all "
-        "| all / 1 node |\n|---:|---:|---:|---:|---:|---:|---:|---:|"
+        "| nodes | resources | state MB | CP sessions | first validated | all validated "
+        "| all / 1 node | binding limit | all validated, self-managed backend |\n"
+        "|---:|---:|---:|---:|---:|---:|---:|---|---:|"
     )
     lines = [header]
-    graphs = {
-        (n, baked): record(stack, n, baked)
-        for n in sorted(set(counts) | {1})
-        for baked in (False, True)
-    }
-    one = {
-        (label, baked): model(stack, graphs[(1, baked)], p, baked).all
-        for label, p in [*((str(p), p) for p in TABLE_PARALLEL), ("rec", None)]
-        for baked in (False, True)
-    }
-    for nodes in sorted(set(counts)):
-        for label, p in [*((str(p), p) for p in TABLE_PARALLEL), ("rec", None)]:
-            cells = []
-            for baked in (False, True):
-                result = model(stack, graphs[(nodes, baked)], p, baked)
-                cells += [
-                    f"{result.first / 60:.1f} min",
-                    f"{result.all / 60:.1f} min",
-                    f"{result.all / one[(label, baked)]:.2f}",
-                ]
-                p_cell = f"{int(result.parallel)} (rec)" if p is None else label
-            lines.append(f"| {nodes} | {p_cell} | " + " | ".join(cells) + " |")
+    one = None
+    for nodes in sorted(set(counts) | {1}):
+        graph = record(stack, nodes, baked)
+        result = model(stack, graph, baked=baked, limits=default_limits(graph, backend, capacity))
+        if nodes == 1:
+            one = result.all
+        if nodes not in counts:
+            continue
+        diy = model(stack, graph, baked=baked, limits=default_limits(graph, "snapshot", capacity))
+        summary, bound = result.summary(), binding(result)
+        ratio = "-" if result.all == INFINITE or not one else f"{result.all / one:.2f}"
+        added = "" if bound.seconds == INFINITE else f" (+{bound.seconds:.0f} s)"
+        if bound.limit == "none":
+            added = f" ({bound.detail})"
+        lines.append(
+            f"| {nodes:,} | {summary['resources']:,} | {summary['stateMB']:.1f} | "
+            f"{summary['controlPlaneSessions']:,} | {_minutes(result.first)} | "
+            f"{_minutes(result.all)} | {ratio} | {bound.limit}{added} | {_minutes(diy.all)} |"
+        )
     return "\n".join(lines)
 
 
@@ -577,11 +795,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--build-image", action="store_true", help="with --baked: this up builds the image"
     )
+    parser.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="journal",
+        help="journal: Pulumi Cloud (default); snapshot: a self-managed backend (S3, GCS, "
+        "file); skip: PULUMI_SKIP_CHECKPOINTS",
+    )
+    parser.add_argument(
+        "--capacity",
+        type=int,
+        metavar="N",
+        help="GPU machines of the type the region can give now (default: unlimited)",
+    )
+    parser.add_argument(
+        "--eval-ms",
+        type=float,
+        metavar="MS",
+        help="program evaluation per resource, e.g. from python -m tools.benchmark "
+        "(default: the measurement in tools/step_durations.py)",
+    )
+    parser.add_argument(
+        "--upload-mbps",
+        type=float,
+        metavar="MB",
+        help="upload bandwidth to the backend in MB/s (default: the cited figure)",
+    )
+    parser.add_argument(
+        "--no-limits", action="store_true", help="the engine and the hosts only, as before"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON line")
     parser.add_argument(
         "--table",
         action="store_true",
-        help=f"nodes {', '.join(map(str, TABLE_NODES))} x P 8, 16, recommended",
+        help=f"nodes {', '.join(map(str, TABLE_NODES))} at the recommended parallelism",
     )
     parser.add_argument(
         "--svg",
@@ -593,17 +840,30 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--nodes must be at least 1")
     if args.parallel is not None and args.parallel < 1:
         parser.error("--parallel must be at least 1")
+    if args.capacity is not None and args.capacity < 0:
+        parser.error("--capacity must be at least 0")
+    capacity = INFINITE if args.capacity is None else args.capacity
     if args.table:
-        print(table(args.stack))
+        print(table(args.stack, baked=args.baked, backend=args.backend, capacity=capacity))
         return 0
     if args.build_image and not args.baked:
         parser.error("--build-image needs --baked")
     graph = record(args.stack, args.nodes, args.baked, args.build_image)
-    result = model(args.stack, graph, args.parallel, args.baked)
+    limits = NO_LIMITS
+    if not args.no_limits:
+        limits = default_limits(
+            graph,
+            args.backend,
+            capacity,
+            None if args.eval_ms is None else args.eval_ms / 1000,
+            None if args.upload_mbps is None else args.upload_mbps * 1e6,
+        )
+    result = model(args.stack, graph, args.parallel, args.baked, limits)
+    bound = binding(result)
     if args.json:
-        print(json.dumps(result.summary()))
+        print(json.dumps({**result.summary(), "bindingLimit": bound.limit}))
         return 0
-    print(format_report(result))
+    print(format_report(result, bound))
     svg = args.svg or OUT_DIR / f"{args.stack}-{result.nodes}{'-baked' if args.baked else ''}.svg"
     svg.parent.mkdir(parents=True, exist_ok=True)
     svg.write_text(gantt_svg(result))

@@ -20,7 +20,7 @@ NVIDIA_CTK_VERSION = "1.20.0-1"
 # AWS EC2 user guide, "Elastic Fabric Adapter release notes" (efa-changelog): 1.51.0 (October
 # 22, 2026) upgrades to libfabric 2.7.0amzn2.0, EFA driver 3.3.1, rdma-core 65.0 and the OFI
 # NCCL plugin 1.22.0. The installer is run only after its GPG signature checks out against AWS's
-# key (docs/decisions/040-efa-verified-and-checked-by-its-loaded-module.md), and the step
+# key (docs/decisions/047-efa-verified-and-checked-by-its-loaded-module.md), and the step
 # checks the efa module the running kernel loads is its driver, EFA_DRIVER_VERSION.
 EFA_INSTALLER_VERSION = "1.51.0"
 EFA_DRIVER_VERSION = "3.3.1"
@@ -30,7 +30,7 @@ EFA_DRIVER_VERSION = "3.3.1"
 # (Holodeck pkg/provisioner/templates/containerd.go installs containerd.io=<version>* from it),
 # Ubuntu's archive only the newest of each pocket, where 2.2.1 stops installing when 2.2.2
 # arrives. Changing a version here rolls every node. Why, and how to pick the next:
-# docs/decisions/035-containerd-from-a-repository-that-keeps-every-version.md.
+# docs/decisions/042-containerd-from-a-repository-that-keeps-every-version.md.
 CONTAINERD_VERSIONS = {
     "24.04": "2.2.1-1~ubuntu.24.04~noble",
     "22.04": "2.2.1-1~ubuntu.22.04~jammy",
@@ -112,7 +112,7 @@ def runtime_params(os_version: str, kubernetes_minor: str, *, with_toolkit: bool
 # this repository, local-repo.sh and nvidia-driver install those packages from it), pinned in
 # apt to just those packages at the driver's version (install-driver.sh). Its key: 3bf863cc.pub
 # there, fingerprint EB69 3B30 35CD 5710 E231 E123 A4B4 6996 3BF8 63CC.
-# docs/decisions/038-fabric-packages-from-nvidias-cuda-repository.md
+# docs/decisions/045-fabric-packages-from-nvidias-cuda-repository.md
 CUDA_REPOSITORIES = {
     "24.04": "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/",
     "22.04": "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/",

@@ -8,6 +8,7 @@ import ipaddress
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from components.settings import control_plane_size
 from components.settings.constants import (
     AWS_RESERVED_PER_SUBNET,
     MAX_NODE_NAME_LENGTH,
@@ -230,6 +231,29 @@ def existing_control_plane_reachable_from_created_vpc(settings: Settings) -> lis
     ]
 
 
+def control_plane_sized_to_fleet(settings: Settings) -> list[Found]:
+    """A managed control plane has the vCPUs and memory its GPU nodes need (published sizings,
+    components/settings/control_plane_size.py); a family the table does not know is not refused
+    (`warn_unchecked_size` says so instead)."""
+    cp = settings.control_plane
+    if not isinstance(cp, ManagedControlPlane):
+        return []
+    has = control_plane_size.instance_size(cp.instance_type)
+    nodes = control_plane_size.gpu_nodes(settings)
+    need = control_plane_size.needed(nodes)
+    if has is None or has.holds(need):
+        return []
+    return [
+        (
+            "controlPlane.instanceType",
+            cp.instance_type,
+            f"an instance type with at least {need} for {nodes} GPU node(s), like "
+            f"{control_plane_size.to_use(cp.instance_type, nodes)}: {cp.instance_type} has "
+            f"{has} ({control_plane_size.why(nodes)}; scale the control plane up first)",
+        )
+    ]
+
+
 # The device plugin releases the program can run: the DaemonSet passes --config-file, which the
 # plugin takes since v0.12.0, and GPU Feature Discovery runs from the plugin's image, which
 # holds its binary since v0.15.0 (NVIDIA/k8s-device-plugin CHANGELOG.md).
@@ -253,6 +277,27 @@ def device_plugin_release_runs_here(settings: Settings) -> list[Found]:
     return [("devicePlugin.version", version, f"v{'.'.join(map(str, floor))} or newer: {why}")]
 
 
+def a_roll_fits_the_deploy_job(settings: Settings) -> list[Found]:
+    """One node's roll (every step at its bound, the checks twice) ends inside the deploy job,
+    so an `up` that rolls ends by itself and the next one goes on
+    (components/hosts/roll_budget.py)."""
+    from components.hosts import roll_budget
+
+    longest = roll_budget.longest_validation_seconds()
+    given = settings.validation.timeout_seconds
+    if given <= longest or not any(pool.count for pool in settings.node_pools):
+        return []
+    return [
+        (
+            "validation.timeoutSeconds",
+            given,
+            f"at most {longest}: a node's roll waits for its checks twice, and with every step "
+            f"at its bound it must end inside the deploy job's "
+            f"{roll_budget.DEPLOY_JOB_SECONDS // 60} minutes",
+        )
+    ]
+
+
 CROSS_SECTION_RULES: tuple[Callable[[Settings], list[Found]], ...] = (
     node_names_fit,
     cluster_blocks_outside_created_vpc,
@@ -263,5 +308,7 @@ CROSS_SECTION_RULES: tuple[Callable[[Settings], list[Found]], ...] = (
     public_api_names_its_sources,
     created_vpc_gives_public_ips,
     existing_control_plane_reachable_from_created_vpc,
+    control_plane_sized_to_fleet,
     device_plugin_release_runs_here,
+    a_roll_fits_the_deploy_job,
 )

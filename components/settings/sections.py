@@ -20,6 +20,7 @@ from components.settings.fields import (
     AmiId,
     AvailabilityZone,
     Cidr,
+    DigestPinnedImage,
     Endpoint,
     Found,
     Host,
@@ -79,8 +80,9 @@ class Network(Model):
         default_factory=list,
         max_length=6,
         description=(
-            "Zones of the stack's aws:region for the created VPC's subnets, one subnet each "
-            "(default: the region's first zones)"
+            "Zones of the stack's aws:region for the created VPC's subnets, one subnet each, "
+            "named by its zone; a zone's block is its position's (add zones at the end), and "
+            "machines keep the zone they were launched in (default: the region's first zones)"
         ),
     )
     ssh_allowed_cidrs: list[Cidr] = Field(
@@ -131,6 +133,9 @@ class Network(Model):
                 )
         if len(set(self.subnet_ids)) != len(self.subnet_ids):
             found.append(("subnetIds", self.subnet_ids, "each subnet id once"))
+        if len(set(self.availability_zones)) != len(self.availability_zones):
+            # Each zone names its subnet (components/aws/network.py).
+            found.append(("availabilityZones", self.availability_zones, "each zone once"))
         if self.bastion is not None and self.creates_vpc:
             # Through a bastion the hosts are dialled on their private addresses, and SSH is
             # open to the VPC's own block only (components/aws/network.py): a bastion must sit in
@@ -181,6 +186,14 @@ class Ssh(Model):
     )
 
 
+_UNREACHABLE = (
+    "The control plane is gone or cannot be reached: no delete dials it (a node's drain on "
+    "delete is skipped, Kubernetes objects are dropped from the state when the API does not "
+    "answer). Set it, `pulumi up`, then destroy or scale down (docs/operations.md); remove it "
+    "once the control plane is back"
+)
+
+
 class ManagedControlPlane(Model):
     mode: Literal["managed"] = Field(
         description="managed: the stack creates a kubeadm control plane on EC2 (CNI included)"
@@ -224,6 +237,7 @@ class ManagedControlPlane(Model):
         description="Protect the control-plane machine from deletion and replacement (its loss "
         "is a new cluster); set false only to destroy or rebuild it on purpose",
     )
+    unreachable: bool = Field(default=False, description=_UNREACHABLE)
 
     @model_validator(mode="after")
     def _consistent(self) -> ManagedControlPlane:
@@ -272,6 +286,7 @@ class ExistingControlPlane(Model):
         description="What the existing cluster's CNI sends between machines (default: flannel's "
         "VXLAN, udp/8472; Calico VXLAN: udp/4789; Cilium: udp/8472 and tcp/4240)",
     )
+    unreachable: bool = Field(default=False, description=_UNREACHABLE)
 
     @model_validator(mode="after")
     def _reachable(self) -> ExistingControlPlane:
@@ -430,6 +445,15 @@ class DcgmExporter(Model):
         default=False,
         description="Also create a Prometheus operator ServiceMonitor for the exporter's "
         "Service (needs the operator's monitoring.coreos.com/v1 CRDs in the cluster)",
+    )
+
+
+class NodeTerminationHandler(Model):
+    image: DigestPinnedImage | None = Field(
+        default=None,
+        description="The AWS Node Termination Handler image the spot pools' nodes run, pinned "
+        "by digest (public.ecr.aws/aws-ec2/aws-node-termination-handler:v1.25.6@sha256:...); "
+        "unset: that tag, with a warning on every preview",
     )
 
 

@@ -125,3 +125,11 @@ depends_of() {
     state_get "apt.depends/$1"
   fi
 }
+
+# only_root_mapped: true in the sandbox's unprivileged user namespace (tests/sandbox.py), where
+# root is the one user mapped, so no file can be given to any other user or group.
+only_root_mapped() {
+  local count
+  read -r _ _ count </proc/self/uid_map
+  ((count == 1))
+}

@@ -101,11 +101,13 @@ def fleet_config(stack: str, nodes: int, pool: Mapping[str, Any] | None = None) 
     first pool, with its `count` replaced), for the tools that model fleet sizes.
 
     A stack file is sized for its own few nodes, and the settings refuse a fleet its network
-    cannot hold (`components.settings.rules`). On a managed control plane the pod block is
-    widened to hold a /NODE_POD_CIDR_PREFIX per node (the control plane's included), from the
-    same first address: what an operator scaling that stack would set. The other network rules
-    are left to refuse a fleet that does not fit, as they would in `pulumi up`.
+    or its control plane cannot hold (`components.settings.rules`). On a managed control plane
+    the pod block is widened to hold a /NODE_POD_CIDR_PREFIX per node (the control plane's
+    included), from the same first address, and a machine too small for the fleet gets the
+    size the settings name: what an operator scaling that stack would set. The other network
+    rules are left to refuse a fleet that does not fit, as they would in `pulumi up`.
     """
+    from components.settings import control_plane_size
     from components.settings.constants import NODE_POD_CIDR_PREFIX
 
     written = stack_file(stack)
@@ -122,7 +124,16 @@ def fleet_config(stack: str, nodes: int, pool: Mapping[str, Any] | None = None) 
     needed = NODE_POD_CIDR_PREFIX - nodes.bit_length()  # room for nodes + 1 ranges
     if needed < current.prefixlen:
         wider = ipaddress.ip_network(f"{current.network_address}/{needed}", strict=False)
-        overrides["controlPlane"] = {**control_plane, "podCidr": str(wider)}
+        control_plane["podCidr"] = str(wider)
+    machine = (
+        control_plane.get("instanceType")
+        or ManagedControlPlane.model_fields["instance_type"].default
+    )
+    size = control_plane_size.instance_size(machine)
+    if size is not None and not size.holds(control_plane_size.needed(nodes)):
+        control_plane["instanceType"] = control_plane_size.to_use(machine, nodes)
+    if control_plane != (written.get(f"{PROJECT}:controlPlane") or {}):
+        overrides["controlPlane"] = control_plane
     return overrides
 
 

@@ -9,7 +9,7 @@
 # only by the fingerprint AWS documents; and the step is done only when the efa module the
 # running kernel loads is the installer's driver, not the kernel's in-tree one (after a kernel
 # move DKMS needs the new kernel's headers to build it). Why:
-# docs/decisions/040-efa-verified-and-checked-by-its-loaded-module.md.
+# docs/decisions/047-efa-verified-and-checked-by-its-loaded-module.md.
 #
 # Inputs:
 #   EFA_INSTALLER_VERSION  the installer release, e.g. 1.51.0 (components/hosts/pins.py says what

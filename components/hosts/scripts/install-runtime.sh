@@ -22,7 +22,7 @@
 #
 # containerd.io comes from Docker's repository, which keeps every version it published, so the
 # pin still installs when a newer one appears; Ubuntu's archive keeps only the newest of each
-# pocket (docs/decisions/035-containerd-from-a-repository-that-keeps-every-version.md).
+# pocket (docs/decisions/042-containerd-from-a-repository-that-keeps-every-version.md).
 set -Eeuo pipefail
 
 if ! declare -F init_script >/dev/null; then
