@@ -8,7 +8,7 @@ import pulumi
 
 from components.aws.network import Network, NetworkArgs
 from components.control_plane import ControlPlane, ControlPlaneArgs
-from components.gpu_node import NVIDIA_CTK_VERSION, GpuNodePool, GpuNodePoolArgs, install_steps
+from components.gpu_node import NVIDIA_CTK_VERSION, GpuNodePool, GpuNodePoolArgs
 from components.hosts.host_keys import warn_unchecked
 from components.images.control_plane_image import baked_control_plane_image
 from components.images.gpu_image import baked_images
@@ -27,6 +27,7 @@ from components.kube.termination_handler import (
     handler_image,
 )
 from components.kube.validation import validation_job
+from components.node_inputs import install_steps
 from components.settings.control_plane_size import warn_unchecked_size
 from components.settings.load import load_settings
 

@@ -24,11 +24,11 @@ from components.catalog import GpuInstanceType
 from components.hosts import host_keys, pins, rolling, steps
 from components.hosts.remote import Host, Login, run_step, ssh_host
 from components.hosts.rolling import DELETE_DRAIN_TIMEOUT_SECONDS
-from components.images.builder import InstallStep
 from components.kube import bootstrap_token
 from components.kube.manifests import DEVICE_PLUGIN_NAMESPACE
 from components.kube.validation import expected_allocatable
-from components.labels import EFA_LABEL, GPU_PRESENT_LABEL, INSTANCE_LABEL, POOL_LABEL
+from components.labels import POOL_LABEL
+from components.node_inputs import install_steps, join_params, labels_and_taints, provider_id
 from components.settings import NodePool, Settings
 
 if TYPE_CHECKING:
@@ -483,80 +483,3 @@ class GpuNode(pulumi.ComponentResource):
             parent=self,
         )
         return self.uncordon
-
-
-def install_steps(pool: NodePool, kubernetes_version: str, login: Login) -> tuple[InstallStep, ...]:
-    """steps.INSTALL_STEPS, in that order, with their parameters: every node of a stock pool
-    runs them; a baked image runs them once (components/images/gpu_image.py) and its nodes run them
-    again only to verify."""
-    gpu = pool.gpu_type
-    params = {
-        # No kernel arrives before the driver: docs/decisions/046-no-kernel-before-the-driver.md
-        steps.WAIT_READY: {**login.wait_ready_params(), "KERNEL_WITH_DRIVER": "true"},
-        # Its own step because it may reboot the host (nouveau in use, or a kernel without a
-        # signed module of this driver replaced by the newest one with it): the driver step
-        # then redials.
-        steps.NOUVEAU: {
-            "DRIVER_BRANCH": pool.driver_version,
-            "KERNEL_MODULES": pool.kernel_module_type,
-        },
-        steps.DRIVER: pins.driver_params(
-            gpu, pool.os_version, pool.driver_version, pool.kernel_module_type
-        ),
-        steps.RUNTIME: pins.runtime_params(pool.os_version, kubernetes_version, with_toolkit=True),
-        steps.KUBE_TOOLS: {
-            "KUBERNETES_MINOR": kubernetes_version,
-            "SANDBOX_IMAGE": pins.PAUSE_IMAGES[kubernetes_version],
-        },
-    }
-    return tuple(InstallStep(step, params[step]) for step in steps.INSTALL_STEPS)
-
-
-def join_params(
-    node_name: str, pool: NodePool, kubernetes_version: str, instance_id: pulumi.Input[str]
-) -> dict[str, pulumi.Input[str]]:
-    """What join-node.sh gets besides the cluster, the token and the checks."""
-    return {
-        "NODE_NAME": node_name,
-        "KUBERNETES_MINOR": kubernetes_version,
-        **labels_and_taints(pool, instance_id),
-    }
-
-
-def labels_and_taints(
-    pool: NodePool, instance_id: pulumi.Input[str]
-) -> dict[str, pulumi.Input[str]]:
-    """NODE_LABELS (with the machine's instance id) and NODE_TAINTS: set at registration by the
-    join, reconciled later by the uncordon step."""
-    return {
-        "NODE_LABELS": pulumi.Output.from_input(instance_id).apply(
-            lambda machine: node_labels(pool, machine)
-        ),
-        "NODE_TAINTS": node_taints(pool),
-    }
-
-
-def provider_id(instance: aws.ec2.Instance) -> pulumi.Output[str]:
-    """The kubelet's --provider-id, as AWS's cloud provider writes it: aws:///<zone>/<id>."""
-    return pulumi.Output.concat("aws:///", instance.availability_zone, "/", instance.id)
-
-
-def node_labels(pool: NodePool, instance_id: str) -> str:
-    """NODE_LABELS for join-node.sh: the pool's labels plus the GPU, pool and instance labels
-    (and the EFA label on pools that use EFA), sorted."""
-    labels = {
-        **pool.labels,
-        GPU_PRESENT_LABEL: "true",
-        POOL_LABEL: pool.name,
-        INSTANCE_LABEL: instance_id,
-    }
-    if pool.uses_efa:
-        labels[EFA_LABEL] = "true"
-    return ",".join(f"{key}={labels[key]}" for key in sorted(labels))
-
-
-def node_taints(pool: NodePool) -> str:
-    """NODE_TAINTS for join-node.sh: key=value:Effect (key:Effect without a value)."""
-    return ",".join(
-        f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}" for t in pool.taints
-    )

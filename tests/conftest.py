@@ -5,10 +5,19 @@ GPU_CLUSTER_SANDBOX=skip; the summary then says how many script tests did not ru
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 from tests import sandbox
+
+# The policy pack's modules import each other as `gpu_cluster_policies` (the pack runs from
+# policies/): a test module that imports them works alone too, not only after test_policies.py.
+_POLICIES = str(Path(__file__).resolve().parent.parent / "policies")
+if _POLICIES not in sys.path:
+    sys.path.insert(0, _POLICIES)
 
 _not_run: list[str] = []
 
@@ -42,3 +51,19 @@ def pytest_terminal_summary(terminalreporter) -> None:
             f"({sandbox.OPT_OUT_ENV}=skip): {sandbox.sandbox_problem()}",
             yellow=True,
         )
+
+
+@pytest.fixture(scope="module")
+def ca_cert(tmp_path_factory) -> str:
+    """A self-signed cluster CA certificate (PEM), as kubeadm writes /etc/kubernetes/pki/ca.crt."""
+    directory = tmp_path_factory.mktemp("ca")
+    subprocess.run(
+        [
+            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
+            *("-subj", "/CN=kubernetes", "-keyout", str(directory / "ca.key")),
+            *("-out", str(directory / "ca.crt")),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return (directory / "ca.crt").read_text()

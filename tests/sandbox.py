@@ -22,11 +22,20 @@ state directory the tests control with `Sandbox.state(...)`.
 
 Runs in one Sandbox share the upper directories and the state: a second run sees the first
 run's files and installed packages, like a second `pulumi up` on the same host.
+
+A step as the program registers it runs end to end too (`Sandbox.run_step`): its stdin (its
+parameters, then lib/run-by-digest.sh and the run of its program by digest) as `sudo bash -s`
+from the login user (`add_login_user`: an /etc/passwd entry with a home under /var), with the
+host's copy of its scripts (`put_bundle`: what `<host>-scripts` copies, the role's directory
+that components/hosts/bundle.py writes, into ~/.gpu-cluster/<role>/). A delete hook, a
+`sudo ... bash -s` heredoc, runs with `run_command` (the sudo stub runs it as root, with
+SUDO_USER set to the login user).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -37,6 +46,7 @@ from pathlib import Path
 
 import pytest
 
+from components.hosts import bundle
 from components.hosts.rendering import render_script
 
 STUBS_DIR = Path(__file__).resolve().parent / "stubs"
@@ -47,6 +57,12 @@ OVERLAID_DIRS = ("/etc", "/var", "/opt", "/usr/local")
 MIRROR_DEPTH = {"/etc": 4, "/var": 3, "/opt": 2, "/usr/local": 2}
 FIELD_SEPARATOR = "\x1f"
 OPT_OUT_ENV = "GPU_CLUSTER_SANDBOX"  # =skip: run without the script tests, and say so
+# The login user steps run as (`sudo` sets SUDO_USER to it): its home is under an overlaid
+# directory, so the copy of a host's scripts lands in the sandbox.
+# The stacks' ssh.user, the login user of Ubuntu's images: the steps the program registers name
+# it (wait-ready's SSH_USER).
+LOGIN_USER = "ubuntu"
+LOGIN_HOME = f"/var/lib/gpu-cluster-test-home/{LOGIN_USER}"
 # Marks a test that runs scripts in the sandbox (tests/conftest.py fails or skips it when the
 # sandbox cannot run here).
 needs_sandbox = pytest.mark.sandbox
@@ -207,6 +223,41 @@ class Sandbox:
         st = target.stat()
         return not (stat.S_ISCHR(st.st_mode) and st.st_rdev == 0)
 
+    # ---- the login user and the host's scripts ----------------------------------------
+
+    def add_login_user(self, user: str = LOGIN_USER, home: str = LOGIN_HOME) -> str:
+        """An account like the image's login user (ubuntu): an /etc/passwd and /etc/group entry
+        (in place of one of that name this machine has) and its home directory. Returns the
+        home."""
+        entries = {
+            "/etc/passwd": f"{user}:x:4300:4300::{home}:/bin/bash\n",
+            "/etc/group": f"{user}:x:4300:\n",
+        }
+        for path, entry in entries.items():
+            current = self.read(path) if self.exists(path) else Path(path).read_text("utf-8")
+            others = [line for line in current.splitlines() if not line.startswith(f"{user}:")]
+            self.write(path, "".join(f"{line}\n" for line in others) + entry)
+        self.host_path(home).mkdir(parents=True, exist_ok=True)
+        self.state("sudo.user", user)
+        return home
+
+    def put_bundle(self, role: str, home: str = LOGIN_HOME) -> Path:
+        """What `<host>-scripts` copies to a host of `role`: the directory bundle.py writes
+        (every program of the role, named by its digest), into ~/.gpu-cluster/<role>/. Returns
+        that directory in the upper dirs."""
+        from components.hosts.steps import Where, host_scripts
+
+        source = bundle.write(bundle.Bundle(role, host_scripts(Where(role))))
+        target = self.host_path(f"{home}/{bundle.REMOTE_DIR}/{role}")
+        if target.exists():
+            shutil.rmtree(target)
+        shutil.copytree(source, target)
+        return target
+
+    def installed_program(self, digest: str) -> Path:
+        """Where by_digest installed a program (/var/lib/gpu-cluster/scripts/<digest>.sh)."""
+        return self.host_path(f"{bundle.INSTALLED_DIR}/{digest}.sh")
+
     # ---- running ----------------------------------------------------------------------
 
     def _mount_commands(self) -> str:
@@ -220,8 +271,11 @@ class Sandbox:
         lines.append('exec env -i "$@" bash -s')
         return "\n".join(lines)
 
-    def run_text(self, program: str, timeout: float = 60) -> RunResult:
-        """Run a bash program (fed on stdin, as `sudo bash -s` does) in the sandbox."""
+    def run_text(
+        self, program: str, timeout: float = 60, env: dict[str, str] | None = None
+    ) -> RunResult:
+        """Run a bash program (fed on stdin, as `sudo bash -s` does) in the sandbox; `env` on
+        top of the sandbox's own (e.g. SUDO_USER, as sudo sets it)."""
         calls_log = self.state_dir / "calls.log"
         offset = calls_log.stat().st_size
         env = [
@@ -230,6 +284,7 @@ class Sandbox:
             f"TMPDIR={self.tmp_dir}",
             "HOME=/root",
             "LANG=C.UTF-8",
+            *(f"{name}={value}" for name, value in (env or {}).items()),
         ]
         proc = subprocess.run(
             [*unshare_command(), "bash", "-c", self._mount_commands(), "sandbox", *env],
@@ -250,3 +305,36 @@ class Sandbox:
     ) -> RunResult:
         """Render a node script (components/hosts/scripts/<script>) with params and run it."""
         return self.run_text(render_script(script, params or {}), timeout=timeout)
+
+    def run_step(self, stdin: str, user: str = LOGIN_USER, timeout: float = 60) -> RunResult:
+        """A registered step's stdin (components/hosts/remote.py step_program) as its `create`
+        runs it: `sudo bash -s` from the login user `user` (SUDO_USER)."""
+        return self.run_text(stdin, timeout=timeout, env={"SUDO_USER": user})
+
+    def run_registered(self, stdin: str, timeout: float = 60) -> RunResult:
+        """A step's stdin as the program registers it, on a host that got its scripts: the login
+        user and the role's bundle (the one its STEP_BUNDLE names) are put in place first, once,
+        then it runs as `run_step` runs it."""
+        role = re.search(r"^STEP_BUNDLE=\S+/([a-z-]+)$", stdin, re.M)
+        assert role, "not a step's stdin: it names no bundle (STEP_BUNDLE=)"
+        if not self.exists(f"{LOGIN_HOME}/{bundle.REMOTE_DIR}/{role.group(1)}"):
+            self.add_login_user()
+            self.put_bundle(role.group(1))
+        return self.run_step(stdin, timeout=timeout)
+
+    def run_command(self, command_line: str, timeout: float = 60) -> RunResult:
+        """A command line as pulumi-command runs it over SSH as the login user (a stored delete
+        hook: `sudo timeout ... bash -s <<'MARKER' ... MARKER`)."""
+        return self.run_text(command_line + "\n", timeout=timeout)
+
+
+def step_stdin(
+    script: str, params: dict[str, str], role: str = "node", also: tuple[str, ...] = ()
+) -> str:
+    """What a step running `script` on a host of `role` sends on stdin (its parameters and the
+    run of its program by digest; `also`: the delete hook's script, installed with it)."""
+    from components.hosts.remote import Host, step_program
+    from components.hosts.steps import Where
+
+    host = Host(name="sandbox", identity="i-0sandbox", _connection={}, role=Where(role))
+    return step_program(script, params, host, also=also)

@@ -8,16 +8,17 @@ additional secret outputs and delete commands.
 from __future__ import annotations
 
 import itertools
-import json
 import re
 from functools import cache
 
 import pytest
 
-from components.control_plane import API_PORT, JOIN_TOKEN_TTL, parse_join_token
+from components.control_plane import API_PORT, parse_ca_cert_hash
+from components.hosts import bundle
+from components.hosts.rendering import available_scripts
 from components.settings.load import ConfigError
 from tools.harness.graph import Graph, Resource, Secret, plain_strings, secret_paths, unwrap
-from tools.harness.mocks import COMMAND_STDOUT, fake_id, fake_ip
+from tools.harness.mocks import CA_CERT_HASH, COMMAND_STDOUT, fake_id, fake_ip
 from tools.harness.stacks import run_program, stack_file
 
 INSTANCE = "aws:ec2/instance:Instance"
@@ -66,9 +67,12 @@ def param(resource: Resource, name: str) -> str:
 
 
 def script_of(resource: Resource) -> str:
-    """Which components/hosts/scripts file a step runs (from the rendered header)."""
-    second = stdin_of(resource).splitlines()[1]
-    return second.removeprefix("# ").split(",")[0]
+    """Which components/hosts/scripts file a step runs: the program its stdin sources, known by
+    its digest."""
+    programs = {bundle.digest(script): script for script in available_scripts()}
+    digest = re.search(r"^source \S+/([0-9a-f]{64})\.sh$", stdin_of(resource), re.M)
+    assert digest, f"{resource.urn}: sources no program by digest"
+    return programs[digest.group(1)]
 
 
 def nodes_of(graph: Graph) -> list[str]:
@@ -316,7 +320,7 @@ def test_existing_mode_creates_no_machine_and_checks_skew_before_any_node():
 
 def test_existing_mode_reaches_the_host_through_the_bastion():
     graph = stack_graph("prod")
-    for name in ("prod-gpu-version-skew", "prod-gpu-kubeconfig", "prod-gpu-a10g-0-join-token"):
+    for name in ("prod-gpu-version-skew", "prod-gpu-kubeconfig", "prod-gpu-a10g-0-uncordon"):
         step = graph.named(name)
         connection = unwrap(step.inputs["connection"])
         assert connection["host"] == "10.20.1.10", f"{step.urn}: SSH to {connection['host']}"
@@ -407,8 +411,8 @@ def test_existing_mode_with_a_newer_kubelet_still_registers_the_skew_check_first
     skew = graph.named("prod-gpu-version-skew")
     assert param(skew, "KUBERNETES_MINOR") == "1.35", f"{skew.urn}: checks another minor"
     for node in nodes_of(graph):
-        join = graph.named(f"{node}-join-token")
-        assert graph.depends_on(join, skew), f"{join.urn}: mints a token before the skew check"
+        token = graph.named(f"{node}-join-token")
+        assert graph.depends_on(token, skew), f"{token.urn}: made before the skew check"
 
 
 # ------------------------------------------------------------------ both modes
@@ -464,7 +468,7 @@ def test_exported_kubeconfig_is_the_operators_identity_not_admin(stack):
     assert param(step, "GROUP") == "gpu-cluster:operators"
     assert param(step, "VALIDITY_HOURS") == "168"
     assert script_of(step) == "user-kubeconfig.sh", script_of(step)
-    assert "kubeadm kubeconfig user" in stdin_of(step)
+    assert "kubeadm kubeconfig user" in bundle.program(script_of(step))
     admin = graph.named(f"{cluster}-kubeconfig")
     assert param(step, "API_SERVER") == param(admin, "API_SERVER"), "another address"
     exported = graph.outputs["kubeconfig"]
@@ -502,21 +506,22 @@ def test_operator_group_must_not_be_an_admin_group_spelled_oddly():
 def test_no_plain_secret_anywhere(stack):
     graph = stack_graph(stack)
     cluster = f"{stack}-gpu"
-    for name in (f"{cluster}-kubeconfig", *(f"{n}-join-token" for n in nodes_of(graph))):
+    for name in (f"{cluster}-kubeconfig", f"{cluster}-operator-kubeconfig"):
         step = graph.named(name)
         assert set(step.additional_secret_outputs) >= {"stdout", "stderr"}, (
             f"{step.urn}: output not secret"
         )
         assert step.inputs.get("logging") == "none", f"{step.urn}: output logged"
-    tokens = [
-        json.loads(COMMAND_STDOUT["-join-token"](_Args(f"{n}-join-token")))["token"]
-        for n in nodes_of(graph)
-    ]
+    secrets = []
+    for node in nodes_of(graph):
+        token = graph.named(f"{node}-join-token")
+        assert isinstance(token.inputs["stringData"], Secret), f"{token.urn}: token in plain"
+        secrets.append(unwrap(token.inputs["stringData"])["token-secret"])
     for resource in graph:
         for text in [*plain_strings(resource.inputs), *plain_strings(resource.outputs)]:
             assert KUBECONFIG_LEAK_MARKER not in text, f"{resource.urn}: kubeconfig in plain text"
-            for token in tokens:
-                assert token not in text, f"{resource.urn}: a join token in plain text"
+            for secret in secrets:
+                assert secret not in text, f"{resource.urn}: a join token in plain text"
     for text in plain_strings(graph.outputs):
         assert KUBECONFIG_LEAK_MARKER not in text, f"{stack}: kubeconfig in a plain stack output"
     assert isinstance(graph.outputs["kubeconfig"], Secret), f"{stack}: kubeconfig output plain"
@@ -527,39 +532,70 @@ def test_no_plain_secret_anywhere(stack):
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_each_node_gets_its_own_short_lived_token_on_the_control_plane(stack):
+def test_each_node_joins_with_its_own_token_through_the_api_and_pins_the_ca(stack):
+    """No session on the control plane mints a token: a bootstrap-token Secret through the
+    cluster's provider (tests/test_gpu_nodes.py has its format and lifetime). The join pins the
+    CA hash read-kubeconfig.sh printed after the kubeconfig, and joins the endpoint."""
     graph = stack_graph(stack)
+    provider = graph.named(f"{stack}-gpu-k8s")
     kubeconfig = graph.named(f"{stack}-gpu-kubeconfig")
+    assert script_of(kubeconfig) == "read-kubeconfig.sh", f"{kubeconfig.urn}"
     for node in nodes_of(graph):
-        mint = graph.named(f"{node}-join-token")
-        assert script_of(mint) == "mint-join-token.sh", f"{mint.urn}: runs {script_of(mint)}"
-        assert param(mint, "NODE_NAME") == node, f"{mint.urn}: token for another node"
-        assert param(mint, "TOKEN_TTL") == JOIN_TOKEN_TTL, f"{mint.urn}: TTL"
-        assert host_of(mint) == host_of(kubeconfig), f"{mint.urn}: not on the control plane"
-        assert graph.depends_on(mint, graph.named(f"{node}-kube-tools")), f"{mint.urn}: too early"
+        token = graph.named(f"{node}-join-token")
+        assert token.type == "kubernetes:core/v1:Secret", f"{token.urn}: {token.type}"
+        assert token.provider_urn == provider.urn, f"{token.urn}: another provider"
         join = graph.named(f"{node}-join")
-        expected = parse_join_token(COMMAND_STDOUT["-join-token"](_Args(mint.name)))
-        assert isinstance(join.inputs["stdin"], Secret), f"{join.urn}: stdin with token not secret"
-        assert f"JOIN_TOKEN={expected['token']}" in stdin_of(join), f"{join.urn}: not its token"
-        assert param(join, "CA_CERT_HASH") == expected["caCertHash"], f"{join.urn}: CA hash"
-        assert mint.urn in graph.direct_dependencies(join), f"{join.urn}: not after {mint.urn}"
+        data = unwrap(token.inputs["stringData"])
+        assert f"JOIN_TOKEN={data['token-id']}.{data['token-secret']}" in stdin_of(join), (
+            f"{join.urn}: not its token"
+        )
+        assert param(join, "CA_CERT_HASH") == CA_CERT_HASH, f"{join.urn}: CA hash"
+        assert param(join, "API_ENDPOINT") == graph.outputs["endpoint"], f"{join.urn}: endpoint"
+        assert graph.depends_on(join, kubeconfig), f"{join.urn}: before the CA hash is known"
+        assert token.urn in graph.direct_dependencies(join), f"{join.urn}: not after {token.urn}"
+        # The cluster is the join's identity: a new endpoint or CA (a new cluster) replaces
+        # it; the values are plain, so they can be compared in a preview.
+        triggers = join.inputs["triggers"]
+        assert triggers[1:] == [graph.outputs["endpoint"], CA_CERT_HASH], f"{join.urn}: {triggers}"
+        assert not any(isinstance(t, Secret) for t in triggers), f"{join.urn}: secret triggers"
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_node_registration_waits_ready_and_drains_on_delete(stack):
+def test_a_node_has_two_steps_on_the_control_plane_the_drain_and_the_uncordon(stack):
+    """Every other SSH session per node to the control plane is gone (token, readiness,
+    labels, capacity go through the API): what sshd there serves grows by 2 per node."""
+    graph = stack_graph(stack)
+    control_plane = host_of(graph.named(f"{stack}-gpu-kubeconfig"))
+    for node in nodes_of(graph):
+        on_control_plane = sorted(
+            r.name
+            for r in graph.of_type(COMMAND)
+            if r.name.startswith(f"{node}-") and host_of(r) == control_plane
+        )
+        assert on_control_plane == [f"{node}-drain", f"{node}-uncordon"], on_control_plane
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod"])
+def test_the_drain_continues_node_ready_and_drains_its_machines_node_on_delete(stack):
+    """`<node>-drain` takes over `<node>-node-ready` of earlier releases (an alias, the same
+    triggers: an update, so the hook stored with node-ready never runs; decision 027), and its
+    own hook drains and deletes the Node this node's machine registered."""
     graph = stack_graph(stack)
     kubeconfig = graph.named(f"{stack}-gpu-kubeconfig")
     for node in nodes_of(graph):
-        ready = graph.named(f"{node}-node-ready")
-        join = graph.named(f"{node}-join")
-        assert join.urn in graph.direct_dependencies(ready), f"{ready.urn}: not after the join"
-        assert script_of(ready) == "wait-node-ready.sh", f"{ready.urn}: runs {script_of(ready)}"
-        assert param(ready, "NODE_NAME") == node, f"{ready.urn}: waits for another node"
-        assert host_of(ready) == host_of(kubeconfig), f"{ready.urn}: not on the control plane"
-        delete = ready.inputs.get("delete", "")
-        assert "# drain-node.sh, rendered" in delete, f"{ready.urn}: delete does not drain"
-        assert f"NODE_NAME={node}" in delete, f"{ready.urn}: drains another node"
-        assert ready.delete_before_replace, f"{ready.urn}: a replace would drain the new node"
+        drain = graph.named(f"{node}-drain")
+        instance = graph.named(node)
+        assert script_of(drain) == "roll-drain.sh", f"{drain.urn}: runs {script_of(drain)}"
+        assert param(drain, "NODE_NAME") == node, f"{drain.urn}: drains another node"
+        assert host_of(drain) == host_of(kubeconfig), f"{drain.urn}: not on the control plane"
+        assert {"name": f"{node}-node-ready", "parentUrn": ""} in drain.aliases, drain.aliases
+        assert drain.inputs["triggers"] == [instance.id, graph.outputs["endpoint"]], drain.urn
+        delete = drain.inputs.get("delete", "")
+        digest = bundle.digest("drain-node.sh")
+        assert f"source {bundle.INSTALLED_DIR}/{digest}.sh\n" in delete, f"{drain.urn}: no drain"
+        assert f"NODE_NAME={node}\n" in delete, f"{drain.urn}: drains another node"
+        assert f"INSTANCE_ID={instance.id}\n" in delete, f"{drain.urn}: any machine's Node"
+        assert drain.delete_before_replace, f"{drain.urn}: a replace would drain the new node"
 
 
 @pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
@@ -581,16 +617,18 @@ def test_stack_outputs_come_from_the_control_plane(stack):
     assert secret_paths(outputs["kubeconfig"]) == ["."], f"{stack}: kubeconfig output not secret"
 
 
-def test_join_token_parser_never_shows_the_output():
-    good = (
-        "[join-token 1/3] log line\n"
-        '{"token": "abcdef.0123456789abcdef", "caCertHash": "sha256:aa"}\n'
-    )
-    assert parse_join_token(good)["token"] == "abcdef.0123456789abcdef"
-    for bad in ("abcdef.0123456789abcdef\n", '{"token": "abcdef.0123456789abcdef"}\n'):
+def test_the_ca_hash_is_read_from_the_kubeconfig_and_an_error_never_shows_it():
+    kubeconfig = COMMAND_STDOUT["-kubeconfig"](_Args("dev-gpu-kubeconfig"))
+    assert parse_ca_cert_hash(kubeconfig) == CA_CERT_HASH
+    assert parse_ca_cert_hash(f"{kubeconfig}# ca-cert-hash: sha256:{'c' * 64}\n") == (
+        f"sha256:{'c' * 64}"
+    ), "not the last line read-kubeconfig.sh wrote"
+    without = kubeconfig.replace(f"# ca-cert-hash: {CA_CERT_HASH}\n", "")
+    for bad in (without, f"{without}# ca-cert-hash: sha256:abc\n"):
         with pytest.raises(ValueError) as caught:
-            parse_join_token(bad)
-        assert "abcdef.0123456789abcdef" not in str(caught.value), "the token is in the error"
+            parse_ca_cert_hash(bad)
+        assert "client-key-data" not in str(caught.value), "the kubeconfig is in the error"
+        assert KUBECONFIG_LEAK_MARKER not in str(caught.value)
 
 
 # ------------------------------------------------------------------ helpers

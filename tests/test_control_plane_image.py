@@ -14,7 +14,7 @@ from components.images import builder, control_plane_image, gpu_image
 from components.settings.load import ConfigError
 from tests.helpers.policies import analyze, as_policy_input
 from tools.harness import mocks
-from tools.harness.graph import Graph, Resource
+from tools.harness.graph import Graph, Resource, script_params
 from tools.harness.stacks import load_stack_settings, run_program, stack_file
 
 IMAGE_TYPE = "gpu-cluster:index:ControlPlaneImage"
@@ -89,9 +89,16 @@ def test_builder_runs_the_control_planes_install_steps_then_pull_snapshot_power_
     parts = children(baked, image)
     for suffix in INSTALL:
         built, on_control_plane = parts[suffix], baked.named(f"dev-gpu-{suffix}")
-        assert built.inputs["stdin"] == on_control_plane.inputs["stdin"], (
-            f"{built.urn}: the builder's {suffix} differs from what the control plane runs"
-        )
+        # The very program with the very parameters: only the copy of the scripts it runs
+        # from is the builder's own (its bundle holds the image steps too).
+        assert (
+            built.inputs["stdin"].replace(
+                "STEP_BUNDLE=.gpu-cluster/image-builder\n",
+                "STEP_BUNDLE=.gpu-cluster/control-plane\n",
+            )
+            == on_control_plane.inputs["stdin"]
+        ), f"{built.urn}: the builder's {suffix} differs from what the control plane runs"
+        assert script_params(built) == script_params(on_control_plane), built.urn
     order = [parts[s] for s in (*INSTALL, "pull-images", "prepare")]
     for later, earlier in zip(order[1:], order, strict=False):
         assert baked.depends_on(later, earlier), f"{later.urn} runs before {earlier.urn}"

@@ -1,5 +1,7 @@
 """The control-plane scripts, run for real with bash in the sandbox (tests/sandbox.py): kubeadm
-init, the CNI, the kubeconfig, join tokens, the version-skew check, and node registration.
+init (and the timer that approves kubelet serving certificates), the CNI, the kubeconfig and
+the CA hash nodes pin, the version-skew check, and a node's drain on delete, which acts only
+on the Node its own machine registered.
 
 kubeadm and kubectl are stubs (tests/stubs) that simulate a cluster API; openssl, awk and sed
 are the real ones, so the CA hash is computed as on a real host and checked here independently.
@@ -12,7 +14,6 @@ import hashlib
 import json
 import re
 import stat
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -131,7 +132,7 @@ def test_failed_kubeadm_init_names_the_step(sandbox):
     sandbox.state("kubeadm.fail.init", 1)
     result = sandbox.run("init-control-plane.sh", INIT)
     assert result.returncode != 0
-    assert "[init] FAILED at step 1/3 (init cluster), in init_cluster" in result.stderr, (
+    assert "[init] FAILED at step 1/4 (init cluster), in init_cluster" in result.stderr, (
         result.stderr
     )
 
@@ -226,13 +227,69 @@ def test_cni_needs_an_initialized_cluster(sandbox):
 # ------------------------------------------------------------------ read-kubeconfig.sh
 
 
-def test_kubeconfig_points_at_the_operators_address_and_is_not_logged(cluster):
+def _der_element(data: bytes, start: int) -> tuple[int, int, int]:
+    """(tag, content start, end) of the DER element at `start`."""
+    tag, length, position = data[start], data[start + 1], start + 2
+    if length & 0x80:
+        size = length & 0x7F
+        length = int.from_bytes(data[position : position + size], "big")
+        position += size
+    return tag, position, position + length
+
+
+def ca_public_key_hash(pem: str) -> str:
+    """sha256 of the certificate's SubjectPublicKeyInfo, read from the DER without openssl."""
+    body = "".join(line for line in pem.splitlines() if not line.startswith("-----"))
+    der = base64.b64decode(body)
+    _, certificate, _ = _der_element(der, 0)
+    _, tbs_start, tbs_end = _der_element(der, certificate)
+    fields, position = [], tbs_start
+    while position < tbs_end:
+        tag, _, end = _der_element(der, position)
+        fields.append((tag, position, end))
+        position = end
+    offset = 1 if fields[0][0] == 0xA0 else 0  # explicit [0] version
+    _, spki_start, spki_end = fields[offset + 5]
+    return "sha256:" + hashlib.sha256(der[spki_start:spki_end]).hexdigest()
+
+
+def test_kubeconfig_points_at_the_operators_address_and_is_not_logged(cluster, ca_cert):
+    """The admin kubeconfig, then the hash of the cluster CA's public key that joining nodes
+    pin (what mint-join-token.sh printed with each token): the program reads both from it."""
+    from components.control_plane import parse_ca_cert_hash
+
+    cluster.write("/etc/kubernetes/pki/ca.crt", ca_cert)
     server = f"https://{PUBLIC_IP}:6443"
     result = cluster.run("read-kubeconfig.sh", {"API_SERVER": server})
     assert result.returncode == 0, result.stderr
     expected = ADMIN_KUBECONFIG.replace(f"https://{PRIVATE_IP}:6443", server)
-    assert result.stdout == expected
+    ca_hash = ca_public_key_hash(ca_cert)
+    assert result.stdout == f"{expected}# ca-cert-hash: {ca_hash}\n"
+    assert parse_ca_cert_hash(result.stdout) == ca_hash
+    assert yaml.safe_load(result.stdout)["clusters"][0]["cluster"]["server"] == server
     assert ADMIN_KEY not in result.stderr, "the admin key reached the log"
+
+
+def test_kubeconfig_with_an_unreadable_ca_prints_nothing_and_names_the_file(cluster):
+    """A CA file that is not a certificate (truncated by a full disk, overwritten by hand): no
+    hash of nothing for nodes to pin, and no kubeconfig either: pulumi-command puts a failed
+    step's stdout into its error message, which would show the admin's key."""
+    cluster.write("/etc/kubernetes/pki/ca.crt", "-----BEGIN CERTIFICATE-----\ntruncated\n")
+    result = cluster.run("read-kubeconfig.sh", {"API_SERVER": f"https://{PUBLIC_IP}:6443"})
+    assert result.returncode == 1, result.stderr
+    assert (
+        "[kubeconfig] FAILED: could not read the public key of /etc/kubernetes/pki/ca.crt "
+        "(openssl's error is above)" in result.stderr
+    ), result.stderr
+    assert result.stdout == "", "printed before it failed: the error message would carry it"
+    assert ADMIN_KEY not in result.output
+
+
+def test_kubeconfig_on_a_host_without_the_cluster_ca_fails_before_printing(cluster):
+    result = cluster.run("read-kubeconfig.sh", {"API_SERVER": f"https://{PUBLIC_IP}:6443"})
+    assert result.returncode == 1, result.stderr
+    assert "/etc/kubernetes/pki/ca.crt not found on this host" in result.stderr, result.stderr
+    assert result.stdout == ""
 
 
 def test_operator_kubeconfig_is_its_own_bounded_identity(cluster):
@@ -285,151 +342,6 @@ def test_kubeconfig_on_a_host_without_admin_conf_fails_clearly(sandbox):
     assert result.returncode != 0
     assert "admin.conf not found on this host" in result.stderr
     assert result.stdout == ""
-
-
-# ------------------------------------------------------------------ mint-join-token.sh
-
-
-def _der_element(data: bytes, start: int) -> tuple[int, int, int]:
-    """(tag, content start, end) of the DER element at `start`."""
-    tag, length, position = data[start], data[start + 1], start + 2
-    if length & 0x80:
-        size = length & 0x7F
-        length = int.from_bytes(data[position : position + size], "big")
-        position += size
-    return tag, position, position + length
-
-
-def ca_public_key_hash(pem: str) -> str:
-    """sha256 of the certificate's SubjectPublicKeyInfo, read from the DER without openssl."""
-    body = "".join(line for line in pem.splitlines() if not line.startswith("-----"))
-    der = base64.b64decode(body)
-    _, certificate, _ = _der_element(der, 0)
-    _, tbs_start, tbs_end = _der_element(der, certificate)
-    fields, position = [], tbs_start
-    while position < tbs_end:
-        tag, _, end = _der_element(der, position)
-        fields.append((tag, position, end))
-        position = end
-    offset = 1 if fields[0][0] == 0xA0 else 0  # explicit [0] version
-    _, spki_start, spki_end = fields[offset + 5]
-    return "sha256:" + hashlib.sha256(der[spki_start:spki_end]).hexdigest()
-
-
-@pytest.fixture(scope="module")
-def ca_cert(tmp_path_factory) -> str:
-    directory = tmp_path_factory.mktemp("ca")
-    subprocess.run(
-        [
-            *("openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"),
-            *("-subj", "/CN=kubernetes", "-keyout", str(directory / "ca.key")),
-            *("-out", str(directory / "ca.crt")),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return (directory / "ca.crt").read_text()
-
-
-def test_join_token_is_fresh_short_lived_and_pins_the_ca(cluster, ca_cert):
-    cluster.write("/etc/kubernetes/pki/ca.crt", ca_cert)
-    cluster.state("kubeadm.token", TOKEN)
-    result = cluster.run("mint-join-token.sh", {"NODE_NAME": NODE, "TOKEN_TTL": "30m"})
-    assert result.returncode == 0, result.stderr
-    printed = json.loads(result.stdout.strip().splitlines()[-1])
-    assert printed == {"token": TOKEN, "caCertHash": ca_public_key_hash(ca_cert)}
-    creates = result.called("kubeadm", "token", "create")
-    assert len(creates) == 1, result.commands()
-    args = creates[0]
-    assert args[args.index("--ttl") + 1] == "30m", args
-    assert NODE in args[args.index("--description") + 1], args
-    assert TOKEN not in result.stderr, "the token reached the log"
-    assert not any(TOKEN in " ".join(c) for c in result.calls), "the token in a command line"
-
-
-def test_join_token_failure_names_the_step_and_shows_no_token(cluster, ca_cert):
-    cluster.write("/etc/kubernetes/pki/ca.crt", ca_cert)
-    cluster.state("kubeadm.token", TOKEN)
-    cluster.state("kubeadm.fail.token", 1)
-    result = cluster.run("mint-join-token.sh", {"NODE_NAME": NODE})
-    assert result.returncode != 0
-    assert "[join-token] FAILED at step 3/4 (create token), in create_token" in result.stderr, (
-        result.stderr
-    )
-    assert TOKEN not in result.output
-
-
-def test_join_token_refuses_a_token_that_is_not_one(cluster, ca_cert):
-    cluster.write("/etc/kubernetes/pki/ca.crt", ca_cert)
-    cluster.state("kubeadm.token", "not-a-token")
-    result = cluster.run("mint-join-token.sh", {"NODE_NAME": NODE})
-    assert result.returncode != 0
-    assert "printed no bootstrap token (output not shown)" in result.stderr
-    assert "not-a-token" not in result.output
-
-
-def _deletes_node(result) -> bool:
-    return any(c.startswith("kubectl") and f" delete node {NODE}" in c for c in result.commands())
-
-
-def _node_at(name: str, ready: str, address: str) -> str:
-    return json.dumps(
-        {
-            "metadata": {"name": name},
-            "status": {
-                "conditions": [{"type": "Ready", "status": ready}],
-                "addresses": [{"type": "InternalIP", "address": address}],
-            },
-        }
-    )
-
-
-def test_join_token_removes_a_stale_node_left_by_a_replaced_machine(cluster, ca_cert):
-    cluster.write("/etc/kubernetes/pki/ca.crt", ca_cert)
-    cluster.state("kubeadm.token", TOKEN)
-    cluster.state(f"kubectl/nodes/{NODE}.json", _node_at(NODE, "Unknown", "10.42.7.7"))
-    result = cluster.run("mint-join-token.sh", {"NODE_NAME": NODE, "NODE_IP": "10.42.9.9"})
-    assert result.returncode == 0, result.stderr
-    assert _deletes_node(result), f"stale {NODE} kept: {result.commands()}"
-    assert not cluster.state_dir.joinpath(f"kubectl/nodes/{NODE}.json").exists()
-    assert "removing the stale Node" in result.stderr
-    assert json.loads(result.stdout.strip().splitlines()[-1])["token"] == TOKEN
-
-
-def test_join_token_keeps_the_node_of_this_machine(cluster, ca_cert):
-    """A join retried on a machine that had joined: its own Node stays."""
-    cluster.write("/etc/kubernetes/pki/ca.crt", ca_cert)
-    cluster.state("kubeadm.token", TOKEN)
-    cluster.state(f"kubectl/nodes/{NODE}.json", _node_at(NODE, "True", "10.42.9.9"))
-    result = cluster.run("mint-join-token.sh", {"NODE_NAME": NODE, "NODE_IP": "10.42.9.9"})
-    assert result.returncode == 0, result.stderr
-    assert not _deletes_node(result), result.commands()
-
-
-def test_join_token_refuses_a_live_node_of_the_same_name_elsewhere(cluster, ca_cert):
-    cluster.write("/etc/kubernetes/pki/ca.crt", ca_cert)
-    cluster.state("kubeadm.token", TOKEN)
-    cluster.state(f"kubectl/nodes/{NODE}.json", _node_at(NODE, "True", "10.42.7.7"))
-    result = cluster.run("mint-join-token.sh", {"NODE_NAME": NODE, "NODE_IP": "10.42.9.9"})
-    assert result.returncode != 0
-    assert f"a Ready Node named {NODE} already exists at 10.42.7.7" in result.stderr
-    assert "kubectl delete node" in result.stderr
-    assert not _deletes_node(result), result.commands()
-    assert not result.called("kubeadm", "token"), "minted a token for a join that must fail"
-
-
-@pytest.mark.parametrize(
-    ("params", "message"),
-    [
-        ({"NODE_NAME": NODE, "TOKEN_TTL": "24 hours"}, "TOKEN_TTL must be a duration like 30m"),
-        ({"NODE_NAME": NODE}, "/etc/kubernetes/pki/ca.crt not found on this host"),
-    ],
-)
-def test_join_token_checks_before_minting(cluster, params, message):
-    result = cluster.run("mint-join-token.sh", params)
-    assert result.returncode != 0
-    assert message in result.stderr, result.stderr
-    assert not result.called("kubeadm"), result.commands()
 
 
 # ------------------------------------------------------------------ check-version-skew.sh
@@ -546,38 +458,7 @@ def test_skew_with_the_api_down_fails_clearly(cluster):
     assert "the API server did not answer" in result.stderr
 
 
-# ------------------------------------------------------ wait-node-ready.sh, drain-node.sh
-
-
-def test_node_ready_waits_until_the_node_is_ready(cluster):
-    node = f"kubectl/nodes/{NODE}"
-    cluster.state(f"{node}.json", node_json(NODE, "False"))
-    cluster.state(f"{node}.json.next", node_json(NODE, "True"))
-    cluster.state(f"{node}.next-after", 2)
-    result = cluster.run("wait-node-ready.sh", {"NODE_NAME": NODE, **FAST})
-    assert result.returncode == 0, result.stderr
-    gets = [c for c in result.called("kubectl") if c[3:5] == ["get", "node"]]
-    assert len(gets) == 3, result.commands()
-    assert f"Node {NODE} Ready" in result.stderr
-
-
-@pytest.mark.parametrize(
-    ("state", "message"),
-    [
-        (None, f"Node {NODE} not registered after 0s"),
-        ("False", f"Node {NODE} not Ready after 0s (Ready=False)"),
-        ("Unknown", f"Node {NODE} not Ready after 0s (Ready=Unknown)"),
-    ],
-)
-def test_node_never_ready_fails_naming_the_node_and_what_to_look_at(cluster, state, message):
-    if state is not None:
-        cluster.state(f"kubectl/nodes/{NODE}.json", node_json(NODE, state))
-    result = cluster.run(
-        "wait-node-ready.sh", {"NODE_NAME": NODE, "READY_TIMEOUT_SECONDS": "0", **FAST}
-    )
-    assert result.returncode != 0
-    assert f"FAILED: {message}" in result.stderr, result.stderr  # the failure, not a log line
-    assert "journalctl -u kubelet" in result.stderr
+# ------------------------------------------------------------------ drain-node.sh
 
 
 def test_drain_then_delete_the_node(cluster):
@@ -631,20 +512,93 @@ def test_drain_of_a_ready_node_evicts(cluster):
     assert "--disable-eviction" not in drain and "--force" not in drain, drain
 
 
-def test_mint_of_a_token_valid_until_its_node_joins(cluster, ca_cert):
-    cluster.write("/etc/kubernetes/pki/ca.crt", ca_cert)
-    result = cluster.run("mint-join-token.sh", {"NODE_NAME": NODE, "TOKEN_TTL": "0s"})
-    assert result.returncode == 0, result.stderr
-    (create,) = result.called("kubeadm", "token", "create")
-    assert create[create.index("--ttl") + 1] == "0s", create
+# A delete's drain acts only on the Node its own machine registered (label
+# gpu-cluster.io/instance-id, spec.providerID): a Node of the same name a later machine
+# registered (the first one lost, `pulumi refresh` then `up`) is left alone.
+INSTANCE_ID = "i-0a1b2c3d4e5f60718"
+LATER_MACHINE = "i-0fedcba9876543210"
 
 
-def test_node_ready_deletes_the_nodes_bootstrap_token_once_joined(cluster):
-    cluster.state(f"kubectl/nodes/{NODE}.json", node_json(NODE, "True"))
-    result = cluster.run("wait-node-ready.sh", {"NODE_NAME": NODE, "TOKEN_ID": "abcdef", **FAST})
+def registered_node(name: str, *, label: str | None, provider: str | None) -> str:
+    metadata: dict = {"name": name, "labels": {"kubernetes.io/hostname": name}}
+    if label is not None:
+        metadata["labels"]["gpu-cluster.io/instance-id"] = label
+    spec = {} if provider is None else {"providerID": f"aws:///us-west-2a/{provider}"}
+    status = {"conditions": [{"type": "Ready", "status": "True"}]}
+    return json.dumps({"metadata": metadata, "spec": spec, "status": status})
+
+
+def _acted_on_node(result) -> list[str]:
+    return [c for c in result.commands() if f" drain {NODE}" in c or f" delete node {NODE}" in c]
+
+
+@pytest.mark.parametrize(
+    ("label", "provider"),
+    [(LATER_MACHINE, f"{LATER_MACHINE}"), (LATER_MACHINE, None), (None, LATER_MACHINE)],
+    ids=["label-and-provider-id", "label", "provider-id"],
+)
+def test_drain_leaves_alone_a_node_another_machine_registered(cluster, label, provider):
+    cluster.state(
+        f"kubectl/nodes/{NODE}.json", registered_node(NODE, label=label, provider=provider)
+    )
+    result = cluster.run("drain-node.sh", {"NODE_NAME": NODE, "INSTANCE_ID": INSTANCE_ID})
     assert result.returncode == 0, result.stderr
-    assert result.called("kubeadm", "token", "delete", "abcdef"), result.commands()
-    assert cluster.state("kubeadm.deleted-tokens").split() == ["abcdef"]
+    assert not _acted_on_node(result), result.commands()
+    assert (
+        f"Node {NODE} belongs to {LATER_MACHINE}, not to {INSTANCE_ID} (this step's machine, "
+        "gone since): the new machine's Node is left alone" in result.stderr
+    ), result.stderr
+    assert (cluster.state_dir / f"kubectl/nodes/{NODE}.json").exists(), "the new Node was deleted"
+    assert not (cluster.state_dir / f"kubectl/drained/{NODE}").exists(), "the new Node drained"
+
+
+@pytest.mark.parametrize(
+    ("label", "provider"),
+    [(INSTANCE_ID, INSTANCE_ID), (INSTANCE_ID, None), (None, INSTANCE_ID)],
+    ids=["label-and-provider-id", "label", "provider-id"],
+)
+def test_drain_takes_the_node_its_own_machine_registered(cluster, label, provider):
+    cluster.state(
+        f"kubectl/nodes/{NODE}.json", registered_node(NODE, label=label, provider=provider)
+    )
+    result = cluster.run("drain-node.sh", {"NODE_NAME": NODE, "INSTANCE_ID": INSTANCE_ID})
+    assert result.returncode == 0, result.stderr
+    assert (cluster.state_dir / f"kubectl/drained/{NODE}").exists(), result.commands()
+    assert not (cluster.state_dir / f"kubectl/nodes/{NODE}.json").exists(), "Node kept"
+
+
+def test_drain_takes_a_node_registered_before_nodes_carried_an_instance_id(cluster):
+    """Nodes joined by earlier releases carry neither the label nor a provider id: theirs is
+    the name only, as the drain of those releases took it."""
+    cluster.state(f"kubectl/nodes/{NODE}.json", registered_node(NODE, label=None, provider=None))
+    result = cluster.run("drain-node.sh", {"NODE_NAME": NODE, "INSTANCE_ID": INSTANCE_ID})
+    assert result.returncode == 0, result.stderr
+    assert f"Node {NODE} carries no instance id (registered before nodes did)" in result.stderr
+    assert (cluster.state_dir / f"kubectl/drained/{NODE}").exists(), result.commands()
+    assert not (cluster.state_dir / f"kubectl/nodes/{NODE}.json").exists(), "Node kept"
+
+
+def test_drain_without_an_instance_id_takes_the_node_by_its_name(cluster):
+    """A hook stored without INSTANCE_ID (none was known): the Node named NODE_NAME, whoever
+    registered it, as before."""
+    cluster.state(
+        f"kubectl/nodes/{NODE}.json",
+        registered_node(NODE, label=LATER_MACHINE, provider=LATER_MACHINE),
+    )
+    result = cluster.run("drain-node.sh", {"NODE_NAME": NODE})
+    assert result.returncode == 0, result.stderr
+    assert not (cluster.state_dir / f"kubectl/nodes/{NODE}.json").exists(), "Node kept"
+
+
+def test_drain_refuses_an_instance_id_that_is_not_one_before_acting(cluster):
+    cluster.state(f"kubectl/nodes/{NODE}.json", registered_node(NODE, label=None, provider=None))
+    result = cluster.run("drain-node.sh", {"NODE_NAME": NODE, "INSTANCE_ID": "dev-gpu-a10g-0"})
+    assert result.returncode == 1, result.stderr
+    assert (
+        "FAILED: INSTANCE_ID must be an EC2 instance id (i-...), got 'dev-gpu-a10g-0'"
+        in result.stderr
+    ), result.stderr
+    assert result.calls == [], result.commands()
 
 
 # ------------------------------------------------------------------ all of them
@@ -656,9 +610,7 @@ def test_node_ready_deletes_the_nodes_bootstrap_token_once_joined(cluster):
         ("init-control-plane.sh", "CLUSTER_NAME NODE_NAME KUBERNETES_MINOR"),
         ("install-cni.sh", "FLANNEL_VERSION POD_SUBNET NODE_NAME"),
         ("read-kubeconfig.sh", "API_SERVER"),
-        ("mint-join-token.sh", "NODE_NAME"),
         ("check-version-skew.sh", "KUBERNETES_MINOR"),
-        ("wait-node-ready.sh", "NODE_NAME"),
         ("drain-node.sh", "NODE_NAME"),
     ],
 )
@@ -819,23 +771,56 @@ def test_init_approves_only_its_own_kubelets_serving_certificate(sandbox):
     )
 
 
-def test_node_ready_approves_the_nodes_serving_certificate(cluster):
-    cluster.state(f"kubectl/nodes/{NODE}.json", node_json(NODE, "True"))
-    cluster.state("kubectl/csrs", _csrs(f"csr-gpu system:node:{NODE} {SERVING} "))
-    result = cluster.run("wait-node-ready.sh", {"NODE_NAME": NODE, **FAST})
+APPROVER = "/usr/local/sbin/gpu-cluster-approve-kubelet-serving"
+APPROVER_UNIT = "/etc/systemd/system/gpu-cluster-approve-kubelet-serving"
+
+
+def test_init_installs_a_timer_that_approves_the_serving_certificates_of_nodes(sandbox):
+    """No per-node step on the control plane approves a node's serving certificate as the node
+    joins: a timer does, every 20 s, once its Node is registered."""
+    result = sandbox.run("init-control-plane.sh", INIT)
     assert result.returncode == 0, result.stderr
-    assert "approved kubelet serving certificate request csr-gpu" in result.stderr
-    again = cluster.run("wait-node-ready.sh", {"NODE_NAME": NODE, **FAST})
-    assert again.returncode == 0 and not [c for c in again.commands() if "approve" in c], (
-        "approved twice"
+    assert _mode(sandbox, APPROVER) == "0o755"
+    timer = sandbox.read(f"{APPROVER_UNIT}.timer")
+    assert "OnUnitActiveSec=20s" in timer and "WantedBy=timers.target" in timer, timer
+    service = sandbox.read(f"{APPROVER_UNIT}.service")
+    assert "Type=oneshot" in service and f"ExecStart={APPROVER}" in service, service
+    assert result.called("systemctl", "daemon-reload"), result.commands()
+    assert sandbox.state("systemd/gpu-cluster-approve-kubelet-serving.timer.enabled") == "yes"
+    assert sandbox.service_active("gpu-cluster-approve-kubelet-serving.timer")
+    again = sandbox.run("init-control-plane.sh", INIT)
+    assert again.returncode == 0, again.stderr
+    assert not again.called("systemctl", "daemon-reload"), "nothing changed, yet reloaded"
+    assert not again.called("systemctl", "enable"), again.commands()
+
+
+def test_the_timer_approves_pending_serving_requests_of_registered_nodes_only(sandbox):
+    """Each request made by a Node's own identity (system:node:<name>) for a kubelet serving
+    certificate, pending, of a Node that is registered: approved. Not a client certificate, not
+    a request of a name no Node has (anyone holding a bootstrap token could ask as any name),
+    not one approved already, not one of another user."""
+    assert sandbox.run("init-control-plane.sh", INIT).returncode == 0
+    sandbox.state(f"kubectl/nodes/{NODE}.json", node_json(NODE, "True"))
+    sandbox.state(
+        "kubectl/csrs",
+        _csrs(
+            f"csr-gpu system:node:{NODE} {SERVING} ",
+            f"csr-ghost system:node:dev-gpu-a10g-9 {SERVING} ",
+            f"csr-client system:node:{NODE} kubernetes.io/kube-apiserver-client-kubelet ",
+            f"csr-done system:node:{CP_NAME} {SERVING} Approved",
+            f"csr-user alice {SERVING} ",
+        ),
     )
-
-
-def test_node_ready_without_a_request_says_how_to_approve_later(cluster):
-    cluster.state(f"kubectl/nodes/{NODE}.json", node_json(NODE, "True"))
-    result = cluster.run("wait-node-ready.sh", {"NODE_NAME": NODE, **FAST})
+    result = sandbox.run_text(f"{APPROVER}\n")
     assert result.returncode == 0, result.stderr
-    assert "kubectl certificate approve" in result.stderr, result.stderr
+    approvals = [c for c in result.commands() if " certificate approve " in c]
+    assert [a.rsplit(" ", 1)[1] for a in approvals] == ["csr-gpu"], result.commands()
+    states = dict(line.split(" ", 1) for line in sandbox.state("kubectl/csrs").splitlines())
+    assert states["csr-gpu"].endswith("Approved"), states
+    assert not states["csr-ghost"].endswith("Approved"), states
+    again = sandbox.run_text(f"{APPROVER}\n")
+    assert again.returncode == 0, again.stderr
+    assert not [c for c in again.commands() if " certificate approve " in c], "approved twice"
 
 
 # ------------------------------------------------------------------ failures met in the field
@@ -854,48 +839,6 @@ def test_operator_kubeconfig_refuses_a_server_that_is_not_an_https_url(cluster):
         f"FAILED: API_SERVER must be https://host:port, got '{PUBLIC_IP}:6443'" in result.stderr
     ), result.stderr
     assert not result.called("kubeadm"), result.commands()
-
-
-def test_node_ready_refuses_a_token_id_that_is_a_whole_token_without_showing_it(cluster):
-    """The whole bootstrap token (id.secret) passed where its id belongs: nothing is deleted,
-    and the secret never reaches the log."""
-    cluster.state(f"kubectl/nodes/{NODE}.json", node_json(NODE, "True"))
-    result = cluster.run("wait-node-ready.sh", {"NODE_NAME": NODE, "TOKEN_ID": TOKEN, **FAST})
-    assert result.returncode == 1, result.stderr
-    assert (
-        "FAILED: TOKEN_ID must be a bootstrap token's id, 6 of [a-z0-9] (the part before the "
-        "dot), got 23 characters" in result.stderr
-    ), result.stderr
-    assert TOKEN.split(".")[1] not in result.output, "the token's secret reached the log"
-    assert not result.called("kubeadm", "token", "delete"), result.commands()
-
-
-def test_labels_of_a_node_that_left_the_cluster_fail_naming_it(cluster):
-    """label-node.sh runs after the node-ready step; a Node deleted in between (an operator's
-    `kubectl delete node`, a kubelet that registered under another name) is not labelled."""
-    result = cluster.run(
-        "label-node.sh", {"NODE_NAME": NODE, "NODE_LABELS": "team=ml", "NODE_TAINTS": ""}
-    )
-    assert result.returncode == 1, result.stderr
-    assert (
-        f"FAILED: Node {NODE} expected (the node-ready step waits for it), not found: it left "
-        "the cluster since" in result.stderr
-    ), result.stderr
-    assert not [c for c in result.called("kubectl") if "label" in c or "annotate" in c]
-
-
-def test_join_token_with_an_unreadable_ca_fails_naming_the_file(cluster):
-    """A CA file that is not a certificate (truncated by a full disk, overwritten by hand): no
-    hash of nothing is printed for nodes to pin."""
-    cluster.write("/etc/kubernetes/pki/ca.crt", "-----BEGIN CERTIFICATE-----\ntruncated\n")
-    result = cluster.run("mint-join-token.sh", {"NODE_NAME": NODE})
-    assert result.returncode == 1, result.stderr
-    assert (
-        "[join-token] FAILED: could not read the public key of /etc/kubernetes/pki/ca.crt "
-        "(openssl's error is above)" in result.stderr
-    ), result.stderr
-    assert not result.called("kubeadm", "token", "create"), result.commands()
-    assert "caCertHash" not in result.stdout
 
 
 def test_admin_kubeconfig_refuses_a_server_that_is_not_an_https_url(cluster):

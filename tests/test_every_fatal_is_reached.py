@@ -29,7 +29,7 @@ SHORTEST_PIECE = 12
 
 # Messages whose test asserts a piece shorter than SHORTEST_PIECE, with that piece.
 ASSERTED_AS = {
-    ("wait-gpu-capacity.sh", "after ${TIMEOUT_SECONDS}s: $(describe_state)"): "after 1s:",
+    ("join-node.sh", "after ${limit}s: $(describe_state)"): "after 1s: Node",
 }
 # Messages no input can reach, with the reason; a mutant there changes nothing. Empty: such a
 # check is dead code to remove (or to rewrite so that the failure it names reaches it).
@@ -97,10 +97,10 @@ def test_the_scripts_have_fatals_to_check():
     assert len(messages) > 50, messages
     assert ("reset-node.sh", "x") not in messages
     assert any("containerd expected active" in m for _, m in messages)
-    # label-node.sh's own: a Node gone, and an API server that does not answer about it.
-    label_node = [m for s, m in messages if s == "label-node.sh"]
-    assert any("could not read Node ${NODE_NAME} from the API server" in m for m in label_node)
-    assert any("Node ${NODE_NAME} expected (the node-ready step" in m for m in label_node)
+    # roll-uncordon.sh's own: a Node gone, and an API server that does not answer about it.
+    uncordon = [m for s, m in messages if s == "roll-uncordon.sh"]
+    assert any("could not read Node ${NODE_NAME} from the API server" in m for m in uncordon)
+    assert any("Node ${NODE_NAME} is not registered; it must have joined" in m for m in uncordon)
 
 
 @pytest.mark.parametrize(

@@ -1,8 +1,8 @@
 """GpuNodePool / GpuNode on the registered graph of the real program, for every stack file.
 
 What is asserted is what the engine receives: dependencies (the per-node chain, no edge between
-nodes), inputs (IMDSv2, encrypted gp3, spot, subnets, tags, script parameters), secret markers
-and delete/replace options (teardown order: drain -> kubeadm reset -> terminate).
+nodes), inputs (IMDSv2, encrypted gp3, spot, subnets, tags, script parameters, the join token
+Secret), secret markers and delete/replace options (teardown order: drain -> terminate).
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ import pytest
 import yaml
 
 from components.catalog import CATALOG
-from components.hosts import rolling
+from components.hosts import bundle, rolling, steps
 from components.hosts.remote import DELETE_DIAL_ATTEMPTS, DIAL_FOREVER
-from components.hosts.steps import NODE_SIDE_STEPS, NODE_STEPS, ROLL_DRAIN
+from components.kube import bootstrap_token
 from components.settings.constants import POOL_LABEL
+from tools.harness import mocks
 from tools.harness.graph import (
     HOST_CHAIN,
     VALIDATION_CHAIN,
@@ -30,14 +31,13 @@ from tools.harness.graph import (
     secret_paths,
     unwrap,
 )
-from tools.harness.mocks import fake_ip
-from tools.harness.stacks import STACKS, TEST_SECRETS, run_program, stack_file
+from tools.harness.stacks import STACKS, TEST_SECRETS, load_stack_settings, run_program, stack_file
 
 INSTANCE = "aws:ec2/instance:Instance"
 SECURITY_GROUP = "aws:ec2/securityGroup:SecurityGroup"
 COMMAND = "command:remote:Command"
 GPU_NODE = "gpu-cluster:index:GpuNode"
-VALIDATION = "gpu-cluster:index:GpuValidation"
+SECRET = "kubernetes:core/v1:Secret"
 # The per-node chain of the interface contract, after the instance `<node>`.
 ANYWHERE = {"0.0.0.0/0", "::/0"}
 
@@ -91,7 +91,7 @@ def script_inputs(resource: Resource) -> dict[str, str]:
 
 def full_chain(g: Graph, node: str) -> list[str]:
     chain = [node, *(f"{node}-{s}" for s in HOST_CHAIN)]
-    if g.of_type(VALIDATION):
+    if g.find(lambda r: r.name == f"{node}-{steps.VALIDATION_JOB.suffix}"):
         chain += [f"{node}-{s}" for s in VALIDATION_CHAIN]
     return chain
 
@@ -139,9 +139,10 @@ def test_nodes_of_one_pool_never_wait_on_each_other():
     nodes = node_names("dev", overrides)
     for a, b in combinations(nodes, 2):
         for waiter, other in ((a, b), (b, a)):
-            ready = g.named(f"{waiter}-node-ready")
+            # Its last resource: it waits for everything of its own chain.
+            last = g.named(f"{waiter}-uncordon")
             for resource in owned_by(g, other):
-                assert not g.depends_on(ready, resource), f"{ready.urn} waits on {resource.urn}"
+                assert not g.depends_on(last, resource), f"{last.urn} waits on {resource.urn}"
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -152,7 +153,9 @@ def test_host_steps_keep_dialling_within_a_bounded_time(stack):
     connection and fails when the host is gone)."""
     g = graph(stack)
     for node in node_names(stack):
-        for row in (*NODE_STEPS, *NODE_SIDE_STEPS):
+        for row in steps.NODE_ROWS:
+            if row.script is None or (row is steps.EFA and not pool_of(stack, node).get("efa")):
+                continue
             resource = step(g, row.resource_name(node))
             inputs = resource.plain_inputs()
             connection = inputs["connection"]
@@ -160,10 +163,12 @@ def test_host_steps_keep_dialling_within_a_bounded_time(stack):
             assert connection["dialErrorLimit"] == limit, f"{resource.urn}: {connection}"
             assert resource.custom_timeouts.get("create"), f"{resource.urn}: no create timeout"
             seconds = row.timeout_seconds
-            if row is ROLL_DRAIN:  # bounded per pool: the wait for a slot, then the drain
-                params = script_params(resource)
+            params = script_params(resource)
+            if row is steps.DRAIN:  # bounded per pool: the wait for a slot, then the drain
                 seconds = int(params["SLOT_WAIT_SECONDS"]) + int(params["DRAIN_TIMEOUT_SECONDS"])
                 seconds += rolling.READY_TIMEOUT_SECONDS
+            if row is steps.JOIN:  # and the wait for its GPUs, validation.timeoutSeconds
+                seconds += int(params["CAPACITY_TIMEOUT_SECONDS"])
             assert inputs["create"] == f"sudo timeout -k 30 {seconds} bash -s", (
                 f"{resource.urn}: {inputs['create']}"
             )
@@ -270,20 +275,31 @@ def test_kube_tools_and_join_pinned_to_the_configured_minor(stack):
 @pytest.mark.parametrize("stack", STACKS)
 def test_join_configuration_inputs(stack):
     g = graph(stack)
+    settings = load_stack_settings(stack)
     for node in node_names(stack):
         pool = pool_of(stack, node)
+        instance = g.named(node)
         join = step(g, f"{node}-join")
         params = script_inputs(join)
         assert params["NODE_NAME"] == node, f"{join.urn}: {params['NODE_NAME']}"
         assert re.fullmatch(r"sha256:[0-9a-f]{64}", params["CA_CERT_HASH"]), f"{join.urn}"
+        assert params["CA_CERT_HASH"] == mocks.CA_CERT_HASH, f"{join.urn}: not the kubeconfig's"
         assert re.fullmatch(r"[A-Za-z0-9.-]+:\d+", params["API_ENDPOINT"]), f"{join.urn}"
         labels = dict(item.split("=", 1) for item in params["NODE_LABELS"].split(","))
         expected = {
             **pool.get("labels", {}),
             "nvidia.com/gpu.present": "true",
             "gpu-cluster.io/pool": pool["name"],
+            # The machine it runs on: what a delete's drain checks it acts on.
+            "gpu-cluster.io/instance-id": instance.id,
         }
+        if pool.get("efa"):
+            expected["vpc.amazonaws.com/efa.present"] = "true"
         assert labels == expected, f"{join.urn}: labels {labels}"
+        # As AWS's cloud provider writes it: the zone the provider reads back, the machine.
+        assert re.fullmatch(
+            rf"aws:///[a-z]{{2}}-[a-z]+-\d[a-z]/{re.escape(instance.id)}", params["PROVIDER_ID"]
+        ), f"{join.urn}: {params['PROVIDER_ID']}"
         taints = params["NODE_TAINTS"].split(",") if params["NODE_TAINTS"] else []
         configured = pool.get(
             "taints", [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
@@ -291,6 +307,18 @@ def test_join_configuration_inputs(stack):
         assert taints == [f"{t['key']}={t['value']}:{t['effect']}" for t in configured], (
             f"{join.urn}: taints {taints}"
         )
+        # The join's own checks: Ready within its bound, then every GPU (each time-sliced share)
+        # allocatable within validation.timeoutSeconds; none with validation disabled.
+        shares = settings.device_plugin.time_slicing.replicas
+        gpus = CATALOG[pool["instanceType"]].gpu_count * shares
+        enabled = settings.validation.enabled
+        assert params["EXPECTED_GPUS"] == (str(gpus) if enabled else ""), f"{join.urn}: {params}"
+        assert params["CAPACITY_TIMEOUT_SECONDS"] == str(settings.validation.timeout_seconds)
+        assert int(params["READY_TIMEOUT_SECONDS"]) > 0, f"{join.urn}"
+        assert params["DEVICE_PLUGIN_NAMESPACE"] == "nvidia-device-plugin", f"{join.urn}"
+        # A disruptive change re-runs the checks: the same digest as the roll around it.
+        drain = script_inputs(step(g, f"{node}-drain"))
+        assert params["CHANGE"] == drain["CHANGE"], f"{join.urn}: {params['CHANGE']}"
 
 
 # ---------------------------------------------------------------- secrets and teardown
@@ -306,13 +334,126 @@ def test_join_token_only_inside_the_secret_stdin(stack):
         assert re.fullmatch(r"[a-z0-9]{6}\.[a-z0-9]{16}", token), f"{join.urn}: no token on stdin"
         assert "JOIN_TOKEN" not in unwrap(join.inputs["create"]), f"{join.urn}: token in create"
         for resource in g:
-            leaks = [s for s in plain_strings(resource.inputs) if token in s]
+            leaks = [s for s in plain_strings(resource.inputs) if token.split(".")[1] in s]
             assert not leaks, f"{resource.urn}: join token of {node} in a plain input"
-        mint = step(g, f"{node}-join-token")
-        assert {"stdout", "stderr"} <= set(mint.additional_secret_outputs), (
-            f"{mint.urn}: the minted token must be a secret output"
+        secret = step(g, f"{node}-join-token")
+        assert isinstance(secret.inputs["stringData"], Secret), f"{secret.urn}: token in plain"
+        assert {"data", "stringData"} <= set(secret.additional_secret_outputs), (
+            f"{secret.urn}: the token must be a secret output"
         )
-        assert unwrap(mint.inputs.get("logging")) == "none", f"{mint.urn}: token must not be logged"
+
+
+# ---------------------------------------------------------------- the join token Secret
+
+
+def token_secret(g: Graph, node: str) -> tuple[Resource, dict]:
+    secret = g.named(f"{node}-join-token")
+    return secret, secret.plain_inputs()
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_each_node_joins_with_a_bootstrap_token_secret_of_its_own(stack):
+    """What `kubeadm token create` writes (kubernetes.io "Authenticating with Bootstrap
+    Tokens"), expiring two hours after the node's kube tools were ready, through the cluster's
+    provider, after the node's kube tools and before its join; one token per node."""
+    g = graph(stack)
+    control_plane_provider = g.find(lambda r: r.type == "pulumi:providers:kubernetes")
+    tokens = set()
+    for node in node_names(stack):
+        secret, inputs = token_secret(g, node)
+        assert secret.type == SECRET, secret.urn
+        data = inputs["stringData"]
+        token_id, token_secret_ = data["token-id"], data["token-secret"]
+        assert re.fullmatch(r"[a-z0-9]{6}", token_id), f"{secret.urn}: {token_id}"
+        assert re.fullmatch(r"[a-z0-9]{16}", token_secret_), f"{secret.urn}"
+        assert inputs["type"] == "bootstrap.kubernetes.io/token", f"{secret.urn}"
+        assert inputs["metadata"]["name"] == f"bootstrap-token-{token_id}", f"{secret.urn}"
+        assert inputs["metadata"]["namespace"] == "kube-system", f"{secret.urn}"
+        assert data == {
+            "token-id": token_id,
+            "token-secret": token_secret_,
+            "usage-bootstrap-authentication": "true",
+            "usage-bootstrap-signing": "true",
+            "auth-extra-groups": "system:bootstrappers:kubeadm:default-node-token",
+            "description": f"gpu-cluster: join of {node}",
+            # The mocked kube-tools step reports 2026-01-01T00:00:00Z.
+            "expiration": "2026-01-01T02:00:00Z",
+        }, f"{secret.urn}: {sorted(data)}"
+        assert script_inputs(step(g, f"{node}-join"))["JOIN_TOKEN"] == (
+            f"{token_id}.{token_secret_}"
+        ), f"{secret.urn}: the join uses another token"
+        assert secret.provider_urn in {p.urn for p in control_plane_provider}, secret.urn
+        kube_tools, join = step(g, f"{node}-kube-tools"), step(g, f"{node}-join")
+        assert kube_tools.urn in g.direct_dependencies(secret), f"{secret.urn}: before kube-tools"
+        assert secret.urn in g.direct_dependencies(join), f"{join.urn}: before its token"
+        assert g.depends_on(secret, g.named(node)), f"{secret.urn}: not its machine's"
+        tokens.add(token_id)
+    assert len(tokens) == len(node_names(stack)), f"{stack}: nodes share a token"
+
+
+def test_the_expiry_is_two_hours_after_the_kube_tools_were_ready(monkeypatch):
+    monkeypatch.setattr(mocks, "READY_TO_JOIN_AT", "2026-03-04T23:30:00Z")
+    _, inputs = token_secret(run_program("dev"), "dev-gpu-a10g-0")
+    assert inputs["stringData"]["expiration"] == "2026-03-05T01:30:00Z", inputs["stringData"]
+    assert bootstrap_token.expiration("2026-12-31T23:00:00Z") == "2027-01-01T01:00:00Z"
+
+
+def test_the_token_is_stable_from_one_up_to_the_next():
+    """The same machine, cluster and kube-tools run: the same token and Secret, so a second
+    `pulumi up` changes nothing (no timestamp or random value of the program's own)."""
+    first, second = run_program("dev"), run_program("dev")
+    for node in node_names("dev"):
+        assert token_secret(first, node)[1] == token_secret(second, node)[1], node
+        join = f"{node}-join"
+        assert script_inputs(first.named(join)) == script_inputs(second.named(join)), join
+
+
+def test_a_new_machine_or_a_new_kube_tools_run_gets_a_new_token(monkeypatch):
+    node = "dev-gpu-a10g-0"
+    _, before = token_secret(graph("dev"), node)
+    fake_id = mocks.fake_id
+    monkeypatch.setattr(
+        mocks,
+        "fake_id",
+        lambda prefix, name, *rest: fake_id(
+            prefix, f"{name}-replaced" if prefix == "i-" else name, *rest
+        ),
+    )
+    new_machine = run_program("dev")
+    assert new_machine.named(node).id != graph("dev").named(node).id, "the machine is the same"
+    _, after = token_secret(new_machine, node)
+    assert after["stringData"]["token-id"] != before["stringData"]["token-id"]
+    assert after["stringData"]["token-secret"] != before["stringData"]["token-secret"]
+    assert after["stringData"]["expiration"] == before["stringData"]["expiration"]
+    monkeypatch.undo()
+    monkeypatch.setattr(mocks, "READY_TO_JOIN_AT", "2026-01-01T00:05:00Z")  # kube-tools re-ran
+    _, rerun = token_secret(run_program("dev"), node)
+    assert rerun["stringData"]["token-id"] != before["stringData"]["token-id"]
+    assert rerun["stringData"]["expiration"] == "2026-01-01T02:05:00Z"
+
+
+def test_the_token_is_derived_from_every_part_of_its_identity():
+    """An HMAC keyed with the stack's SSH private key over the cluster, the machine and the
+    time: a change of any one gives another token, in kubeadm's alphabet."""
+    parts = {
+        "cluster": "10.0.0.1:6443/sha256:ab",
+        "machine": "i-0a",
+        "ready_at": "2026-01-01T00:00:00Z",
+    }
+    token = bootstrap_token.derive("seed", **parts)
+    assert token == bootstrap_token.derive("seed", **parts)
+    assert re.fullmatch(r"[a-z0-9]{6}", token[0]) and re.fullmatch(r"[a-z0-9]{16}", token[1])
+    assert bootstrap_token.derive("other seed", **parts) != token
+    for name in parts:
+        assert bootstrap_token.derive("seed", **{**parts, name: parts[name] + "x"}) != token, name
+
+
+def test_a_kube_tools_step_that_reports_no_time_is_a_clear_error():
+    assert bootstrap_token.ready_at('log\n{"readyToJoinAt": "2026-01-01T00:00:00Z"}\n') == (
+        "2026-01-01T00:00:00Z"
+    )
+    with pytest.raises(ValueError, match=r"printed no \{'readyToJoinAt': \.\.\.\} line"):
+        bootstrap_token.ready_at("kubeadm v1.35.1\n")
 
 
 def _under_secret(path: str, secret: list[str]) -> bool:
@@ -345,10 +486,10 @@ def test_ssh_key_and_kubeconfig_are_secret_everywhere(stack):
 def test_teardown_drains_then_terminates_and_never_dials_the_node(stack):
     g = graph(stack)
     for node in node_names(stack):
-        instance, join, ready = (
+        instance, join, drain = (
             g.named(node),
             step(g, f"{node}-join"),
-            step(g, f"{node}-node-ready"),
+            step(g, f"{node}-drain"),
         )
         # pulumi-command's Delete dials the stored host and fails when it is gone: no hook on
         # the node (join-node.sh resets a kept host that moves to another cluster instead).
@@ -359,16 +500,27 @@ def test_teardown_drains_then_terminates_and_never_dials_the_node(stack):
                 == (join.plain_inputs()["connection"]["host"])
             ):
                 assert not resource.plain_inputs().get("delete"), f"{resource.urn}: dials node"
-        ready_delete = unwrap(ready.inputs.get("delete")) or ""
-        assert "drain" in ready_delete and node in ready_delete, (
-            f"{ready.urn}: delete must drain and delete Node {node}"
+        # The drain's hook, on the control plane: drain-node.sh by digest (installed by the step
+        # itself), for the Node its own machine registered.
+        delete = unwrap(drain.inputs.get("delete")) or ""
+        digest = bundle.digest("drain-node.sh")
+        assert f"\nby_digest {digest}\nsource {bundle.INSTALLED_DIR}/{digest}.sh\n" in delete, (
+            f"{drain.urn}: delete does not run drain-node.sh"
         )
-        assert "--disable-eviction" in ready_delete, f"{ready.urn}: a dead Node blocks the drain"
-        assert ready.delete_before_replace, f"{ready.urn}: drains before a replacement"
-        # Pulumi deletes dependents first: node-ready, then join, then the instance.
-        assert g.depends_on(ready, join) and g.depends_on(join, instance), (
-            f"{ready.urn} -> {join.urn} -> {instance.urn} must be chained for teardown order"
+        assert f"by_digest {digest}\n" in unwrap(drain.inputs["stdin"]), (
+            f"{drain.urn}: the step does not install its hook's program"
         )
+        hook_params = dict(
+            re.findall(r"^([A-Z_]+)='?([^'\n]*)'?$", delete.split("STEP_BUNDLE=")[0], re.M)
+        )
+        assert hook_params == {
+            "NODE_NAME": node,
+            "INSTANCE_ID": instance.id,
+            "DRAIN_TIMEOUT_SECONDS": str(rolling.DELETE_DRAIN_TIMEOUT_SECONDS),
+        }, f"{drain.urn}: {hook_params}"
+        assert drain.delete_before_replace, f"{drain.urn}: drains before a replacement"
+        # Pulumi deletes dependents first: the drain before the instance it runs for.
+        assert g.depends_on(drain, instance), f"{drain.urn} must go before {instance.urn}"
 
 
 # ---------------------------------------------------------------- re-runs and scaling
@@ -380,13 +532,13 @@ def _all_inputs(g: Graph, node: str) -> dict[str, dict]:
 
 def test_changing_a_pools_driver_changes_only_its_driver_steps():
     """Only that pool's driver steps change, with the roll around them: the drain before, the
-    checks and the uncordon after (an update that re-runs each; the Job is replaced, so it runs
-    again; tests/test_lifecycle.py has what the engine makes of it)."""
+    join's checks (its CHANGE) and the uncordon after (an update that re-runs each; the Job is
+    replaced, so it runs again; tests/test_lifecycle.py has what the engine makes of it)."""
     before = graph("prod")
     after = graph("prod", pools_with("prod", h100={"driverVersion": "570"}))
     # The nouveau step checks the archive has a signed module of the new branch (and may move
     # to a kernel that has one), so it re-runs inside the roll too.
-    rolled = ("roll-drain", "nouveau", "driver", "gpu-capacity", "validation-job", "uncordon")
+    rolled = ("drain", "nouveau", "driver", "join", "validation-job", "uncordon")
     for node in node_names("prod"):
         for resource in owned_by(after, node):
             old = before.by_urn[resource.urn]
@@ -627,17 +779,3 @@ def test_pool_and_node_outputs(stack):
         assert f"{outputs.get('nodeName')}-node" == component.name, f"{component.urn}: {outputs}"
         assert str(outputs.get("instanceId", "")).startswith("i-"), f"{component.urn}: {outputs}"
         assert outputs.get("privateIp"), f"{component.urn}: {outputs}"
-
-
-@pytest.mark.parametrize("stack", STACKS)
-def test_join_token_step_knows_the_joining_machine(stack):
-    """The control plane removes a stale Node of the same name only if it is not this machine:
-    the mint step gets the instance's private address."""
-    g = graph(stack)
-    for node in node_names(stack):
-        mint = step(g, f"{node}-join-token")
-        instance = g.named(node)
-        assert script_inputs(mint)["NODE_IP"] == fake_ip("10.42", node), (
-            f"{mint.urn}: NODE_IP is not {instance.urn}'s private address"
-        )
-        assert g.depends_on(mint, instance), f"{mint.urn} does not wait for {instance.urn}"

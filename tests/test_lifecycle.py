@@ -12,11 +12,11 @@ from collections.abc import Iterator
 import pytest
 import yaml
 
-from components.hosts import rendering, steps
+from components.hosts import steps
 from tools import lifecycle
 from tools.harness import mocks
-from tools.harness.graph import Secret, unwrap
-from tools.harness.stacks import run_program, stack_file
+from tools.harness.graph import unwrap
+from tools.harness.stacks import edited_script, run_program, stack_file
 from tools.lifecycle import Action
 
 INSTANCE = "aws:ec2/instance:Instance"
@@ -31,25 +31,6 @@ def pools_with(stack: str, **changes: dict) -> dict:
     for pool in pools:
         pool.update(changes.get(pool["name"], {}))
     return {"nodePools": pools}
-
-
-@contextlib.contextmanager
-def edited_script(name: str, edit) -> Iterator[None]:
-    """The host script `name` as `edit(text)` returns it, for one program run."""
-    original = rendering.script_text
-
-    def patched(script: str) -> str:
-        text = original(script)
-        return edit(text) if script == name else text
-
-    # stripped_script keeps each script's stripped text for the process: drop it around the edit.
-    rendering.script_text = patched  # type: ignore[assignment]
-    rendering.stripped_script.cache_clear()
-    try:
-        yield
-    finally:
-        rendering.script_text = original  # type: ignore[assignment]
-        rendering.stripped_script.cache_clear()
 
 
 @contextlib.contextmanager
@@ -106,12 +87,12 @@ def test_key_rotation_replaces_no_instance_and_reaches_every_host(baseline, stac
     plan = lifecycle.plan(baseline[stack], after)
     assert replaced(plan, INSTANCE) == [], lifecycle.render(plan)
     # The key pair itself is replaced (public_key is ForceNew): only machines created from now on
-    # boot with it; running ones get it from their authorized-keys step.
+    # boot with it; running ones get it from their wait-ready step (its authorized_keys).
     assert [c.type for c in plan.by_action(Action.REPLACE)] == ["aws:ec2/keyPair:KeyPair"] * len(
         plan.by_action(Action.REPLACE)
     ), lifecycle.render(plan)
     for node in lifecycle.node_names(after):
-        change = plan.named(steps.AUTHORIZED_KEYS.resource_name(node))
+        change = plan.named(steps.WAIT_READY.resource_name(node))
         assert change.action is Action.RERUN, f"{change.urn}: {change.action}"
         assert NEW_KEY in unwrap(after.named(change.name).inputs["stdin"]), change.urn
         assert plan.nodes[node].summary() == "untouched", f"{node}: {plan.nodes[node]}"
@@ -149,26 +130,29 @@ def test_a_driver_change_updates_only_that_pools_driver_step(baseline):
     plan = lifecycle.plan(baseline["prod"], after)
     h100 = [n for n in lifecycle.node_names(after) if "-h100-" in n]
     assert h100, "prod has an h100 pool"
-    # The validation Job of a changed node runs again (replaced: a Job's spec is immutable).
-    assert sorted(replaced(plan)) == sorted(f"{n}-validation-job" for n in h100), lifecycle.render(
-        plan
-    )
+    # The GPU Jobs of a changed node run again (replaced: a Job's spec is immutable; the NCCL
+    # Job follows its node's validation Job, replace_with).
+    jobs = {f"{n}-{job}" for n in h100 for job in lifecycle.GPU_JOBS} & {r.name for r in after}
+    assert f"{h100[0]}-validation-job" in jobs, sorted(jobs)
+    assert sorted(replaced(plan)) == sorted(jobs), lifecycle.render(plan)
     changed = {c.name for c in plan.changes if c.action is not Action.UNCHANGED}
     # nouveau re-runs too: it checks the archive has the new branch's signed module for the
-    # running kernel (and may move to a kernel that has one), inside the roll.
+    # running kernel (and may move to a kernel that has one), inside the roll; the join re-runs
+    # its checks of the changed host (its CHANGE), joining nothing.
     rolled = (
-        steps.ROLL_DRAIN,
+        steps.DRAIN,
         steps.NOUVEAU,
         steps.DRIVER,
-        steps.GPU_CAPACITY,
+        steps.JOIN,
         steps.ROLL_UNCORDON,
     )
     expected = {row.resource_name(n) for n in h100 for row in rolled}
-    assert changed == expected | {f"{n}-validation-job" for n in h100}, lifecycle.render(plan)
+    assert changed == expected | jobs, lifecycle.render(plan)
     for node in h100:
         assert plan.nodes[node].disrupted == ["nouveau", "driver"], plan.nodes[node]
-        for step in (steps.JOIN, steps.NODE_READY):
-            assert plan.named(step.resource_name(node)).action is Action.UNCHANGED
+        join = plan.named(steps.JOIN.resource_name(node))
+        assert join.action is Action.RERUN, f"{join.urn}: {join.action}"
+        assert not (plan.nodes[node].reset or plan.nodes[node].rejoined), plan.nodes[node]
 
 
 def test_a_taint_change_warns_that_busy_nodes_are_re_validated_in_service(baseline):
@@ -229,14 +213,19 @@ def test_a_new_ubuntu_release_on_running_machines_is_said_to_fail():
 
 
 def test_a_label_change_rejoins_nothing_and_reconciles_through_the_api(baseline):
+    """The uncordon step reconciles the new label through the API; the join, which sets labels
+    at registration, re-runs as an update that joins nothing (its identity is the machine and
+    the cluster)."""
     after = run_program("dev", config=pools_with("dev", a10g={"labels": {"team": "research"}}))
     plan = lifecycle.plan(baseline["dev"], after)
     assert replaced(plan) == [], lifecycle.render(plan)
     for node in lifecycle.node_names(after):
         assert plan.nodes[node].summary() == "untouched", plan.nodes[node]
-        labels = plan.named(steps.NODE_LABELS.resource_name(node))
-        assert labels.action is Action.RERUN, f"{labels.urn}: {labels.action}"
-        assert "team=research" in unwrap(after.named(labels.name).inputs["stdin"])
+        uncordon = plan.named(steps.ROLL_UNCORDON.resource_name(node))
+        assert uncordon.action is Action.RERUN, f"{uncordon.urn}: {uncordon.action}"
+        assert "team=research" in unwrap(after.named(uncordon.name).inputs["stdin"])
+        join = plan.named(steps.JOIN.resource_name(node))
+        assert join.action in (Action.UNCHANGED, Action.RERUN), f"{join.urn}: {join.action}"
 
 
 def test_a_replaced_machine_cascades_to_its_own_chain_only(baseline):
@@ -252,6 +241,8 @@ def test_a_replaced_machine_cascades_to_its_own_chain_only(baseline):
         assert (impact.drained, impact.reset, impact.rejoined) == (expected,) * 3, impact
     for node in h100:
         for step in steps.NODE_STEPS:
+            if step.script is None:  # the token Secret: its name follows the new machine's id
+                continue
             change = plan.named(step.resource_name(node))
             assert change.action is Action.REPLACE, f"{change.urn}: {change.action}"
 
@@ -303,9 +294,9 @@ def test_preview_against_a_second_stack_file_reports_per_resource_and_node(tmp_p
         "prod", str(deployed), config=pools_with("prod", h100={"driverVersion": "570"})
     )
     assert "re-run    prod-gpu-h100-0-driver" in report, report
-    # Per h100 node: drain, nouveau, driver, capacity check, uncordon re-run; its validation Job
-    # replaced.
-    assert re.search(r"^    10 re-run, 2 replace, \d+ unchanged$", report, re.M), report
+    # Per h100 node: drain, nouveau, driver, join (its checks), uncordon re-run; its validation
+    # Job replaced, and the NCCL Job of the pool with it.
+    assert re.search(r"^    10 re-run, 4 replace, \d+ unchanged$", report, re.M), report
     assert "prod-gpu-h100-0: re-runs nouveau, driver" in report, report
     assert "prod-gpu-a10g-0: untouched" in report, report
 
@@ -323,20 +314,22 @@ def test_preview_against_a_git_ref_runs_that_version(capsys):
 # ---------------------------------------------------------------- retries and dead hosts
 
 
-def test_a_retried_join_needs_no_new_token_and_the_token_goes_once_joined(baseline):
-    """The token does not expire (TOKEN_TTL 0s): a join retried at any time after a failure
-    finds it valid. The node-ready step deletes it by its id once the node is Ready."""
-    from tools.harness.graph import script_params
-
-    graph = baseline["dev"]
-    for node in lifecycle.node_names(graph):
-        mint = graph.named(steps.JOIN_TOKEN.resource_name(node))
-        assert script_params(mint)["TOKEN_TTL"] == "0s", mint.urn
-        token = script_params(graph.named(steps.JOIN.resource_name(node)))["JOIN_TOKEN"]
-        ready = graph.named(steps.NODE_READY.resource_name(node))
-        assert re.fullmatch(r"[a-z0-9]{6}", script_params(ready)["TOKEN_ID"]), ready.urn
-        assert token.startswith(script_params(ready)["TOKEN_ID"] + "."), ready.urn
-        assert not isinstance(ready.inputs["stdin"], Secret), f"{ready.urn}: id is public"
+def test_a_new_kube_tools_run_brings_a_new_token_and_rejoins_nothing(baseline, monkeypatch):
+    """A join retried within the token's two hours needs nothing new (the same token, the
+    same Secret: test_an_unchanged_program_changes_nothing). Later, `pulumi up --replace` of
+    the kube-tools step reports a new time: the token Secret is replaced (its name is its id),
+    and the join takes the new token as an update, on the same machine, of the same cluster."""
+    monkeypatch.setattr(mocks, "READY_TO_JOIN_AT", "2026-01-01T03:00:00Z")
+    after = run_program("dev")
+    plan = lifecycle.plan(baseline["dev"], after)
+    for node in lifecycle.node_names(after):
+        token = plan.named(steps.JOIN_TOKEN.resource_name(node))
+        assert token.action is Action.REPLACE, f"{token.urn}: {token.action}"
+        join = plan.named(steps.JOIN.resource_name(node))
+        assert join.action is Action.RERUN, f"{join.urn}: {join.action}"
+        impact = plan.nodes[node]
+        assert not (impact.drained or impact.reset or impact.rejoined), impact
+    assert {c.type for c in plan.by_action(Action.REPLACE)} == {"kubernetes:core/v1:Secret"}
 
 
 def test_nothing_dials_a_gpu_node_on_delete_and_control_plane_hooks_are_bounded(baseline):

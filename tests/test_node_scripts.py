@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import datetime
+import json
+import re
 import subprocess
 import time
 import tomllib
@@ -10,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.hosts import pins
+from components.hosts import bundle, pins
 from components.hosts.rendering import render_script, script_digest
 from tests.helpers.gpu_host import (
     CONTAINERD,
@@ -28,7 +31,7 @@ from tests.helpers.gpu_host import (
     new_gpu_host,
     offer_module,
 )
-from tests.sandbox import STUBS_DIR, Sandbox, needs_sandbox
+from tests.sandbox import STUBS_DIR, Sandbox, needs_sandbox, step_stdin
 
 CONTROL_PLANE_RUNTIME = {**pins.runtime_params("24.04", "1.35", with_toolkit=False), **FAST}
 KUBE = {"KUBERNETES_MINOR": "1.35", **FAST}
@@ -41,6 +44,10 @@ JOIN = {
     "KUBERNETES_MINOR": "1.35",
     "NODE_LABELS": "team=ml,gpu-cluster/pool=a10g",
     "NODE_TAINTS": "nvidia.com/gpu=true:NoSchedule,dedicated:NoExecute",
+    # The Node's checks after the join look once (tests/test_join_checks.py has the waits).
+    "READY_TIMEOUT_SECONDS": "0",
+    "CAPACITY_TIMEOUT_SECONDS": "0",
+    "POLL_SECONDS": "0",
     **FAST,
 }
 
@@ -94,42 +101,27 @@ def test_render_rejects_unknown_scripts_and_the_library():
         render_script("lib/common.sh", {})
 
 
-def test_a_render_is_remembered_for_the_same_inputs_only():
-    params = {"KUBERNETES_MINOR": "1.31"}
-    first = render_script("install-kube-tools.sh", params)
-    assert render_script("install-kube-tools.sh", dict(params)) is first
-    assert render_script("install-kube-tools.sh", params, remember=False) == first
-    assert render_script("install-kube-tools.sh", params, remember=False) is not first
-    other = render_script("install-kube-tools.sh", {"KUBERNETES_MINOR": "1.32"})
-    assert other != first and "KUBERNETES_MINOR=1.32" in other
-    assert render_script("wait-ready.sh", params) != first
-
-
 @pytest.mark.parametrize("value", [1, None, ["x"]], ids=repr)
 def test_render_rejects_a_value_that_is_not_a_string(value):
-    # Remembered or not, the same refusal (an unhashable value included).
-    for remember in (True, False):
-        with pytest.raises(TypeError, match="KUBERNETES_MINOR must be a string"):
-            render_script("install-kube-tools.sh", {"KUBERNETES_MINOR": value}, remember=remember)
+    # The whole program the script tests run, and the stdin a registered step sends: the same
+    # refusal (an unhashable value included).
+    with pytest.raises(TypeError, match="KUBERNETES_MINOR must be a string"):
+        render_script("install-kube-tools.sh", {"KUBERNETES_MINOR": value})
+    with pytest.raises(TypeError, match="KUBERNETES_MINOR must be a string"):
+        step_stdin("install-kube-tools.sh", {"KUBERNETES_MINOR": value})
 
 
-def test_a_program_with_a_secret_is_not_remembered(monkeypatch):
-    # remote._render_later renders a program with a secret (a join token) without keeping it.
-    from components.hosts import rendering
-    from tools.harness.stacks import run_program
-
-    before = rendering._rendered.cache_info().currsize
-    render_script("join-node.sh", {"JOIN_TOKEN": "abcdef.0123456789abcdef"}, remember=False)
-    assert rendering._rendered.cache_info().currsize == before
-    remembered: list[str] = []
-    rendered = rendering._rendered
-    monkeypatch.setattr(
-        rendering,
-        "_rendered",
-        lambda name, items: remembered.extend(k for k, _ in items) or rendered(name, items),
-    )
-    run_program("dev")
-    assert "KUBERNETES_MINOR" in remembered and "JOIN_TOKEN" not in remembered
+def test_a_steps_stdin_carries_its_parameters_and_the_digest_of_its_program():
+    """What a step sends: the parameters (sorted, quoted, after `set +x`), then the run of its
+    bundled program by digest; never the script's text."""
+    params = {"NODE_NAME": "n'1", "API_ENDPOINT": "10.0.0.1:6443", "JOIN_TOKEN": TOKEN}
+    stdin = step_stdin("join-node.sh", params)
+    assert stdin == step_stdin("join-node.sh", dict(reversed(params.items())))
+    assert stdin.index("set +x") < stdin.index("JOIN_TOKEN=")
+    digest = bundle.digest("join-node.sh")
+    assert stdin.endswith(f"by_digest {digest}\nsource {bundle.INSTALLED_DIR}/{digest}.sh\n"), stdin
+    assert "kubeadm join" not in stdin and "log()" not in stdin, "the script travelled on stdin"
+    assert "NODE_NAME='n'\"'\"'1'\n" in stdin
 
 
 # ---- behaviour shared by every node script ----------------------------------------
@@ -231,7 +223,7 @@ def test_download_that_keeps_failing_fails_the_step(sandbox):
     assert result.returncode != 0
     assert len(result.called("curl")) == 3
     assert "giving up after 3 attempts" in result.stderr
-    assert "[kube-tools] FAILED at step 4/6 (add kubernetes apt repo), in download" in result.stderr
+    assert "[kube-tools] FAILED at step 4/7 (add kubernetes apt repo), in download" in result.stderr
     assert result.called("apt-get", "install") == []
 
 
@@ -297,7 +289,7 @@ def test_wait_ready_waits_for_first_boot_apt_daily_and_the_lists_lock(sandbox):
     assert result.stderr.count("waiting for apt-daily-upgrade.service") == 2
     assert "Could not get lock /var/lib/apt/lists/lock" in result.stderr
     assert len(result.called("apt-get")) == 3
-    assert "[ready 4/4] apt-get update" in result.stderr
+    assert "[ready 4/5] apt-get update" in result.stderr
 
 
 @needs_sandbox
@@ -997,7 +989,27 @@ def test_kube_tools_happy_path(sandbox):
     assert sandbox.state("sysctl/net.ipv4.ip_forward") == "1"
     assert sandbox.state("sysctl/net.bridge.bridge-nf-call-iptables") == "1"
     assert result.called("systemctl", "enable", "kubelet")
-    assert "[kube-tools 6/6] kubeadm v1.35.1" in result.stderr
+    assert "[kube-tools 7/7] kubeadm v1.35.1" in result.stderr
+
+
+@needs_sandbox
+def test_kube_tools_reports_when_the_host_was_ready_to_join_last_on_stdout(sandbox):
+    """One JSON line, the only stdout: the program starts the node's bootstrap token's two
+    hours there (components/kube/bootstrap_token.py reads it)."""
+    from components.kube import bootstrap_token
+
+    before = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    result = sandbox.run("install-kube-tools.sh", KUBE)
+    after = datetime.datetime.now(datetime.UTC)
+    assert result.returncode == 0, result.stderr
+    (line,) = result.stdout.splitlines()
+    ready = json.loads(line)["readyToJoinAt"]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", ready), ready
+    stamp = datetime.datetime.strptime(ready, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+    assert before <= stamp <= after, (before, ready, after)
+    assert bootstrap_token.ready_at(result.stdout) == ready
+    again = sandbox.run("install-kube-tools.sh", KUBE)
+    assert again.returncode == 0 and json.loads(again.stdout)["readyToJoinAt"] >= ready
 
 
 @needs_sandbox
@@ -1120,6 +1132,20 @@ def test_join_writes_the_join_configuration_and_removes_it(kube_host):
 
 
 @needs_sandbox
+def test_join_registers_the_node_with_its_machines_provider_id(kube_host):
+    """The kubelet's --provider-id: the Node's spec.providerID, which a delete's drain checks
+    it acts on (drain-node.sh), beside the labels."""
+    provider = "aws:///us-west-2a/i-0123456789abcdef0"
+    result = kube_host.run("join-node.sh", {**JOIN, "PROVIDER_ID": provider})
+    assert result.returncode == 0, result.stderr
+    registration = yaml.safe_load(kube_host.state("kubeadm-join-config.yaml"))["nodeRegistration"]
+    assert registration["kubeletExtraArgs"] == [
+        {"name": "node-labels", "value": JOIN["NODE_LABELS"]},
+        {"name": "provider-id", "value": provider},
+    ]
+
+
+@needs_sandbox
 def test_join_without_labels_or_taints(kube_host):
     result = kube_host.run("join-node.sh", {**JOIN, "NODE_LABELS": "", "NODE_TAINTS": ""})
     assert result.returncode == 0, result.stderr
@@ -1134,8 +1160,13 @@ def test_failed_join_names_the_step_and_keeps_the_token_secret(kube_host):
     result = kube_host.run("join-node.sh", JOIN)
     assert result.returncode != 0
     assert "[join] FAILED: kubeadm join 10.42.1.10:6443 failed (exit 1)" in result.stderr
-    # A retry needs nothing by hand: the token stays valid until the node has joined.
-    assert "run pulumi up again" in result.stderr and "--target-replace" not in result.stderr
+    # A retry within the token's two hours needs nothing by hand; after them, a new token
+    # comes with a new kube-tools run (docs/decisions/025-a-join-token-lives-two-hours.md).
+    assert "run pulumi up again" in result.stderr, result.stderr
+    assert "valid for 2 hours after its kube tools were ready" in result.stderr, result.stderr
+    assert "pulumi up --replace the URN of a10g-0-kube-tools for a new one" in result.stderr
+    assert "--target-replace" not in result.stderr
+    assert "stays valid until the node has joined" not in result.stderr, "no token lives that long"
     assert TOKEN not in result.output
     assert list(kube_host.tmp_dir.iterdir()) == []
     # The half-done join is undone so the next `pulumi up` can join again.
@@ -1144,9 +1175,9 @@ def test_failed_join_names_the_step_and_keeps_the_token_secret(kube_host):
 
 @needs_sandbox
 def test_a_join_retried_with_an_expired_token_succeeds_with_the_new_one(kube_host):
-    """A token minted with an expiry (before tokens lived until their node joined) has expired
-    when the join is retried: the join fails cleanly; the control plane's mint step, updated,
-    mints one that does not expire, and the retried join succeeds with it."""
+    """The token's two hours are over when the join is retried: the join fails cleanly; a new
+    kube-tools run reports a new time, which makes a new token Secret, and the retried join
+    succeeds with it."""
     kube_host.state("kubeadm.expired-tokens", TOKEN)
     failed = kube_host.run("join-node.sh", JOIN)
     assert failed.returncode != 0 and "could not find a JWS signature" in failed.stderr

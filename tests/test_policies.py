@@ -391,12 +391,18 @@ def test_every_stack_passes_all_mandatory_policies(stack_graph):
     assert nodes and len(joins) == len(nodes) == len(jobs), (
         f"{stack}: {len(nodes)} GPU instances, {len(joins)} joins, {len(jobs)} validation Jobs"
     )
-    assert len([n for n in secret_steps if n.endswith("-join-token")]) == len(nodes), (
-        f"{stack}: join-token steps not recognised as secret-bearing: {secret_steps}"
-    )
-    assert any(n.endswith("-kubeconfig") for n in secret_steps), (
-        f"{stack}: no kubeconfig step: {secret_steps}"
-    )
+    # The join tokens are Secrets through the Kubernetes provider, no command's stdout: the
+    # commands that print a credential are the two kubeconfig steps.
+    tokens = [
+        r
+        for r in resources
+        if r.resource_type == "kubernetes:core/v1:Secret" and r.name.endswith("-join-token")
+    ]
+    assert len(tokens) == len(nodes), f"{stack}: {len(tokens)} join tokens, {len(nodes)} nodes"
+    assert sorted(n.rsplit("-gpu-", 1)[1] for n in secret_steps) == [
+        "kubeconfig",
+        "operator-kubeconfig",
+    ], f"{stack}: commands with a credential on stdout: {secret_steps}"
     assert v.check_join_ordering(resources, {}) == [], f"{stack}: join ordering"
 
 

@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from components.hosts import steps
+from components.hosts import bundle, steps
+from components.hosts.rendering import available_scripts
 from tests.helpers.tools import require_tool
 from tools import graph_picture, preview
 from tools.harness import mocks, stacks
@@ -33,8 +34,15 @@ from tools.harness.graph import HOST_CHAIN, VALIDATION_CHAIN, unwrap
 from tools.harness.stacks import ROOT, STACKS, TEST_SECRETS
 
 STACK_FILES = sorted(p.name.split(".")[1] for p in ROOT.glob("Pulumi.*.yaml"))
-# ... and the roll's uncordon, last: after the node passed its checks.
-CONTRACT_CHAIN = ["instance", *HOST_CHAIN, *VALIDATION_CHAIN, steps.ROLL_UNCORDON.suffix]
+# The node's machine, the host's copy of its scripts (`<node>-scripts`, which every step waits
+# for), the step table's chain, and the roll's uncordon, last: after the node passed its checks.
+CONTRACT_CHAIN = [
+    "instance",
+    "scripts",
+    *HOST_CHAIN,
+    *VALIDATION_CHAIN,
+    steps.ROLL_UNCORDON.suffix,
+]
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 DIGEST_DIR = ROOT / "tests" / "preview_digests"
 DIGESTED = ("scripts", "manifests")
@@ -157,8 +165,17 @@ def _distinct_scripts(files: list[Path]) -> list[Path]:
     return list(seen.values())
 
 
+def _as_the_host_runs_it(stdin: str) -> str:
+    """A step's stdin with the program it runs by digest in place of the line that sources
+    it (the bundled program: lib/common.sh and the script, components/hosts/bundle.py)."""
+    programs = {bundle.digest(script): bundle.program(script) for script in available_scripts()}
+    sourced = re.compile(rf"(?m)^source {re.escape(bundle.INSTALLED_DIR)}/([0-9a-f]{{64}})\.sh$")
+    assert sourced.search(stdin), "a step that sources no program by digest"
+    return sourced.sub(lambda match: programs[match.group(1)], stdin)
+
+
 @pytest.mark.parametrize("stack", STACK_FILES)
-def test_every_host_step_has_its_scripts_and_they_pass_shellcheck(previews, stack):
+def test_every_host_step_has_its_scripts_and_they_pass_shellcheck(previews, stack, tmp_path):
     result = previews[stack]
     scripts = result.out_dir / "scripts"
     commands = result.graph.of_type(preview.COMMAND_TYPE)
@@ -167,7 +184,11 @@ def test_every_host_step_has_its_scripts_and_they_pass_shellcheck(previews, stac
         inputs = unwrap(command.inputs)
         script = scripts / f"{command.name}.sh"
         assert script.is_file(), f"{command.urn}: {script} was not written"
-        assert script.read_text() == inputs["stdin"].rstrip("\n") + "\n", (
+        # What the host runs, a secret the program derives (the join token) as a placeholder.
+        stdin = inputs["stdin"]
+        for name in preview.MASKED_PARAMETERS:
+            stdin = re.sub(rf"(?m)^{name}=.*$", f"{name}='<secret:{name}>'", stdin)
+        assert script.read_text() == stdin.rstrip("\n") + "\n", (
             f"{command.urn}: {script} differs from the stdin the host will run"
         )
         delete = scripts / f"{command.name}.delete.sh"
@@ -175,8 +196,13 @@ def test_every_host_step_has_its_scripts_and_they_pass_shellcheck(previews, stac
             f"{command.urn}: delete script written={delete.is_file()}, "
             f"has delete={bool(inputs.get('delete'))}"
         )
-    files = _distinct_scripts(sorted(scripts.glob("*.sh")))
-    # SC1091: a rendered script carries lib/common.sh inline; its `source` line is not followed.
+    # What the host runs: the step's stdin with the program it sources (by digest) in place.
+    expanded = tmp_path / stack
+    expanded.mkdir()
+    for path in _distinct_scripts(sorted(scripts.glob("*.sh"))):
+        (expanded / path.name).write_text(_as_the_host_runs_it(path.read_text()))
+    files = sorted(expanded.iterdir())
+    # SC1091: a program carries lib/common.sh inline; its `source` line is not followed.
     check = subprocess.run(
         ["shellcheck", "-s", "bash", "-e", "SC1091", "--severity=style", *map(str, files)],
         capture_output=True,
@@ -216,7 +242,7 @@ def test_manifests_are_yaml_kubernetes_objects(previews, stack):
         assert "metadata" in manifest, f"{resource.urn}: manifest without metadata"
         # A (Cluster)RoleBinding's body is roleRef/subjects, a (Cluster)Role's its rules; a
         # Namespace or ServiceAccount may be metadata alone.
-        body = {"spec", "data", "roleRef", "rules"}
+        body = {"spec", "data", "stringData", "roleRef", "rules"}
         assert body & manifest.keys() or kind in ("Namespace", "ServiceAccount"), (
             f"{resource.urn}: manifest without spec or data: {sorted(manifest)}"
         )
@@ -271,11 +297,16 @@ def test_graph_picture_is_a_valid_svg_and_png(previews, stack):
 
 
 def test_preview_leaves_the_harness_stdout_registry_as_it_was(monkeypatch):
-    registered = {"-join-token": lambda _args: "{}", "-other": lambda _args: "x"}
+    registered = {
+        **mocks.COMMAND_STDOUT,
+        "-kubeconfig": lambda _args: "not a kubeconfig: parsing it for a CA hash would fail",
+        "-other": lambda _args: "x",
+    }
     monkeypatch.setattr(mocks, "COMMAND_STDOUT", dict(registered))
     graph = preview.record("dev")
-    token = graph.named(f"{preview.node_names(graph)[0]}-join").plain_inputs()["stdin"]
-    assert "<secret:JOIN_TOKEN>" in token, "the preview's placeholders did not take precedence"
+    join = graph.named(f"{preview.node_names(graph)[0]}-join").plain_inputs()["stdin"]
+    # The placeholder kubeconfig's CA hash: the preview's placeholders took precedence.
+    assert f"CA_CERT_HASH=sha256:{'0' * 64}\n" in join, join
     assert registered == mocks.COMMAND_STDOUT, (
         f"preview changed COMMAND_STDOUT: {sorted(mocks.COMMAND_STDOUT)}"
     )

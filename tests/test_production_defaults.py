@@ -1,6 +1,7 @@
-"""Host scripts run exactly as the program renders them (the stdin and the delete of its host
-steps in the dev stack), so the defaults a script falls back to when the program passes nothing
-are the ones under test, against stubs that take the time the real commands take.
+"""Host scripts run exactly as the program registers them (the stdin and the delete of its host
+steps in the dev stack, run by digest from the host's copy of its scripts), so the defaults a
+script falls back to when the program passes nothing are the ones under test, against stubs that
+take the time the real commands take.
 
 A test that overrides a default (RETRY_BASE_SECONDS=0.01 for speed) never sees what production
 runs. Here the clock is scaled instead: the sleep stub records what a script asked for and sleeps
@@ -12,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from components.hosts import pins
-from components.hosts.rendering import render_script
+from components.hosts.rendering import COMMON_LIB, render_script, stripped_script
 from tests.helpers.gpu_host import CONTAINERD, CTK_PACKAGES, UBUNTU_2404
 from tests.helpers.scripts import step_program
 from tests.sandbox import Sandbox, needs_sandbox
@@ -40,11 +41,11 @@ def delete_program(graph, name: str) -> str:
 
 
 def library_only(program: str) -> str:
-    """A rendered program cut before the script body: the step's real inputs and lib/common.sh."""
-    script = program.split("\n", 2)[1].split(",", 1)[0].removeprefix("# ")
-    head, sep, _ = program.partition(f"\n# ---- {script}\n")
-    assert sep and "\n# ---- lib/common.sh\n" in head, f"{script}: not a rendered program"
-    return head + "\n"
+    """A step's stdin with lib/common.sh in place of its script: the step's real inputs and the
+    library every program starts with."""
+    head, sep, _ = program.partition("STEP_BUNDLE=")
+    assert sep, "not a step's stdin"
+    return head + stripped_script(COMMON_LIB)
 
 
 def requested_sleeps(sandbox: Sandbox) -> list[float]:
@@ -106,7 +107,7 @@ def test_download_failing_for_longer_than_one_retry_is_waited_out(dev_graph, hos
     host.state("curl.fail", 4)
     for pkg in CTK_PACKAGES:
         host.apt_available(pkg, pins.NVIDIA_CTK_VERSION)
-    result = host.run_text(program)
+    result = host.run_registered(program)
     assert result.returncode == 0, result.stderr
     # WITH_NVIDIA_TOOLKIT is left to its default on GPU nodes: the toolkit is what this step
     # installs there (its key is the download above).

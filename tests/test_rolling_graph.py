@@ -43,14 +43,12 @@ def cluster(stack: str) -> str:
 
 
 ROLLED_CHAIN = (
-    steps.ROLL_DRAIN,
+    steps.DRAIN,
     steps.DRIVER,
     steps.RUNTIME,
-    steps.KUBE_UPGRADE,
     steps.KUBE_TOOLS,
     steps.JOIN_TOKEN,
     steps.JOIN,
-    steps.NODE_READY,
 )
 
 
@@ -60,7 +58,7 @@ def test_a_nodes_roll_depends_only_on_its_own_chain_and_the_control_plane(stack)
     everyone = {n: owned_by(g, n) for n in nodes(g)}
     for node in everyone:
         others = set().union(*(urns for n, urns in everyone.items() if n != node))
-        for row in (steps.ROLL_DRAIN, steps.ROLL_UNCORDON):
+        for row in (steps.DRAIN, steps.ROLL_UNCORDON):
             resource = at(g, node, row)
             assert not g.ancestors(resource) & others, (
                 f"{resource.urn} waits on another node: {sorted(g.ancestors(resource) & others)}"
@@ -69,7 +67,7 @@ def test_a_nodes_roll_depends_only_on_its_own_chain_and_the_control_plane(stack)
                 resource.plain_inputs()["connection"]["host"]
                 != at(g, node, steps.DRIVER).plain_inputs()["connection"]["host"]
             ), f"{resource.urn}: runs on the node itself"
-        drain = at(g, node, steps.ROLL_DRAIN)
+        drain = at(g, node, steps.DRAIN)
         # Before the first step that may disrupt the node (nouveau may reboot it into a kernel
         # for a new driver branch), after the host is ready.
         assert at(g, node, steps.WAIT_READY).urn in g.direct_dependencies(drain), drain.urn
@@ -92,9 +90,10 @@ def test_a_change_goes_slot_drain_then_the_steps_then_checks_then_uncordon(stack
     g = graph(stack)
     validated = bool(g.of_type("kubernetes:batch/v1:Job"))
     for node in nodes(g):
+        # The join's own checks (Ready, every GPU) come with it.
         chain = [at(g, node, row) for row in ROLLED_CHAIN]
         if validated:
-            chain += [g.named(f"{node}-gpu-capacity"), g.named(f"{node}-validation-job")]
+            chain.append(g.named(f"{node}-validation-job"))
         chain.append(at(g, node, steps.ROLL_UNCORDON))
         for before, after in pairwise(chain):
             assert g.depends_on(after, before), f"{after.urn} does not wait for {before.urn}"
@@ -106,7 +105,7 @@ def test_drain_and_uncordon_carry_the_pools_slots_and_the_change(stack):
     pools = {p["name"]: p for p in stack_file(stack)["gpu-cluster:nodePools"]}
     for node in nodes(g):
         pool = next(p for name, p in pools.items() if node.startswith(f"{cluster(stack)}-{name}-"))
-        drain = script_params(at(g, node, steps.ROLL_DRAIN))
+        drain = script_params(at(g, node, steps.DRAIN))
         uncordon = script_params(at(g, node, steps.ROLL_UNCORDON))
         assert drain["POOL_NAME"] == uncordon["POOL_NAME"] == pool["name"]
         assert drain["MAX_UNAVAILABLE"] == str(pool.get("maxUnavailable", 1)), drain
@@ -118,12 +117,12 @@ def test_drain_and_uncordon_carry_the_pools_slots_and_the_change(stack):
 @pytest.mark.parametrize("stack", STACKS)
 def test_no_node_moves_its_kubelet_before_the_control_plane(stack):
     """Managed: the control plane's kubeadm upgrade; existing: its version-skew check. Both come
-    before every node's kube-upgrade (and so its kube-tools)."""
+    before every node's kube-tools (which moves a joined node's kubelet)."""
     g = graph(stack)
     managed = stack_file(stack)["gpu-cluster:controlPlane"]["mode"] == "managed"
     gate = g.named(f"{cluster(stack)}-{'upgrade' if managed else 'version-skew'}")
     for node in nodes(g):
-        assert g.depends_on(at(g, node, steps.KUBE_UPGRADE), gate), f"{node}: not after {gate.urn}"
+        assert g.depends_on(at(g, node, steps.KUBE_TOOLS), gate), f"{node}: not after {gate.urn}"
     if managed:
         assert g.depends_on(g.named(f"{cluster(stack)}-kube-tools"), gate)
 
@@ -147,7 +146,7 @@ def test_a_kubernetes_minor_up_upgrades_the_control_plane_first_and_rolls_every_
     instances = [c.name for c in plan.by_action(Action.REPLACE) if c.type.startswith("aws:")]
     assert instances == [], lifecycle.render(plan)
     for node in nodes(after):
-        for row in (steps.ROLL_DRAIN, steps.KUBE_UPGRADE, steps.KUBE_TOOLS, steps.ROLL_UNCORDON):
+        for row in (steps.DRAIN, steps.KUBE_TOOLS, steps.ROLL_UNCORDON):
             change = plan.named(row.resource_name(node))
             assert change.action is Action.RERUN, f"{change.urn}: {change.action}"
         change = plan.named(steps.DRIVER.resource_name(node))
@@ -156,17 +155,16 @@ def test_a_kubernetes_minor_up_upgrades_the_control_plane_first_and_rolls_every_
         # (pins.PAUSE_IMAGES): where it moves, the runtime step re-runs, behind the drain.
         runtime = plan.named(steps.RUNTIME.resource_name(node))
         assert runtime.action is (Action.RERUN if sandbox_moves else Action.UNCHANGED), runtime
-        assert after.depends_on(at(after, node, steps.RUNTIME), at(after, node, steps.ROLL_DRAIN))
-        # join-node.sh carries the minor too; on a joined node its re-run joins nothing.
-        for row in (steps.JOIN, steps.NODE_READY):
-            change = plan.named(row.resource_name(node))
-            assert change.action in (Action.UNCHANGED, Action.RERUN), f"{change.urn}"
+        assert after.depends_on(at(after, node, steps.RUNTIME), at(after, node, steps.DRAIN))
+        # join-node.sh carries the minor too; on a joined node its re-run joins nothing and
+        # checks the node again (Ready, every GPU).
+        change = plan.named(steps.JOIN.resource_name(node))
+        assert change.action is Action.RERUN, f"{change.urn}: {change.action}"
         # The engine runs updates in dependency order: the control plane's upgrade finishes
-        # before this node's kube-upgrade or kube-tools update starts.
-        for row in (steps.KUBE_UPGRADE, steps.KUBE_TOOLS):
-            assert after.depends_on(at(after, node, row), after.named(f"{name}-upgrade"))
+        # before this node's kube-tools update (which moves its kubelet) starts.
+        assert after.depends_on(at(after, node, steps.KUBE_TOOLS), after.named(f"{name}-upgrade"))
         disrupted = ["runtime"] if sandbox_moves else []
-        assert plan.nodes[node].disrupted == [*disrupted, "kube-upgrade", "kube-tools"], node
+        assert plan.nodes[node].disrupted == [*disrupted, "kube-tools"], node
 
 
 def test_a_kubernetes_minor_up_rolls_a_pool_node_by_node_through_its_slots():
@@ -178,12 +176,12 @@ def test_a_kubernetes_minor_up_rolls_a_pool_node_by_node_through_its_slots():
         ],
     }
     after = run_program("dev", config=overrides)
-    drains = [script_params(at(after, n, steps.ROLL_DRAIN)) for n in nodes(after)]
+    drains = [script_params(at(after, n, steps.DRAIN)) for n in nodes(after)]
     assert len(drains) == 3
     assert {(d["POOL_NAME"], d["MAX_UNAVAILABLE"]) for d in drains} == {("a10g", "1")}
     assert len({d["CHANGE"] for d in drains}) == 1, "nodes of one pool roll for one change"
     before = run_program("dev", config={**overrides, "kubernetesVersion": "1.35"})
-    assert {script_params(at(before, n, steps.ROLL_DRAIN))["CHANGE"] for n in nodes(before)} != {
+    assert {script_params(at(before, n, steps.DRAIN))["CHANGE"] for n in nodes(before)} != {
         drains[0]["CHANGE"]
     }
 
@@ -204,16 +202,17 @@ def _host_bound(step: Resource) -> tuple[int, int]:
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_a_slot_outlasts_the_change_it_covers_and_a_dial(stack):
-    """What a slot covers, read from the registered steps: every step after the drain at its
-    bound on the host, the capacity check, the validation Job's deadline and the uncordon, plus
-    at least one SSH dial (the engine's margin over a step's host bound). A shorter slot expires
-    while its node still changes, and another node of the pool starts: two down at once."""
+    """What a slot covers, read from the registered steps: every host step after the drain at its
+    bound on the host (the join's includes its capacity check), the validation Job's deadline
+    and the uncordon, plus at least one SSH dial (the engine's margin over a step's host
+    bound). A shorter slot expires while its node still changes, and another node of the pool
+    starts: two down at once."""
     g = graph(stack)
     for node in nodes(g):
-        drain = script_params(at(g, node, steps.ROLL_DRAIN))
-        after_drain = steps.NODE_STEPS[steps.NODE_STEPS.index(steps.ROLL_DRAIN) + 1 :]
-        covered = [at(g, node, row) for row in after_drain]
-        covered += [at(g, node, steps.GPU_CAPACITY), at(g, node, steps.ROLL_UNCORDON)]
+        drain = script_params(at(g, node, steps.DRAIN))
+        after_drain = steps.NODE_STEPS[steps.NODE_STEPS.index(steps.DRAIN) + 1 :]
+        covered = [at(g, node, row) for row in after_drain if row.script is not None]
+        covered.append(at(g, node, steps.ROLL_UNCORDON))
         bounds = [_host_bound(step) for step in covered]
         job = g.named(f"{node}-validation-job").plain_inputs()
         deadline = job["spec"]["activeDeadlineSeconds"]

@@ -44,6 +44,9 @@ def uncordon_params(node: str, max_unavailable: int = 1) -> dict[str, str]:
         "MAX_UNAVAILABLE": str(max_unavailable),
         "READY_TIMEOUT_SECONDS": "30",
         "CHANGE": "driver:580->575",
+        # No kubelet serving certificate request to wait for here (tests/test_uncordon_script.py
+        # has them).
+        "CSR_WAIT_SECONDS": "0",
     }
 
 
@@ -347,7 +350,12 @@ def test_a_node_that_completed_this_change_is_not_drained_again(tmp_path):
     assert sb.run("roll-drain.sh", drain_params(NODE_A)).returncode == 0
     assert sb.run("roll-uncordon.sh", uncordon_params(NODE_A)).returncode == 0
     node = json.loads(sb.state(f"kubectl/nodes/{NODE_A}.json"))
-    assert node["metadata"]["annotations"] == {"gpu-cluster.io/node-change": "driver:580->575"}
+    assert node["metadata"]["annotations"] == {
+        "gpu-cluster.io/node-change": "driver:580->575",
+        # The pool's labels and taints this step reconciled (none here).
+        "gpu-cluster.io/managed-labels": "",
+        "gpu-cluster.io/managed-taints": "",
+    }
     again = sb.run("roll-drain.sh", {**drain_params(NODE_A), "SLOT_WAIT_SECONDS": "7200"})
     assert again.returncode == 0, again.stderr
     assert "already has change driver:580->575: nothing to drain" in again.stderr

@@ -16,7 +16,7 @@ import pytest
 from tests.sandbox import OPT_OUT_ENV, Sandbox, needs_sandbox, sandbox_problem, unshare_command
 from tools.harness.stacks import ROOT
 
-SCRIPT_TESTS = "tests/test_capacity_script.py"
+SCRIPT_TESTS = "tests/test_join_checks.py"
 REFUSAL = "unshare: unshare failed: Operation not permitted"
 
 

@@ -40,21 +40,19 @@ INTERNAL = {
     ("lib/common.sh", "STEP_COUNT"),
     ("lib/common.sh", "STEP_TITLE"),
     ("init-control-plane.sh", "INITIALIZED_NOW"),
-    ("wait-gpu-capacity.sh", "NODE_READY"),
-    ("wait-gpu-capacity.sh", "NODE_ERROR"),
+    ("join-node.sh", "NODE_READY"),
+    ("join-node.sh", "NODE_ERROR"),
 }
 # Passed by the program in every host step that runs the script, in every stack.
 PASSED = {
     ("drain-node.sh", "DRAIN_TIMEOUT_SECONDS"),
     ("install-driver.sh", "NVLINK_SUBNET_MANAGER"),
     ("install-efa.sh", "EFA_INSTALLER_TIMEOUT_SECONDS"),
-    ("label-node.sh", "NODE_LABELS"),
-    ("label-node.sh", "NODE_TAINTS"),
-    ("mint-join-token.sh", "TOKEN_TTL"),
-    ("mint-join-token.sh", "NODE_IP"),
-    ("wait-gpu-capacity.sh", "DEVICE_PLUGIN_NAMESPACE"),
-    ("wait-gpu-capacity.sh", "DEVICE_PLUGIN_NAME"),
-    ("wait-node-ready.sh", "READY_TIMEOUT_SECONDS"),
+    ("join-node.sh", "DEVICE_PLUGIN_NAMESPACE"),
+    ("join-node.sh", "READY_TIMEOUT_SECONDS"),
+    ("join-node.sh", "CAPACITY_TIMEOUT_SECONDS"),
+    ("roll-uncordon.sh", "NODE_LABELS"),
+    ("roll-uncordon.sh", "NODE_TAINTS"),
 }
 # Run at its default by a test (module, function) that passes the script nothing for it.
 EXERCISED_BY = [
@@ -125,8 +123,13 @@ EXERCISED_BY = [
     ),
     (
         "test_control_plane_scripts",
-        "test_join_token_is_fresh_short_lived_and_pins_the_ca",
-        [("mint-join-token.sh", "CA_CERT")],
+        "test_kubeconfig_points_at_the_operators_address_and_is_not_logged",
+        [("read-kubeconfig.sh", "CA_CERT")],
+    ),
+    (
+        "test_bundle",
+        "test_run_as_root_without_sudo_a_program_is_looked_for_in_roots_home",
+        [("lib/run-by-digest.sh", "SUDO_USER")],
     ),
     (
         "test_image_scripts",
@@ -149,17 +152,17 @@ EXERCISED_BY = [
     (
         "test_script_defaults",
         "test_node_upgrade_waits_out_a_kubeadm_upgrade_node_of_seconds",
-        [("upgrade-node.sh", "UPGRADE_TIMEOUT_SECONDS")],
+        [("install-kube-tools.sh", "UPGRADE_TIMEOUT_SECONDS")],
     ),
     (
         "test_script_defaults",
-        "test_capacity_wait_polls_every_ten_seconds",
-        [("wait-gpu-capacity.sh", "POLL_SECONDS"), ("wait-gpu-capacity.sh", "KUBECONFIG_PATH")],
+        "test_the_joins_checks_look_every_five_seconds",
+        [("join-node.sh", "POLL_SECONDS")],
     ),
     (
         "test_script_defaults",
-        "test_node_ready_waits_for_a_serving_certificate_request_of_seconds",
-        [("wait-node-ready.sh", "POLL_SECONDS"), ("wait-node-ready.sh", "CSR_WAIT_SECONDS")],
+        "test_uncordon_waits_for_a_serving_certificate_request_of_seconds",
+        [("roll-uncordon.sh", "CSR_WAIT_SECONDS")],
     ),
 ]
 EXERCISED = {key: f"{module}:{function}" for module, function, keys in EXERCISED_BY for key in keys}
@@ -290,7 +293,7 @@ def test_init_waits_out_a_control_plane_that_takes_its_time(dev, tmp_path):
     sb.state("kubeadm.api-start-seconds", 15)
     sb.state("kubectl/csrs", csr_line("csr-cp", CP))
     sb.state("kubectl/csrs-at", f"{time.time() + 4.5:.3f}")
-    result = sb.run_text(step_program(dev, "dev-gpu-init"), timeout=120)
+    result = sb.run_registered(step_program(dev, "dev-gpu-init"), timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.called("kubeadm", "init"), result.commands()
     assert "API server ready" in result.stderr
@@ -307,7 +310,7 @@ def test_cni_waits_out_a_rollout_of_seconds(dev, tmp_path):
     sb.state("curl.body.kube-flannel.yml", FLANNEL_MANIFEST)
     sb.state("kubectl/rollout-seconds", 15)
     sb.state("kubectl/wait-seconds", 15)
-    result = sb.run_text(step_program(dev, "dev-gpu-cni"), timeout=120)
+    result = sb.run_registered(step_program(dev, "dev-gpu-cni"), timeout=120)
     assert result.returncode == 0, result.stderr
     assert "flannel DaemonSet rolled out" in result.stderr
     assert f"Node {CP} Ready" in result.stderr
@@ -319,10 +322,12 @@ def test_join_waits_out_a_kubeadm_join_of_seconds(dev, tmp_path):
     the script (the sum of kubeadm's phase timeouts) waits it out."""
     sb = with_kube_packages(scaled_host(tmp_path))
     sb.state("kubeadm.seconds.join", 30)
-    result = sb.run_text(step_program(dev, f"{NODE}-join"), timeout=120)
+    sb.state("kubelet.gpus", "1")  # the device plugin's, on a g5.xlarge
+    result = sb.run_registered(step_program(dev, f"{NODE}-join"), timeout=120)
     assert result.called("kubeadm", "join"), result.commands()
     assert result.returncode == 0, result.stderr
     assert sb.exists("/etc/kubernetes/kubelet.conf")
+    assert f"Node {NODE} Ready with 1 allocatable nvidia.com/gpu" in result.stderr
 
 
 @needs_sandbox
@@ -347,7 +352,7 @@ def test_roll_drain_waits_out_a_restarting_api_and_a_held_slot(dev, tmp_path):
         },
     }
     sb.state(f"kubectl/leases/kube-system/{slot}.json", json.dumps(lease))
-    result = sb.run_text(step_program(dev, f"{NODE}-roll-drain"), timeout=120)
+    result = sb.run_registered(step_program(dev, f"{NODE}-drain"), timeout=120)
     assert result.returncode == 0, result.stderr
     taken = json.loads(sb.state(f"kubectl/leases/kube-system/{slot}.json"))
     assert taken["spec"]["holderIdentity"] == NODE, taken
@@ -362,7 +367,7 @@ def test_control_plane_upgrade_waits_out_kubeadm_and_the_restarting_api(dev, tmp
     sb.state("apt-mark.held", "kubelet\nkubeadm\nkubectl\n")
     sb.state("kubeadm.seconds.upgrade", 15)
     sb.state("kubeadm.api-start-seconds", 15)
-    result = sb.run_text(step_program(dev, "dev-gpu-upgrade"), timeout=120)
+    result = sb.run_registered(step_program(dev, "dev-gpu-upgrade"), timeout=120)
     assert result.returncode == 0, result.stderr
     assert sb.state("kubectl/api") == "v1.35.1"
     assert "control plane upgraded to v1.35.1" in result.stderr
@@ -370,49 +375,54 @@ def test_control_plane_upgrade_waits_out_kubeadm_and_the_restarting_api(dev, tmp
 
 @needs_sandbox
 def test_node_upgrade_waits_out_a_kubeadm_upgrade_node_of_seconds(dev, tmp_path):
+    """A joined 1.34 worker moved to the dev stack's 1.35 by its kube-tools step: `kubeadm
+    upgrade node` takes 15 s, within the bound the program leaves to the script."""
     sb = with_kube_packages(scaled_host(tmp_path), "1.34.3-1.1")
     sb.state("kubectl/api", "v1.35.1")
     sb.write("/etc/kubernetes/kubelet.conf", "apiVersion: v1\nkind: Config\n", 0o600)
     sb.state("kubeadm.seconds.upgrade", 15)
-    result = sb.run_text(step_program(dev, f"{NODE}-kube-upgrade"), timeout=120)
+    result = sb.run_registered(step_program(dev, f"{NODE}-kube-tools"), timeout=120)
     assert result.returncode == 0, result.stderr
     assert sb.state("kubeadm.upgrades").splitlines() == ["node"]
     assert sb.installed("kubelet") == "1.35.1-1.1"
 
 
 @needs_sandbox
-def test_node_ready_waits_for_a_serving_certificate_request_of_seconds(dev, tmp_path):
-    """The node turns Ready on the second look (every 5 s), and its kubelet files its serving
-    certificate request 3.5 s from now (7 s of this clock's production time at the 0.2 scale):
-    the default wait for it (10 s) gets it approved, so `kubectl logs` reaches the node."""
+def test_uncordon_waits_for_a_serving_certificate_request_of_seconds(dev, tmp_path):
+    """The node's kubelet files its serving certificate request 3.5 s from now (7 s of this
+    clock's production time at the 0.2 scale): the uncordon's default wait for it (10 s, a
+    look every 5 s) gets it approved, so `kubectl logs` reaches the node."""
     sb = cluster(scaled_host(tmp_path, "0.2"))
-    sb.state(f"kubectl/nodes/{NODE}.json", node_json(NODE, "False"))
-    sb.state(f"kubectl/nodes/{NODE}.json.next", node_json(NODE))
-    sb.state(f"kubectl/nodes/{NODE}.next-after", 1)
+    sb.state(f"kubectl/nodes/{NODE}.json", node_json(NODE))
     sb.state("kubectl/csrs", csr_line("csr-node", NODE))
     sb.state("kubectl/csrs-at", f"{time.time() + 3.5:.3f}")
-    result = sb.run_text(step_program(dev, f"{NODE}-node-ready"), timeout=120)
+    result = sb.run_registered(step_program(dev, f"{NODE}-uncordon"), timeout=120)
     assert result.returncode == 0, result.stderr
     assert approved(result) == ["csr-node"], result.commands()
-    assert sleeps(sb) and set(sleeps(sb)) == {5.0}, sleeps(sb)
+    polls = [s for s in sleeps(sb) if s]  # the kubectl stub's `wait` sleeps 0
+    assert polls and set(polls) == {5.0}, sleeps(sb)
 
 
 @needs_sandbox
-def test_capacity_wait_polls_every_ten_seconds(dev, tmp_path):
-    """The device plugin advertises the GPUs on the third look; the script reads the admin
-    kubeconfig where kubeadm writes it (the program passes no path)."""
-    sb = cluster(scaled_host(tmp_path))
-    empty = node_json(NODE, allocatable={"cpu": "4"})
-    gpus = node_json(NODE, allocatable={"cpu": "4", "nvidia.com/gpu": "1"})
-    sb.state(f"kubectl/nodes/{NODE}.json", empty)
-    sb.state(f"kubectl/nodes/{NODE}.json.next", gpus)
-    sb.state(f"kubectl/nodes/{NODE}.next-after", 2)
-    result = sb.run_text(step_program(dev, f"{NODE}-gpu-capacity"), timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert all(
-        f"--kubeconfig={ADMIN_CONF}" in c or ADMIN_CONF in c for c in result.called("kubectl")
+def test_the_joins_checks_look_every_five_seconds(dev, tmp_path):
+    """A joined node's Node is not Ready on the first two looks, then Ready with its GPU: the
+    registered join (which passes no poll) waits it out, looking every 5 s, through the node's
+    own kubeconfig, and its capacity check finds the GPU on the next look."""
+    sb = with_kube_packages(scaled_host(tmp_path))
+    sb.write("/etc/kubernetes/kubelet.conf", "apiVersion: v1\nkind: Config\n", 0o600)
+    (sb.state_dir / "kubectl" / "nodes").mkdir(parents=True)
+    sb.state(f"kubectl/nodes/{NODE}.json", node_json(NODE, "False", allocatable={"cpu": "4"}))
+    sb.state(
+        f"kubectl/nodes/{NODE}.json.next",
+        node_json(NODE, allocatable={"cpu": "4", "nvidia.com/gpu": "1"}),
     )
-    assert sleeps(sb) and set(sleeps(sb)) == {10.0}, sleeps(sb)
+    sb.state(f"kubectl/nodes/{NODE}.next-after", 2)
+    result = sb.run_registered(step_program(dev, f"{NODE}-join"), timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert not result.called("kubeadm", "join"), "joined a joined node"
+    looks = [c for c in result.called("kubectl") if "get" in c]
+    assert len(looks) == 4 and all("/etc/kubernetes/kubelet.conf" in c for c in looks), looks
+    assert sleeps(sb) == [5.0, 5.0], sleeps(sb)
 
 
 @needs_sandbox
@@ -424,7 +434,7 @@ def test_first_boot_waits_out_cloud_init_apt_daily_and_a_busy_archive(dev, tmp_p
     sb.state("cloud-init.seconds", 30)
     sb.state("systemd/apt-daily.running-checks", 4)
     sb.state("apt.lists-lock", 3)
-    result = sb.run_text(step_program(dev, "dev-gpu-wait-ready"), timeout=120)
+    result = sb.run_registered(step_program(dev, "dev-gpu-wait-ready"), timeout=120)
     assert result.returncode == 0, result.stderr
     assert "host ready" in result.stderr
     # cloud-init's 30 s, apt-daily's four 5 s looks, then the three retries of apt-get update
@@ -450,7 +460,7 @@ def test_packages_wait_out_a_held_dpkg_lock_and_failed_installs(dev, tmp_path):
         sb.apt_available(pkg, "1.35.0-1.1", "1.35.1-1.1")
     sb.hold_apt_lock(2)
     sb.state("apt-get.fail.install", 2)
-    result = sb.run_text(step_program(dev, "dev-gpu-kube-tools"), timeout=120)
+    result = sb.run_registered(step_program(dev, "dev-gpu-kube-tools"), timeout=120)
     assert result.returncode == 0, result.stderr
     assert sb.installed("kubeadm") == "1.35.1-1.1"
     assert len([c for c in result.called("apt-get") if "install" in c]) == 3, result.commands()

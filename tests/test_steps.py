@@ -13,7 +13,7 @@ import pytest
 from components.hosts import steps
 from components.hosts.rendering import available_scripts
 from tools import step_table
-from tools.harness.graph import script_params, unwrap
+from tools.harness.graph import program_script, script_params, unwrap
 from tools.harness.stacks import ROOT, run_program
 
 sys.path.insert(0, str(ROOT / "policies"))
@@ -23,8 +23,8 @@ STACKS = ("dev", "staging", "prod")
 
 
 def script_of(resource) -> str:
-    stdin = unwrap(resource.inputs["stdin"])
-    return stdin.splitlines()[1].split(",", 1)[0].removeprefix("# ")
+    """The script a step runs: the program its stdin sources by digest."""
+    return program_script(unwrap(resource.inputs["stdin"]))
 
 
 def test_every_row_names_a_script_that_exists():
@@ -108,7 +108,7 @@ def test_only_nouveau_driver_runtime_and_kubelet_steps_disrupt_gpu_work():
         "nouveau",
         "driver",
         "runtime",
-        "kube-upgrade",
+        # It also moves a joined node's kubelet to a new minor (what kube-upgrade did).
         "kube-tools",
     ]
     assert all(s.runs_on is steps.Where.NODE for s in steps.disruptive_steps())
@@ -129,12 +129,16 @@ def test_registered_steps_are_the_tables_rows(stack):
     for node in nodes:
         for step in steps.NODE_STEPS:
             resource = graph.named(step.resource_name(node))
+            if step.script is None:  # a Kubernetes object of the chain (the join token)
+                assert step.runs_on is steps.Where.KUBERNETES, step
+                assert resource.type.startswith("kubernetes:"), f"{resource.urn}: a host step"
+                continue
             assert script_of(resource) == step.script, f"{resource.urn}: {script_of(resource)}"
             delete = unwrap(resource.inputs.get("delete")) or ""
             if step.delete_script is None:
                 assert not delete, f"{resource.urn}: delete hook not in the table"
             else:
-                assert f"# {step.delete_script}," in delete, f"{resource.urn}: {delete[:200]}"
+                assert program_script(delete) == step.delete_script, f"{resource.urn}: {delete}"
             assert resource.custom_timeouts.get("create"), f"{resource.urn}: no bound"
         assert script_params(graph.named(steps.DRIVER.resource_name(node)))["DRIVER_BRANCH"]
 

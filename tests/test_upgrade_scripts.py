@@ -1,9 +1,9 @@
 """Kubernetes minor upgrades, run for real in the sandbox: the managed control plane first
-(upgrade-control-plane.sh), then each drained node (upgrade-node.sh), in the order kubeadm's
-upgrade procedure gives (kubernetes.io/docs/tasks/administer-cluster/kubeadm/kubeadm-upgrade/:
-"Skipping MINOR versions when upgrading is unsupported"; upgrade kubeadm, `kubeadm upgrade
-plan`/`apply` on the control plane, then per node `kubeadm upgrade node`, then kubelet and
-kubectl, kubelet restarted).
+(upgrade-control-plane.sh), then each drained node (install-kube-tools.sh on a joined worker,
+what upgrade-node.sh did), in the order kubeadm's upgrade procedure gives
+(kubernetes.io/docs/tasks/administer-cluster/kubeadm/kubeadm-upgrade/: "Skipping MINOR versions
+when upgrading is unsupported"; upgrade kubeadm, `kubeadm upgrade plan`/`apply` on the control
+plane, then per node `kubeadm upgrade node`, then kubelet and kubectl, kubelet restarted).
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ from tests.sandbox import Sandbox, needs_sandbox
 pytestmark = needs_sandbox
 
 FAST = {"RETRY_BASE_SECONDS": "0.01", "POLL_SECONDS": "0.1"}
+# The node's step: its kube tools, which move a joined worker to a new minor first.
+KUBE_TOOLS = "install-kube-tools.sh"
 KUBE_PACKAGES = ("kubelet", "kubeadm", "kubectl")
 
 
@@ -134,10 +136,15 @@ def test_a_failed_apply_says_so_and_a_rerun_finishes(tmp_path):
 # ---------------------------------------------------------------- nodes
 
 
+def kube_installs(result) -> list[str]:
+    return [c for c in result.commands() if c.startswith("apt-get") and " install " in c]
+
+
 def test_node_upgrade_follows_kubeadms_worker_procedure(tmp_path):
     sb = node(tmp_path)
-    result = sb.run("upgrade-node.sh", {"KUBERNETES_MINOR": "1.36", **FAST})
+    result = sb.run(KUBE_TOOLS, {"KUBERNETES_MINOR": "1.36", **FAST})
     assert result.returncode == 0, result.stderr
+    assert "kubelet 1.35 -> 1.36 (API server 1.36)" in result.stderr, result.stderr
     steps = order(
         result,
         "kubeadm=1.36.*",
@@ -148,38 +155,74 @@ def test_node_upgrade_follows_kubeadms_worker_procedure(tmp_path):
     )
     assert steps == sorted(steps), result.commands()
     assert {sb.installed(p) for p in KUBE_PACKAGES} == {"1.36.0-1.1"}
-    again = sb.run("upgrade-node.sh", {"KUBERNETES_MINOR": "1.36", **FAST})
-    assert again.returncode == 0 and "kubelet already 1.36" in again.stderr
-    assert not again.called("kubeadm") and not again.called("apt-get"), again.commands()
+    assert sb.held() >= set(KUBE_PACKAGES)
+    assert sb.state("kubeadm.upgrades").splitlines() == ["node"]
+    # Its last line, as on every run: the time the node's join token starts from.
+    assert result.stdout.splitlines()[-1].startswith('{"readyToJoinAt": "'), result.stdout
+    again = sb.run(KUBE_TOOLS, {"KUBERNETES_MINOR": "1.36", **FAST})
+    assert again.returncode == 0 and "kubelet already 1.36" in again.stderr, again.stderr
+    assert not again.called("kubeadm", "upgrade") and not kube_installs(again), again.commands()
+    assert not again.called("systemctl", "restart", "kubelet"), again.commands()
 
 
 def test_a_node_not_joined_yet_has_nothing_to_upgrade(tmp_path):
+    """kubeadm join configures the kubelet of the new minor: the packages are installed as on
+    any first run, and no `kubeadm upgrade node` runs."""
     sb = node(tmp_path, joined=False)
-    result = sb.run("upgrade-node.sh", {"KUBERNETES_MINOR": "1.36", **FAST})
+    result = sb.run(KUBE_TOOLS, {"KUBERNETES_MINOR": "1.36", **FAST})
     assert result.returncode == 0, result.stderr
     assert "not joined yet" in result.stderr
-    assert result.calls == [], result.commands()
+    assert not result.called("kubeadm", "upgrade"), result.commands()
+    assert {sb.installed(p) for p in KUBE_PACKAGES} == {"1.36.0-1.1"}
+
+
+def test_a_control_plane_host_is_left_to_its_own_upgrade(tmp_path):
+    """install-kube-tools.sh is the control plane's kube-tools step too: there
+    upgrade-control-plane.sh, which runs before it, moves the host (kubeadm upgrade apply)."""
+    sb = control_plane(tmp_path)
+    sb.write("/etc/kubernetes/kubelet.conf", "apiVersion: v1\nkind: Config\n", 0o600)
+    result = sb.run(KUBE_TOOLS, {"KUBERNETES_MINOR": "1.35", **FAST})
+    assert result.returncode == 0, result.stderr
+    assert "a control-plane host: upgrade-control-plane.sh moves it" in result.stderr
+    assert not result.called("kubeadm", "upgrade"), result.commands()
 
 
 def test_a_node_never_moves_past_its_api_server(tmp_path):
     sb = node(tmp_path, api="v1.35.1")  # the control plane was not upgraded
-    result = sb.run("upgrade-node.sh", {"KUBERNETES_MINOR": "1.36", **FAST})
+    result = sb.run(KUBE_TOOLS, {"KUBERNETES_MINOR": "1.36", **FAST})
     assert result.returncode != 0
     assert (
-        "[upgrade-node] FAILED: gpu-cluster:kubernetesVersion is 1.36 but the API server runs "
+        "[kube-tools] FAILED: gpu-cluster:kubernetesVersion is 1.36 but the API server runs "
         "1.35; a kubelet must never be newer than its API server" in result.stderr
     ), result.stderr
-    assert not result.called("apt-get") and not result.called("kubeadm"), result.commands()
+    assert not kube_installs(result) and not result.called("kubeadm"), result.commands()
+    assert {sb.installed(p) for p in KUBE_PACKAGES} == {"1.35.1-1.1"}
 
 
 def test_a_node_refuses_a_skipped_minor(tmp_path):
     sb = node(tmp_path, api="v1.37.0")
-    result = sb.run("upgrade-node.sh", {"KUBERNETES_MINOR": "1.37", **FAST})
+    result = sb.run(KUBE_TOOLS, {"KUBERNETES_MINOR": "1.37", **FAST})
     assert result.returncode != 0
     assert "gpu-cluster:kubernetesVersion is 1.37 but this node's kubelet runs 1.35" in (
         result.stderr
     )
-    assert not result.called("apt-get"), result.commands()
+    assert not kube_installs(result), result.commands()
+
+
+def test_a_failed_kubeadm_upgrade_node_keeps_the_kubelet_and_a_rerun_finishes(tmp_path):
+    sb = node(tmp_path)
+    sb.state("kubeadm.fail.upgrade", 1)
+    failed = sb.run(KUBE_TOOLS, {"KUBERNETES_MINOR": "1.36", **FAST})
+    assert failed.returncode == 1, failed.stderr
+    assert (
+        "[kube-tools] FAILED: kubeadm upgrade node failed (its output is above); the node stays "
+        "drained" in failed.stderr
+    ), failed.stderr
+    assert sb.installed("kubelet") == "1.35.1-1.1", "the kubelet moved without its config"
+    rerun = sb.run(KUBE_TOOLS, {"KUBERNETES_MINOR": "1.36", **FAST})
+    assert rerun.returncode == 0, rerun.stderr
+    assert {sb.installed(p) for p in KUBE_PACKAGES} == {"1.36.0-1.1"}
+    assert sb.state("kubeadm.upgrades").splitlines() == ["node"]
 
 
 # ---------------------------------------------------------------- failures met in the field
@@ -247,10 +290,10 @@ def test_a_joined_node_without_a_kubelet_package_is_not_upgraded(tmp_path):
     install): the running minor is unknown, so the step refuses and says what to do."""
     sb = node(tmp_path)
     (sb.state_dir / "dpkg" / "kubelet").unlink()
-    result = sb.run("upgrade-node.sh", {"KUBERNETES_MINOR": "1.36", **FAST})
+    result = sb.run(KUBE_TOOLS, {"KUBERNETES_MINOR": "1.36", **FAST})
     assert result.returncode == 1, result.stderr
     assert (
-        "[upgrade-node] FAILED: joined (/etc/kubernetes/kubelet.conf) but no kubelet package "
+        "[kube-tools] FAILED: joined (/etc/kubernetes/kubelet.conf) but no kubelet package "
         "installed: kubelet was removed or installed without apt" in result.stderr
     ), result.stderr
-    assert not result.called("apt-get") and not result.called("kubeadm"), result.commands()
+    assert not kube_installs(result) and not result.called("kubeadm"), result.commands()

@@ -1,4 +1,5 @@
-"""GpuValidation on the recorded graph: per node, the capacity wait then the pinned Job."""
+"""Each node's validation on the recorded graph: the capacity wait (the join's own, through the
+API with the node's credentials), then the Job pinned to the node, a child of its GpuNode."""
 
 from __future__ import annotations
 
@@ -61,20 +62,18 @@ def test_each_validation_waits_for_its_node_and_the_daemon_set_only(stack):
     ds = g.named(DAEMON_SET)
     names = [name for name, _ in nodes(stack)]
     for name in names:
-        capacity = g.named(f"{name}-gpu-capacity")
         job = g.named(f"{name}-validation-job")
-        ready = g.named(f"{name}-node-ready")
         join = g.named(f"{name}-join")
-        for step in (capacity, job):
-            assert g.depends_on(step, ready), f"{step.urn} must wait for {ready.urn}"
-            assert g.depends_on(step, join), f"{step.urn} must wait for {join.urn}"
-            assert g.depends_on(step, ds), f"{step.urn} must wait for {ds.urn}"
-        assert g.depends_on(job, capacity), f"{job.urn} must wait for {capacity.urn}"
+        # The join saw the node Ready with every GPU allocatable: the Job follows it directly.
+        assert join.urn in g.direct_dependencies(job), f"{job.urn} must wait for {join.urn}"
+        assert ds.urn in g.direct_dependencies(job), f"{job.urn} must wait for {ds.urn}"
+        assert g.depends_on(join, ds), f"{join.urn}'s capacity wait needs the device plugin"
+        assert job.parent == g.named(f"{name}-node").urn, f"{job.urn}: not a child of its node"
         others = {
             g.named(f"{other}-{suffix}").urn
             for other in names
             if other != name
-            for suffix in ("join", "node-ready", "gpu-capacity", "validation-job")
+            for suffix in ("join", "validation-job")
         }
         assert not g.ancestors(job) & others, (
             f"{job.urn} waits for other nodes: {sorted(g.ancestors(job) & others)}"
@@ -82,27 +81,28 @@ def test_each_validation_waits_for_its_node_and_the_daemon_set_only(stack):
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_capacity_wait_runs_on_the_control_plane_for_count_times_replicas(stack):
+def test_the_join_waits_on_the_node_for_count_times_replicas(stack):
+    """wait-gpu-capacity.sh ran on the control plane; the join now waits itself, on the node,
+    for every GPU of the instance type (each time-sliced share), within validation's bound."""
     g = graph(stack)
     for name, pool in nodes(stack):
-        capacity = g.named(f"{name}-gpu-capacity")
-        ready = g.named(f"{name}-node-ready")
-        host = capacity.plain_inputs()["connection"]["host"]
-        assert host == ready.plain_inputs()["connection"]["host"], (
-            f"{capacity.urn} runs on {host}, not on the control plane like {ready.urn}"
+        join = g.named(f"{name}-join")
+        wait_ready = g.named(f"{name}-wait-ready")
+        host = join.plain_inputs()["connection"]["host"]
+        assert host == wait_ready.plain_inputs()["connection"]["host"], (
+            f"{join.urn} runs on {host}, not on the node like {wait_ready.urn}"
         )
-        assert "wait-gpu-capacity.sh" in capacity.plain_inputs()["stdin"], f"{capacity.urn}"
         expected = CATALOG[pool.instance_type].gpu_count * replicas(stack)
-        assert script_param(capacity, "NODE_NAME") == name, f"{capacity.urn}"
-        assert script_param(capacity, "EXPECTED_GPUS") == str(expected), (
-            f"{capacity.urn}: EXPECTED_GPUS {script_param(capacity, 'EXPECTED_GPUS')}, "
+        assert script_param(join, "NODE_NAME") == name, f"{join.urn}"
+        assert script_param(join, "EXPECTED_GPUS") == str(expected), (
+            f"{join.urn}: EXPECTED_GPUS {script_param(join, 'EXPECTED_GPUS')}, "
             f"want {expected} ({pool.instance_type} x {replicas(stack)} replicas)"
         )
-        bound = int(script_param(capacity, "TIMEOUT_SECONDS"))
-        assert bound == timeout_seconds(stack), f"{capacity.urn}: TIMEOUT_SECONDS {bound}"
-        create = capacity.custom_timeouts.get("create", "")
+        bound = int(script_param(join, "CAPACITY_TIMEOUT_SECONDS"))
+        assert bound == timeout_seconds(stack), f"{join.urn}: CAPACITY_TIMEOUT_SECONDS {bound}"
+        create = join.custom_timeouts.get("create", "")
         assert create.endswith("s") and int(create[:-1]) > bound, (
-            f"{capacity.urn}: step timeout {create} must exceed the script's bound {bound}s"
+            f"{join.urn}: step timeout {create} must exceed the capacity bound {bound}s"
         )
 
 
@@ -161,16 +161,28 @@ def test_job_fails_up_when_validation_fails(stack):
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_job_is_replaced_when_the_capacity_check_reruns(stack):
+def test_job_runs_again_for_a_new_machine_a_new_cluster_or_a_change_of_the_node(stack):
+    """The Job follows its machine and cluster (replacement_trigger) and what the node's
+    disruptive steps install (its pod template's node-change annotation, the roll's CHANGE);
+    the capacity step's id its template carried before is ignored (decision 027), and it
+    continues the Job of the GpuValidation component it was a child of."""
     g = graph(stack)
+    endpoint = g.outputs["endpoint"]
     for name, _ in nodes(stack):
         job = g.named(f"{name}-validation-job")
-        capacity = g.named(f"{name}-gpu-capacity")
+        assert job.replacement_trigger == [g.named(name).id, endpoint], f"{job.urn}"
         template = job.plain_inputs()["spec"]["template"]["metadata"]
-        assert template["annotations"].get(manifests.CAPACITY_CHECK_ANNOTATION), f"{job.urn}"
-        assert capacity.urn in job.property_dependencies.get("spec", set()), (
-            f"{job.urn}: the pod template must carry {capacity.urn}'s id"
+        change = script_param(g.named(f"{name}-drain"), "CHANGE")
+        assert template["annotations"][manifests.NODE_CHANGE_ANNOTATION] == change, job.urn
+        assert manifests.CAPACITY_CHECK_ANNOTATION not in template["annotations"], job.urn
+        assert job.ignore_changes == [
+            f'spec.template.metadata.annotations["{manifests.CAPACITY_CHECK_ANNOTATION}"]'
+        ], f"{job.urn}: {job.ignore_changes}"
+        former = (
+            f"urn:pulumi:{stack}::gpu-cluster::gpu-cluster:index:GpuValidation"
+            f"$kubernetes:batch/v1:Job::{name}-validation-job"
         )
+        assert {"urn": former} in job.aliases, f"{job.urn}: {job.aliases}"
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -183,18 +195,20 @@ def test_outputs_report_model_count_and_validation_per_node(stack):
         assert got["gpuModel"] == gpu.gpu.name, f"stack {stack} output gpuNodes.{name}: {got}"
         assert got["gpuCount"] == gpu.gpu_count, f"stack {stack} output gpuNodes.{name}: {got}"
         assert got["validated"] is True, f"stack {stack} output gpuNodes.{name}: {got}"
-        component = g.named(f"{name}-validation")
-        assert component.outputs.get("passed") is True, f"{component.urn}: {component.outputs}"
+    assert not g.of_type("gpu-cluster:index:GpuValidation"), "a component per node too many"
 
 
 def test_validation_disabled_creates_no_checks():
     g = run_program("staging", config={"validation": {"enabled": False}})
-    checks = g.find(lambda r: r.name.endswith(("-gpu-capacity", "-validation-job")))
+    checks = g.find(lambda r: r.name.endswith("-validation-job"))
     assert not checks, f"validation disabled, yet {[r.urn for r in checks]}"
     assert g.of_type("kubernetes:apps/v1:DaemonSet"), "the device plugin is deployed anyway"
     for name, _ in nodes("staging"):
         got = g.outputs["gpuNodes"][name]
         assert got["validated"] == "disabled", f"output gpuNodes.{name}: {got}"
+        # The join still waits for its Node Ready, not for its GPUs.
+        join = g.named(f"{name}-join")
+        assert script_param(join, "EXPECTED_GPUS") == "", f"{join.urn}: a capacity check"
 
 
 def test_time_slicing_job_takes_every_share_and_checks_physical_gpus():
@@ -203,14 +217,14 @@ def test_time_slicing_job_takes_every_share_and_checks_physical_gpus():
     g = run_program("dev", config={"devicePlugin": {"timeSlicing": {"replicas": 4}}})
     (name, pool), *_ = nodes("dev")
     count = CATALOG[pool.instance_type].gpu_count
-    capacity = g.named(f"{name}-gpu-capacity")
+    join = g.named(f"{name}-join")
     job = g.named(f"{name}-validation-job")
-    assert script_param(capacity, "EXPECTED_GPUS") == str(count * 4), f"{capacity.urn}"
+    assert script_param(join, "EXPECTED_GPUS") == str(count * 4), f"{join.urn}"
     (container,) = job_pod(job)["containers"]
     limits = container["resources"]["limits"]
     assert limits == {"nvidia.com/gpu": str(count * 4)}, f"{job.urn}: {limits}"
-    assert limits["nvidia.com/gpu"] == script_param(capacity, "EXPECTED_GPUS"), (
-        f"{job.urn} must request exactly what {capacity.urn} waited for"
+    assert limits["nvidia.com/gpu"] == script_param(join, "EXPECTED_GPUS"), (
+        f"{job.urn} must request exactly what {join.urn} waited for"
     )
     assert f"-ne {count} ]" in container["command"][-1], (
         f"{job.urn}: the count check is on the {count} physical GPUs: {container['command']}"

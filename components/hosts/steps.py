@@ -289,7 +289,7 @@ CP_OPERATOR_KUBECONFIG = Step(
 )
 
 # ---------------------------------------------------------------- baked image builder
-# It runs the install steps of the node chain (install_steps in gpu_node.py), then these.
+# It runs the install steps of the node chain (install_steps in node_inputs.py), then these.
 
 IMAGE_PULL = Step("pull-images", "pull-images.sh", Where.IMAGE_BUILDER, 20 * MINUTE)
 IMAGE_PREPARE = Step("prepare", "prepare-image.sh", Where.IMAGE_BUILDER, 10 * MINUTE)

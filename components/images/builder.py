@@ -185,6 +185,8 @@ def build_image(name: str, build: Build, *, parent: pulumi.Resource) -> aws.ec2.
         site.login,
         identity=builder.id,
         host_key=host_keys.pinned(builder, host_key, site.login.host_keys),
+        # Its bundle holds the image steps' programs too (pull, prepare, power off).
+        role=steps.Where.IMAGE_BUILDER,
     )
     after: pulumi.Resource = builder
     for install in build.install_steps:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from functools import cache
 
 from components.hosts.rendering import SCRIPTS_DIR
-from tools.harness.graph import unwrap
+from tools.harness.graph import program_params, program_script, unwrap
 from tools.harness.stacks import STACKS, run_program, stack_file
 
 INPUT_LINE = re.compile(r"^#   ([A-Z][A-Z0-9_]*)\s+(.*)$")
@@ -52,14 +52,9 @@ def header_inputs(script: str) -> dict[str, Input]:
 
 
 def rendered_params(program: str) -> tuple[str, dict[str, str]]:
-    """(script name, NAME=value inputs) of a program rendered by components/hosts/rendering.py."""
-    script = program.split("\n", 2)[1].removeprefix("# ").split(",", 1)[0]
-    header = program.split("# ---- inputs\n", 1)[1].split("# ---- lib/common.sh", 1)[0]
-    params = {}
-    for line in header.splitlines():
-        name, _, value = line.partition("=")
-        params[name] = value.strip("'")
-    return script, params
+    """(script name, NAME=value inputs) of what a step sends: its parameters and the program it
+    runs by digest (components/hosts/remote.py step_program)."""
+    return program_script(program), program_params(program)
 
 
 def _every_feature() -> dict:

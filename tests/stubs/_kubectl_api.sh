@@ -48,6 +48,19 @@ _get_object() {
   exit 0
 }
 
+# _render_list <argv...>: a List on stdin as `get` prints it: -o jsonpath=<template>, else the
+# JSON itself.
+_render_list() {
+  local argv=("$@") output="" j
+  for ((j = 0; j < ${#argv[@]}; j++)); do
+    [[ "${argv[j]}" == -o ]] && output="${argv[j + 1]}"
+  done
+  case "${output}" in
+    jsonpath=*) python3 "$(dirname "$0")/_kubectl_jsonpath.py" "${output#jsonpath=}" ;;
+    *) cat ;;
+  esac
+}
+
 # _takes <state key> <--timeout seconds>: the watch lasts the key's seconds (0 when unset): false,
 # after the timeout, when the timeout is shorter.
 _takes() {
@@ -74,7 +87,7 @@ kubectl_api() {
       -f) i=$((i + 1)) && file="${all[i]}" ;;
       --for=*) condition="${arg#--for=}" ;;
       --timeout=*) timeout="${arg#--timeout=}" && timeout="${timeout%s}" ;;
-      -o | --request-timeout | --timeout) i=$((i + 1)) ;;
+      -o | --request-timeout | --timeout | --field-selector) i=$((i + 1)) ;;
       -*) ;;
       *) args+=("${arg}") ;;
     esac
@@ -129,11 +142,27 @@ kubectl_api() {
       fi
       if [[ "${args[1]:-}" =~ ^(csr|csrs|certificatesigningrequests)$ ]]; then
         # state kubectl/csrs: one "<name> <username> <signerName> <condition>" line per request
-        # (condition empty while pending), as the scripts' jsonpath prints them.
+        # (condition empty while pending), served as CertificateSigningRequest objects.
         if state_has kubectl/csrs-at && ! past "$(state_get kubectl/csrs-at)"; then
+          echo '{"kind": "List", "items": []}' | _render_list "${all[@]}"
           exit 0
         fi
-        state_has kubectl/csrs && cat "${STUB_STATE}/kubectl/csrs"
+        python3 "$(dirname "$0")/_kubectl_objects.py" "${STUB_STATE}" csr list |
+          _render_list "${all[@]}"
+        exit 0
+      fi
+      if [[ "${args[1]:-}" =~ ^(secret|secrets)$ ]]; then
+        local type=""
+        for ((i = 0; i < ${#all[@]}; i++)); do
+          [[ "${all[i]}" == --field-selector ]] && type="${all[i + 1]#type=}"
+          [[ "${all[i]}" == --field-selector=type=* ]] && type="${all[i]#--field-selector=type=}"
+        done
+        if [[ -n "${args[2]:-}" ]]; then
+          _get_object "kubectl/secrets/${namespace}/${args[2]}.json" "secrets \"${args[2]}\"" \
+            "${all[@]}"
+        fi
+        python3 "$(dirname "$0")/_kubectl_objects.py" "${STUB_STATE}" secret list \
+          "${namespace}" "${type}" | _render_list "${all[@]}"
         exit 0
       fi
       if [[ "${args[1]:-}" =~ ^(daemonset|daemonsets|ds)$ ]]; then
@@ -237,6 +266,13 @@ kubectl_api() {
       exit 0
       ;;
     delete)
+      if [[ "${args[1]:-}" =~ ^(secret|secrets)$ ]]; then
+        local ignore=no
+        [[ " ${all[*]} " == *" --ignore-not-found "* ]] && ignore=yes
+        python3 "$(dirname "$0")/_kubectl_objects.py" "${STUB_STATE}" secret delete \
+          "${namespace}" "${args[2]}" "${ignore}"
+        exit $?
+      fi
       if [[ "${args[1]:-}" =~ ^(node|nodes|no)$ ]]; then
         rm -f "${STUB_STATE}/kubectl/nodes/${args[2]}.json"
         echo "node \"${args[2]}\" deleted"

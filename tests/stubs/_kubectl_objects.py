@@ -27,8 +27,16 @@ to one object, so concurrent stub processes (two runs on one control plane) see 
                does removing a key and effect the same command sets.
       annotate k=v sets, k- removes.
       Nothing is written when the command fails; each write gets a new resourceVersion.
+  secret list <namespace> <type>   the Secrets of kubectl/secrets/<namespace>/*.json (of that
+      type, `--field-selector type=<type>`; all when empty) as a List, in name order.
+  secret delete <namespace> <name> yes|no   removes kubectl/secrets/<namespace>/<name>.json and
+      appends "<namespace>/<name>" to kubectl/deleted-secrets; an absent one is NotFound (exit
+      1) unless --ignore-not-found (yes).
+  csr list   the requests of state kubectl/csrs ("<name> <username> <signerName> <condition>"
+      lines, condition empty while pending) as a List of CertificateSigningRequests.
 Usage: python3 _kubectl_objects.py <state-dir> lease create|replace <file>
        | node cordon|uncordon <node> | node label|taint|annotate <node> yes|no <change>...
+       | secret list <namespace> <type> | secret delete <namespace> <name> yes|no | csr list
 """
 
 import fcntl
@@ -317,11 +325,56 @@ def node_change(state: Path, verb: str, node: str, overwrite: bool, changes: lis
     return 0
 
 
+def secret_list(state: Path, namespace: str, type_: str) -> int:
+    directory = state / "kubectl" / "secrets" / namespace
+    items = [json.loads(p.read_text()) for p in sorted(directory.glob("*.json"))]
+    items = [i for i in items if not type_ or i.get("type") == type_]
+    print(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    return 0
+
+
+def secret_delete(state: Path, namespace: str, name: str, ignore_not_found: bool) -> int:
+    path = state / "kubectl" / "secrets" / namespace / f"{name}.json"
+    if not path.exists():
+        if ignore_not_found:
+            return 0
+        print(f'Error from server (NotFound): secrets "{name}" not found', file=sys.stderr)
+        return 1
+    path.unlink()
+    with (state / "kubectl" / "deleted-secrets").open("a") as deleted:
+        deleted.write(f"{namespace}/{name}\n")
+    print(f'secret "{name}" deleted')
+    return 0
+
+
+def csr_list(state: Path) -> int:
+    path = state / "kubectl" / "csrs"
+    items = []
+    for line in path.read_text().splitlines() if path.exists() else []:
+        name, user, signer, condition = ([*line.split(" "), "", "", ""])[:4]
+        items.append(
+            {
+                "metadata": {"name": name},
+                "spec": {"username": user, "signerName": signer},
+                "status": {"conditions": [{"type": condition}]} if condition else {},
+            }
+        )
+    print(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+    return 0
+
+
 def main() -> int:
-    state, kind, verb, target = Path(sys.argv[1]), *sys.argv[2:5]
+    state, kind, verb = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+    target = sys.argv[4] if len(sys.argv) > 4 else ""
     (state / "kubectl").mkdir(parents=True, exist_ok=True)
     with (state / "kubectl" / "api.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        if kind == "csr":
+            return csr_list(state)
+        if kind == "secret" and verb == "list":
+            return secret_list(state, target, sys.argv[5])
+        if kind == "secret":
+            return secret_delete(state, target, sys.argv[5], sys.argv[6] == "yes")
         if kind == "lease":
             return lease(state, verb, target)
         if verb in ("label", "taint", "annotate"):

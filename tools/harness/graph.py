@@ -124,6 +124,19 @@ def program_params(program: str) -> dict[str, str]:
     return found
 
 
+def program_script(program: str) -> str:
+    """The host script a step's program runs: the one it sources by digest (a step's stdin or
+    stored delete hook), or the one a whole rendered program names in its header."""
+    from components.hosts import bundle
+    from components.hosts.rendering import available_scripts
+
+    sourced = re.search(rf"^source {bundle.INSTALLED_DIR}/([0-9a-f]{{64}})\.sh$", program, re.M)
+    if sourced is None:
+        return program.split("\n", 2)[1].removeprefix("# ").split(",", 1)[0]
+    by_digest = {bundle.digest(script): script for script in available_scripts()}
+    return by_digest[sourced.group(1)]
+
+
 class Graph:
     """The registered resources of one program run, and questions about their order."""
 

@@ -6,11 +6,12 @@ recorder with the provider answers of `mocks`, and returns the `Graph` of what i
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import runpy
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -173,3 +174,28 @@ def run_program(
         stack=stack,
         record_inputs=record_inputs,
     )
+
+
+@contextlib.contextmanager
+def edited_script(name: str, edit: Callable[[str], str]) -> Iterator[None]:
+    """The host script `name` as `edit(text)` returns it, for the program runs inside: what a
+    commit that edits it would register. The texts, stripped texts, bundled programs and their
+    digests are kept per process (functools.cache): each is dropped around the edit."""
+    from components.hosts import bundle, rendering
+
+    original = rendering.script_text
+    caches = (rendering.stripped_script, bundle.program, bundle.digest)
+
+    def patched(script: str) -> str:
+        text = original(script)
+        return edit(text) if script == name else text
+
+    rendering.script_text = patched  # type: ignore[assignment]
+    for cached in caches:
+        cached.cache_clear()
+    try:
+        yield
+    finally:
+        rendering.script_text = original  # type: ignore[assignment]
+        for cached in caches:
+            cached.cache_clear()

@@ -65,6 +65,9 @@ check_inputs() {
     [[ -z "${!name:-}" || "${!name}" =~ ^[0-9]+$ ]] ||
       fatal "${name} must be a whole number, got '${!name}'"
   done
+  # No Node ever reports 0 as "every GPU": an empty EXPECTED_GPUS is the way to skip the check.
+  [[ -z "${EXPECTED_GPUS:-}" ]] || ((10#${EXPECTED_GPUS} >= 1)) ||
+    fatal "EXPECTED_GPUS must be at least 1, got '${EXPECTED_GPUS}' (empty: no capacity check)"
   IFS=, read -r -a items <<<"${NODE_LABELS:-}"
   for item in "${items[@]}"; do
     [[ "${item}" =~ ${LABEL_RE} ]] || fatal "NODE_LABELS: '${item}' is not key=value"
@@ -211,8 +214,8 @@ join_cluster() {
     kubeadm reset -f >&2 || log "kubeadm reset after the failed join also failed"
     fatal "kubeadm join ${API_ENDPOINT} failed (exit ${status}): check that ${API_ENDPOINT} is" \
       "reachable from the node and the API server is healthy, then run pulumi up again (the" \
-      "node's bootstrap token is valid for 2 h after its kube tools were ready; past that," \
-      "pulumi up --target-replace its <node>-kube-tools step for a fresh one)"
+      "node's bootstrap token is valid for 2 hours after its kube tools were ready; later," \
+      "pulumi up --replace the URN of ${NODE_NAME}-kube-tools for a new one)"
   fi
 }
 

@@ -27,8 +27,12 @@ check_inputs() {
     fatal "${CA_CERT} not found on this host; it must be a kubeadm control-plane node"
 }
 
-# The hash kubeadm join pins: sha256 of the CA's DER SubjectPublicKeyInfo.
-print_ca_hash() {
+CA_HASH=""
+
+# The hash kubeadm join pins: sha256 of the CA's DER SubjectPublicKeyInfo. Worked out before
+# anything is printed: pulumi-command puts a failed step's stdout into its error message, so
+# the kubeconfig is printed only once nothing can fail after it.
+compute_ca_hash() {
   local hex
   # A pipeline under pipefail: an unreadable certificate fails it (sha256sum always prints 64
   # hex digits of whatever reaches it).
@@ -37,8 +41,8 @@ print_ca_hash() {
     sha256sum | awk '{ print $1 }')" ||
     fatal "could not read the public key of ${CA_CERT} (openssl's error is above): nodes pin" \
       "the cluster CA's key to join; restore the CA kubeadm made there"
-  printf '# ca-cert-hash: sha256:%s\n' "${hex}"
-  log "CA public key sha256:${hex}"
+  CA_HASH="sha256:${hex}"
+  log "CA public key ${CA_HASH}"
 }
 
 print_kubeconfig() {
@@ -49,13 +53,14 @@ print_kubeconfig() {
   awk -v server="${API_SERVER}" '
     $1 == "server:" { sub(/server:.*/, "server: " server) }
     { print }' "${ADMIN_CONF}"
+  printf '# ca-cert-hash: %s\n' "${CA_HASH}"
   log "admin kubeconfig for ${API_SERVER} printed (secret output)"
 }
 
 main() {
   init_script kubeconfig
   check_inputs
-  run_steps print_kubeconfig print_ca_hash
+  run_steps compute_ca_hash print_kubeconfig
 }
 
 main "$@"

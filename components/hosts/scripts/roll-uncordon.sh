@@ -39,7 +39,12 @@ check_inputs() {
 }
 
 wait_node_ready() {
-  node_exists ||
+  local found err
+  err="$(temp_path get-node.err)"
+  # An API server that does not answer is not a Node that left: say which it is.
+  found="$(admin_kubectl get node "${NODE_NAME}" --ignore-not-found -o name 2>"${err}")" ||
+    fatal "could not read Node ${NODE_NAME} from the API server: $(head -c 300 "${err}")"
+  [[ -n "${found}" ]] ||
     fatal "Node ${NODE_NAME} is not registered; it must have joined before it is put back"
   admin_kubectl wait --for=condition=Ready "node/${NODE_NAME}" \
     --timeout="${READY_TIMEOUT_SECONDS}s" >&2 ||

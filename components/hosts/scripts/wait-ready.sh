@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # wait-ready.sh: the host is ready for the bootstrap steps that follow.
 #
-# Inputs (all optional):
+# Inputs (optional, but for the two keys' ones, which come together):
 #   CLOUD_INIT_TIMEOUT_SECONDS  bound on `cloud-init status --wait` (default 900)
 #   APT_LOCK_TIMEOUT_SECONDS    how long apt waits for the dpkg lock (default 600)
 #   APT_DAILY_TIMEOUT_SECONDS   how long to wait for first-boot apt-daily runs (default 900)
@@ -11,11 +11,12 @@
 #   KERNEL_WITH_DRIVER  true on GPU nodes: from this step on unattended-upgrades installs no
 #                    kernel or NVIDIA package and the kernel metapackages are held, so no
 #                    kernel arrives before the driver step (default false)
-#   SSH_USER         the login user whose ~/.ssh/authorized_keys is written (with
-#                    AUTHORIZED_KEYS; both or neither)
-#   AUTHORIZED_KEYS  OpenSSH public key lines, one per line: ssh.publicKey and the key the steps
-#                    log in with (derived from sshPrivateKey), so this session never locks itself
-#                    out; once both are the new key, the old one is gone
+#   SSH_USER         the login user whose ~/.ssh/authorized_keys is written (required with
+#                    AUTHORIZED_KEYS: both or neither)
+#   AUTHORIZED_KEYS  OpenSSH public key lines, one per line (required with SSH_USER):
+#                    ssh.publicKey and the key the steps log in with (derived from
+#                    sshPrivateKey), so this session never locks itself out; once both are the
+#                    new key, the old one is gone
 #   ROOT_VOLUME_GIB  the root volume's size (rootVolumeGiB): the root partition and filesystem
 #                    grow to the disk once it has that size (unset: not grown here; cloud-init
 #                    grows them at first boot)

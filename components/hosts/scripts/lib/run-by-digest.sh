@@ -21,7 +21,8 @@ by_digest() {
         "the host's copy of its scripts (<host>-scripts) did not reach it" >&2
       exit 2
     }
-    install -D -m 0600 "${source}" "${target}.new" && mv -f "${target}.new" "${target}"
+    # A copy of its own, renamed into place whole: steps on one host install at once.
+    install -D -m 0600 "${source}" "${target}.$$" && mv -f "${target}.$$" "${target}"
   fi
   echo "$1  ${target}" | sha256sum --check --status || {
     echo "[by-digest] FAILED: ${target} does not match its digest: changed on this host" >&2
