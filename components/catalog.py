@@ -83,6 +83,25 @@ class GpuInstanceType:
         return self.name.split(".", 1)[0]
 
     @property
+    def gsp_firmware(self) -> bool:
+        """Whether the driver may run the GPU System Processor firmware. AWS's own images turn it
+        off on g4dn, g5 and g5g, for GSP problems on those types, and load the proprietary
+        module, the only one that runs without it (amazon-eks-ami `templates/al2023/runtime/
+        gpu/nvidia-kmod-load.sh`). docs/decisions/043-gsp-off-on-g4dn-and-g5.md."""
+        return self.family not in GSP_OFF_FAMILIES
+
+    @property
+    def kernel_modules(self) -> tuple[KernelModules, ...]:
+        """The kernel module types this type can run: its GPU's, without GSP the proprietary."""
+        if not self.gsp_firmware:
+            return ("proprietary",)
+        return self.gpu.arch.kernel_modules
+
+    @property
+    def default_kernel_modules(self) -> KernelModules:
+        return "proprietary" if not self.gsp_firmware else self.gpu.arch.default_kernel_modules
+
+    @property
     def needs_nvlink_subnet_manager(self) -> bool:
         """NVSwitch gen 4 (NVLink 5, Blackwell HGX): fabric manager also needs NVLSM, libnvsdm and
         ib_umad (gpu-driver-container `ubuntu24.04/precompiled/nvidia-driver`: on an NVLink5+
@@ -199,6 +218,10 @@ CATALOG: dict[str, GpuInstanceType] = {
     ]
 }
 
+
+# Families whose GPUs run without GSP firmware, on the proprietary module (GpuInstanceType.
+# gsp_firmware); g5g (Graviton) is not in the catalog.
+GSP_OFF_FAMILIES = ("g4dn", "g5", "g5g")
 
 # Families whose pools use EFA by default: the instance types AWS builds for multi-node training
 # (P4d/P4de 400 Gbps over 4 EFA; P5/P5e 3200 Gbps over 32; P5en 3200 Gbps over 16;

@@ -23,7 +23,8 @@ def install_steps(pool: NodePool, kubernetes_version: str, login: Login) -> tupl
     again only to verify."""
     gpu = pool.gpu_type
     params = {
-        steps.WAIT_READY: login.wait_ready_params(),
+        # No kernel arrives before the driver: docs/decisions/046-no-kernel-before-the-driver.md
+        steps.WAIT_READY: {**login.wait_ready_params(), "KERNEL_WITH_DRIVER": "true"},
         # Its own step because it may reboot the host (nouveau in use, or a kernel without a
         # signed module of this driver replaced by the newest one with it): the driver step
         # then redials.
@@ -31,13 +32,9 @@ def install_steps(pool: NodePool, kubernetes_version: str, login: Login) -> tupl
             "DRIVER_BRANCH": pool.driver_version,
             "KERNEL_MODULES": pool.kernel_module_type,
         },
-        steps.DRIVER: {
-            "DRIVER_BRANCH": pool.driver_version,
-            "GPU_COUNT": str(gpu.gpu_count),
-            "NEEDS_FABRIC_MANAGER": "true" if gpu.needs_fabric_manager else "false",
-            "KERNEL_MODULES": pool.kernel_module_type,
-            "NVLINK_SUBNET_MANAGER": "true" if gpu.needs_nvlink_subnet_manager else "false",
-        },
+        steps.DRIVER: pins.driver_params(
+            gpu, pool.os_version, pool.driver_version, pool.kernel_module_type
+        ),
         steps.RUNTIME: pins.runtime_params(pool.os_version, kubernetes_version, with_toolkit=True),
         steps.KUBE_TOOLS: {
             "KUBERNETES_MINOR": kubernetes_version,

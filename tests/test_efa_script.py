@@ -10,11 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from components.hosts.pins import EFA_INSTALLER_VERSION
+from components.hosts.pins import EFA_DRIVER_VERSION, EFA_INSTALLER_VERSION
+from tests.helpers.archive import stub_signature
 from tests.sandbox import STUBS_DIR, Sandbox, needs_sandbox
 
 VERSION = EFA_INSTALLER_VERSION
-EFA = {"EFA_INSTALLER_VERSION": VERSION, "EFA_INTERFACES": "32", "RETRY_BASE_SECONDS": "0.01"}
+EFA = {
+    "EFA_INSTALLER_VERSION": VERSION,
+    "EFA_DRIVER_VERSION": EFA_DRIVER_VERSION,
+    "EFA_INTERFACES": "32",
+    "RETRY_BASE_SECONDS": "0.01",
+}
 ARCHIVE = f"aws-efa-installer-{VERSION}.tar.gz"
 MEMLOCK = "/etc/systemd/system/containerd.service.d/50-efa-memlock.conf"
 
@@ -40,6 +46,11 @@ def sandbox(tmp_path: Path) -> Sandbox:
     sb = Sandbox(tmp_path)
     sb.state("efa.devices", 32)
     (sb.state_dir / f"curl.body.{ARCHIVE}").write_bytes(installer_archive(VERSION))
+    # Signed by AWS's key (tests/test_efa_installer.py); its DKMS build of the efa driver needs
+    # the running kernel's headers.
+    sb.state(f"curl.body.{ARCHIVE}.sig", stub_signature(installer_archive(VERSION)))
+    sb.state("efa.driver-version", EFA_DRIVER_VERSION)
+    sb.state("dpkg/linux-headers-6.8.0-1021-aws", "6.8.0-1021.23")
     sb.state("dpkg/containerd", "1.7.28-0ubuntu1~24.04.1")  # the runtime step ran before
     return sb
 
@@ -48,10 +59,8 @@ def sandbox(tmp_path: Path) -> Sandbox:
 def test_first_run_installs_the_pinned_installer_and_proves_every_interface(sandbox):
     result = sandbox.run("install-efa.sh", EFA)
     assert result.returncode == 0, result.stderr
-    downloads = result.called("curl")
-    assert len(downloads) == 1 and downloads[0][-1] == (
-        f"https://efa-installer.amazonaws.com/{ARCHIVE}"
-    ), downloads
+    downloads = [call[-1] for call in result.called("curl")]  # the key, the archive, its .sig
+    assert f"https://efa-installer.amazonaws.com/{ARCHIVE}" in downloads, downloads
     assert result.called("efa_installer.sh", "-y"), result.commands()
     assert result.called("modprobe", "efa")
     assert result.called("fi_info", "-p", "efa", "-t", "FI_EP_RDM")
@@ -98,7 +107,7 @@ def test_another_installed_version_is_replaced_by_the_pinned_one(sandbox):
     sandbox.write("/opt/amazon/efa_installed_packages", "# EFA installer version: 1.42.0\n")
     result = sandbox.run("install-efa.sh", EFA)
     assert result.returncode == 0, result.stderr
-    assert "EFA installer 1.42.0 installed, 1.43.2 wanted" in result.stderr
+    assert f"EFA installer 1.42.0 installed, {VERSION} wanted" in result.stderr
     assert result.called("efa_installer.sh", "-y")
     assert sandbox.read("/opt/amazon/efa_installed_packages").startswith(
         f"# EFA installer version: {VERSION}"
@@ -129,8 +138,8 @@ def test_an_installer_without_the_nccl_plugin_fails_naming_where_it_looked(sandb
     ("params", "says"),
     [
         ({"EFA_INTERFACES": "32"}, "missing required input(s): EFA_INSTALLER_VERSION"),
-        ({"EFA_INSTALLER_VERSION": "latest", "EFA_INTERFACES": "32"}, "a release like 1.43.2"),
-        ({"EFA_INSTALLER_VERSION": VERSION, "EFA_INTERFACES": "0"}, "positive whole number"),
+        ({**EFA, "EFA_INSTALLER_VERSION": "latest"}, "a release like 1.51.0"),
+        ({**EFA, "EFA_INTERFACES": "0"}, "positive whole number"),
     ],
 )
 def test_bad_inputs_fail_before_touching_anything(sandbox, params, says):

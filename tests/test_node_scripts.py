@@ -19,7 +19,9 @@ from tests.helpers.gpu_host import (
     CONTAINERD,
     CTK_PACKAGES,
     DRIVER,
+    DRIVER_UPSTREAM,
     DRIVER_VERSION,
+    FABRIC,
     FAST,
     FSTAB,
     NEWER_DRIVER,
@@ -126,7 +128,12 @@ def test_a_steps_stdin_carries_its_parameters_and_the_digest_of_its_program():
 
 REQUIRED = {
     "install-driver.sh": ["DRIVER_BRANCH", "GPU_COUNT", "NEEDS_FABRIC_MANAGER", "KERNEL_MODULES"],
-    "install-runtime.sh": ["NVIDIA_CTK_VERSION", "CONTAINERD_VERSION", "SANDBOX_IMAGE"],
+    "install-runtime.sh": [
+        "NVIDIA_CTK_VERSION",
+        "CONTAINERD_VERSION",
+        "CONTAINERD_REPOSITORY",
+        "SANDBOX_IMAGE",
+    ],
     "install-kube-tools.sh": ["KUBERNETES_MINOR"],
     "join-node.sh": ["NODE_NAME", "API_ENDPOINT", "JOIN_TOKEN", "CA_CERT_HASH", "KUBERNETES_MINOR"],
 }
@@ -193,7 +200,8 @@ def test_apt_lock_held_past_the_timeout_fails_naming_the_step(sandbox):
     )
     assert result.returncode != 0
     assert "Could not get lock /var/lib/dpkg/lock-frontend" in result.stderr
-    assert "[runtime] FAILED at step 1/6 (install containerd), in apt_install" in result.stderr
+    # Docker's repository is added first: its apt-get update is the first to wait.
+    assert "[runtime] FAILED at step 1/6 (install containerd), in apt_update" in result.stderr
     assert "[runtime 1/6] install containerd" in result.stderr
 
 
@@ -203,7 +211,8 @@ def test_download_that_fails_twice_then_works(sandbox, script):
     sandbox.state("curl.fail", 2)
     result = sandbox.run(script, PARAMS[script])
     assert result.returncode == 0, result.stderr
-    assert len(result.called("curl")) == 3
+    # The runtime fetches two keys (Docker's, NVIDIA's): 2 failures, then each key once.
+    assert len(result.called("curl")) == {"install-runtime.sh": 4}.get(script, 3)
     assert result.stderr.count("retrying in") == 2
 
 
@@ -335,7 +344,9 @@ def test_driver_is_one_transaction_at_the_version_the_running_kernels_module_was
     result = sandbox.run("install-driver.sh", DRIVER)
     assert result.returncode == 0, result.stderr
     (install,) = installs(result)
-    wanted = {f"{pkg}={version}" for pkg, version in DRIVER_SET.items()}
+    # The module at its own version, the rest at the driver's (any revision: apt picks it).
+    wanted = {f"{pkg}={DRIVER_UPSTREAM}-*" for pkg in DRIVER_SET if "linux-modules" not in pkg}
+    wanted |= {f"{pkg}={v}" for pkg, v in DRIVER_SET.items() if "linux-modules" in pkg}
     assert wanted <= set(install), install
     assert not any(arg.startswith("linux-modules-nvidia-580-server-aws") for arg in install)
     assert not any(NEWER_DRIVER in arg for arg in install), install
@@ -485,28 +496,28 @@ def test_persistence_mode_on_through_a_drop_in(sandbox):
 
 @needs_sandbox
 def test_fabric_manager_installed_and_started_on_nvswitch_types(sandbox):
-    result = sandbox.run("install-driver.sh", {**DRIVER, "NEEDS_FABRIC_MANAGER": "true"})
+    result = sandbox.run("install-driver.sh", {**FABRIC})
     assert result.returncode == 0, result.stderr
     (install,) = installs(result)
-    assert "nvidia-fabricmanager-580=580.95.05-0ubuntu0.24.04.1" in install
-    assert "libnvidia-nscq-580=580.95.05-0ubuntu0.24.04.1" in install
-    assert {"nvidia-fabricmanager-580", "libnvidia-nscq-580"} <= sandbox.held()
+    assert "nvidia-fabricmanager=580.95.05-*" in install
+    assert "libnvidia-nscq=580.95.05-*" in install
+    assert {"nvidia-fabricmanager", "libnvidia-nscq"} <= sandbox.held()
     assert result.called("systemctl", "enable", "--now", "nvidia-fabricmanager")
     assert sandbox.service_active("nvidia-fabricmanager")
     assert not any("nvlsm" in c for c in result.commands())
-    again = sandbox.run("install-driver.sh", {**DRIVER, "NEEDS_FABRIC_MANAGER": "true"})
+    again = sandbox.run("install-driver.sh", {**FABRIC})
     assert again.returncode == 0, again.stderr
     assert again.called("systemctl", "enable") == [] and installs(again) == []
 
 
 @needs_sandbox
 def test_fabric_manager_without_the_drivers_version_fails_before_installing(sandbox):
-    sandbox.apt_available("nvidia-fabricmanager-580", "580.65.06-0ubuntu0.24.04.1")
-    result = sandbox.run("install-driver.sh", {**DRIVER, "NEEDS_FABRIC_MANAGER": "true"})
+    sandbox.apt_available("nvidia-fabricmanager", "580.65.06-1")
+    result = sandbox.run("install-driver.sh", {**FABRIC})
     assert result.returncode != 0
     assert (
-        "nvidia-fabricmanager-580 580.95.05 wanted (the driver the running kernel's signed "
-        "module is built for), the archive has 580.65.06-0ubuntu0.24.04.1" in result.stderr
+        "nvidia-fabricmanager 580.95.05 wanted (the driver the running kernel's signed "
+        "module is built for), the archive has 580.65.06-1" in result.stderr
     )
     assert installs(result) == []
 
@@ -518,7 +529,7 @@ def test_fabric_manager_that_does_not_start_prints_its_journal(sandbox):
         "journal/nvidia-fabricmanager",
         "nv-fabricmanager[2071]: fabric manager NVLink training failed: NVLSM not reachable\n",
     )
-    result = sandbox.run("install-driver.sh", {**DRIVER, "NEEDS_FABRIC_MANAGER": "true"})
+    result = sandbox.run("install-driver.sh", {**FABRIC})
     assert result.returncode == 1
     assert "NVLink training failed: NVLSM not reachable" in result.stderr
     assert "nvidia-fabricmanager did not start (its journal is above)" in result.stderr
@@ -526,13 +537,13 @@ def test_fabric_manager_that_does_not_start_prints_its_journal(sandbox):
 
 @needs_sandbox
 def test_nvswitch_gen4_gets_nvlsm_libnvsdm_and_ib_umad_before_fabric_manager(sandbox):
-    params = {**DRIVER, "NEEDS_FABRIC_MANAGER": "true", "NVLINK_SUBNET_MANAGER": "true"}
+    params = {**FABRIC, "NVLINK_SUBNET_MANAGER": "true"}
     result = sandbox.run("install-driver.sh", {**params, "KERNEL_MODULES": "open"})
     assert result.returncode == 0, result.stderr
-    (install,) = installs(result)
-    assert "libnvsdm-580=580.95.05-0ubuntu0.24.04.1" in install and "nvlsm=2025.06.4-1" in install
-    assert {"libnvsdm-580", "nvlsm"} <= sandbox.held()
-    assert sandbox.read("/etc/modules-load.d/gpu-cluster-nvlsm.conf") == "ib_umad\n"
+    (install,) = [c for c in installs(result) if any(a.startswith("nvlsm") for a in c)]
+    assert "libnvsdm=580.95.05-*" in install and "nvlsm=2025.06.4-1" in install
+    assert {"libnvsdm", "nvlsm"} <= sandbox.held()
+    assert "ib_umad\n" in sandbox.read("/etc/modules-load.d/gpu-cluster-nvlsm.conf")
     commands = result.commands()
     assert commands.index("modprobe ib_umad") < commands.index(
         "systemctl enable --now nvidia-fabricmanager"
@@ -569,6 +580,8 @@ def _on_branch_570(sandbox: Sandbox) -> None:
         "nvidia-kernel-common-570-server",
         "nvidia-headless-no-dkms-570-server",
         "nvidia-utils-570-server",
+        "libnvidia-decode-570-server",
+        "libnvidia-encode-570-server",
     ):
         sandbox.apt_available(pkg, OLD_VERSION)
     first = sandbox.run("install-driver.sh", OLD_BRANCH)
@@ -674,6 +687,7 @@ def _ami_kernel_without_a_module(sandbox: Sandbox) -> None:
     for kernel in (RUNNING_KERNEL, NEW_KERNEL):
         sandbox.apt_available(f"linux-image-{kernel}", f"{kernel.rsplit('-', 1)[0]}.23")
         sandbox.apt_available(f"linux-modules-{kernel}", f"{kernel.rsplit('-', 1)[0]}.23")
+        sandbox.apt_available(f"linux-headers-{kernel}", f"{kernel.rsplit('-', 1)[0]}.23")
 
 
 @needs_sandbox
@@ -683,7 +697,9 @@ def test_nouveau_step_moves_to_the_newest_kernel_with_a_module_and_reboots(sandb
     result = sandbox.run("disable-nouveau.sh", NOUVEAU_KERNEL)
     assert result.returncode == 0, result.stderr
     (install,) = installs(result)
-    assert install[-2:] == [f"linux-image-{NEW_KERNEL}", f"linux-modules-{NEW_KERNEL}"], install
+    # With its headers: DKMS (EFA's driver) builds against them (tests/test_kernel_before_driver).
+    kernel = [f"linux-{part}-{NEW_KERNEL}" for part in ("image", "modules", "headers")]
+    assert install[-3:] == kernel, install
     assert "no signed NVIDIA module for the running kernel 6.8.0-1015-aws" in result.stderr
     assert f"rebooting in 5s (kernel 6.8.0-1015-aws -> {NEW_KERNEL})" in result.stderr
     commands = result.commands()
@@ -795,10 +811,10 @@ def containerd_dump(sandbox: Sandbox) -> dict:
 def test_runtime_happy_path(sandbox):
     result = sandbox.run("install-runtime.sh", RUNTIME)
     assert result.returncode == 0, result.stderr
-    assert sandbox.installed("containerd") == CONTAINERD
+    assert sandbox.installed("containerd.io") == CONTAINERD
     for pkg in CTK_PACKAGES:
         assert sandbox.installed(pkg) == pins.NVIDIA_CTK_VERSION
-    assert sandbox.held() == {"containerd", *CTK_PACKAGES}
+    assert sandbox.held() == {"containerd.io", *CTK_PACKAGES}
     config = tomllib.loads(sandbox.read("/etc/containerd/config.toml"))
     assert config["version"] == 3
     assert config["imports"] == ["/etc/containerd/conf.d/*.toml"]
@@ -870,15 +886,16 @@ def test_runtime_pins_containerd_of_this_release(sandbox):
     result = sandbox.run("install-runtime.sh", RUNTIME)
     assert result.returncode == 0, result.stderr
     (install,) = [c for c in installs(result) if any(a.startswith("containerd") for a in c)]
-    assert "containerd=2.2.1-0ubuntu1~24.04.*" in install
-    assert sandbox.installed("containerd") == CONTAINERD, "the 2.3 upload was taken"
+    assert f"containerd.io={CONTAINERD}" in install
+    assert sandbox.installed("containerd.io") == CONTAINERD, "the 2.3 upload was taken"
 
 
 @needs_sandbox
 def test_runtime_refuses_a_containerd_1x(sandbox):
-    result = sandbox.run("install-runtime.sh", {**RUNTIME, "CONTAINERD_VERSION": "1.7.*"})
+    old = "1.7.28-1~ubuntu.24.04~noble"
+    result = sandbox.run("install-runtime.sh", {**RUNTIME, "CONTAINERD_VERSION": old})
     assert result.returncode == 1
-    assert "containerd 2.x expected (containerd=1.7.*), found 'containerd " in result.stderr
+    assert f"containerd 2.x expected (containerd.io={old}), found 'containerd " in result.stderr
 
 
 @needs_sandbox
@@ -901,8 +918,11 @@ def test_runtime_restarts_containerd_only_when_its_config_changed(sandbox):
 def test_runtime_without_the_toolkit_for_control_plane_hosts(sandbox):
     result = sandbox.run("install-runtime.sh", CONTROL_PLANE_RUNTIME)
     assert result.returncode == 0, result.stderr
-    assert sandbox.held() == {"containerd"}
-    assert result.called("curl") == [] and result.called("nvidia-ctk") == []
+    assert sandbox.held() == {"containerd.io"}
+    assert result.called("nvidia-ctk") == []
+    assert [c[-1] for c in result.called("curl")] == [
+        "https://download.docker.com/linux/ubuntu/gpg"
+    ]
     cri = containerd_dump(sandbox)["plugins"][CRI_RUNTIME]["containerd"]
     assert cri["default_runtime_name"] == "runc"
     assert cri["runtimes"]["runc"]["options"]["SystemdCgroup"] is True
@@ -1348,10 +1368,10 @@ def test_driver_whose_module_is_built_for_another_branch_fails_before_installing
 @needs_sandbox
 def test_nvswitch_gen4_without_nvlsm_in_the_archive_fails_before_installing(sandbox):
     (sandbox.state_dir / "apt.available" / "nvlsm").unlink()
-    params = {**DRIVER, "NEEDS_FABRIC_MANAGER": "true", "NVLINK_SUBNET_MANAGER": "true"}
+    params = {**FABRIC, "NVLINK_SUBNET_MANAGER": "true"}
     result = sandbox.run("install-driver.sh", params)
     assert result.returncode == 1, result.stderr
-    assert "[driver] FAILED: nvlsm is not in this host's package archive" in result.stderr
+    assert "[driver] FAILED: nvlsm is not in NVIDIA's CUDA repository" in result.stderr
     assert installs(result) == []
 
 

@@ -59,7 +59,8 @@ def host(tmp_path) -> Sandbox:
     sb = Sandbox(tmp_path)
     sb.write("/etc/os-release", UBUNTU_2404)
     sb.state("sleep.scale", CLOCK_SCALE)
-    sb.apt_available("containerd", CONTAINERD)  # the release pinned by components/hosts/pins.py
+    sb.apt_available("containerd.io", CONTAINERD)  # the release pinned by components/hosts/pins.py
+    sb.state("apt.source/containerd.io", "/etc/apt/sources.list.d/docker.list")
     return sb
 
 
@@ -111,7 +112,8 @@ def test_download_failing_for_longer_than_one_retry_is_waited_out(dev_graph, hos
     # WITH_NVIDIA_TOOLKIT is left to its default on GPU nodes: the toolkit is what this step
     # installs there (its key is the download above).
     assert host.installed("nvidia-container-toolkit") == pins.NVIDIA_CTK_VERSION
-    assert len(result.called("curl")) == 5, result.commands()
+    # Docker's key first (containerd.io): it takes the 4 failures; then NVIDIA's.
+    assert len(result.called("curl")) == 6, result.commands()
     sleeps = requested_sleeps(host)
     assert len(sleeps) == 4, sleeps
     assert sum(sleeps) >= 30, f"the download gave up on an outage of {sum(sleeps):.1f}s: {sleeps}"

@@ -204,7 +204,8 @@ def test_loader_never_crashes(config):
     ("instance_type", "default", "allowed"),
     [
         ("p3.2xlarge", "proprietary", ("proprietary",)),  # Volta: no open module
-        ("g4dn.xlarge", "open", ("open", "proprietary")),  # Turing: open by default
+        ("g6.xlarge", "open", ("open", "proprietary")),  # Ada: open by default
+        ("g4dn.xlarge", "proprietary", ("proprietary",)),  # GSP off, as AWS runs it
         ("p5.48xlarge", "open", ("open", "proprietary")),
         ("p6-b200.48xlarge", "open", ("open",)),  # Blackwell: open only
     ],

@@ -6,6 +6,8 @@ one re-runs the step that installs it and nothing else.
 
 from __future__ import annotations
 
+from components.catalog import GpuInstanceType
+
 # NVIDIA Container Toolkit, an apt version of NVIDIA's libnvidia-container repository: v1.20.0
 # (NVIDIA/nvidia-container-toolkit CHANGELOG.md). From 1.18 `nvidia-ctk runtime configure` writes
 # containerd's nvidia runtime to a drop-in, /etc/containerd/conf.d/99-nvidia.toml
@@ -15,19 +17,32 @@ NVIDIA_CTK_VERSION = "1.20.0-1"
 
 # AWS EFA installer release, installed by install-efa.sh on the nodes of EFA pools: the EFA
 # driver, rdma-core, libfabric with the efa provider and the NCCL network plugin (libnccl-ofi).
-# AWS EC2 user guide, "Elastic Fabric Adapter release notes" (efa-changelog): 1.43.2 (15 August
-# 2025) upgrades libnccl-ofi to 1.16.3 on top of 1.43.1's libfabric 2.1.0amzn5.0.
-EFA_INSTALLER_VERSION = "1.43.2"
+# AWS EC2 user guide, "Elastic Fabric Adapter release notes" (efa-changelog): 1.51.0 (October
+# 22, 2026) upgrades to libfabric 2.7.0amzn2.0, EFA driver 3.3.1, rdma-core 65.0 and the OFI
+# NCCL plugin 1.22.0. The installer is run only after its GPG signature checks out against AWS's
+# key (docs/decisions/047-efa-verified-and-checked-by-its-loaded-module.md), and the step
+# checks the efa module the running kernel loads is its driver, EFA_DRIVER_VERSION.
+EFA_INSTALLER_VERSION = "1.51.0"
+EFA_DRIVER_VERSION = "3.3.1"
 
-# containerd from Ubuntu's archive, per release. packages.ubuntu.com: noble-updates and
-# jammy-updates carry containerd (source containerd-app) 2.2.1, 2.2.1-0ubuntu1~24.04.3 and
-# 2.2.1-0ubuntu1~22.04.2; the release pockets still carry 1.7.12-0ubuntu4 (noble) and
-# 1.5.9-0ubuntu3 (jammy). Which one apt picks depends on the host's pockets, so the version is
-# pinned: any Ubuntu revision of the 2.2.1 build for that release.
+# containerd.io from Docker's apt repository, per Ubuntu release: 2.2.1, the containerd the
+# hosts ran from Ubuntu's archive before. Docker's repository keeps every version it published
+# (Holodeck pkg/provisioner/templates/containerd.go installs containerd.io=<version>* from it),
+# Ubuntu's archive only the newest of each pocket, where 2.2.1 stops installing when 2.2.2
+# arrives. Changing a version here rolls every node. Why, and how to pick the next:
+# docs/decisions/042-containerd-from-a-repository-that-keeps-every-version.md.
 CONTAINERD_VERSIONS = {
-    "24.04": "2.2.1-0ubuntu1~24.04.*",
-    "22.04": "2.2.1-0ubuntu1~22.04.*",
+    "24.04": "2.2.1-1~ubuntu.24.04~noble",
+    "22.04": "2.2.1-1~ubuntu.22.04~jammy",
 }
+UBUNTU_CODENAMES = {"24.04": "noble", "22.04": "jammy"}
+DOCKER_APT_REPOSITORY = "https://download.docker.com/linux/ubuntu"
+
+
+def containerd_repository(os_version: str) -> str:
+    """Docker's apt source for one Ubuntu release (docs.docker.com/engine/install/ubuntu/)."""
+    return f"{DOCKER_APT_REPOSITORY} {UBUNTU_CODENAMES[os_version]} stable"
+
 
 # The pause (sandbox) image kubeadm expects for each Kubernetes minor (kubeadm's
 # cmd/kubeadm/app/constants PauseVersion; `kubeadm config images list` prints it). containerd's
@@ -72,6 +87,7 @@ def efa_params(efa_interfaces: int) -> dict[str, str]:
     """Parameters of install-efa.sh for a node with `efa_interfaces` EFA interfaces."""
     return {
         "EFA_INSTALLER_VERSION": EFA_INSTALLER_VERSION,
+        "EFA_DRIVER_VERSION": EFA_DRIVER_VERSION,
         "EFA_INTERFACES": str(efa_interfaces),
         "EFA_INSTALLER_TIMEOUT_SECONDS": str(EFA_INSTALLER_TIMEOUT_SECONDS),
     }
@@ -81,10 +97,41 @@ def runtime_params(os_version: str, kubernetes_minor: str, *, with_toolkit: bool
     """Parameters of install-runtime.sh for one host."""
     params = {
         "CONTAINERD_VERSION": CONTAINERD_VERSIONS[os_version],
+        "CONTAINERD_REPOSITORY": containerd_repository(os_version),
         "SANDBOX_IMAGE": PAUSE_IMAGES[kubernetes_minor],
     }
     if with_toolkit:
         params["NVIDIA_CTK_VERSION"] = NVIDIA_CTK_VERSION
     else:
         params["WITH_NVIDIA_TOOLKIT"] = "false"
+    return params
+
+
+# NVIDIA's CUDA apt repository per Ubuntu release: fabric manager, NSCQ, NVSDM and nvlsm of every
+# driver version come from it (gpu-driver-container ubuntu24.04/precompiled: its Dockerfile adds
+# this repository, local-repo.sh and nvidia-driver install those packages from it), pinned in
+# apt to just those packages at the driver's version (install-driver.sh). Its key: 3bf863cc.pub
+# there, fingerprint EB69 3B30 35CD 5710 E231 E123 A4B4 6996 3BF8 63CC.
+# docs/decisions/045-fabric-packages-from-nvidias-cuda-repository.md
+CUDA_REPOSITORIES = {
+    "24.04": "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/",
+    "22.04": "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2204/x86_64/",
+}
+
+
+def driver_params(
+    gpu: GpuInstanceType, os_version: str, driver_branch: str, kernel_modules: str
+) -> dict[str, str]:
+    """Parameters of install-driver.sh for one instance type, Ubuntu release, driver branch and
+    module type. Only NVSwitch types get the CUDA repository: a change of it rolls only them."""
+    params = {
+        "DRIVER_BRANCH": driver_branch,
+        "GPU_COUNT": str(gpu.gpu_count),
+        "NEEDS_FABRIC_MANAGER": "true" if gpu.needs_fabric_manager else "false",
+        "KERNEL_MODULES": kernel_modules,
+        "NVLINK_SUBNET_MANAGER": "true" if gpu.needs_nvlink_subnet_manager else "false",
+        "GSP_FIRMWARE": "on" if gpu.gsp_firmware else "off",
+    }
+    if gpu.needs_fabric_manager:
+        params["CUDA_REPOSITORY"] = CUDA_REPOSITORIES[os_version]
     return params

@@ -54,6 +54,9 @@ class GpuImageKey(ImageKey):
     fabric_manager: bool
     container_toolkit: str
     kubernetes_minor: str
+    # The driver step's other inputs that change what the image holds.
+    gsp_firmware: bool = True
+    nvlink_subnet_manager: bool = False
     # Container images pulled into the image (the device plugin, the validation Job, and with a
     # managed control plane the CNI's), so a node starts them without a download.
     images: tuple[str, ...] = ()
@@ -74,6 +77,8 @@ def image_key(pool: NodePool, settings: Settings, container_toolkit: str) -> Gpu
         driver_branch=pool.driver_version,
         kernel_modules=kernel_modules(pool),
         fabric_manager=gpu.needs_fabric_manager,
+        gsp_firmware=gpu.gsp_firmware,
+        nvlink_subnet_manager=gpu.needs_nvlink_subnet_manager,
         container_toolkit=container_toolkit,
         kubernetes_minor=settings.kubernetes_version,
     )

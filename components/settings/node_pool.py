@@ -128,7 +128,8 @@ class NodePool(Model):
     kernel_modules: Literal["open", "proprietary"] | None = Field(
         default=None,
         description="NVIDIA kernel module type; default from the GPU's architecture: open on "
-        "Turing and newer (required on Blackwell), proprietary on Volta (which has no open one)",
+        "Turing and newer (required on Blackwell), proprietary on Volta (which has no open one); "
+        "proprietary, with GSP firmware off, on g4dn and g5 (as AWS's own images run them)",
     )
 
     @field_validator("instance_type")
@@ -223,14 +224,21 @@ class NodePool(Model):
                 )
             )
         arch = gpu.arch
-        if self.kernel_modules is not None and self.kernel_modules not in arch.kernel_modules:
-            only = " or ".join(arch.kernel_modules)
+        allowed = self.gpu_type.kernel_modules
+        if self.kernel_modules is not None and self.kernel_modules not in allowed:
+            only = " or ".join(allowed)
+            why = (
+                f"{arch.name} GPUs are driven by the {only} kernel modules only"
+                if self.gpu_type.gsp_firmware
+                else f"{self.gpu_type.family} runs with GSP firmware off, which only the "
+                "proprietary modules can"
+            )
             found.append(
                 (
                     "kernelModules",
                     self.kernel_modules,
-                    f"{only} for the {gpu.name} of {self.instance_type}: {arch.name} GPUs are "
-                    f"driven by the {only} kernel modules only; set {only} or leave it unset",
+                    f"{only} for the {gpu.name} of {self.instance_type}: {why}; set {only} or "
+                    "leave it unset",
                 )
             )
         if self.efa and not self.gpu_type.efa_interfaces:
@@ -277,8 +285,9 @@ class NodePool(Model):
 
     @property
     def kernel_module_type(self) -> catalog.KernelModules:
-        """The configured kernel module type, else the default of the GPU's architecture."""
-        return self.kernel_modules or self.gpu_type.gpu.arch.default_kernel_modules
+        """The configured kernel module type, else the instance type's default (its GPU
+        architecture's, proprietary where GSP firmware is off)."""
+        return self.kernel_modules or self.gpu_type.default_kernel_modules
 
     @property
     def uses_efa(self) -> bool:

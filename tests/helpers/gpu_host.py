@@ -17,6 +17,12 @@ DRIVER = {
     **FAST,
 }
 RUNTIME = {**pins.runtime_params("24.04", "1.35", with_toolkit=True), **FAST}
+# An NVSwitch host's driver step: its fabric packages come from NVIDIA's CUDA repository.
+FABRIC = {
+    **DRIVER,
+    "NEEDS_FABRIC_MANAGER": "true",
+    "CUDA_REPOSITORY": pins.CUDA_REPOSITORIES["24.04"],
+}
 UBUNTU_2404 = 'NAME="Ubuntu"\nVERSION_ID="24.04"\nID=ubuntu\nID_LIKE=debian\n'
 FSTAB = (
     "LABEL=cloudimg-rootfs\t/\text4\tdiscard,errors=remount-ro\t0 1\n"
@@ -28,7 +34,7 @@ DRIVER_UPSTREAM = "580.95.05"
 DRIVER_VERSION = "580.95.05-0ubuntu0.24.04.2"
 NEWER_DRIVER = "580.105.08-0ubuntu0.24.04.1"  # userspace a day ahead of the built modules
 RUNNING_KERNEL = "6.8.0-1021-aws"  # the uname stub's default
-CONTAINERD = "2.2.1-0ubuntu1~24.04.3"
+CONTAINERD = "2.2.1-1~ubuntu.24.04~noble"  # Docker's containerd.io (components/hosts/pins.py)
 # The lists the runtime and kube-tools steps add (the apt-get stub installs their packages only
 # after an `apt-get update` read them).
 NVIDIA_SOURCES = "/etc/apt/sources.list.d/nvidia-container-toolkit.list"
@@ -52,15 +58,26 @@ def new_gpu_host(root: Path) -> Sandbox:
     for suffix in ("580-server", "580-server-open"):
         offer_module(sb, suffix, RUNNING_KERNEL)
         sb.apt_available(f"nvidia-headless-no-dkms-{suffix}", DRIVER_VERSION, NEWER_DRIVER)
-    for pkg in ("nvidia-kernel-common-580-server", "nvidia-utils-580-server"):
+    for pkg in (
+        "nvidia-kernel-common-580-server",
+        "nvidia-utils-580-server",
+        "libnvidia-decode-580-server",
+        "libnvidia-encode-580-server",
+    ):
         sb.apt_available(pkg, DRIVER_VERSION, NEWER_DRIVER)
-    # Fabric manager's Debian revision is its own; its upstream version must equal the driver's.
-    for pkg in ("nvidia-fabricmanager-580", "libnvidia-nscq-580", "libnvsdm-580"):
-        sb.apt_available(pkg, "580.95.05-0ubuntu0.24.04.1", "580.105.08-0ubuntu0.24.04.1")
-    sb.apt_available("nvlsm", "2025.06.4-1")
-    # noble's release pocket has containerd 1.7.12, noble-updates 2.2.1 (packages.ubuntu.com);
-    # a later 2.3 upload must not be taken by a pinned host.
-    sb.apt_available("containerd", "1.7.12-0ubuntu4", CONTAINERD, "2.3.0-0ubuntu1~24.04.1")
+    # Fabric packages come from NVIDIA's CUDA repository (its own Debian revision); their
+    # upstream version must equal the driver's. NVLink 5's IB modules are in modules-extra.
+    for pkg in ("nvidia-fabricmanager", "libnvidia-nscq", "libnvsdm", "nvlsm"):
+        versions = ["2025.06.4-1"] if pkg == "nvlsm" else ["580.95.05-1", "580.105.08-1"]
+        sb.apt_available(pkg, *versions)
+        sb.state(f"apt.source/{pkg}", "/etc/apt/sources.list.d/cuda.list")
+    sb.apt_available(f"linux-modules-extra-{RUNNING_KERNEL}", "6.8.0-1021.23")
+    # Docker's repository keeps every containerd.io; a later 2.3 must not be taken by a pinned
+    # host (tests/helpers/archive.py builds the same archive for the tests of issue 35).
+    sb.apt_available(
+        "containerd.io", "1.7.28-1~ubuntu.24.04~noble", CONTAINERD, "2.3.0-1~ubuntu.24.04~noble"
+    )
+    sb.state("apt.source/containerd.io", "/etc/apt/sources.list.d/docker.list")
     for pkg in CTK_PACKAGES:
         sb.apt_available(pkg, "1.17.8-1", "1.18.0-1", "1.20.0-1")
         sb.state(f"apt.source/{pkg}", NVIDIA_SOURCES)

@@ -5,6 +5,11 @@
 # NCCL network plugin; the efa module becomes loadable (state efa.installable).
 #   state efa-installer.fail   fail this many times (a failed dependency install)
 #   state efa-installer.skip-ofi-nccl   install without the NCCL plugin (`--skip-plugin`-like)
+#   state efa-installer.dkms-fails      its DKMS build of the efa driver fails (the installer
+#                                       finishes all the same, as the real one warns and goes on)
+# Its efa driver is a DKMS build for the running kernel, made only when that kernel's headers are
+# installed (state modinfo/<kernel>/efa, read by the modinfo stub): version EFA_STUB_DRIVER_VERSION
+# (state efa.driver-version when the archive sets none), with the "g" of a GPUDirect build.
 # The archive sets EFA_STUB_VERSION in the copy it ships.
 # shellcheck source-path=SCRIPTDIR source=_stub_lib.sh
 source "$(dirname "$(command -v _fi_info)")/_stub_lib.sh"
@@ -23,5 +28,11 @@ fi
 printf '# EFA installer version: %s\n# Debug packages installed: no\n' "${EFA_STUB_VERSION}" \
   >/opt/amazon/efa_installed_packages
 state_set efa.installable 1
+kernel="$(state_get uname.r 6.8.0-1021-aws)"
+if [[ -n "$(installed_version "linux-headers-${kernel}")" ]] && ! state_has efa-installer.dkms-fails; then
+  state_set "modinfo/${kernel}/efa" "${EFA_STUB_DRIVER_VERSION:-$(state_get efa.driver-version 0.0.0)}g"
+else
+  echo "DKMS: efa: no kernel headers for ${kernel}: not built" >&2
+fi
 echo "===================================================="
 echo "EFA installation complete."

@@ -80,6 +80,52 @@ upstream_version() {
   printf '%s\n' "${1%%-*}"
 }
 
+# listed <pkg>: apt knows the package: it comes from no particular sources list (state
+# apt.source/<pkg> unset), or from one (/etc/apt/sources.list.d/...) that the last `apt-get
+# update` read as it is now (state apt.lists-read, written by the apt-get stub).
+listed() {
+  local source
+  source="$(state_get "apt.source/$1")"
+  [[ -z "${source}" ]] && return 0
+  [[ -f "${source}" ]] || return 1
+  grep -qxF "${source} $(md5sum <"${source}" | cut -d' ' -f1)" <<<"$(state_get apt.lists-read)"
+}
+
+# stub_key_fingerprint <armored key file>: its primary key's fingerprint, as the gpg and gpgv
+# stubs see it: a line "stub key fingerprint <FPR>" names it; the curl stub's default key
+# ("stub key from <url>") has the fingerprint its publisher documents, for the publishers below
+# (components/hosts/pins.py and the scripts name them), another one for any other URL.
+stub_key_fingerprint() {
+  local text url
+  text="$(cat "$1")"
+  if grep -q '^stub key fingerprint ' <<<"${text}"; then
+    sed -n 's/^stub key fingerprint //p' <<<"${text}" | head -n 1
+    return 0
+  fi
+  url="$(sed -n 's/^stub key from //p' <<<"${text}" | head -n 1)"
+  [[ -n "${url}" ]] || return 1
+  case "${url}" in
+    https://download.docker.com/linux/ubuntu/gpg) echo 9DC858229FC7DD38854AE2D88D81803C0EBFCD88 ;;
+    https://developer.download.nvidia.com/compute/cuda/repos/*/3bf863cc.pub)
+      echo EB693B3035CD5710E231E123A4B469963BF863CC
+      ;;
+    https://efa-installer.amazonaws.com/aws-efa-installer.key)
+      echo 4E9091BCBB97A96B26B15E59A05480B1DD2D3CCC
+      ;;
+    *) printf '%s' "${url}" | sha1sum | cut -c1-40 | tr '[:lower:]' '[:upper:]' ;;
+  esac
+}
+
+# depends_of <pkg> <version>: that version's Depends: (state apt.depends/<pkg>=<version>, else
+# apt.depends/<pkg>, the field of every version).
+depends_of() {
+  if state_has "apt.depends/$1=$2"; then
+    state_get "apt.depends/$1=$2"
+  else
+    state_get "apt.depends/$1"
+  fi
+}
+
 # only_root_mapped: true in the sandbox's unprivileged user namespace (tests/sandbox.py), where
 # root is the one user mapped, so no file can be given to any other user or group.
 only_root_mapped() {

@@ -52,14 +52,43 @@ newest_kernel_with_module() {
     awk -v p="${prefix}" '{ sub("^" p, "", $1); print $1 }' | sort -V | awk 'END { print }'
 }
 
+# kernel_packages <running> <kernel>: what a kernel move installs: image, modules and headers
+# (DKMS builds out-of-tree modules, EFA's among them, only against headers), and
+# modules-extra when the running kernel has it.
+kernel_packages() {
+  printf '%s\n' "linux-image-$2" "linux-modules-$2" "linux-headers-$2"
+  if [[ -n "$(installed_version "linux-modules-extra-$1")" ]]; then
+    printf '%s\n' "linux-modules-extra-$2"
+  fi
+}
+
 move_to_a_kernel_with_an_nvidia_module() {
   if [[ -z "${DRIVER_BRANCH:-}" ]]; then
     log "no driver branch given, kernel not checked"
     return 0
   fi
   refuse_transitional_branch
-  local running target
+  local running target boots packages=()
   running="$(uname -r)"
+  boots="$(newest_installed_kernel)"
+  if [[ "${boots}" != "${running}" ]]; then
+    # Installed since boot (first-boot unattended-upgrades, before wait-ready.sh kept it off
+    # kernels): the host boots it next, so the driver must go in for it.
+    apt_field "$(nvidia_module_package "${boots}")" Version >/dev/null ||
+      fatal "kernel ${boots} was installed since boot and boots next, but the archive has no" \
+        "$(nvidia_module_package "${boots}"): wait for Ubuntu to publish it, or remove that" \
+        "kernel (apt-get purge linux-image-${boots}), then run pulumi up again"
+    log "kernel ${boots} was installed since boot and boots next: moving to it before the driver"
+    mapfile -t packages < <(kernel_packages "${running}" "${boots}")
+    apt_install "${packages[@]}" >/dev/null
+    REBOOT_REASONS+=("kernel ${running} -> ${boots} (installed since boot)")
+    return 0
+  fi
+  if [[ -n "$(installed_version "$(nvidia_module_package "${running}")")" ]]; then
+    # Installed already: the archive moving on (it drops an old kernel's modules) moves nothing.
+    log "$(nvidia_module_package "${running}") is installed for the running kernel"
+    return 0
+  fi
   if apt_field "$(nvidia_module_package "${running}")" Version >/dev/null; then
     log "the archive has $(nvidia_module_package "${running}") for the running kernel"
     return 0
@@ -76,7 +105,8 @@ move_to_a_kernel_with_an_nvidia_module() {
   fi
   log "no signed NVIDIA module for the running kernel ${running}: installing kernel ${target}," \
     "the newest $(kernel_flavour) kernel with $(nvidia_module_package "${target}")"
-  apt_install "linux-image-${target}" "linux-modules-${target}" >/dev/null
+  mapfile -t packages < <(kernel_packages "${running}" "${target}")
+  apt_install "${packages[@]}" >/dev/null
   REBOOT_REASONS+=("kernel ${running} -> ${target}")
 }
 

@@ -10,7 +10,15 @@
 #                         catalog (open on Turing and newer, required on Blackwell;
 #                         proprietary on Volta) (required)
 #   NVLINK_SUBNET_MANAGER true on NVSwitch gen 4 (NVLink 5: p6-b200): fabric manager also needs
-#                         nvlsm, libnvsdm and the ib_umad module (default false)
+#                         nvlsm, libnvsdm and the mlx5_core, mlx5_ib and ib_umad modules
+#                         (default false)
+#   CUDA_REPOSITORY       NVIDIA's CUDA apt repository for this release, where the fabric
+#                         packages come from, e.g.
+#                         https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/
+#                         (required with NEEDS_FABRIC_MANAGER=true)
+#   GSP_FIRMWARE          on (default) or off: off loads the module with
+#                         NVreg_EnableGpuFirmware=0, as AWS's images do on g4dn, g5 and g5g; only
+#                         the proprietary modules run without GSP firmware
 #   (plus the tunables listed in lib/common.sh)
 #
 # Expects wait-ready.sh (package lists fresh) and disable-nouveau.sh (nouveau gone, running a
@@ -39,35 +47,52 @@ check_inputs() {
     fatal "KERNEL_MODULES must be open or proprietary, got '${KERNEL_MODULES}'"
   [[ "${NVLINK_SUBNET_MANAGER:-false}" == true || "${NVLINK_SUBNET_MANAGER:-false}" == false ]] ||
     fatal "NVLINK_SUBNET_MANAGER must be true or false, got '${NVLINK_SUBNET_MANAGER}'"
+  if [[ "${NEEDS_FABRIC_MANAGER}" == true ]]; then
+    require_vars CUDA_REPOSITORY
+    [[ "${CUDA_REPOSITORY}" =~ ^https://developer\.download\.nvidia\.com/compute/cuda/repos/ubuntu[0-9]{4}/x86_64/$ ]] ||
+      fatal "CUDA_REPOSITORY must be NVIDIA's CUDA apt repository like" \
+        "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/x86_64/," \
+        "got '${CUDA_REPOSITORY}'"
+  fi
+  [[ "${GSP_FIRMWARE:-on}" == on || "${GSP_FIRMWARE:-on}" == off ]] ||
+    fatal "GSP_FIRMWARE must be on or off, got '${GSP_FIRMWARE}'"
+  [[ "${GSP_FIRMWARE:-on}" == on || "${KERNEL_MODULES}" == proprietary ]] ||
+    fatal "GSP_FIRMWARE=off needs KERNEL_MODULES=proprietary: the open kernel modules run" \
+      "only with GSP firmware"
 }
 
 DRIVER_VERSION=""     # the exact upstream version, e.g. 580.95.05 (set by choose_driver_version)
 DRIVER_PACKAGES=()    # pkg=version specs of the one transaction
-UNATTENDED_UPGRADES_CONF=/etc/apt/apt.conf.d/51gpu-cluster-kernel-and-driver
 BOOT_CHECK=/usr/local/sbin/gpu-cluster-nvidia-boot-check
 BOOT_CHECK_UNIT=/etc/systemd/system/gpu-cluster-nvidia-boot-check.service
 PERSISTENCED_DROP_IN=/etc/systemd/system/nvidia-persistenced.service.d/50-gpu-cluster-persistence-mode.conf
 NVLSM_MODULES_CONF=/etc/modules-load.d/gpu-cluster-nvlsm.conf
+# NVIDIA's CUDA repository signing key (3bf863cc), by the fingerprint NVIDIA publishes it with.
+CUDA_KEY_FINGERPRINT=EB693B3035CD5710E231E123A4B469963BF863CC
+CUDA_PREFERENCES=/etc/apt/preferences.d/gpu-cluster-cuda
+FABRIC_PACKAGES=()    # the fabric manager first: the packages of the CUDA repository at the driver's version
+DRIVER_REMOVALS=()    # "pkg-": another branch naming's fabric packages, removed in the same transaction
+GSP_OPTIONS=/etc/modprobe.d/gpu-cluster-nvidia-gsp.conf
+RELOAD_REASONS=()     # why an nvidia module loaded before this run must be loaded again
 
 nvlink_subnet_manager() {
   [[ "${NVLINK_SUBNET_MANAGER:-false}" == true ]]
 }
 
-# pin <pkg>: "pkg=<version>" at DRIVER_VERSION: the installed version when it is that one
-# (a re-run changes nothing), else the archive's; fails naming what the archive offers.
-# Fabric manager and NSCQ refuse to run unless they equal the driver exactly.
+# pin <pkg>: "pkg=<DRIVER_VERSION>-*", any packaging revision of the driver's version: apt picks
+# the revision, so packages that name each other's exact revision move together (a recrank of
+# one driver version, LP #2129682, changed those dependencies), and fabric manager and NSCQ,
+# which refuse to run unless they equal the driver, get the driver's version (gpu-driver-
+# container pins them as =${DRIVER_VERSION}*). Fails naming what the archive offers.
 pin() {
-  local version offered
-  version="$(installed_version "$1")"
-  if [[ "${version}" != "${DRIVER_VERSION}-"* ]]; then
-    version="$(apt_version_for_upstream "$1" "${DRIVER_VERSION}")"
-  fi
-  if [[ -z "${version}" ]]; then
+  local offered
+  if [[ "$(installed_version "$1")" != "${DRIVER_VERSION}-"* &&
+    -z "$(apt_version_for_upstream "$1" "${DRIVER_VERSION}")" ]]; then
     offered="$(apt-cache madison "$1" | awk -F'|' '{ gsub(/ /, "", $2); print $2 }' | paste -sd, -)"
     fatal "$1 ${DRIVER_VERSION} wanted (the driver the running kernel's signed module is" \
       "built for), the archive has ${offered:-no version of it}"
   fi
-  printf '%s=%s\n' "$1" "${version}"
+  printf '%s=%s-*\n' "$1" "${DRIVER_VERSION}"
 }
 
 # The driver version is the one Ubuntu built the running kernel's signed module with: its
@@ -80,42 +105,115 @@ choose_driver_version() {
   local kernel module spec depends common pkg
   kernel="$(uname -r)"
   module="$(nvidia_module_package "${kernel}")"
-  spec="${module}"
-  if [[ -n "$(installed_version "${module}")" ]]; then
-    spec="${module}=$(installed_version "${module}")"
-  fi
-  apt_field "${spec}" Version >/dev/null ||
+  # The installed build is kept, also once the archive replaced it.
+  depends="$(package_depends "${module}")" ||
     fatal "the archive has no ${module} for the running kernel ${kernel}; the nouveau step" \
       "moves the host to the newest kernel with one: run pulumi up again"
-  depends="$(apt_field "${spec}" Depends)"
+  spec="${module}=$(installed_version "${module}")"
   read -r common DRIVER_VERSION < <(tr ',' '\n' <<<"${depends}" |
     sed -nE 's/^ *(nvidia-kernel-common-[0-9a-z-]+) \(>= ([^)]+)\).*/\1 \2/p' |
     awk 'NR == 1') || :
   [[ "${DRIVER_VERSION}" == "${DRIVER_BRANCH}."* ]] ||
     fatal "${module} is not built for a ${DRIVER_BRANCH} driver (Depends: ${depends:-none})"
-  if [[ "${spec}" != *=* ]]; then
+  if [[ "${spec}" == *= ]]; then
     spec="${module}=$(apt_field "${module}" Version)"
   fi
   DRIVER_PACKAGES=("${spec}")
+  # The userspace NVIDIA's driver container installs from the same archive, video decode and
+  # encode (NVDEC, NVENC) included (gpu-driver-container ubuntu24.04/precompiled/nvidia-driver,
+  # `_install_driver`).
   for pkg in "${common}" "nvidia-headless-no-dkms-$(nvidia_suffix)" \
-    "nvidia-utils-${DRIVER_BRANCH}-server"; do
+    "nvidia-utils-${DRIVER_BRANCH}-server" "libnvidia-decode-${DRIVER_BRANCH}-server" \
+    "libnvidia-encode-${DRIVER_BRANCH}-server"; do
     DRIVER_PACKAGES+=("$(pin "${pkg}")")
   done
+  modules_for_kernels_booted_next "${kernel}"
   if [[ "${NEEDS_FABRIC_MANAGER}" == true ]]; then
-    DRIVER_PACKAGES+=("$(pin "nvidia-fabricmanager-${DRIVER_BRANCH}")")
-    DRIVER_PACKAGES+=("$(pin "libnvidia-nscq-${DRIVER_BRANCH}")")
-  fi
-  if nvlink_subnet_manager; then
-    # nvlsm is versioned on its own (gpu-driver-container installs it unpinned): pin the
-    # installed or candidate version so it is recorded and held.
-    DRIVER_PACKAGES+=("$(pin "libnvsdm-${DRIVER_BRANCH}")")
-    pkg="$(installed_version nvlsm)"
-    if [[ -z "${pkg}" ]]; then
-      pkg="$(apt_field nvlsm Version)" || fatal "nvlsm is not in this host's package archive"
-    fi
-    DRIVER_PACKAGES+=("nvlsm=${pkg}")
+    choose_fabric_packages
   fi
   log "driver ${DRIVER_VERSION} for kernel ${kernel}"
+}
+
+# modules_for_kernels_booted_next <running kernel>: a kernel newer than the running one that is
+# installed already boots next: it gets its signed module of this driver in the same
+# transaction, or the step fails naming it (the module for the running kernel only would leave
+# the next boot without GPUs).
+modules_for_kernels_booted_next() {
+  local other module spec built
+  for other in $(installed_kernels); do
+    [[ "${other}" != "$1" && "$(printf '%s\n' "$1" "${other}" | sort -V | tail -n 1)" == "${other}" ]] ||
+      continue
+    module="$(nvidia_module_package "${other}")"
+    spec="${module}=$(installed_version "${module}")"
+    [[ "${spec}" != *= ]] || spec="${module}=$(apt_field "${module}" Version)" || :
+    built="$({ package_depends "${module}" || :; } | tr ',' '\n' |
+      sed -nE 's/^ *nvidia-kernel-common-[0-9a-z-]+ \(>= ([^)]+)\).*/\1/p' | awk 'NR == 1')"
+    [[ "${built}" == "${DRIVER_VERSION}" ]] ||
+      fatal "kernel ${other} is installed and boots next, but the archive's ${module} is built" \
+        "for driver ${built:-(none: no such package)}, not ${DRIVER_VERSION}: the node would boot" \
+        "it without GPUs. Remove it (apt-get purge linux-image-${other}) or let the nouveau" \
+        "step move the host to it (re-run <node>-nouveau), then run pulumi up again"
+    log "kernel ${other} is installed and boots next: its module goes in too"
+    DRIVER_PACKAGES+=("${spec}")
+  done
+}
+
+# fabric_name <name>: a fabric package's name for DRIVER_BRANCH: from branch 580 NVIDIA's CUDA
+# repository names them without the branch, before with it (gpu-driver-container
+# ubuntu24.04/precompiled/nvidia-driver fabricmanager_install, nscq_install, nvsdm_install).
+fabric_name() {
+  if ((DRIVER_BRANCH >= 580)); then
+    printf '%s\n' "$1"
+  else
+    printf '%s-%s\n' "$1" "${DRIVER_BRANCH}"
+  fi
+}
+
+# Fabric manager and NSCQ (NVSwitch), with NVLink 5 also NVSDM and nvlsm, come from NVIDIA's CUDA
+# repository; apt takes only these packages from it, only at the driver's version.
+choose_fabric_packages() {
+  local name old
+  FABRIC_PACKAGES=("$(fabric_name nvidia-fabricmanager)" "$(fabric_name libnvidia-nscq)")
+  if nvlink_subnet_manager && ((DRIVER_BRANCH >= 560)); then
+    FABRIC_PACKAGES+=("$(fabric_name libnvsdm)")
+  fi
+  add_signed_apt_repo cuda "${CUDA_REPOSITORY}3bf863cc.pub" "${CUDA_KEY_FINGERPRINT}" \
+    "${CUDA_REPOSITORY} /"
+  write_file_if_changed "${CUDA_PREFERENCES}" >/dev/null <<PREFERENCES
+# Written by gpu-cluster (install-driver.sh): NVIDIA's CUDA repository gives this host its
+# fabric packages at driver ${DRIVER_VERSION} and nothing else.
+Package: ${FABRIC_PACKAGES[*]}
+Pin: version ${DRIVER_VERSION}-*
+Pin-Priority: 600
+
+Package: nvlsm
+Pin: origin developer.download.nvidia.com
+Pin-Priority: 600
+
+Package: *
+Pin: origin developer.download.nvidia.com
+Pin-Priority: -1
+PREFERENCES
+  for name in "${FABRIC_PACKAGES[@]}"; do
+    DRIVER_PACKAGES+=("$(pin "${name}")")
+    # The other naming of the same package (a branch change across 580, or Ubuntu's archive
+    # of earlier releases) ships the same files: it goes in the same transaction.
+    old="${name}-${DRIVER_BRANCH}"
+    ((DRIVER_BRANCH >= 580)) || old="${name%-"${DRIVER_BRANCH}"}"
+    if [[ -n "$(installed_version "${old}")" ]]; then
+      DRIVER_REMOVALS+=("${old}-")
+    fi
+  done
+  if nvlink_subnet_manager; then
+    # nvlsm is versioned on its own (gpu-driver-container installs it unpinned): the installed
+    # version, else the candidate, recorded and held.
+    name="$(installed_version nvlsm)"
+    if [[ -z "${name}" ]]; then
+      name="$(apt_field nvlsm Version)" ||
+        fatal "nvlsm is not in NVIDIA's CUDA repository for this release (${CUDA_REPOSITORY})"
+    fi
+    DRIVER_PACKAGES+=("nvlsm=${name}")
+  fi
 }
 
 # The nouveau step (disable-nouveau.sh) normally did this and rebooted when needed; run alone,
@@ -130,42 +228,28 @@ block_nouveau() {
 }
 
 install_driver_packages() {
-  apt_install "${DRIVER_PACKAGES[@]}" >/dev/null
+  local module="${DRIVER_PACKAGES[0]%%=*}" before
+  before="$(installed_version "${module}")"
+  apt_install_together "${DRIVER_PACKAGES[@]}" "${DRIVER_REMOVALS[@]}" >/dev/null
   apt_hold "${DRIVER_PACKAGES[@]%%=*}"
+  if [[ "$(installed_version "${module}")" != "${before}" ]]; then
+    RELOAD_REASONS+=("${module} ${before:-not installed} -> $(installed_version "${module}")")
+  fi
 }
 
 # Kernel and driver move together: unattended-upgrades would install a new kernel (through the
 # flavour metapackages) with no module of this driver, and the next boot would have no GPUs.
 # Hold the installed kernel metapackages, keep unattended-upgrades off kernel and NVIDIA
-# packages, and check at every boot that the running kernel has a working module.
+# packages (wait-ready.sh did both already on GPU nodes), and check at every boot that the
+# running kernel has a working module.
 keep_kernel_and_driver_together() {
-  local flavour pkg metas=()
-  flavour="$(kernel_flavour)"
-  for pkg in "linux-${flavour}" "linux-image-${flavour}" "linux-headers-${flavour}" \
-    "linux-modules-nvidia-$(nvidia_suffix)-${flavour}"; do
-    if [[ -n "$(installed_version "${pkg}")" ]]; then
-      metas+=("${pkg}")
-    fi
-  done
-  if ((${#metas[@]} > 0)); then
-    apt_hold "${metas[@]}"
-  fi
-  # Package-Blacklist entries are regular expressions matched at the start of the name
-  # (unattended-upgrades, `is_pkgname_in_blacklist`).
-  write_file_if_changed "${UNATTENDED_UPGRADES_CONF}" >/dev/null <<'CONF'
-// Written by gpu-cluster: the kernel and the NVIDIA driver move together, through the
-// driver step, never through unattended-upgrades.
-Unattended-Upgrade::Package-Blacklist {
-    "linux-";
-    "nvidia-";
-    "libnvidia-";
-    "libnvsdm";
-    "nvlsm";
-};
-CONF
+  keep_kernel_with_the_driver "linux-modules-nvidia-$(nvidia_suffix)-$(kernel_flavour)"
   install_boot_check
 }
 
+# The check is required by kubelet (RequiredBy= makes kubelet.service Require= it, ordered
+# Before= it, systemd.unit(5)): when the running kernel has no working module, kubelet does not
+# start and the node goes NotReady, instead of Ready with no GPUs.
 install_boot_check() {
   local changed
   changed="$(write_file_if_changed "${BOOT_CHECK}" 0755 <<'CHECK'
@@ -203,32 +287,76 @@ ExecStart=${BOOT_CHECK}
 
 [Install]
 WantedBy=multi-user.target
+RequiredBy=kubelet.service
 UNIT
 )"
   if [[ "${changed}" == *changed* ]]; then
     systemctl daemon-reload
   fi
-  if systemctl is-enabled --quiet gpu-cluster-nvidia-boot-check; then
+  # Enabled again when the unit changed: `enable` creates the kubelet.service.requires/ link.
+  if systemctl is-enabled --quiet gpu-cluster-nvidia-boot-check && [[ "${changed}" != *changed* ]]; then
     log "boot check already enabled"
   else
     systemctl enable gpu-cluster-nvidia-boot-check
   fi
 }
 
+# GSP firmware off (GSP_FIRMWARE=off): the module option AWS's images set on g4dn, g5 and g5g
+# (amazon-eks-ami templates/al2023/runtime/gpu/nvidia-kmod-load.sh, disable-gsp); it takes
+# effect when the module loads.
+set_module_options() {
+  local changed=""
+  if [[ "${GSP_FIRMWARE:-on}" == off ]]; then
+    changed="$(write_file_if_changed "${GSP_OPTIONS}" <<'CONF'
+# Written by gpu-cluster (install-driver.sh): no GSP firmware on this instance type.
+options nvidia NVreg_EnableGpuFirmware=0
+CONF
+)"
+  elif [[ -e "${GSP_OPTIONS}" ]]; then
+    rm -f -- "${GSP_OPTIONS}"
+    changed=changed
+  fi
+  if [[ "${changed}" == changed ]]; then
+    RELOAD_REASONS+=("GSP firmware ${GSP_FIRMWARE:-on}")
+  fi
+}
+
 load_driver() {
+  local loaded=false
+  module_loaded nvidia && loaded=true
+  set_module_options
   ensure_kernel_module nvidia
   reload_after_branch_change
+  if [[ "${loaded}" == true ]] && ((${#RELOAD_REASONS[@]} > 0)); then
+    reload_nvidia_module "${RELOAD_REASONS[*]}" "must be loaded again (${RELOAD_REASONS[*]})"
+  fi
   enable_persistence_mode
   if nvlink_subnet_manager; then
-    # NVLSM talks to the NVSwitch trays through ib_umad (gpu-driver-container waits for
-    # mlx5_core and ib_umad before it starts fabric manager on NVLink5+ systems).
-    printf 'ib_umad\n' | write_file_if_changed "${NVLSM_MODULES_CONF}" >/dev/null
-    ensure_kernel_module ib_umad
+    load_nvlink5_modules
   fi
   if [[ "${NEEDS_FABRIC_MANAGER}" == true ]] && ! enable_service nvidia-fabricmanager; then
     fabric_manager_journal
     fatal "nvidia-fabricmanager did not start (its journal is above)"
   fi
+}
+
+# NVLSM talks to the NVSwitch trays through the ConnectX ports: gpu-driver-container waits for
+# mlx5_core and ib_umad before it starts fabric manager on NVLink5+ systems, EKS's AMI loads
+# ib_umad at boot. On AWS kernels they may live in linux-modules-extra.
+load_nvlink5_modules() {
+  local kernel module
+  kernel="$(uname -r)"
+  if [[ -z "$(installed_version "linux-modules-extra-${kernel}")" ]] &&
+    apt_field "linux-modules-extra-${kernel}" Version >/dev/null; then
+    apt_install "linux-modules-extra-${kernel}" >/dev/null
+  fi
+  printf '%s\n' mlx5_core mlx5_ib ib_umad |
+    write_file_if_changed "${NVLSM_MODULES_CONF}" >/dev/null
+  for module in mlx5_core mlx5_ib ib_umad; do
+    module_loaded "${module}" || modprobe "${module}" ||
+      fatal "kernel module ${module} (NVLink 5 subnet manager) does not load on ${kernel}:" \
+        "its package (linux-modules-extra-${kernel}) is not in the archive or not installed"
+  done
 }
 
 fabric_manager_journal() {
@@ -260,11 +388,21 @@ UNIT
 # reboots, and nvidia-smi fails with "Driver/library version mismatch". Unload and load it;
 # when GPU processes hold it, the node must be drained and rebooted instead.
 reload_after_branch_change() {
-  local report unit module
+  local report
   if report="$(timeout -k 10 120 nvidia-smi -L 2>&1)" || [[ "${report}" != *"version mismatch"* ]]; then
     return 0
   fi
-  log "driver ${DRIVER_BRANCH} installed while an older kernel module is loaded: reloading it"
+  reload_nvidia_module "driver ${DRIVER_BRANCH} installed while an older kernel module is loaded" \
+    "is older than driver ${DRIVER_BRANCH}"
+  RELOAD_REASONS=()
+}
+
+# reload_nvidia_module <why> <what it is>: unload the loaded nvidia module and load the
+# installed one with its options now; when GPU processes hold it, the node must be drained and
+# rebooted instead.
+reload_nvidia_module() {
+  local unit module
+  log "$1: reloading it"
   for unit in nvidia-fabricmanager nvidia-persistenced; do
     if systemctl is-active --quiet "${unit}"; then
       systemctl stop "${unit}"
@@ -272,8 +410,8 @@ reload_after_branch_change() {
   done
   for module in nvidia_uvm nvidia_drm nvidia_modeset nvidia; do
     if module_loaded "${module}" && ! modprobe -r "${module}"; then
-      printf 'REBOOT_REQUIRED: the loaded nvidia kernel module is older than driver %s and is in use (GPU workloads on this node); drain the node (kubectl drain <node> --ignore-daemonsets --delete-emptydir-data), reboot it, then run pulumi up again\n' \
-        "${DRIVER_BRANCH}" >&2
+      printf 'REBOOT_REQUIRED: the loaded nvidia kernel module %s and is in use (GPU workloads on this node); drain the node (kubectl drain <node> --ignore-daemonsets --delete-emptydir-data), reboot it, then run pulumi up again\n' \
+        "$2" >&2
       exit "${EXIT_REBOOT_REQUIRED}"
     fi
   done
@@ -295,7 +433,19 @@ verify_gpus() {
   if ((count != GPU_COUNT)); then
     fatal "${GPU_COUNT} GPUs expected for this instance type, nvidia-smi lists ${count}:"$'\n'"${report}"
   fi
+  verify_gsp_firmware
   log "driver ${version}, ${count} GPU(s)"
+}
+
+# nvidia-smi -q reports "GSP Firmware Version : N/A" for a GPU that runs without it.
+verify_gsp_firmware() {
+  [[ "${GSP_FIRMWARE:-on}" == off ]] || return 0
+  local running
+  running="$(timeout -k 10 120 nvidia-smi -q |
+    awk -F': *' '/GSP Firmware Version/ && $2 != "N/A" { n++ } END { print n + 0 }')"
+  ((running == 0)) ||
+    fatal "GSP firmware off expected (${GSP_OPTIONS}), nvidia-smi -q reports it running on" \
+      "${running} GPU(s): the module was loaded before the option; reboot the node"
 }
 
 verify_persistence_mode() {
@@ -318,9 +468,9 @@ verify_fabric_manager() {
   # awk reads to the end: head would close the pipe early and pipefail reports SIGPIPE.
   driver="$(timeout -k 10 120 nvidia-smi --query-gpu=driver_version --format=csv,noheader |
     awk 'NR == 1')"
-  fabric="$(installed_version "nvidia-fabricmanager-${DRIVER_BRANCH}")"
+  fabric="$(installed_version "${FABRIC_PACKAGES[0]}")"
   [[ "${fabric%%-*}" == "${driver}" ]] ||
-    fatal "fabric manager must match driver ${driver}, nvidia-fabricmanager-${DRIVER_BRANCH} is ${fabric:-not installed}"
+    fatal "fabric manager must match driver ${driver}, ${FABRIC_PACKAGES[0]} is ${fabric:-not installed}"
   if ! state="$(systemctl is-active nvidia-fabricmanager)"; then
     fabric_manager_journal
     fatal "nvidia-fabricmanager expected active, systemctl reports '${state}' (journal above)"

@@ -4,8 +4,10 @@
 # default runtime and GPUs handed only to containers that requested them.
 #
 # Inputs:
-#   CONTAINERD_VERSION  containerd apt version from Ubuntu's archive for this release, may end
-#                       in '*' (e.g. 2.2.1-0ubuntu1~24.04.*); held (required)
+#   CONTAINERD_VERSION  the exact containerd.io version of Docker's apt repository for this
+#                       release, e.g. 2.2.1-1~ubuntu.24.04~noble; held (required)
+#   CONTAINERD_REPOSITORY  that repository's apt source for this release, e.g.
+#                       "https://download.docker.com/linux/ubuntu noble stable" (required)
 #   SANDBOX_IMAGE       the pause image kubeadm expects, e.g. registry.k8s.io/pause:3.10.1
 #                       (required)
 #   WITH_NVIDIA_TOOLKIT true (default) or false (a control-plane host: containerd only)
@@ -14,8 +16,13 @@
 #   (plus the tunables listed in lib/common.sh)
 #
 # containerd's config is written whole (never edited from `containerd config default`, whose
-# text differs between 1.7 and 2.x: 2.x prints no SystemdCgroup line at all), and checked the
-# way containerd reads it: `containerd config dump`, with the toolkit's drop-in merged in.
+# text differs between 1.7 and 2.x: 2.x prints no SystemdCgroup line at all, and containerd.io's
+# packaged one disables CRI), and checked the way containerd reads it: `containerd config dump`,
+# with the toolkit's drop-in merged in.
+#
+# containerd.io comes from Docker's repository, which keeps every version it published, so the
+# pin still installs when a newer one appears; Ubuntu's archive keeps only the newest of each
+# pocket (docs/decisions/042-containerd-from-a-repository-that-keeps-every-version.md).
 set -Eeuo pipefail
 
 if ! declare -F init_script >/dev/null; then
@@ -27,6 +34,11 @@ CONTAINERD_CONFIG=/etc/containerd/config.toml
 CONTAINERD_DROP_INS=/etc/containerd/conf.d
 NVIDIA_DROP_IN="${CONTAINERD_DROP_INS}/99-nvidia.toml"
 TOOLKIT_CONFIG=/etc/nvidia-container-runtime/config.toml
+CRICTL_CONFIG=/etc/crictl.yaml
+CONTAINERD_SOCKET=unix:///run/containerd/containerd.sock
+# Docker's signing key as docs.docker.com/engine/install/ubuntu/ documents it.
+DOCKER_KEY_URL=https://download.docker.com/linux/ubuntu/gpg
+DOCKER_KEY_FINGERPRINT=9DC858229FC7DD38854AE2D88D81803C0EBFCD88
 NVIDIA_KEY_URL=https://nvidia.github.io/libnvidia-container/gpgkey
 NVIDIA_KEYRING=/etc/apt/keyrings/nvidia-container-toolkit.gpg
 NVIDIA_SOURCES=/etc/apt/sources.list.d/nvidia-container-toolkit.list
@@ -50,10 +62,18 @@ with_toolkit() {
 
 check_inputs() {
   case "${WITH_NVIDIA_TOOLKIT:-true}" in
-    true) require_vars NVIDIA_CTK_VERSION CONTAINERD_VERSION SANDBOX_IMAGE ;;
-    false) require_vars CONTAINERD_VERSION SANDBOX_IMAGE ;;
+    true)
+      require_vars NVIDIA_CTK_VERSION CONTAINERD_VERSION CONTAINERD_REPOSITORY SANDBOX_IMAGE
+      ;;
+    false) require_vars CONTAINERD_VERSION CONTAINERD_REPOSITORY SANDBOX_IMAGE ;;
     *) fatal "WITH_NVIDIA_TOOLKIT must be true or false, got '${WITH_NVIDIA_TOOLKIT}'" ;;
   esac
+  [[ "${CONTAINERD_VERSION}" =~ ^[0-9]+\.[0-9]+\.[0-9]+-[0-9]+~ubuntu\.[0-9]+\.[0-9]+~[a-z]+$ ]] ||
+    fatal "CONTAINERD_VERSION must be one containerd.io version like 2.2.1-1~ubuntu.24.04~noble," \
+      "got '${CONTAINERD_VERSION}'"
+  [[ "${CONTAINERD_REPOSITORY}" =~ ^https://download\.docker\.com/linux/ubuntu\ [a-z]+\ stable$ ]] ||
+    fatal "CONTAINERD_REPOSITORY must be Docker's apt source like" \
+      "'https://download.docker.com/linux/ubuntu noble stable', got '${CONTAINERD_REPOSITORY}'"
   [[ "${SANDBOX_IMAGE}" =~ ^[a-z0-9.:/_-]+:[A-Za-z0-9._-]+$ ]] ||
     fatal "SANDBOX_IMAGE must be an image with a tag like registry.k8s.io/pause:3.10.1," \
       "got '${SANDBOX_IMAGE}'"
@@ -62,13 +82,18 @@ check_inputs() {
     fatal "NVIDIA_CTK_VERSION must be an apt version like 1.20.0-1, got '${NVIDIA_CTK_VERSION}'"
 }
 
+# containerd.io conflicts with (and replaces) Ubuntu's containerd and runc: a host that had them
+# moves over in the same transaction.
 install_containerd() {
-  apt_install "containerd=${CONTAINERD_VERSION}" >/dev/null
-  apt_hold containerd
+  add_signed_apt_repo docker "${DOCKER_KEY_URL}" "${DOCKER_KEY_FINGERPRINT}" \
+    "${CONTAINERD_REPOSITORY}"
+  require_apt_version containerd.io "${CONTAINERD_VERSION}" "Docker's repository"
+  apt_install "containerd.io=${CONTAINERD_VERSION}" >/dev/null
+  apt_hold containerd.io
   local found
   found="$(containerd --version)"
   [[ "${found}" =~ \ v?2\.[0-9]+\.[0-9]+ ]] ||
-    fatal "containerd 2.x expected (containerd=${CONTAINERD_VERSION}), found '${found}'"
+    fatal "containerd 2.x expected (containerd.io=${CONTAINERD_VERSION}), found '${found}'"
 }
 
 add_nvidia_apt_repo() {
@@ -138,6 +163,19 @@ configure_containerd() {
   fi
   enable_service containerd
   restart_if_changed containerd "${changed}"
+  configure_crictl
+}
+
+# crictl (cri-tools, which kubeadm depends on) asks the runtime at these endpoints; without a
+# config it probes a list of deprecated defaults and warns on every call (cri-tools
+# docs/crictl.md, "Configuration": runtime-endpoint, image-endpoint, timeout).
+configure_crictl() {
+  write_file_if_changed "${CRICTL_CONFIG}" >/dev/null <<YAML
+# Written by gpu-cluster (install-runtime.sh): crictl talks to containerd.
+runtime-endpoint: ${CONTAINERD_SOCKET}
+image-endpoint: ${CONTAINERD_SOCKET}
+timeout: 10
+YAML
 }
 
 configure_toolkit() {

@@ -8,6 +8,9 @@
 #   APT_DAILY_POLL_SECONDS      how often to look (default 5)
 #   APT_LISTS_RETRIES           attempts of apt-get update while the lists lock is held
 #                               (default 8, with the backoff of lib/common.sh)
+#   KERNEL_WITH_DRIVER  true on GPU nodes: from this step on unattended-upgrades installs no
+#                    kernel or NVIDIA package and the kernel metapackages are held, so no
+#                    kernel arrives before the driver step (default false)
 #   SSH_USER         the login user whose ~/.ssh/authorized_keys is written (required with
 #                    AUTHORIZED_KEYS: both or neither)
 #   AUTHORIZED_KEYS  OpenSSH public key lines, one per line (required with SSH_USER):
@@ -45,6 +48,8 @@ SSHD_DROP_IN=/etc/ssh/sshd_config.d/10-gpu-cluster-fan-in.conf
 # Checked before anything is touched: MaxStartups as sshd reads it; both key inputs or neither,
 # each line one public key.
 check_inputs() {
+  [[ "${KERNEL_WITH_DRIVER:-false}" == true || "${KERNEL_WITH_DRIVER:-false}" == false ]] ||
+    fatal "KERNEL_WITH_DRIVER must be true or false, got '${KERNEL_WITH_DRIVER}'"
   check_max_startups
   [[ -z "${ROOT_VOLUME_GIB:-}" || "${ROOT_VOLUME_GIB}" =~ ^[1-9][0-9]*$ ]] ||
     fatal "ROOT_VOLUME_GIB must be a size in GiB, got '${ROOT_VOLUME_GIB}'"
@@ -149,6 +154,17 @@ write_authorized_keys() {
   if [[ "${changed}" == changed ]]; then
     log "authorized_keys of ${SSH_USER} now holds $(grep -cv '^#' "${dir}/authorized_keys") key(s)"
   fi
+}
+
+# The first-boot unattended-upgrades run (apt-daily-upgrade.timer is Persistent) may have
+# installed a newer kernel already; the nouveau step moves to it. From here on none arrives.
+hold_the_kernel_until_the_driver() {
+  if [[ "${KERNEL_WITH_DRIVER:-false}" != true ]]; then
+    log "not a GPU node: kernel updates left to unattended-upgrades"
+    return 0
+  fi
+  # shellcheck disable=SC2119 # no packages to hold besides the kernel metapackages
+  keep_kernel_with_the_driver
 }
 
 # The root filesystem fills the root volume: after `rootVolumeGiB` grew, the provider modifies
@@ -258,7 +274,8 @@ main() {
     wait_for_apt_and_refresh_lists \
     write_authorized_keys \
     grow_root_filesystem \
-    configure_sshd_fan_in
+    configure_sshd_fan_in \
+    hold_the_kernel_until_the_driver
   log "host ready"
 }
 

@@ -195,6 +195,27 @@ apt_install() {
   echo installed
 }
 
+# apt_install_together pkg[=version]...: as apt_install, but when anything is missing or at
+# another version every spec goes into the one transaction, so apt can move packages that name
+# each other's exact revision together instead of refusing half a set.
+apt_install_together() {
+  local spec want have
+  for spec in "$@"; do
+    want=""
+    [[ "${spec}" == *=* ]] && want="${spec#*=}"
+    have="$(installed_version "${spec%%=*}")"
+    # shellcheck disable=SC2053 # ${want} is matched as a glob on purpose
+    if [[ -z "${have}" || (-n "${want}" && "${have}" != ${want}) ]]; then
+      log "installing $*"
+      retry "${APT_RETRIES:-3}" apt_get install --no-install-recommends \
+        --allow-change-held-packages "$@" >&2
+      echo installed
+      return 0
+    fi
+  done
+  log "already installed: ${*}"
+}
+
 # apt_install_held VERSION pkg...: install every pkg at VERSION (a glob such as 1.35.* is
 # allowed) and hold them, so the pinned versions stay what this script installed.
 apt_install_held() {
@@ -220,6 +241,55 @@ apt_hold() {
     log "holding ${todo[*]}"
     apt-mark hold "${todo[@]}" >/dev/null
   fi
+}
+
+# ---- signed third-party repositories --------------------------------------------------
+
+# key_fingerprint <key file>: the fingerprint of the file's primary key (gpg --show-keys).
+key_fingerprint() {
+  gpg --batch --with-colons --show-keys "$1" 2>/dev/null | awk -F: '$1 == "fpr" { print $10; exit }'
+}
+
+# fetch_key <url> <fingerprint> <dest>: a publisher's armored key, refused unless its primary
+# key is the one the publisher documents (the fingerprint pinned in components/hosts/pins.py):
+# a key fetched from the server it guards proves nothing by itself.
+fetch_key() {
+  local found
+  download "$1" "$3"
+  found="$(key_fingerprint "$3")" || found=""
+  [[ "${found}" == "$2" ]] ||
+    fatal "the key at $1 has fingerprint ${found:-none}, $2 expected: not trusting it"
+}
+
+# add_signed_apt_repo <name> <key url> <fingerprint> <source>: the apt source "deb [signed-by=
+# /etc/apt/keyrings/<name>.gpg] <source>" in sources.list.d/<name>.list, its keyring fetched
+# once (fetch_key); apt-get update only when either changed.
+add_signed_apt_repo() {
+  local name="$1" url="$2" fingerprint="$3" source="$4" key changed_key="" changed_list
+  local keyring="/etc/apt/keyrings/$1.gpg"
+  if [[ ! -s "${keyring}" ]]; then
+    key="$(temp_path "${name}.key")"
+    fetch_key "${url}" "${fingerprint}" "${key}"
+    gpg --batch --yes --dearmor -o "${key}.gpg" "${key}"
+    changed_key="$(install_file_if_changed "${key}.gpg" "${keyring}")"
+  fi
+  changed_list="$(printf 'deb [signed-by=%s] %s\n' "${keyring}" "${source}" |
+    write_file_if_changed "/etc/apt/sources.list.d/${name}.list")"
+  if [[ "${changed_key}${changed_list}" == *changed* ]]; then
+    apt_update
+  fi
+}
+
+# require_apt_version <pkg> <version> <where from>: fail before installing anything unless the
+# archive offers exactly that version (installed counts), naming what it offers instead: a pin
+# that stopped resolving is reported as such, never replaced by the newest.
+require_apt_version() {
+  local offered
+  [[ "$(installed_version "$1")" == "$2" ]] && return 0
+  offered="$(apt-cache madison "$1" | awk -F'|' '{ gsub(/ /, "", $2); print $2 }' |
+    paste -sd, -)"
+  [[ ",${offered}," == *",$2,"* ]] ||
+    fatal "$1 $2 wanted (components/hosts/pins.py), $3 offers ${offered:-no version of it}"
 }
 
 # ---- Kubernetes packages ------------------------------------------------------------
@@ -697,6 +767,53 @@ schedule_reboot() {
   systemd-run --on-active="$1" --unit="$2" systemctl reboot >&2
 }
 
+# ---- the kernel moves only with the driver ---------------------------------------------
+
+UNATTENDED_UPGRADES_CONF=/etc/apt/apt.conf.d/51gpu-cluster-kernel-and-driver
+
+# keep_kernel_with_the_driver [pkg...]: unattended-upgrades installs no kernel and no NVIDIA
+# package from now on (they move together, through the nouveau and driver steps), and the
+# installed kernel metapackages (and the pkgs given) are held: a kernel installed without its
+# signed NVIDIA module boots a node with no GPUs.
+keep_kernel_with_the_driver() {
+  local flavour pkg metas=()
+  flavour="$(kernel_flavour)"
+  for pkg in "linux-${flavour}" "linux-image-${flavour}" "linux-headers-${flavour}" "$@"; do
+    if [[ -n "$(installed_version "${pkg}")" ]]; then
+      metas+=("${pkg}")
+    fi
+  done
+  if ((${#metas[@]} > 0)); then
+    apt_hold "${metas[@]}"
+  fi
+  # Package-Blacklist entries are regular expressions matched at the start of the name
+  # (unattended-upgrades, `is_pkgname_in_blacklist`).
+  write_file_if_changed "${UNATTENDED_UPGRADES_CONF}" >/dev/null <<'CONF'
+// Written by gpu-cluster: the kernel and the NVIDIA driver move together, through the
+// driver step, never through unattended-upgrades.
+Unattended-Upgrade::Package-Blacklist {
+    "linux-";
+    "nvidia-";
+    "libnvidia-";
+    "libnvsdm";
+    "nvlsm";
+};
+CONF
+}
+
+# installed_kernels: the installed kernels of the running kernel's flavour, oldest first
+# (6.8.0-1021-aws ...), from their linux-image packages.
+installed_kernels() {
+  { dpkg-query -W -f='${db:Status-Status} ${Package}\n' \
+    "linux-image-[0-9]*-$(kernel_flavour)" 2>/dev/null || :; } |
+    awk '$1 == "installed" { sub(/^linux-image-/, "", $2); print $2 }' | sort -V
+}
+
+# newest_installed_kernel: the kernel the host boots next (GRUB's default is the newest).
+newest_installed_kernel() {
+  { uname -r && installed_kernels; } | sort -V | awk 'END { print }'
+}
+
 # ---- NVIDIA driver packages (Ubuntu's archive) ----------------------------------------
 
 # nvidia_suffix: 580-server (proprietary kernel modules) or 580-server-open, as in Ubuntu's
@@ -727,6 +844,16 @@ apt_field() {
   local stanza
   stanza="$(apt-cache show --no-all-versions "$1" 2>/dev/null)" || return 1
   awk -v f="$2" 'BEGIN { FS = ": " } $1 == f { sub(/^[^:]*: /, ""); print; exit }' <<<"${stanza}"
+}
+
+# package_depends <pkg>: the Depends: of the installed version (dpkg knows it, also once the
+# archive replaced that build), else of the archive's candidate; fails when neither exists.
+package_depends() {
+  if [[ -n "$(installed_version "$1")" ]]; then
+    dpkg-query -W -f='${Depends}' "$1"
+  else
+    apt_field "$1" Version >/dev/null && apt_field "$1" Depends
+  fi
 }
 
 # apt_version_for_upstream <pkg> <upstream>: the newest version of pkg the archive has whose
