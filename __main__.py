@@ -9,7 +9,6 @@ import pulumi
 from components.aws.network import Network, NetworkArgs
 from components.control_plane import ControlPlane, ControlPlaneArgs
 from components.gpu_node import NVIDIA_CTK_VERSION, GpuNodePool, GpuNodePoolArgs, install_steps
-from components.hosts.host_keys import warn_unchecked
 from components.images.control_plane_image import baked_control_plane_image
 from components.images.gpu_image import baked_images
 from components.kube.addons import GpuNodeAddons, GpuNodeAddonsArgs
@@ -25,8 +24,6 @@ from components.kube.validation import validation_job
 from components.settings.load import load_settings
 
 settings = load_settings()
-# Hosts the operator names without their SSH host key: said on every preview and up.
-warn_unchecked(settings)
 
 network = Network("network", NetworkArgs.of(settings))
 control_plane = ControlPlane(

@@ -250,22 +250,28 @@ def test_a_host_keys_entry_for_a_machine_with_its_generated_key_is_ignored_and_s
     )
 
 
-def test_operator_hosts_are_pinned_from_config_and_warned_about_without(caplog):
-    network = {**stack_file("prod")["gpu-cluster:network"]}
-    with caplog.at_level(logging.WARNING):
-        unpinned = run_program("prod")
-    warnings = " ".join(r.getMessage() for r in caplog.records)
-    assert "gpu-cluster:network.bastion.hostKey is not set" in warnings
-    assert "gpu-cluster:controlPlane.hostKey is not set" in warnings
-    for step in unpinned.of_type(COMMAND):
-        assert "hostKey" not in connection(step)["proxy"], step.urn
+def test_operator_hosts_are_pinned_from_config_and_refused_without():
+    """Finding 4 of issue 34: a bastion or existing control plane without its host key is a
+    configuration error naming the key and how to get it, never a warning and a connection
+    that accepts any host."""
+    from components.settings.load import ConfigError
 
-    control_plane = {**stack_file("prod")["gpu-cluster:controlPlane"], "hostKey": OLD_MACHINE_KEY}
+    network = {**stack_file("prod")["gpu-cluster:network"]}
+    control_plane = {**stack_file("prod")["gpu-cluster:controlPlane"]}
+    unpinned_network = {**network, "bastion": {**network["bastion"]}}
+    del unpinned_network["bastion"]["hostKey"]
+    unpinned_control_plane = {k: v for k, v in control_plane.items() if k != "hostKey"}
+    with pytest.raises(ConfigError) as refused:
+        load_stack_settings(
+            "prod", config={"network": unpinned_network, "controlPlane": unpinned_control_plane}
+        )
+    keys = {p.key for p in refused.value.problems}
+    assert keys == {"gpu-cluster:network.bastion.hostKey", "gpu-cluster:controlPlane.hostKey"}
+    assert "ssh-keyscan" in str(refused.value), refused.value
+
+    control_plane["hostKey"] = OLD_MACHINE_KEY
     network["bastion"] = {**network["bastion"], "hostKey": BASTION_KEY}
-    caplog.clear()
-    with caplog.at_level(logging.WARNING):
-        pinned = run_program("prod", config={"network": network, "controlPlane": control_plane})
-    assert not any("is not set" in r.getMessage() for r in caplog.records)
+    pinned = run_program("prod", config={"network": network, "controlPlane": control_plane})
     for step in pinned.of_type(COMMAND):
         conn = connection(step)
         assert conn["proxy"]["hostKey"] == BASTION_KEY, step.urn

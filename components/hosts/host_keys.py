@@ -23,8 +23,6 @@ import pulumi_aws as aws
 import pulumi_tls as tls
 import yaml
 
-from components.settings import ExistingControlPlane, Settings
-
 # What the provider stores as `userData` for a machine booted without user data: nothing, or the
 # SHA-1 of the empty string (ec2_instance.go treats the two as equal in its DiffSuppressFunc).
 _NO_USER_DATA = {"", hashlib.sha1(b"").hexdigest()}
@@ -127,22 +125,3 @@ def pinned(
 
     # The choice is public (a public key, or none): unsecret what the secret userData tainted.
     return pulumi.Output.unsecret(pulumi.Output.all(instance.user_data, instance.id).apply(choose))
-
-
-def warn_unchecked(settings: Settings) -> None:
-    """One warning per host the operator names without its host key (the bastion, an existing
-    control plane): connections to it accept any key. Not an error, so stacks that predate the
-    keys keep working; the warning says which key to set."""
-    unchecked = []
-    bastion = settings.network.bastion
-    if bastion is not None and bastion.host_key is None:
-        unchecked.append(("network.bastion.hostKey", bastion.host))
-    control_plane = settings.control_plane
-    if isinstance(control_plane, ExistingControlPlane) and control_plane.host_key is None:
-        unchecked.append(("controlPlane.hostKey", control_plane.host))
-    for key, host in unchecked:
-        pulumi.log.warn(
-            f"gpu-cluster:{key} is not set: SSH connections to {host} accept any host key. Set "
-            f"it to the line of /etc/ssh/ssh_host_ed25519_key.pub on {host} (or `ssh-keyscan -t "
-            f"ed25519 {host}` checked against it), without the host name."
-        )

@@ -15,14 +15,17 @@ from components.settings.constants import (
     DEFAULT_DEVICE_PLUGIN_VERSION,
     DEFAULT_NCCL_IMAGE,
     DEFAULT_VALIDATION_IMAGE,
+    DEVICE_PLUGIN_DIGESTS,
 )
 from components.settings.fields import (
     AmiId,
     AvailabilityZone,
     Cidr,
+    DigestPinnedImage,
     Endpoint,
     Found,
     Host,
+    ImageDigest,
     InstanceTypeName,
     Model,
     PinnedImage,
@@ -44,6 +47,37 @@ from components.settings.fields import (
 _SEMVER_TAG = re.compile(r"^v[0-9]+\.[0-9]+\.[0-9]+$")
 
 
+def world_problems(key: str, cidrs: list[str], port: str) -> list[Found]:
+    """A list of source ranges whose union is the whole IPv4 internet (0.0.0.0/0, or halves that
+    add up to it) would open `port` on every host to anyone: refused, naming the key."""
+    merged = ipaddress.collapse_addresses(ipaddress.ip_network(c) for c in cidrs)
+    if not any(net.prefixlen == 0 for net in merged):
+        return []
+    return [
+        (
+            key,
+            cidrs,
+            f"the operators' own ranges, not ones that together cover 0.0.0.0/0: that would open "
+            f"{port} to the whole internet (reach private hosts through network.bastion instead)",
+        )
+    ]
+
+
+def host_key_needed(host: str | None, port: int = 22) -> str:
+    """What a missing hostKey of a host the stack did not create should be, and how to get it:
+    without it pulumi-command accepts any key (`ssh.InsecureIgnoreHostKey`), so whoever sits on
+    the path would receive the join token and hand back a kubeconfig."""
+    where = host or "<host>"
+    scan = f"ssh-keyscan -t ed25519{'' if port == 22 else f' -p {port}'} {where}"
+    return (
+        f"the host's SSH host public key line, like 'ssh-ed25519 AAAA...': run `{scan}`, "
+        "drop the host name, and check its fingerprint (`ssh-keygen -lf`) against the host's "
+        "own (`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` on its console or through "
+        "AWS Systems Manager), never only over the connection you want to check; without it "
+        "every SSH connection would accept any host"
+    )
+
+
 class Bastion(Model):
     host: Host = Field(
         description="Address of the SSH jump host that reaches nodes in private subnets"
@@ -54,9 +88,20 @@ class Bastion(Model):
     port: int = Field(default=22, ge=1, le=65535, description="SSH port of the bastion")
     host_key: SshHostKey | None = Field(
         default=None,
-        description="The bastion's SSH host public key ('ssh-ed25519 AAAA...'): every hop "
-        "through it checks it (unset: not checked, and every preview warns)",
+        description="The bastion's SSH host public key ('ssh-ed25519 AAAA...'), required: "
+        "every hop through it checks it (ssh-keyscan, then check the fingerprint out of band)",
     )
+    security_group_id: SecurityGroupId | None = Field(
+        default=None,
+        description="The bastion's security group: SSH to the hosts is admitted from it "
+        "(without it: from the bastion's address, when host is an IPv4 address)",
+    )
+
+    @model_validator(mode="after")
+    def _pinned(self) -> Bastion:
+        if self.host_key is None:
+            raise problem("hostKey", None, host_key_needed(self.host, self.port))
+        return self
 
 
 class Network(Model):
@@ -131,6 +176,7 @@ class Network(Model):
                 )
         if len(set(self.subnet_ids)) != len(self.subnet_ids):
             found.append(("subnetIds", self.subnet_ids, "each subnet id once"))
+        found += world_problems("sshAllowedCidrs", list(self.ssh_allowed_cidrs), "SSH (22)")
         if self.bastion is not None and self.creates_vpc:
             # Through a bastion the hosts are dialled on their private addresses, and SSH is
             # open to the VPC's own block only (components/aws/network.py): a bastion must sit in
@@ -229,6 +275,9 @@ class ManagedControlPlane(Model):
     def _consistent(self) -> ManagedControlPlane:
         """The image source and the cluster's blocks, every problem at once."""
         found = image_source_problems(self.image, self.ami_id)
+        found += world_problems(
+            "apiAllowedCidrs", list(self.api_allowed_cidrs), "the Kubernetes API (6443)"
+        )
         if ipaddress.ip_network(self.pod_cidr).overlaps(ipaddress.ip_network(self.service_cidr)):
             found.append(
                 (
@@ -258,8 +307,9 @@ class ExistingControlPlane(Model):
     )
     host_key: SshHostKey | None = Field(
         default=None,
-        description="The control-plane host's SSH host public key ('ssh-ed25519 AAAA...'): "
-        "every step on it checks it (unset: not checked, and every preview warns)",
+        description="The control-plane host's SSH host public key ('ssh-ed25519 AAAA...'), "
+        "required: every step on it checks it (ssh-keyscan, then check the fingerprint out of "
+        "band)",
     )
     security_group_id: SecurityGroupId | None = Field(
         default=None,
@@ -300,6 +350,8 @@ class ExistingControlPlane(Model):
                     "the API server address as host:port, like 10.0.1.10:6443 (mode: existing)",
                 )
             )
+        if self.host_key is None:
+            found.append(("hostKey", None, host_key_needed(self.host)))
         if found:
             raise problems(found)
         return self
@@ -348,6 +400,23 @@ class DevicePlugin(Model):
     time_slicing: TimeSlicing = Field(
         default=TimeSlicing(), description="GPU time slicing (not with MIG)"
     )
+    image_digest: ImageDigest | None = Field(
+        default=None,
+        description="Digest of the device plugin image at version (it runs with SYS_ADMIN, so "
+        "it is pulled by digest); known for the releases the program lists, required for "
+        "another",
+    )
+
+    @property
+    def digest_known(self) -> bool:
+        return self.image_digest is not None or self.version in DEVICE_PLUGIN_DIGESTS
+
+    @property
+    def digest(self) -> str:
+        """The image's digest: configured, else the one known for the release."""
+        digest = self.image_digest or DEVICE_PLUGIN_DIGESTS.get(self.version)
+        assert digest is not None  # rules.device_plugin_digest_known
+        return digest
 
     @field_validator("version")
     @classmethod
@@ -422,9 +491,10 @@ class DcgmExporter(Model):
     enabled: bool = Field(
         default=True, description="Deploy the NVIDIA DCGM exporter (GPU metrics) on GPU nodes"
     )
-    image: PinnedImage = Field(
+    image: DigestPinnedImage = Field(
         default=DEFAULT_DCGM_EXPORTER_IMAGE,
-        description="Pinned image of the DCGM exporter (nvcr.io/nvidia/k8s/dcgm-exporter)",
+        description="Image of the DCGM exporter (nvcr.io/nvidia/k8s/dcgm-exporter), by digest: "
+        "it runs privileged (repository:tag@sha256:...)",
     )
     service_monitor: bool = Field(
         default=False,
