@@ -246,6 +246,7 @@ class ControlPlane(pulumi.ComponentResource):
             steps.CP_CNI,
             {
                 "FLANNEL_VERSION": pins.FLANNEL_VERSION,
+                "FLANNEL_MANIFEST_SHA256": pins.FLANNEL_MANIFEST_SHA256,
                 "POD_SUBNET": config.pod_cidr,
                 "NODE_NAME": machine,
             },
