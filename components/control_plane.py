@@ -35,6 +35,9 @@ from components.settings import (
 )
 
 API_PORT = 6443
+# etcd's client and peer ports (Kubernetes "Ports and Protocols": control plane, 2379-2380,
+# used by kube-apiserver and etcd): from the control plane's own group only.
+ETCD_PORTS = (2379, 2380)
 # The line read-kubeconfig.sh ends the kubeconfig with: the CA public key's hash nodes pin.
 CA_HASH_PREFIX = "# ca-cert-hash: "
 
@@ -277,14 +280,22 @@ class ControlPlane(pulumi.ComponentResource):
         return machines.MachineImage(pulumi.Output.from_input(self._args.image_ami), pinned=False)
 
     def _api_security_group(self, config: ManagedControlPlane) -> aws.ec2.SecurityGroup:
-        """The API port from inside the VPC (nodes) and from `apiAllowedCidrs` (operators)."""
+        """The API port from inside the VPC (nodes) and from `apiAllowedCidrs` (operators); etcd
+        from this group itself, which only control-plane machines carry."""
         args, network = self._args, self._args.network
         ingress = [
+            aws.ec2.SecurityGroupIngressArgs(
+                description="etcd client and peer from the control plane only",
+                protocol="tcp",
+                from_port=ETCD_PORTS[0],
+                to_port=ETCD_PORTS[1],
+                self=True,
+            ),
             tcp_port_rule(
                 "Kubernetes API from the VPC (nodes joining, kubelets)",
                 API_PORT,
                 [network.vpc_cidr],
-            )
+            ),
         ]
         if config.api_allowed_cidrs:
             ingress.append(

@@ -351,7 +351,13 @@ def test_user_allows_an_ipv6_source(key, config):
 
 
 def test_user_reaches_nodes_through_a_bastion_by_dns_name_on_a_custom_port():
-    bastion = {"host": "bastion.example.com", "port": 2222, "user": "jump", "hostKey": HOST_KEY}
+    bastion = {
+        "host": "bastion.example.com",
+        "port": 2222,
+        "user": "jump",
+        "hostKey": HOST_KEY,
+        "securityGroupId": "sg-0a1b2c3d4e5f60788",
+    }
     graph = run_program("dev", config={"network": {**EXISTING_VPC, "bastion": bastion}})
     steps = graph.find(lambda r: r.type == "command:remote:Command")
     assert steps, "no host steps"
@@ -741,7 +747,13 @@ def test_user_names_the_last_tcp_port_for_an_endpoint_or_a_bastion(port):
     }
     settings = load_stack_settings("prod", config={"controlPlane": control_plane})
     assert settings.control_plane.endpoint == f"cp:{port}"
-    bastion = {"host": "bastion.example.com", "port": port, "user": "jump", "hostKey": HOST_KEY}
+    bastion = {
+        "host": "bastion.example.com",
+        "port": port,
+        "user": "jump",
+        "hostKey": HOST_KEY,
+        "securityGroupId": "sg-0a1b2c3d4e5f60788",
+    }
     network = {**EXISTING_VPC, "bastion": bastion}
     assert load_stack_settings(config={"network": network}).network.bastion.port == port
 

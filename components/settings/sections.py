@@ -99,9 +99,39 @@ class Bastion(Model):
 
     @model_validator(mode="after")
     def _pinned(self) -> Bastion:
+        found: list[Found] = []
         if self.host_key is None:
-            raise problem("hostKey", None, host_key_needed(self.host, self.port))
+            found.append(("hostKey", None, host_key_needed(self.host, self.port)))
+        if self.security_group_id is None and not _private_ipv4(self.host):
+            found.append(
+                (
+                    "securityGroupId",
+                    None,
+                    f"the bastion's security group, like sg-0123456789abcdef0: SSH to the hosts "
+                    f"is admitted from it only. {self.host} is not the private IPv4 address the "
+                    "bastion's traffic into the VPC comes from, so a /32 of it would admit "
+                    "nothing (or set host to the bastion's private address)",
+                )
+            )
+        if found:
+            raise problems(found)
         return self
+
+
+# Addresses a VPC can hold (RFC 1918, and RFC 6598's shared space): a bastion named by one is
+# inside the VPC (or routed into it), and that is the address its SSH comes from.
+_VPC_BLOCKS = tuple(
+    ipaddress.ip_network(block)
+    for block in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10")
+)
+
+
+def _private_ipv4(host: str) -> bool:
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return any(address in block for block in _VPC_BLOCKS)
 
 
 class Network(Model):
