@@ -23,7 +23,7 @@ import pulumi_kubernetes as k8s
 from components.aws import machines
 from components.aws.network import Network, tcp_port_rule
 from components.hosts import host_keys, pins, steps
-from components.hosts.remote import Host, Login, run_step, ssh_host
+from components.hosts.remote import Host, Login, machine_host, run_step, ssh_host
 from components.images.control_plane_image import install_steps
 from components.kube import manifests
 from components.settings import (
@@ -207,12 +207,13 @@ class ControlPlane(pulumi.ComponentResource):
             public_ip = address.public_ip
         # The operator's machine reaches the public address unless a bastion relays to private ones.
         reachable = public_ip if args.dials_public_ips else private_ip
-        host = ssh_host(
+        host = machine_host(
             machine,
+            instance,
             reachable,
             args.login,
-            identity=instance.id,
-            host_key=host_keys.pinned(instance, host_key, args.login.host_keys),
+            boot_key=host_key,
+            parent=self,
             role=steps.Where.CONTROL_PLANE,
         )
         endpoint = pulumi.Output.concat(private_ip, f":{API_PORT}")
