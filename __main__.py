@@ -20,6 +20,11 @@ from components.kube.nccl_efa_validation import (
     needs_efa_check,
 )
 from components.kube.nccl_validation import NcclValidation, NcclValidationArgs, needs_nccl_check
+from components.kube.termination_handler import (
+    SpotTerminationHandler,
+    SpotTerminationHandlerArgs,
+    handler_image,
+)
 from components.kube.validation import validation_job
 from components.settings.load import load_settings
 
@@ -48,6 +53,18 @@ GpuNodeAddons(
         pool_taints=tuple(taint for pool in settings.node_pools for taint in pool.taints),
     ),
 )
+spot_pools = [pool.name for pool in settings.node_pools if pool.market == "spot" and pool.count]
+if spot_pools:
+    # Spot nodes are cordoned and drained on their two-minute interruption notice.
+    SpotTerminationHandler(
+        "spot-termination-handler",
+        SpotTerminationHandlerArgs(
+            spot_pools=spot_pools,
+            namespace=device_plugin.namespace.metadata.name,
+            image=handler_image(settings.node_termination_handler.image),
+            provider=control_plane.provider,
+        ),
+    )
 if settings.feature_discovery.enabled:
     GpuFeatureDiscovery(
         "gpu-feature-discovery",

@@ -118,6 +118,8 @@ class ControlPlane(pulumi.ComponentResource):
     kubelet_gate: pulumi.Resource
     kubelet_client_cidrs: pulumi.Output[list[str]]
     machine: aws.ec2.Instance | None  # the managed control plane's instance
+    # controlPlane.unreachable: no delete dials the control plane (docs/decisions/031-...)
+    unreachable: bool
 
     def __init__(
         self, name: str, args: ControlPlaneArgs, opts: pulumi.ResourceOptions | None = None
@@ -147,11 +149,18 @@ class ControlPlane(pulumi.ComponentResource):
         # also when the kubeconfig is unknown in a preview (a re-run of the kubeconfig step).
         # Adding it to a running stack replaces nothing ("we don't do this when adding or
         # removing the identifier").
+        self.unreachable = args.config.unreachable
+        if self.unreachable:
+            warn_unreachable(args.config)
         self.provider = k8s.Provider(
             f"{name}-k8s",
             kubeconfig=self.kubeconfig,
             cluster_identifier=core.cluster_identifier,
             enable_server_side_apply=True,
+            # An update of the provider, not a replacement (pulumi-kubernetes provider.go
+            # DiffConfig replaces only for the cluster's identity): a delete through it then
+            # drops the object from the state when the API does not answer.
+            delete_unreachable=True if self.unreachable else None,
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(self.ready)),
         )
         self.operator_kubeconfig = self._operator_access(core)
@@ -410,4 +419,21 @@ def parse_ca_cert_hash(kubeconfig: str) -> str:
                 return value
     raise ValueError(
         "read-kubeconfig.sh printed no '# ca-cert-hash: sha256:<64 hex>' line (output not shown)"
+    )
+
+
+def warn_unreachable(config: ManagedControlPlane | ExistingControlPlane) -> None:
+    """controlPlane.unreachable is on: said loudly on every preview and up."""
+    which = (
+        f"the control plane at {config.host}"
+        if isinstance(config, ExistingControlPlane)
+        else ("the managed control plane")
+    )
+    pulumi.log.warn(
+        f"gpu-cluster:controlPlane.unreachable is true ({which}): NO NODE IS DRAINED. Deleting "
+        "a GPU machine (destroy, a smaller pool, a replacement) skips its drain on the control "
+        "plane, and Kubernetes objects are dropped from the state without being deleted when "
+        "the API does not answer. Run `pulumi up` once with it (it dials nothing), then "
+        "`pulumi destroy` or the scale-down; remove it as soon as the control plane is back "
+        '(docs/operations.md, "A control plane that is gone").'
     )

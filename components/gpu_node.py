@@ -343,9 +343,15 @@ class GpuNode(pulumi.ComponentResource):
             for install in install_steps(pool, minor, args.login)
         }
         efa = pins.efa_params(pool.gpu_type.efa_interfaces) if pool.uses_efa else None
+        # The node's own root volume (its image builder's is another): wait-ready grows the
+        # filesystem into a larger rootVolumeGiB, which the provider applies in place.
+        wait_ready = {
+            **installs[steps.WAIT_READY.suffix],
+            "ROOT_VOLUME_GIB": str(pool.root_volume_gib),
+        }
         context = _ChainContext(
             args=args,
-            params={**installs, steps.EFA.suffix: efa or {}},
+            params={**installs, steps.WAIT_READY.suffix: wait_ready, steps.EFA.suffix: efa or {}},
             change=rolling.change_digest(rolling.pinned_programs(installs, minor, efa)),
             timing=rolling.roll_timing(validation_seconds=args.validation_timeout_seconds),
         )
@@ -388,7 +394,11 @@ class GpuNode(pulumi.ComponentResource):
                 parent=self,
                 timeout_seconds=context.timing.drain_step_seconds,
                 # Destroying the whole cluster: no Node to drain on a control plane going away.
-                deleted_with=control_plane.machine,
+                # A control plane that is gone (controlPlane.unreachable): a delete of this node
+                # skips the drain, from the options the next `up` stores (an option change
+                # alone is a `same` step: nothing dials), docs/decisions/
+                # 031-an-unreachable-control-plane-dials-nothing-on-delete.md.
+                deleted_with=self.instance if control_plane.unreachable else control_plane.machine,
                 # It continues the node-ready step of earlier releases, with the same triggers,
                 # so that step's stored drain hook never runs (an update, not a delete).
                 aliases=[pulumi.Alias(name=f"{name}-node-ready")],

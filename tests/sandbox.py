@@ -9,7 +9,9 @@ tests run the same way on a developer's machine. There the real root's files and
 belong to no user of the namespace and cannot be written, so each upper directory starts with
 the real directory's tree of subdirectories (an upper directory's owner is the merged one's), and
 a test puts any existing host file a script edits on the sandboxed host first (`Sandbox.write`),
-as the tests do for /etc/fstab and /etc/os-release.
+as the tests do for /etc/fstab and /etc/os-release. Nor can a file belong to another user there:
+the install and chown stubs leave the owner out, and a test checks the owner the script asked
+for in the recorded call.
 
 When the kernel refuses (user namespaces disabled, no overlayfs), every sandbox test fails with
 the kernel's reason, unless the run opts out with GPU_CLUSTER_SANDBOX=skip; the summary then
@@ -83,11 +85,6 @@ def sandbox_problem() -> str | None:
                 "namespaces and overlayfs, Linux 5.11+, or root)"
             )
     return None
-
-
-def sandbox_available() -> bool:
-    """True when this machine can run the sandbox (unshare and overlayfs, as root or not)."""
-    return sandbox_problem() is None
 
 
 @cache

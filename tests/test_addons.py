@@ -14,8 +14,8 @@ import yaml
 from components.kube import addon_manifests as manifests
 from components.labels import EFA_LABEL, EFA_RESOURCE, GPU_PRESENT_LABEL
 from components.settings import SUPPORTED_KUBERNETES_MINORS, DcgmExporter, Taint
-from tests.test_manifests_schema import manifest, stack_minor, validate
-from tools.harness.graph import Graph, Resource, script_params
+from tests.helpers.manifests import manifest, only_on_the_provider, pinned, stack_minor, validate
+from tools.harness.graph import Graph, script_params
 from tools.harness.stacks import STACKS, run_program
 
 DAEMON_SET = "kubernetes:apps/v1:DaemonSet"
@@ -33,23 +33,6 @@ def graph(stack: str, overrides: str = "") -> Graph:
 
 def efa_graph(**extra) -> Graph:
     return graph("staging", yaml.safe_dump({"nodePools": [P5_POOL, L4_POOL], **extra}))
-
-
-def pinned(image: str) -> bool:
-    tag = image.rpartition(":")[2]
-    return "@sha256:" in image or ("/" not in tag and tag not in ("", "latest"))
-
-
-def only_on_the_provider(g: Graph, resource: Resource) -> None:
-    """Everything the resource waits for is Kubernetes state or the provider's own inputs
-    (the control plane), never a GPU node's resource."""
-    for urn in g.ancestors(resource):
-        assert "GpuNode" not in urn and "GpuValidation" not in urn, (
-            f"{resource.urn} waits for {urn}"
-        )
-    assert resource.provider_urn and "pulumi:providers:kubernetes" in resource.provider_urn, (
-        f"{resource.urn}: provider {resource.provider}"
-    )
 
 
 def test_efa_plugin_runs_on_efa_nodes_only_pinned_and_independent_of_nodes():

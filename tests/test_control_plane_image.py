@@ -12,7 +12,7 @@ from components import gpu_node
 from components.hosts import pins
 from components.images import builder, control_plane_image, gpu_image
 from components.settings.load import ConfigError
-from tests.test_policies import analyze, as_policy_input
+from tests.helpers.policies import analyze, as_policy_input
 from tools.harness import mocks
 from tools.harness.graph import Graph, Resource
 from tools.harness.stacks import load_stack_settings, run_program, stack_file

@@ -8,11 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sandbox import Sandbox, sandbox_available
-
-needs_sandbox = pytest.mark.skipif(
-    not sandbox_available(), reason="needs root, unshare --mount and overlayfs"
-)
+from tests.sandbox import Sandbox, needs_sandbox
 
 OLD = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOldOldOldOldOldOldOldOldOldOldOldOldOldOldOld ops@old"
 NEW = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAINewNewNewNewNewNewNewNewNewNewNewNewNewNewNew ops@new"
@@ -41,6 +37,12 @@ def test_rotation_authorizes_both_keys_then_only_the_new_one(host):
     lines = [line for line in host.host_path(KEYS).read_text().splitlines() if line[:1] != "#"]
     assert lines == [NEW, OLD], lines
     assert oct(host.host_path(KEYS).stat().st_mode & 0o777) == "0o600"
+    # The owner the script asked for, from the recorded calls: without root the sandbox maps no
+    # user but root, so the files themselves cannot belong to opsuser (tests/stubs/install).
+    assert both.called("install", "-d", "-m", "0700", "-o", "opsuser", "-g", "opsuser"), (
+        both.commands()
+    )
+    assert both.called("chown", "opsuser:opsuser", KEYS), both.commands()
     again = host.run(
         "authorize-ssh-keys.sh", {"SSH_USER": "opsuser", "AUTHORIZED_KEYS": f"{NEW}\n{OLD}"}
     )

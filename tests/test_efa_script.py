@@ -11,11 +11,7 @@ from pathlib import Path
 import pytest
 
 from components.hosts.pins import EFA_INSTALLER_VERSION
-from tests.sandbox import STUBS_DIR, Sandbox, sandbox_available
-
-needs_sandbox = pytest.mark.skipif(
-    not sandbox_available(), reason="needs root, unshare --mount and overlayfs"
-)
+from tests.sandbox import STUBS_DIR, Sandbox, needs_sandbox
 
 VERSION = EFA_INSTALLER_VERSION
 EFA = {"EFA_INSTALLER_VERSION": VERSION, "EFA_INTERFACES": "32", "RETRY_BASE_SECONDS": "0.01"}

@@ -20,8 +20,7 @@ import yaml
 from components.kube import feature_discovery_manifests as fd
 from components.kube import manifests as km
 from components.settings import SUPPORTED_KUBERNETES_MINORS, DevicePlugin, Taint
-from tests.test_addons import only_on_the_provider, pinned
-from tests.test_manifests_schema import manifest, stack_minor, validate
+from tests.helpers.manifests import manifest, only_on_the_provider, pinned, stack_minor, validate
 from tools.harness.graph import Graph
 from tools.harness.stacks import STACKS, run_program
 

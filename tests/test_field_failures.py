@@ -6,18 +6,17 @@ Each stub documents its failure switches in its header (state files set with San
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
-from tests.sandbox import Sandbox, sandbox_available
-from tests.test_control_plane_scripts import ADMIN_KUBECONFIG, CNI, FLANNEL_MANIFEST
-from tests.test_node_scripts import DRIVER, RUNTIME, sandbox  # noqa: F401 (fixture)
+from tests.helpers.control_plane_host import ADMIN_KUBECONFIG, CNI, FLANNEL_MANIFEST
+from tests.helpers.gpu_host import DRIVER, RUNTIME, new_gpu_host
+from tests.sandbox import Sandbox, needs_sandbox
 
-pytestmark = pytest.mark.skipif(
-    not sandbox_available(), reason="needs root, unshare --mount and overlayfs"
-)
+pytestmark = needs_sandbox
 
 FAST = {"RETRY_BASE_SECONDS": "0.01", "POLL_SECONDS": "0.01"}
-UBUNTU_2404 = 'NAME="Ubuntu"\nVERSION_ID="24.04"\nID=ubuntu\nID_LIKE=debian\n'
 PRIVATE_IP = "10.42.3.7"
 INIT = {
     "CLUSTER_NAME": "dev-gpu",
@@ -35,10 +34,10 @@ INIT = {
 
 
 @pytest.fixture
-def gpu_host(sandbox) -> Sandbox:  # noqa: F811 (the imported fixture, requested by name)
+def gpu_host(tmp_path) -> Sandbox:
     """A fresh Ubuntu 24.04 GPU host whose archive has what the pinned scripts install (the
     node-script tests' host, so both follow the archive's real package shapes)."""
-    return sandbox
+    return new_gpu_host(tmp_path)
 
 
 @pytest.fixture
@@ -245,6 +244,13 @@ def test_cni_manifest_with_another_flannel_image_is_not_applied(control_plane_ho
     other = FLANNEL_MANIFEST.replace("flannel:v0.27.4", "flannel:v0.26.0")
     control_plane_host.state("curl.body.kube-flannel.yml", other)
     result = control_plane_host.run("install-cni.sh", CNI)
+    assert result.returncode == 1, result.stderr
+    # Another manifest is not the pinned one: refused by its sha256 before it is read.
+    assert "has sha256" in result.stderr and "not applying it" in result.stderr, result.stderr
+    assert not [c for c in result.commands() if " apply " in c], result.commands()
+    # Pinned to that very manifest, the image check still refuses it.
+    pinned = {**CNI, "FLANNEL_MANIFEST_SHA256": hashlib.sha256(other.encode()).hexdigest()}
+    result = control_plane_host.run("install-cni.sh", pinned)
     assert result.returncode == 1, result.stderr
     assert "FAILED: the v0.27.4 manifest does not use the flannel:v0.27.4 image" in result.stderr
     assert not [c for c in result.commands() if " apply " in c], result.commands()

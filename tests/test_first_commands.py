@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -18,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.tools import ACTIONLINT_INSTALL, CI_ENV, require_tool
+from tools import graph_picture
 from tools.harness.stacks import ROOT
 
 README_COMMANDS = (
@@ -65,7 +68,12 @@ def _path_without_dot(shadow: Path) -> str:
 def fresh(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     base = tmp_path_factory.mktemp("fresh")
     clone = _fresh_copy(base / "gpu-cluster")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST", "PULUMI_CONFIG"))}
+    # A newcomer's machine: no CI=true, under which a missing Graphviz fails the picture tests.
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PYTEST", "PULUMI_CONFIG")) and k != CI_ENV
+    }
     env["PATH"] = _path_without_dot(base / "bin")
     probe = subprocess.run(["which", "dot"], env=env, capture_output=True, check=False)
     assert probe.returncode != 0, f"`dot` still on the stripped PATH: {probe.stdout!r}"
@@ -112,6 +120,33 @@ def test_the_preview_tests_pass_without_graphviz(fresh):
     tail = "\n".join(run.stdout.splitlines()[-15:])
     assert run.returncode == 0, f"pytest exit {run.returncode} without Graphviz:\n{tail}"
     assert " passed" in tail and "error" not in tail, tail
+    assert f"`dot` is not on PATH; install it: {graph_picture.INSTALL_HINT}" in run.stdout, (
+        f"the picture tests did not say why they skipped:\n{tail}"
+    )
+
+
+def test_a_missing_tool_skips_saying_what_to_install(monkeypatch):
+    monkeypatch.delenv(CI_ENV, raising=False)
+    with pytest.raises(pytest.skip.Exception, match="install it: apt-get install -y no-such-tool"):
+        require_tool("gpu-cluster-no-such-tool", "apt-get install -y no-such-tool")
+
+
+@pytest.mark.parametrize("value", ["true", "True"])
+def test_a_missing_tool_fails_in_ci(monkeypatch, value):
+    """CI sets CI=true (GitHub Actions does, and .ci/run installs the tools): there a test that
+    skipped for a missing tool would pass by not running."""
+    monkeypatch.setenv(CI_ENV, value)
+    with pytest.raises(pytest.fail.Exception, match="CI=true: CI must run this test"):
+        require_tool("gpu-cluster-no-such-tool", "apt-get install -y no-such-tool")
+
+
+def test_ci_installs_every_tool_a_test_may_skip_for():
+    """What tests/helpers/tools.py lets a newcomer's run skip, .ci/run installs, pinned as the
+    tests name it, and it runs the tests with CI=true."""
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert graph_picture.INSTALL_HINT.rsplit(" ", 1)[1] in ci, "graphviz is not installed by CI"
+    assert ACTIONLINT_INSTALL.rsplit(" ", 1)[1] in ci, f"CI does not {ACTIONLINT_INSTALL}"
+    assert re.search(r"^export CI=true$", ci, re.MULTILINE), ".ci/run does not set CI=true"
 
 
 def _imported_top_levels(paths: list[Path]) -> set[str]:

@@ -110,7 +110,7 @@ def test_a_baked_pool_scaled_to_zero_builds_no_image_and_plans():
     assert not [name for name in nodes if name.startswith("dev-gpu-idle-")]
 
 
-def test_an_image_another_stack_built_is_reused_and_this_stacks_own_is_kept():
+def test_an_image_the_account_holds_is_reused_whoever_built_it():
     settings = load_stack_settings("dev", config={"nodePools": [dev_pool(image="baked")]})
     key = gpu_image.image_key(settings.node_pools[0], settings, gpu_node.NVIDIA_CTK_VERSION)
     saved = list(mocks.EXISTING_IMAGES)
@@ -127,8 +127,11 @@ def test_an_image_another_stack_built_is_reused_and_this_stacks_own_is_kept():
         mocks.EXISTING_IMAGES[:] = [
             ("ami-0builtbydev", {**key.tags(), image_builder.BUILT_BY_TAG: "gpu-cluster/dev"})
         ]
+        # This stack's own image too: read by reference, its builder not registered again
+        # (docs/decisions/035-an-image-once-built-is-read-by-reference.md).
         own = baked(dev_pool(image="baked"))
-        assert len(own.of_type(IMAGE_TYPE)) == 1, "a second up would drop this stack's build"
+        assert not own.of_type(IMAGE_TYPE), "a refresh would bring the builder back"
+        assert own.named("dev-gpu-a10g-0").inputs["ami"] == "ami-0builtbydev"
     finally:
         mocks.EXISTING_IMAGES[:] = saved
 

@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives import serialization
 
 from components.hosts.host_keys import HOST_SCRIPT, LOCAL_SCRIPT
 from components.hosts.rendering import script_text, strip_comments
-from tests.sandbox import Sandbox, sandbox_available
+from tests.sandbox import Sandbox, needs_sandbox
 from tools.harness import mocks
 from tools.harness.graph import Graph, Resource, Secret, unwrap
 from tools.harness.stacks import STACKS, run_program, stack_file
@@ -177,7 +177,7 @@ def test_nothing_is_dialled_without_its_inputs(tmp_path, missing):
     assert two.returncode != 0 and "one ED25519 or ECDSA" in two.stderr
 
 
-@pytest.mark.skipif(not sandbox_available(), reason="needs root, unshare, overlayfs")
+@needs_sandbox
 def test_the_host_half_replaces_every_host_key_and_forgets_the_boot_key(tmp_path):
     sb = Sandbox(tmp_path)
     sb.write("/etc/ssh/ssh_host_ed25519_key", "BOOT PRIVATE KEY\n", mode=0o600)

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from components.hosts.rendering import render_script
-from tests.sandbox import Sandbox, sandbox_available
+from tests.sandbox import Sandbox, needs_sandbox
 
-pytestmark = pytest.mark.skipif(not sandbox_available(), reason="needs root, unshare, overlayfs")
+pytestmark = needs_sandbox
 
 PLUGIN = "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
 SAMPLE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0"
@@ -29,6 +29,9 @@ def sandbox(tmp_path: Path) -> Sandbox:
     passwd = Path("/etc/passwd").read_text(encoding="utf-8")
     sb.write("/etc/passwd", passwd + f"builder:x:4243:4243::{BUILDER_HOME}:/bin/bash\n")
     sb.write(BUILDER_KEYS, f"{STACK_KEY}\n", mode=0o600)
+    # Every host has one, and prepare-image.sh empties it: put it on the sandboxed host first
+    # (without root the real /etc/machine-id belongs to no user of the sandbox's namespace).
+    sb.write("/etc/machine-id", "0123456789abcdef0123456789abcdef\n", mode=0o444)
     return sb
 
 
@@ -62,7 +65,6 @@ def test_pull_images_refuses_an_unpinned_reference_before_pulling(sandbox):
 
 
 def test_prepare_image_leaves_a_host_every_clone_boots_as_a_new_machine(sandbox):
-    sandbox.write("/etc/machine-id", "0123456789abcdef0123456789abcdef\n")
     sandbox.write("/etc/ssh/ssh_host_ed25519_key", "host key\n", 0o600)
     sandbox.state("systemd/containerd.active", "yes")
     result = sandbox.run("prepare-image.sh", PREPARE)

@@ -1,5 +1,6 @@
 """The code's layout rules: the tools run without the test suite (tests depend on code, never the
-reverse), and no module of the program grows past what a reader takes in at once."""
+reverse), no module of the program grows past what a reader takes in at once, and no test module
+imports another (what tests share is in tests/helpers/ and tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -83,6 +84,54 @@ def test_the_internals_check_sees_an_internal_import():
 def test_the_layout_check_sees_a_test_import():
     assert "tests.harness" in imported_modules("from tests.harness import run_program\n")
     assert "tests" in imported_modules("from tests import harness\n")
+
+
+TEST_FILES = sorted((ROOT / "tests").rglob("*.py"))
+TEST_MODULES = frozenset(p.stem for p in (ROOT / "tests").glob("test_*.py"))
+
+
+def imported_test_modules(source: str, test_modules: frozenset[str] = TEST_MODULES) -> set[str]:
+    """The test modules a source imports, anywhere in it (deferred imports too), however named:
+    `tests.test_x`, `from tests import test_x`, or plain `test_x` (pytest puts tests/ on the
+    path) and relative imports."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            names.add(base)
+            names.update(f"{base}.{alias.name}".lstrip(".") for alias in node.names)
+    first = {name.removeprefix("tests.").split(".")[0] for name in names}
+    return first & test_modules
+
+
+@pytest.mark.parametrize("path", TEST_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_test_module_imports_another(path):
+    """Shared helpers live in tests/helpers/ and shared fixtures in tests/conftest.py, as pytest's
+    own documentation shows: a test module imported by another is loaded twice (pytest imports
+    it under its own name) and ties the two files' insides together."""
+    found = sorted(imported_test_modules(path.read_text()) - {path.stem})
+    assert not found, (
+        f"{path.relative_to(ROOT)} imports the test module(s) {found}: move what it uses to "
+        "tests/helpers/ (or a fixture in tests/conftest.py)"
+    )
+
+
+def test_the_test_import_check_sees_every_spelling():
+    modules = frozenset({"test_policies", "test_node_scripts"})
+    spellings = {
+        "from tests.test_policies import analyze\n": {"test_policies"},
+        "from tests import test_policies\n": {"test_policies"},
+        "import tests.test_policies\n": {"test_policies"},
+        "import test_node_scripts\n": {"test_node_scripts"},
+        "from .test_node_scripts import DRIVER\n": {"test_node_scripts"},
+        "def f():\n    from tests.test_policies import analyze\n": {"test_policies"},
+        "from tests.helpers.policies import analyze\n": set(),
+        "from tests.sandbox import Sandbox\n": set(),
+    }
+    for source, expected in spellings.items():
+        assert imported_test_modules(source, modules) == expected, source
 
 
 def test_components_never_import_the_tools_and_nothing_imports_in_a_cycle():

@@ -6,9 +6,8 @@ the engine receives are the manifest (apiVersion, kind, metadata, spec/data), so
 is what is deployed. The pure builders in components/kube/manifests.py are also validated
 for every supported minor, so a stack moving to another minor is covered before it does.
 
-Schema versions: kubernetes-validate ships one schema set per minor (1.37.0 ships 1.2x..1.37). A
-minor it does not ship maps to the nearest older one it does (the API only grows within v1), or,
-older than all of them, to its oldest; `schema_version` does that mapping and a test reports it.
+Schema versions: a minor kubernetes-validate does not ship maps to the nearest older one it does
+(tests/helpers/manifests.py: `schema_version`); a test here reports that mapping.
 """
 
 from __future__ import annotations
@@ -18,29 +17,20 @@ from typing import Any
 
 import kubernetes_validate
 import pytest
-from kubernetes_validate import utils as kv_utils
-from packaging.version import Version
 
 from components.kube import manifests
 from components.settings import SUPPORTED_KUBERNETES_MINORS, DevicePlugin, Taint, TimeSlicing
+from tests.helpers.manifests import (
+    available_minors,
+    manifest,
+    schema_version,
+    stack_minor,
+    validate,
+)
 from tools.harness.graph import Graph, Resource
 from tools.harness.stacks import STACKS, run_program, stack_file
 
 EXPECTED_KINDS = {"Namespace", "ConfigMap", "DaemonSet", "Job", "ClusterRoleBinding", "Service"}
-
-
-def available_minors() -> list[str]:
-    """The minors kubernetes-validate has schemas for, oldest first."""
-    return sorted({kv_utils.major_minor(v) for v in kv_utils.all_versions()}, key=Version)
-
-
-def schema_version(minor: str) -> str:
-    """The schema set to validate a cluster of `minor` against (see the module docstring)."""
-    available = available_minors()
-    if minor in available:
-        return minor
-    older = [v for v in available if Version(v) <= Version(minor)]
-    return older[-1] if older else available[0]
 
 
 @cache
@@ -50,33 +40,6 @@ def graph(stack: str) -> Graph:
 
 def kubernetes_objects(g: Graph) -> list[Resource]:
     return g.find(lambda r: r.type.startswith("kubernetes:"))
-
-
-def manifest(resource: Resource) -> dict[str, Any]:
-    """The recorded inputs as a manifest: apiVersion, kind and the object's own fields."""
-    inputs = resource.plain_inputs()
-    _, group_version, kind = resource.type.split(":")
-    expected_api = group_version.removeprefix("core/")
-    assert inputs.get("apiVersion") == expected_api and inputs.get("kind") == kind, (
-        f"{resource.urn}: recorded apiVersion/kind {inputs.get('apiVersion')}/{inputs.get('kind')}"
-        f" do not match its type {resource.type}"
-    )
-    return {k: v for k, v in inputs.items() if not k.startswith("__")}
-
-
-def validate(obj: dict[str, Any], minor: str, what: str) -> None:
-    version = schema_version(minor)
-    try:
-        kubernetes_validate.validate(obj, version, strict=True)
-    except kubernetes_validate.ValidationError as exc:
-        path = ".".join(str(p) for p in exc.path)
-        pytest.fail(f"{what}: invalid for Kubernetes {version} (strict) at {path}: {exc.message}")
-    except kubernetes_validate.SchemaNotFoundError as exc:
-        pytest.fail(f"{what}: no schema for Kubernetes {version}: {exc.message}")
-
-
-def stack_minor(stack: str) -> str:
-    return str(stack_file(stack).get("gpu-cluster:kubernetesVersion", "1.35"))
 
 
 # ---------------------------------------------------------------- the registered objects

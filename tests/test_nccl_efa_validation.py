@@ -20,7 +20,7 @@ from components.kube import nccl_efa_manifests as efa
 from components.kube.manifests import GPU_EXTENDED_RESOURCE, tolerates
 from components.settings import SUPPORTED_KUBERNETES_MINORS, Taint
 from components.settings.constants import DEFAULT_NCCL_IMAGE
-from tests.test_manifests_schema import manifest, stack_minor, validate
+from tests.helpers.manifests import manifest, stack_minor, validate
 from tools.harness.graph import Graph, Resource, plain_strings
 from tools.harness.mocks import ed25519_key
 from tools.harness.stacks import STACKS, run_program
@@ -470,7 +470,7 @@ def test_the_pods_shell_passes_shellcheck(tmp_path):
 def test_the_policy_pack_passes_a_stack_with_two_node_checks():
     """Through pulumi_policy's analyzer, as in tests/test_policies.py: pinned images, bounded
     Jobs, secrets kept secret."""
-    from tests.test_policies import analyze, as_policy_input
+    from tests.helpers.policies import analyze, as_policy_input
 
     found = analyze([as_policy_input(r) for r in graph()])
     assert found == [], "\n".join(f"{p} {u}: {m}" for p, u, m, _ in found)

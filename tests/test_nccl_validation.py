@@ -16,7 +16,7 @@ from components.catalog import CATALOG
 from components.kube import nccl_validation
 from components.kube.manifests import GPU_EXTENDED_RESOURCE
 from components.settings import SUPPORTED_KUBERNETES_MINORS, Taint
-from tests.test_manifests_schema import manifest, stack_minor, validate
+from tests.helpers.manifests import manifest, stack_minor, validate
 from tools.harness.graph import Graph
 from tools.harness.stacks import ROOT, STACKS, run_program, stack_file
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from components.hosts.rendering import SCRIPTS_DIR
-from tests.test_control_plane_scripts import CNI
-from tests.test_node_scripts import RUNTIME
+from tests.helpers.control_plane_host import CNI
+from tests.helpers.gpu_host import RUNTIME
 from tools.harness.graph import script_params
 from tools.harness.stacks import STACKS, run_program
 

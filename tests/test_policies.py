@@ -25,7 +25,7 @@ from pulumi_policy import EnforcementLevel
 from pulumi_policy.policy import _PolicyAnalyzerServicer
 from pulumi_policy.proxy import UNKNOWN_STRING_VALUE, unknown_checking_proxy
 
-from tools.harness.graph import Graph, unwrap
+from tools.harness.graph import Graph
 from tools.harness.mocks import COMMAND_STDOUT
 from tools.harness.stacks import STACKS, run_program
 
@@ -36,6 +36,18 @@ from gpu_cluster_policies import validators as v
 from gpu_cluster_policies.pack import PACK_NAME, build_policies
 
 from components import catalog
+from tests.helpers.policies import (
+    MANDATORY,
+    analyze,
+    analyzer_resource,
+    as_policy_input,
+    assert_names_resource_and_fix,
+    check,
+    policy,
+    resource,
+    security_group,
+    ssh_rule,
+)
 
 # mint-join-token.sh prints one JSON line; the program parses it (the token is made up).
 COMMAND_STDOUT.setdefault(
@@ -44,31 +56,6 @@ COMMAND_STDOUT.setdefault(
         {"token": "abcdef.0123456789abcdef", "caCertHash": "sha256:" + "a" * 64}
     ),
 )
-
-URN = "urn:pulumi:dev::gpu-cluster::{type}::{name}"
-
-
-def resource(type_: str, name: str, props: dict[str, Any], **extra: Any) -> v.Resource:
-    return v.Resource(type_, props, URN.format(type=type_, name=name), name, **extra)
-
-
-def policy(name: str) -> v.PolicySpec:
-    return next(p for p in v.POLICIES if p.name == name)
-
-
-def check(name: str, res: v.Resource, config: dict[str, Any] | None = None) -> list[str]:
-    spec = policy(name)
-    return spec.check(res, spec.config(config))
-
-
-def assert_names_resource_and_fix(messages: list[str], res: v.Resource, count: int = 1) -> None:
-    assert len(messages) == count, f"{res.urn}: expected {count} violation(s), got {messages}"
-    for message in messages:
-        assert f"'{res.name}'" in message, (
-            f"{res.urn}: message does not name the resource: {message}"
-        )
-        assert "Fix:" in message, f"{res.urn}: message does not say the fix: {message}"
-
 
 # ---------------------------------------------------------------- resources used by the cases
 
@@ -92,16 +79,6 @@ def instance(name: str = "dev-gpu-a10g-0", **changes: Any) -> v.Resource:
         else:
             props[key] = value
     return resource(v.INSTANCE, name, props)
-
-
-def security_group(*ingress: dict[str, Any], name: str = "network-cluster") -> v.Resource:
-    return resource(
-        v.SECURITY_GROUP, name, {"ingress": list(ingress), "tags": {"env": "dev", "owner": "ml"}}
-    )
-
-
-def ssh_rule(*cidrs: str, port: int = 22) -> dict[str, Any]:
-    return {"protocol": "tcp", "fromPort": port, "toPort": port, "cidrBlocks": list(cidrs)}
 
 
 def pod_template(*containers: dict[str, Any]) -> dict[str, Any]:
@@ -382,65 +359,6 @@ def test_every_policy_is_mandatory_with_a_schema_default_for_each_setting():
 
 
 # ---------------------------------------------------------------- through pulumi_policy's analyzer
-
-
-def as_policy_input(r) -> v.Resource:
-    """A recorded registration as the policy runtime shows it: inputs without secret markers,
-    dependencies and property dependencies together."""
-    dependencies = set(r.dependencies).union(*r.property_dependencies.values())
-    return v.Resource(
-        r.type,
-        unwrap(r.inputs),
-        r.urn,
-        r.name,
-        tuple(r.additional_secret_outputs),
-        frozenset(dependencies),
-        r.protect,
-    )
-
-
-def _analyzer_resource(r: v.Resource, message_type):
-    properties = struct_pb2.Struct()
-    properties.update(json.loads(json.dumps(dict(r.props))))
-    return message_type(
-        type=r.resource_type,
-        properties=properties,
-        urn=r.urn,
-        name=r.name,
-        options=analyzer_pb2.AnalyzerResourceOptions(
-            additionalSecretOutputs=list(r.additional_secret_outputs), protect=r.protect
-        ),
-    )
-
-
-def analyze(resources: list[v.Resource]) -> list[tuple[str, str, str, int]]:
-    """Run the pack's policies in pulumi_policy's analyzer servicer (what the CLI calls) and
-    return (policy, URN, message, enforcement level) for every diagnostic."""
-    servicer = _PolicyAnalyzerServicer(
-        PACK_NAME, "0.0.1", build_policies(), EnforcementLevel.MANDATORY
-    )
-    diagnostics = []
-    for r in resources:
-        request = _analyzer_resource(r, analyzer_pb2.AnalyzeRequest)
-        for d in servicer.Analyze(request, None).diagnostics:
-            diagnostics.append(
-                (d.policyName, r.urn if not d.urn else d.urn, d.message, d.enforcementLevel)
-            )
-    stack_resources = []
-    for r in resources:
-        message = _analyzer_resource(r, analyzer_pb2.AnalyzerResource)
-        message.dependencies.extend(sorted(r.dependencies))
-        stack_resources.append(message)
-    response = servicer.AnalyzeStack(
-        analyzer_pb2.AnalyzeStackRequest(resources=stack_resources), None
-    )
-    diagnostics += [
-        (d.policyName, d.urn, d.message, d.enforcementLevel) for d in response.diagnostics
-    ]
-    return diagnostics
-
-
-MANDATORY = analyzer_pb2.EnforcementLevel.Value("MANDATORY")
 
 
 @pytest.fixture(scope="module", params=STACKS)
@@ -824,7 +742,7 @@ def test_enforcement_and_settings_come_from_the_policy_config():
         None,
     )
     bad = instance(metadataOptions={"httpTokens": "optional"}, rootBlockDevice={"volumeSize": 200})
-    response = servicer.Analyze(_analyzer_resource(bad, analyzer_pb2.AnalyzeRequest), None)
+    response = servicer.Analyze(analyzer_resource(bad, analyzer_pb2.AnalyzeRequest), None)
     found = {d.policyName: (d.enforcementLevel, d.message) for d in response.diagnostics}
     assert sorted(found) == ["imdsv2-required", "required-tags"], f"{bad.urn}: {found}"
     assert found["imdsv2-required"][0] == levels.Value("ADVISORY"), f"{bad.urn}: {found}"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.test_policies import (
+from tests.helpers.policies import (
     MANDATORY,
     analyze,
     as_policy_input,

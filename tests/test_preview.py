@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 from components.hosts import steps
+from tests.helpers.tools import require_tool
 from tools import graph_picture, preview
 from tools.harness import mocks, stacks
 from tools.harness.graph import HOST_CHAIN, VALIDATION_CHAIN, unwrap
@@ -38,10 +39,6 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 DIGEST_DIR = ROOT / "tests" / "preview_digests"
 DIGESTED = ("scripts", "manifests")
 UPDATE_DIGESTS = os.environ.get("UPDATE_PREVIEW_DIGESTS") == "1"
-
-needs_dot = pytest.mark.skipif(
-    shutil.which("dot") is None, reason=f"Graphviz missing: {graph_picture.INSTALL_HINT}"
-)
 
 
 @pytest.fixture(scope="module")
@@ -257,9 +254,9 @@ def test_graph_dot_has_a_cluster_and_the_edges_of_every_chain(previews, stack):
             )
 
 
-@needs_dot
 @pytest.mark.parametrize("stack", STACK_FILES)
 def test_graph_picture_is_a_valid_svg_and_png(previews, stack):
+    require_tool("dot", graph_picture.INSTALL_HINT)
     out = previews[stack].out_dir
     root = ET.parse(out / "graph.svg").getroot()
     assert root.tag.rsplit("}", 1)[-1] == "svg", f"{stack}: graph.svg root is {root.tag}"

@@ -13,34 +13,21 @@ import pytest
 
 from components.hosts import pins
 from components.hosts.rendering import render_script
-from tests.sandbox import Sandbox, sandbox_available
-from tests.test_node_scripts import CONTAINERD
+from tests.helpers.gpu_host import CONTAINERD, CTK_PACKAGES, UBUNTU_2404
+from tests.helpers.scripts import step_program
+from tests.sandbox import Sandbox, needs_sandbox
 from tools.harness.graph import unwrap
 from tools.harness.stacks import run_program
 
-pytestmark = pytest.mark.skipif(
-    not sandbox_available(), reason="needs root, unshare --mount and overlayfs"
-)
+pytestmark = needs_sandbox
 
 NODE = "dev-gpu-a10g-0"
 CLOCK_SCALE = "0.001"
-UBUNTU_2404 = 'NAME="Ubuntu"\nVERSION_ID="24.04"\nID=ubuntu\nID_LIKE=debian\n'
-CTK_PACKAGES = (
-    "nvidia-container-toolkit",
-    "nvidia-container-toolkit-base",
-    "libnvidia-container-tools",
-    "libnvidia-container1",
-)
 
 
 @pytest.fixture(scope="module")
 def dev_graph():
     return run_program("dev")
-
-
-def step_program(graph, name: str) -> str:
-    """The program a host step sends on stdin (`sudo bash -s`)."""
-    return unwrap(graph.named(name).inputs["stdin"])
 
 
 def delete_program(graph, name: str) -> str:

@@ -15,11 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.sandbox import Sandbox, sandbox_available
+from tests.sandbox import Sandbox, needs_sandbox
 
-needs_sandbox = pytest.mark.skipif(
-    not sandbox_available(), reason="needs root, unshare --mount and overlayfs"
-)
 pytestmark = needs_sandbox
 
 POOL = "a10g"

@@ -6,13 +6,14 @@ refuses user namespaces makes it fail."""
 from __future__ import annotations
 
 import os
+import pwd
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.sandbox import OPT_OUT_ENV, sandbox_problem, unshare_command
+from tests.sandbox import OPT_OUT_ENV, Sandbox, needs_sandbox, sandbox_problem, unshare_command
 from tools.harness.stacks import ROOT
 
 SCRIPT_TESTS = "tests/test_capacity_script.py"
@@ -64,3 +65,26 @@ def test_opting_out_skips_and_says_how_many_did_not_run(refusing_env):
     count = int(summary[0].split()[2])
     assert count > 0 and f"{count} skipped" in run.stdout, run.stdout[-2000:]
     assert REFUSAL in summary[0], summary
+
+
+@needs_sandbox
+def test_a_script_may_give_files_to_another_user_as_root_or_not(tmp_path):
+    """`install -o` and `chown` to a user other than root run in the sandbox with or without root
+    (without, only root is mapped: the stubs leave the owner out), and the call records the
+    owner asked for; a chown of a path that does not exist still fails."""
+    sb = Sandbox(tmp_path)
+    result = sb.run_text(
+        "set -e\n"
+        "install -d -m 0700 -o nobody -g nogroup /var/lib/owned\n"
+        ": > /var/lib/owned/file\n"
+        "chown nobody:nogroup /var/lib/owned/file\n"
+    )
+    assert result.returncode == 0, result.output
+    assert result.called("install", "-d", "-m", "0700", "-o", "nobody", "-g", "nogroup")
+    assert result.called("chown", "nobody:nogroup", "/var/lib/owned/file"), result.commands()
+    assert oct(sb.host_path("/var/lib/owned").stat().st_mode & 0o777) == "0o700"
+    if os.geteuid() == 0:
+        nobody = pwd.getpwnam("nobody").pw_uid
+        assert sb.host_path("/var/lib/owned/file").stat().st_uid == nobody, "owner not set as root"
+    missing = sb.run_text("chown nobody:nogroup /var/lib/not-there\n")
+    assert missing.returncode != 0 and "not-there" in missing.stderr, missing.output

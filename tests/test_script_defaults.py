@@ -25,17 +25,13 @@ from pathlib import Path
 import pytest
 
 from components.hosts.rendering import SCRIPTS_DIR
-from tests.sandbox import Sandbox, sandbox_available
-from tests.test_control_plane_scripts import FLANNEL_MANIFEST
-from tests.test_production_defaults import step_program
-from tests.test_script_inputs import header_inputs, host_steps
+from tests.helpers.control_plane_host import FLANNEL_MANIFEST
+from tests.helpers.scripts import header_inputs, host_steps, step_program
+from tests.sandbox import Sandbox, needs_sandbox
 from tools.harness.stacks import run_program
 
 SCRIPTS = SCRIPTS_DIR
 DEFAULT = re.compile(r"\$\{([A-Z_][A-Z0-9_]*):-([^}]+)\}")
-needs_sandbox = pytest.mark.skipif(
-    not sandbox_available(), reason="needs root, unshare --mount and overlayfs"
-)
 
 # Set by the script itself (step bookkeeping, state it computes), not an input.
 INTERNAL = {

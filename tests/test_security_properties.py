@@ -40,6 +40,19 @@ PROFILES: dict[str, dict[str, Any]] = {
         "hostPaths": ["/var/lib/kubelet/pod-resources"],
         "contexts": [{"privileged": True, "runAsUser": 0}],
     },
+    "spot-termination-handler-daemonset": {
+        "host": {"hostNetwork": True},
+        "hostPaths": ["/proc/uptime"],
+        "contexts": [
+            {
+                "runAsGroup": 1000,
+                "runAsUser": 1000,
+                "allowPrivilegeEscalation": False,
+                "readOnlyRootFilesystem": True,
+                "runAsNonRoot": True,
+            }
+        ],
+    },
     "-efa-device-plugin": {
         "host": {"hostNetwork": True},
         "hostPaths": ["/var/lib/kubelet/device-plugins", "/dev/infiniband"],

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.sandbox import Sandbox, sandbox_available
+from tests.sandbox import Sandbox, needs_sandbox
 
-pytestmark = pytest.mark.skipif(
-    not sandbox_available(), reason="needs root, unshare --mount and overlayfs"
-)
+pytestmark = needs_sandbox
 
 FAST = {"RETRY_BASE_SECONDS": "0.01", "POLL_SECONDS": "0.1"}
 KUBE_PACKAGES = ("kubelet", "kubeadm", "kubectl")

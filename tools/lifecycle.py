@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -225,15 +225,17 @@ def _is_no_op_update(resource: Resource) -> bool:
 # ---------------------------------------------------------------- the plan
 
 
-def plan(before: Graph, after: Graph) -> Plan:
+def plan(before: Graph, after: Graph, *, replace: Collection[str] = ()) -> Plan:
     """What `pulumi up` with the `after` program does to a stack deployed with `before`.
 
     A resource continues the old one its URN or, failing that, its first alias names
     (tools.harness.identity). It is replaced when a changed input is one its provider forces a
-    new resource for, when a resource in its `replace_with` is replaced, or when its
+    new resource for, when a resource in its `replace_with` is replaced, when its
     `replacement_trigger` changes (pulumi/pulumi step_generator.go `shouldTriggerReplace`: a
-    trigger that was or becomes null replaces nothing)."""
-    stack = after.resources[0].urn.split("::", 1)[0].removeprefix("urn:pulumi:") if after else ""
+    trigger that was or becomes null replaces nothing), or when `pulumi up --replace` names it
+    (`replace`: URNs or names; step_generator.go `isTargetedReplace`). A refresh that dropped
+    resources (a terminated machine) is `tools.recovery.refreshed`."""
+    stack = _stack_of(after) or _stack_of(before)
     taken = identity.match(after, [r.urn for r in before], stack).taken_over
     replaced: set[str] = set()
     changes: list[Change] = []
@@ -255,6 +257,12 @@ def plan(before: Graph, after: Graph) -> Plan:
         )
         if any(dependency in replaced for dependency in new.replace_with):
             forcing.append("replaceWith")
+        # A resource deleted with a replaced one is replaced with it (step_generator.go `diff`:
+        # "marked for replacement because ... (its DeletedWith resource) is being replaced").
+        if new.deleted_with is not None and new.deleted_with in replaced:
+            forcing.append("deletedWith")
+        if urn in replace or new.name in replace:
+            forcing.append("--replace")
         replaced_ids = {after.by_urn[u].id for u in replaced if after.by_urn[u].id}
         if _trigger_changed(old.replacement_trigger, new.replacement_trigger, replaced_ids):
             forcing.append("replacementTrigger")
@@ -287,6 +295,10 @@ def plan(before: Graph, after: Graph) -> Plan:
     )
 
 
+def _stack_of(graph: Graph) -> str:
+    return graph.resources[0].urn.split("::", 1)[0].removeprefix("urn:pulumi:") if graph else ""
+
+
 def _trigger_changed(old: Any, new: Any, replaced_ids: set[str]) -> bool:
     """The engine's `shouldTriggerReplace`: nulls mean "no trigger"; a trigger holding the id of
     a replaced resource (a new machine's instance id, which the mocks cannot tell from the old)
@@ -301,8 +313,9 @@ def _refused(
     before: Graph, after: Graph, changes: list[Change], taken: Mapping[str, str]
 ) -> list[str]:
     """Updates that fail at `up`: a smaller root volume (EBS ModifyVolume only grows a volume;
-    terraform-provider-aws updates root_block_device.volume_size in place with it)."""
-    found = []
+    terraform-provider-aws updates root_block_device.volume_size in place with it), a new
+    Ubuntu release on a kept machine, and subnets AWS refuses (`_subnets_refused`)."""
+    found = _subnets_refused(before, after, changes, taken)
     for change in changes:
         if change.action is not Action.UPDATE or _ROOT_VOLUME_SIZE not in change.changed:
             continue
@@ -329,6 +342,52 @@ def _refused(
                 f"{new_release}, which apt there cannot; keep osVersion for running machines, "
                 "or move them by adding a pool with the new release and removing the old one"
             )
+    return found
+
+
+SUBNET = "aws:ec2/subnet:Subnet"
+# What sits in a subnet by its `subnetId`: a machine, an EFA interface.
+_IN_SUBNET = ("aws:ec2/instance:Instance", "aws:ec2/networkInterface:NetworkInterface")
+
+
+def _subnets_refused(
+    before: Graph, after: Graph, changes: list[Change], taken: Mapping[str, str]
+) -> list[str]:
+    """A subnet deleted while a kept machine or interface still sits in it (they ignore a new
+    `subnetId`: EC2 DeleteSubnet answers DependencyViolation), and a new subnet whose block a
+    kept one holds (a subnet keeps the block it was created with: InvalidSubnet.Conflict)."""
+    gone = {taken.get(c.urn, c.urn) for c in changes if c.action in (Action.REPLACE, Action.DELETE)}
+    kept = [r for r in before if r.urn not in gone]
+    found = []
+    for change in changes:
+        if change.type != SUBNET:
+            continue
+        if change.action is Action.DELETE:
+            subnet = before.by_urn[change.urn]
+            inside = sorted(
+                r.name
+                for r in kept
+                if r.type in _IN_SUBNET and unwrap(r.inputs.get("subnetId")) == subnet.id
+            )
+            if subnet.id and inside:
+                found.append(
+                    f"{change.name}: AWS refuses to delete a subnet machines still sit in "
+                    f"({', '.join(inside)}: a machine keeps its subnet); replace them in the "
+                    "same up (pulumi up --replace <URN of each>), or keep the zone"
+                )
+        elif change.action in (Action.CREATE, Action.REPLACE):
+            block = unwrap(after.by_urn[change.urn].inputs.get("cidrBlock"))
+            holders = sorted(
+                r.name
+                for r in kept
+                if r.type == SUBNET and unwrap(r.inputs.get("cidrBlock")) == block
+            )
+            if holders:
+                found.append(
+                    f"{change.name}: its block {block} is held by {', '.join(holders)} (a "
+                    "subnet keeps the block of its zone's first position), so AWS refuses it; "
+                    "add new zones at the end of availabilityZones"
+                )
     return found
 
 
@@ -452,6 +511,9 @@ def render(plan_: Plan, *, show_unchanged: bool = False) -> str:
             "first, or keep the user."
         )
         lines.append(_note(warning))
+    login_only = [c for c in plan_.changes if c.action is Action.RERUN and _login_key_only(c)]
+    if login_only:
+        lines.append(_note(login_key_warning(login_only)))
     in_service = [impact.node for impact in plan_.nodes.values() if impact.revalidated]
     if in_service:
         warning = (
@@ -462,6 +524,31 @@ def render(plan_: Plan, *, show_unchanged: bool = False) -> str:
         )
         lines.append(_note(warning))
     return "\n".join(lines) + "\n"
+
+
+# The login key of a Command's connection (and of its bastion hop).
+_LOGIN_KEY = ("connection.privateKey", "connection.proxy.privateKey")
+
+
+def _login_key_only(change: Change) -> bool:
+    return bool(change.changed) and all(path in _LOGIN_KEY for path in change.changed)
+
+
+def login_key_warning(changes: list[Change]) -> str:
+    """The warning for steps that re-run only because `sshPrivateKey` changed: pulumi-command
+    compares the connection like any input, and its `Update` runs `update` (here: the step's
+    script again), commandController.go."""
+    install_runs = [
+        c for c in changes if any(c.name.endswith(f"-{s.suffix}") for s in steps.INSTALL_STEPS)
+    ]
+    return (
+        f"Warning: {len(changes)} step(s) re-run only because the login key changed "
+        f"(sshPrivateKey), {len(install_runs)} of them install steps: each runs its script "
+        "again on its host, which finds everything in place and installs and restarts nothing, "
+        "but dials every host and takes that long. The update stores the new key, which their "
+        "delete hooks dial with later, so it is not skipped. Rotate the key when a long `up` "
+        "is acceptable (docs/ssh-keys.md)."
+    )
 
 
 def _note(text: str) -> str:

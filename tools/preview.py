@@ -408,23 +408,48 @@ def _record_config(stack: str, config: Mapping[str, Any], program: Path) -> Grap
         )
 
 
-def what_will_change(stack: str, against: str, config: Mapping[str, Any] | None = None) -> str:
+def what_will_change(
+    stack: str,
+    against: str,
+    config: Mapping[str, Any] | None = None,
+    *,
+    lost: Sequence[str] = (),
+    replace: Sequence[str] = (),
+) -> str:
     """The report of `--against`: what `pulumi up` of this version does to a stack deployed
-    from `against`, per resource and per GPU node (tools/lifecycle.py)."""
+    from `against`, per resource and per GPU node (tools/lifecycle.py); with `lost`, after a
+    `pulumi refresh` found those machines gone, and with `replace`, as `pulumi up --replace`
+    of those (tools/recovery.py)."""
+    from tools import recovery
+
     before = record_deployed(stack, against)
+    if lost:
+        before = recovery.refreshed(before, lost)
     # `userData` is ignored after create: a deployed machine keeps what it booted with.
     deployed_without = {
         r.name for r in before.of_type("aws:ec2/instance:Instance") if "userData" not in r.inputs
     }
     with mocks.booted_without_user_data(deployed_without):
         after = record(stack, config)
-    plan = lifecycle.plan(before, after)
+    plan = lifecycle.plan(before, after, replace=replace)
+    operation = "`pulumi up`"
+    if lost:
+        operation = f"`pulumi refresh` (which finds {', '.join(lost)} gone), then `pulumi up`,"
+    if replace:
+        operation = f"`pulumi up --replace` ({', '.join(replace)})"
     header = (
-        f"What `pulumi up` of {PROJECT}/{stack} does to the stack deployed from "
+        f"What {operation} of {PROJECT}/{stack} does to the stack deployed from "
         f"{against} (offline: the two programs under the SDK's mocks, the providers' replace "
         "rules of tools/lifecycle.py):\n"
     )
-    return header + lifecycle.render(plan)
+    hooks = [
+        f"    {run.name} runs {run.program} "
+        + " ".join(f"{k}={v}" for k, v in sorted(run.params.items()))
+        + (f", before {', '.join(run.before)}" if run.before else ", after every create")
+        for run in recovery.hook_runs(plan, before, after)
+    ]
+    stored = ["Stored delete hooks (they run with the values they were stored with):", *hooks]
+    return header + lifecycle.render(plan) + ("\n".join(stored) + "\n" if hooks else "")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -451,7 +476,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(e.g. origin/main) or from another stack file: per resource replace / update / re-run "
         "/ unchanged / create / delete, per node drained / reset / re-joined",
     )
+    parser.add_argument(
+        "--lost",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="with --against: a machine (or any resource) a `pulumi refresh` found gone, e.g. a "
+        "terminated GPU instance (its node's name); the plan is then that of refresh + up",
+    )
+    parser.add_argument(
+        "--replace",
+        action="append",
+        default=[],
+        metavar="NAME_OR_URN",
+        help="with --against: a resource `pulumi up --replace` names (a GPU instance: its node's "
+        "name or URN)",
+    )
     args = parser.parse_args(argv)
+    if (args.lost or args.replace) and not args.against:
+        print(
+            "error: --lost and --replace plan against a deployed stack: add --against",
+            file=sys.stderr,
+        )
+        return 1
     if not (ROOT / f"Pulumi.{args.stack}.yaml").is_file():
         print(f"error: no stack file Pulumi.{args.stack}.yaml in {ROOT}", file=sys.stderr)
         return 1
@@ -481,8 +528,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 1
     if args.against:
         try:
-            sys.stdout.write(what_will_change(args.stack, args.against, overrides))
-        except ValueError as exc:  # an unknown git ref, or bad config of either version
+            sys.stdout.write(
+                what_will_change(
+                    args.stack, args.against, overrides, lost=args.lost, replace=args.replace
+                )
+            )
+        except (ValueError, KeyError) as exc:  # an unknown git ref or name, or bad config
             print(f"error: {exc}", file=sys.stderr)
             return 1
         return 0

@@ -105,7 +105,9 @@ def node_interfaces(
             description=f"{node_name}: {layout.interface_type} on network card "
             f"{layout.network_card_index}",
             tags={**tags, "Name": f"{node_name}-efa-{layout.network_card_index}"},
-            opts=pulumi.ResourceOptions(parent=parent),
+            # It stays in its subnet when zones are added or reordered, as its machine does
+            # (components/aws/machines.py day_two_ignored): a new one would replace the machine.
+            opts=pulumi.ResourceOptions(parent=parent, ignore_changes=["subnetId"]),
         )
         for layout in pool.gpu_type.efa_layout
     ]

@@ -84,6 +84,8 @@ def key_pair(
 
 # The instance input that carries the generated host key (components/hosts/host_keys.py).
 USER_DATA = "userData"
+# The instance input that places it in a subnet (and so a zone).
+SUBNET_ID = "subnetId"
 # Instance outputs that hold a secret: the provider stores the SHA-1 of the user data, which
 # holds the private host key.
 SECRET_OUTPUTS = [USER_DATA]
@@ -92,10 +94,12 @@ SECRET_OUTPUTS = [USER_DATA]
 def day_two_ignored(*, ami_pinned: bool) -> list[str]:
     """Instance inputs a later `pulumi up` must not act on, since a change replaces the machine
     or stops it: `ami` (unless configured: a running machine does not follow a newer looked-up
-    AMI), `keyName` (a new key reaches running machines through their `authorized-keys` step)
-    and `userData` (the host key is read once, at first boot). Sources:
-    docs/decisions/006-day-two-ignored-instance-inputs.md."""
-    ignored = ["keyName", USER_DATA]
+    AMI), `keyName` (a new key reaches running machines through their `wait-ready` step),
+    `userData` (the host key is read once, at first boot) and `subnetId` (a machine stays in
+    its zone when zones are added or reordered). A replacement takes the program's values.
+    Sources: docs/decisions/006-day-two-ignored-instance-inputs.md,
+    docs/decisions/032-subnets-are-keyed-by-zone-and-machines-keep-theirs.md."""
+    ignored = ["keyName", USER_DATA, SUBNET_ID]
     return ignored if ami_pinned else ["ami", *ignored]
 
 

@@ -2,7 +2,7 @@
 security group every cluster machine shares: SSH from the operators' ranges or the bastion, and
 among members only the ports the cluster uses (`MEMBER_PORTS`, each with its source).
 
-Why: docs/decisions/031-the-network-opens-only-what-the-cluster-uses.md
+Why: docs/decisions/038-the-network-opens-only-what-the-cluster-uses.md
 """
 
 from __future__ import annotations
@@ -156,31 +156,37 @@ class Network(pulumi.ComponentResource):
             tags=self._tags(f"{cluster}-public"),
             opts=self._child(),
         )
-        zones = network.availability_zones or None
-        if zones is None:
-            available = aws.get_availability_zones_output(
-                state="available", opts=pulumi.InvokeOutputOptions(parent=self)
-            )
-            zone_names = [available.names[i] for i in range(SUBNETS_IN_NEW_VPC)]
-        else:
-            zone_names = [pulumi.Output.from_input(z) for z in zones]
         blocks = list(ipaddress.ip_network(network.cidr).subnets(prefixlen_diff=SUBNET_PREFIX_DIFF))
         subnet_ids = []
-        for index, zone in enumerate(zone_names):
+        for index, zone in enumerate(subnet_zones(network, parent=self)):
+            key = zone.key
+            # Keyed by zone, so adding or reordering zones moves no subnet; the alias takes
+            # over the subnet a running stack has at this position (`<network>-public-<i>`).
+            moved = [pulumi.Alias(name=f"{name}-public-{index}")] if zone.named else []
             subnet = aws.ec2.Subnet(
-                f"{name}-public-{index}",
+                f"{name}-{key}",
                 vpc_id=vpc.id,
                 cidr_block=str(blocks[index]),
-                availability_zone=zone,
+                availability_zone=zone.name,
                 map_public_ip_on_launch=network.assigns_public_ips,
-                tags=self._tags(f"{cluster}-public-{index}"),
-                opts=self._child(),
+                tags=self._tags(f"{cluster}-{key}"),
+                opts=pulumi.ResourceOptions(
+                    parent=self,
+                    aliases=moved,
+                    # A subnet keeps the block and zone it was created with: a zone moved in
+                    # the list (its position gives the block) or a different zone look-up
+                    # must not replace it under running machines.
+                    ignore_changes=["cidrBlock", "availabilityZone"],
+                    # A replacement (a new VPC) takes the same block: AWS refuses a second
+                    # subnet with it (InvalidSubnet.Conflict), so the old one goes first.
+                    delete_before_replace=True,
+                ),
             )
             aws.ec2.RouteTableAssociation(
-                f"{name}-public-{index}",
+                f"{name}-{key}",
                 subnet_id=subnet.id,
                 route_table_id=routes.id,
-                opts=self._child(),
+                opts=pulumi.ResourceOptions(parent=self, aliases=moved),
             )
             subnet_ids.append(subnet.id)
         return VpcData(vpc_id=vpc.id, vpc_cidr=vpc.cidr_block, subnet_ids=subnet_ids)
@@ -223,6 +229,31 @@ class Network(pulumi.ComponentResource):
             tags=self._tags(f"{args.cluster_name}-cluster"),
             opts=self._child(),
         )
+
+
+@dataclass(frozen=True)
+class SubnetZone:
+    """One subnet of a created VPC: its zone (a name, or the region's look-up) and the key its
+    resources are named by: the zone's name when configured, else `public-<i>` (the i-th zone
+    the region lists, which has no name before the program runs)."""
+
+    name: pulumi.Input[str]
+    key: str
+    named: bool
+
+
+def subnet_zones(network: NetworkSection, *, parent: pulumi.Resource) -> list[SubnetZone]:
+    """The created VPC's subnets, in `availabilityZones` order (each one's block is its
+    position's, fixed once created), or the region's first SUBNETS_IN_NEW_VPC zones."""
+    if network.availability_zones:
+        return [SubnetZone(zone, zone, named=True) for zone in network.availability_zones]
+    available = aws.get_availability_zones_output(
+        state="available", opts=pulumi.InvokeOutputOptions(parent=parent)
+    )
+    return [
+        SubnetZone(available.names[index], f"public-{index}", named=False)
+        for index in range(SUBNETS_IN_NEW_VPC)
+    ]
 
 
 def tcp_port_rule(

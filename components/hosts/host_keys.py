@@ -8,7 +8,7 @@ Machines created before the keys existed start from `hostKeys.<instance id>` ins
 bastion and an existing control plane are pinned from config (settings refuse them unpinned).
 
 Why: docs/decisions/002-ssh-host-keys-are-generated-and-pinned.md,
-034-a-host-key-only-its-host-can-use.md
+041-a-host-key-only-its-host-can-use.md
 """
 
 from __future__ import annotations

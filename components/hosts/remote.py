@@ -81,7 +81,10 @@ class Host:
         """`<host>-scripts`: the host's bundle, copied once (as the login user, over SFTP) by
         the first step that needs it, with that step's parent; every later step waits for it.
         A new bundle is an update that copies again (pulumi-command copyController.go `Update`:
-        a new source hash copies); nothing dials the host on delete."""
+        a new source hash copies); nothing dials the host on delete. A new machine (a
+        replacement, or one recreated after a refresh) gets a new copy: its id is the
+        copy's `replacement_trigger`, since an `Update` for a new connection alone copies
+        nothing (docs/decisions/029-a-lost-machine-is-recovered-without-harm.md)."""
         if not self._copy:
             files = self.bundle
             self._copy.append(
@@ -96,6 +99,9 @@ class Host:
                             create=duration(COPY_TIMEOUT_SECONDS),
                             update=duration(COPY_TIMEOUT_SECONDS),
                         ),
+                        # Null in the state of earlier releases: the engine replaces nothing
+                        # for that (step_generator.go `shouldTriggerReplace`).
+                        replacement_trigger=self.identity,
                     ),
                 )
             )

@@ -17,20 +17,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from components.hosts import steps
+from components.hosts.roll_budget import (
+    DRAIN_TIMEOUT_SECONDS,
+    READY_TIMEOUT_SECONDS,
+    slot_seconds,
+    slot_wait_seconds,
+)
 from components.settings import NodePool
 
-# Bound on one drain (PodDisruptionBudgets may hold evictions; GPU jobs may stop slowly).
-DRAIN_TIMEOUT_SECONDS = 15 * 60
-# How long a node waits for a slot: the nodes of its pool ahead of it roll meanwhile.
-SLOT_WAIT_SECONDS = 48 * 60 * 60
-# On top of the steps' own bounds: SSH dials, the validation Job's scheduling.
-SLOT_MARGIN_SECONDS = 30 * 60
-READY_TIMEOUT_SECONDS = 10 * 60
-# Bound on the drain a node's delete runs (drain-node.sh).
-DELETE_DRAIN_TIMEOUT_SECONDS = 300
-
-# The steps between roll-drain and uncordon on a node, whose bounds a slot must outlast.
-_HELD_THROUGH = steps.NODE_STEPS[steps.NODE_STEPS.index(steps.DRAIN) + 1 :]
+# The bounds of a roll, which the settings check too: components/hosts/roll_budget.py.
+DELETE_DRAIN_TIMEOUT_SECONDS = 300  # bound on the drain a node's delete runs (drain-node.sh)
 
 
 def change_digest(programs: Mapping[str, Mapping[str, str]]) -> str:
@@ -61,17 +57,12 @@ class RollTiming:
 
 
 def roll_timing(validation_seconds: int) -> RollTiming:
-    """A slot must outlast one node's whole change: every step between drain and uncordon at its
-    bound, plus the capacity check and the validation Job. A node waits for a slot at most
-    SLOT_WAIT_SECONDS, whatever the pool's size (so scaling a pool changes no other node's
-    steps); a longer roll fails the waiting node naming the holders, and the next `up` goes on."""
-    slot = (
-        sum(step.timeout_seconds for step in _HELD_THROUGH)
-        + 2 * validation_seconds
-        + steps.ROLL_UNCORDON.timeout_seconds
-        + SLOT_MARGIN_SECONDS
+    """A node's slot (`slot_seconds`) and its wait for one (`slot_wait_seconds`): a node still
+    waiting when the wait is up fails naming the holders, and the next `up` goes on."""
+    return RollTiming(
+        slot_seconds=slot_seconds(validation_seconds),
+        slot_wait_seconds=slot_wait_seconds(validation_seconds),
     )
-    return RollTiming(slot_seconds=slot, slot_wait_seconds=SLOT_WAIT_SECONDS)
 
 
 def drain_params(node_name: str, pool: NodePool, timing: RollTiming, change: str) -> dict[str, str]:

@@ -5,8 +5,9 @@ its machine identity (`prepare-image.sh`), `aws.ec2.AmiFromInstance` snapshots i
 reboot, and `power-off-builder.sh` powers it off, which terminates it.
 
 An image is named by its key (what it holds) and its install scripts, hashed (`digest_of`); the
-AMI is tagged with both and kept when the stack is destroyed, so another stack of the account
-and region that needs the same image finds it (`existing_image`) and builds nothing.
+AMI is tagged with both and kept when the stack is destroyed. Once it exists, every stack of the
+account and region that needs it, this one included, reads it by reference (`existing_image`);
+while a new key is built, new machines boot the newest image of the kind (`earlier_image`).
 
 Why: docs/decisions/008-baked-images-from-the-same-steps.md
 """
@@ -67,24 +68,39 @@ class ImageKey:
         )
 
 
-def existing_image(key: ImageKey, built_by: str) -> str | None:
-    """The id of an available image of this account and region holding `key` that another stack
-    built (this stack's own image stays under its own resources), or None."""
-    filters = [
-        aws.ec2.GetAmiIdsFilterArgs(name=f"tag:{IMAGE_TAG}", values=[key.digest]),
-        aws.ec2.GetAmiIdsFilterArgs(name="state", values=["available"]),
-    ]
-    found = aws.ec2.get_ami_ids(owners=["self"], filters=filters)
-    own = aws.ec2.get_ami_ids(
+def existing_image(key: ImageKey) -> str | None:
+    """The id of an available image of this account and region that holds `key`, whoever built
+    it, this stack included: once an image exists it is read by reference and no builder is
+    registered again (a refresh drops the builder that terminated itself; registered, the next
+    `up` would launch it again and re-run its installs)."""
+    found = aws.ec2.get_ami_ids(
         owners=["self"],
         filters=[
-            *filters,
-            aws.ec2.GetAmiIdsFilterArgs(name=f"tag:{BUILT_BY_TAG}", values=[built_by]),
+            aws.ec2.GetAmiIdsFilterArgs(name=f"tag:{IMAGE_TAG}", values=[key.digest]),
+            aws.ec2.GetAmiIdsFilterArgs(name="state", values=["available"]),
         ],
     )
-    if own.ids or not found.ids:
-        return None
-    return sorted(found.ids)[0]
+    return sorted(found.ids)[0] if found.ids else None
+
+
+def earlier_image(key: ImageKey) -> str | None:
+    """The newest available image of the same kind (the same key fields), Ubuntu release and
+    architecture as `key`, built for another key (an older driver, toolkit or pre-pull list):
+    what new machines boot while the image of `key` is built, so no machine waits for a build
+    it will not use (running machines keep their image: `ami` is ignored after launch). Their
+    install steps bring them to `key`, as they do on every host."""
+    fields = key.fields()
+    filters = [
+        aws.ec2.GetAmiIdsFilterArgs(name="tag-key", values=[f"gpu-cluster.io/{name}"])
+        for name in sorted(fields)
+    ]
+    filters += [
+        aws.ec2.GetAmiIdsFilterArgs(name=f"tag:gpu-cluster.io/{name}", values=[str(fields[name])])
+        for name in ("ubuntu", "architecture")
+    ]
+    filters.append(aws.ec2.GetAmiIdsFilterArgs(name="state", values=["available"]))
+    found = aws.ec2.get_ami_ids(owners=["self"], filters=filters, sort_ascending=False)
+    return found.ids[0] if found.ids else None
 
 
 @dataclass(frozen=True)

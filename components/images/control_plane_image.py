@@ -29,6 +29,7 @@ from components.images.builder import (
     ImageKey,
     InstallStep,
     build_image,
+    earlier_image,
     existing_image,
 )
 from components.settings import ManagedControlPlane, Settings
@@ -133,18 +134,20 @@ class ControlPlaneImage(pulumi.ComponentResource):
 
 
 def baked_control_plane_image(settings: Settings, network: Network) -> pulumi.Output[str] | None:
-    """The AMI id the managed control plane boots from with `image: baked`: the image another
-    stack of the account already built, else a ControlPlaneImage built here; None otherwise."""
+    """The AMI id the managed control plane boots from with `image: baked`: the image of its
+    key when the account has it, else a ControlPlaneImage built here (and meanwhile the newest
+    earlier control-plane image, when there is one); None otherwise."""
     config = settings.control_plane
     if not isinstance(config, ManagedControlPlane) or config.image != "baked":
         return None
     site = BuildSite.of(settings, network)
     key = image_key(config, settings.kubernetes_version)
-    found = existing_image(key, site.built_by)
+    found = existing_image(key)
     if found is not None:
         return pulumi.Output.from_input(found)
     image = ControlPlaneImage(
         image_name(settings.cluster_name, key),
         ControlPlaneImageArgs(key=key, config=config, site=site),
     )
-    return image.ami_id
+    earlier = earlier_image(key)
+    return pulumi.Output.from_input(earlier) if earlier else image.ami_id

@@ -30,6 +30,7 @@ from components.images.builder import (
     ImageKey,
     InstallStep,
     build_image,
+    earlier_image,
     existing_image,
 )
 from components.kube.manifests import device_plugin_image
@@ -134,9 +135,10 @@ def baked_images(
     install_steps: Callable[[NodePool, str, Login], tuple[InstallStep, ...]],
     container_toolkit: str,
 ) -> dict[str, pulumi.Output[str]]:
-    """Pool name -> the AMI id its nodes boot from, for every pool with `image: baked`: one
-    GpuImage per distinct key (built on the first pool's instance type), or the image another
-    stack of the account already built."""
+    """Pool name -> the AMI id its nodes boot from, for every pool with `image: baked`: the
+    image of its key when the account has it (read by reference), else one GpuImage per
+    distinct key (built on the first pool's instance type), with new nodes booting the newest
+    earlier image meanwhile when there is one."""
     site = BuildSite.of(settings, network)
     by_key: dict[GpuImageKey, list[NodePool]] = {}
     for pool in settings.node_pools:
@@ -144,7 +146,7 @@ def baked_images(
             by_key.setdefault(image_key(pool, settings, container_toolkit), []).append(pool)
     amis: dict[str, pulumi.Output[str]] = {}
     for key, pools in by_key.items():
-        found = existing_image(key, site.built_by)
+        found = existing_image(key)
         if found is not None:
             ami = pulumi.Output.from_input(found)
         else:
@@ -160,6 +162,9 @@ def baked_images(
                     site=site,
                 ),
             )
-            ami = image.ami_id
+            # Booted from an earlier image, new machines do not wait for this build (nor does
+            # a roll of running ones, which keep their image).
+            earlier = earlier_image(key)
+            ami = pulumi.Output.from_input(earlier) if earlier else image.ami_id
         amis.update({pool.name: ami for pool in pools})
     return amis

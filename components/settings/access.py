@@ -132,8 +132,9 @@ class Network(Model):
         default_factory=list,
         max_length=6,
         description=(
-            "Zones of the stack's aws:region for the created VPC's subnets, one subnet each "
-            "(default: the region's first zones)"
+            "Zones of the stack's aws:region for the created VPC's subnets, one subnet each, "
+            "named by its zone; a zone's block is its position's (add zones at the end), and "
+            "machines keep the zone they were launched in (default: the region's first zones)"
         ),
     )
     ssh_allowed_cidrs: list[Cidr] = Field(
@@ -184,6 +185,9 @@ class Network(Model):
                 )
         if len(set(self.subnet_ids)) != len(self.subnet_ids):
             found.append(("subnetIds", self.subnet_ids, "each subnet id once"))
+        if len(set(self.availability_zones)) != len(self.availability_zones):
+            # Each zone names its subnet (components/aws/network.py).
+            found.append(("availabilityZones", self.availability_zones, "each zone once"))
         found += world_problems("sshAllowedCidrs", list(self.ssh_allowed_cidrs), "SSH (22)")
         if self.bastion is not None and self.creates_vpc:
             # Through a bastion the hosts are dialled on their private addresses, and SSH is

@@ -193,19 +193,18 @@ def _image(value: str) -> str:
     return value
 
 
-def _by_digest(value: str) -> str:
-    if "@sha256:" not in value:
+def _image_by_digest(value: str) -> str:
+    match = _IMAGE_REF.match(_image(value))
+    if match is None or not match.group("digest"):
         raise PydanticCustomError(
             "image_digest",
-            "an image pinned by digest, as what runs privileged must be (a tag can be moved "
-            "to other bytes): repository:tag@sha256:<64 hex digits>, the digest from "
-            "`crane digest repository:tag`",
+            "an image pinned by digest, like registry/name:tag@sha256:<64 hex digits>",
         )
     return value
 
 
 PinnedImage = Annotated[str, AfterValidator(_image)]
-DigestPinnedImage = Annotated[str, AfterValidator(_image), AfterValidator(_by_digest)]
+DigestPinnedImage = Annotated[str, AfterValidator(_image_by_digest)]
 Endpoint = Annotated[str, AfterValidator(_endpoint)]
 
 

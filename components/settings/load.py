@@ -32,6 +32,7 @@ OBJECT_KEYS = frozenset(
         "hostKeys",
         "dcgmExporter",
         "featureDiscovery",
+        "nodeTerminationHandler",
     }
 )
 

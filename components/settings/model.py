@@ -34,6 +34,7 @@ from components.settings.sections import (
     FeatureDiscovery,
     ManagedControlPlane,
     Network,
+    NodeTerminationHandler,
     OperatorKubeconfig,
     Ssh,
     Validation,
@@ -113,6 +114,10 @@ class Settings(Model):
     feature_discovery: FeatureDiscovery = Field(
         default=FeatureDiscovery(),
         description="GPU Feature Discovery and the NFD master that applies its node labels",
+    )
+    node_termination_handler: NodeTerminationHandler = Field(
+        default=NodeTerminationHandler(),
+        description="The AWS Node Termination Handler on spot pools' nodes (its image by digest)",
     )
     tags: dict[TagKey, TagValue] = Field(
         default_factory=dict,

@@ -272,6 +272,27 @@ def device_plugin_digest_known(settings: Settings) -> list[Found]:
     ]
 
 
+def a_roll_fits_the_deploy_job(settings: Settings) -> list[Found]:
+    """One node's roll (every step at its bound, the checks twice) ends inside the deploy job,
+    so an `up` that rolls ends by itself and the next one goes on
+    (components/hosts/roll_budget.py)."""
+    from components.hosts import roll_budget
+
+    longest = roll_budget.longest_validation_seconds()
+    given = settings.validation.timeout_seconds
+    if given <= longest or not any(pool.count for pool in settings.node_pools):
+        return []
+    return [
+        (
+            "validation.timeoutSeconds",
+            given,
+            f"at most {longest}: a node's roll waits for its checks twice, and with every step "
+            f"at its bound it must end inside the deploy job's "
+            f"{roll_budget.DEPLOY_JOB_SECONDS // 60} minutes",
+        )
+    ]
+
+
 CROSS_SECTION_RULES: tuple[Callable[[Settings], list[Found]], ...] = (
     node_names_fit,
     cluster_blocks_outside_created_vpc,
@@ -284,4 +305,5 @@ CROSS_SECTION_RULES: tuple[Callable[[Settings], list[Found]], ...] = (
     existing_control_plane_reachable_from_created_vpc,
     device_plugin_release_runs_here,
     device_plugin_digest_known,
+    a_roll_fits_the_deploy_job,
 )

@@ -51,6 +51,14 @@ from components.settings.fields import (
 _SEMVER_TAG = re.compile(r"^v[0-9]+\.[0-9]+\.[0-9]+$")
 
 
+_UNREACHABLE = (
+    "The control plane is gone or cannot be reached: no delete dials it (a node's drain on "
+    "delete is skipped, Kubernetes objects are dropped from the state when the API does not "
+    "answer). Set it, `pulumi up`, then destroy or scale down (docs/operations.md); remove it "
+    "once the control plane is back"
+)
+
+
 class ManagedControlPlane(Model):
     mode: Literal["managed"] = Field(
         description="managed: the stack creates a kubeadm control plane on EC2 (CNI included)"
@@ -94,6 +102,7 @@ class ManagedControlPlane(Model):
         description="Protect the control-plane machine from deletion and replacement (its loss "
         "is a new cluster); set false only to destroy or rebuild it on purpose",
     )
+    unreachable: bool = Field(default=False, description=_UNREACHABLE)
 
     @model_validator(mode="after")
     def _consistent(self) -> ManagedControlPlane:
@@ -146,6 +155,7 @@ class ExistingControlPlane(Model):
         description="What the existing cluster's CNI sends between machines (default: flannel's "
         "VXLAN, udp/8472; Calico VXLAN: udp/4789; Cilium: udp/8472 and tcp/4240)",
     )
+    unreachable: bool = Field(default=False, description=_UNREACHABLE)
 
     @model_validator(mode="after")
     def _reachable(self) -> ExistingControlPlane:
@@ -324,6 +334,15 @@ class DcgmExporter(Model):
         default=False,
         description="Also create a Prometheus operator ServiceMonitor for the exporter's "
         "Service (needs the operator's monitoring.coreos.com/v1 CRDs in the cluster)",
+    )
+
+
+class NodeTerminationHandler(Model):
+    image: DigestPinnedImage | None = Field(
+        default=None,
+        description="The AWS Node Termination Handler image the spot pools' nodes run, pinned "
+        "by digest (public.ecr.aws/aws-ec2/aws-node-termination-handler:v1.25.6@sha256:...); "
+        "unset: that tag, with a warning on every preview",
     )
 
 

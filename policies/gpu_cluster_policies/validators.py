@@ -108,19 +108,22 @@ WORKLOAD_POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
 
 GPU_RESOURCE = "nvidia.com/gpu"
 DAEMON_SET = "kubernetes:apps/v1:DaemonSet"
-# Registries whose images the stacks run (NVIDIA's, Kubernetes', AWS's EKS and HPC images).
+# Registries whose images the stacks run (NVIDIA's, Kubernetes', AWS's EKS, EC2 and HPC images).
 TRUSTED_REGISTRIES = (
     "nvcr.io/nvidia/",
     "registry.k8s.io/",
     "public.ecr.aws/eks/",
     "public.ecr.aws/hpc-cloud/",
+    "public.ecr.aws/aws-ec2/",
 )
-# The node agents that need the host (device plugins, GFD, the DCGM exporter), by resource name.
+# The node agents that need the host (device plugins, GFD, the DCGM exporter, the spot
+# termination handler), by resource name.
 SYSTEM_WORKLOADS = (
     "nvidia-device-plugin-daemonset",
     "gpu-feature-discovery-daemonset",
     "-dcgm-exporter",
     "-efa-device-plugin",
+    "spot-termination-handler-daemonset",
 )
 # What the two-node NCCL check's sshd needs besides nothing (components/kube/nccl_efa_manifests.py).
 ALLOWED_CAPABILITIES = ("KILL", "SETGID", "SETUID", "SYS_CHROOT")

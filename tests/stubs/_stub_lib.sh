@@ -79,3 +79,11 @@ installed_like() {
 upstream_version() {
   printf '%s\n' "${1%%-*}"
 }
+
+# only_root_mapped: true in the sandbox's unprivileged user namespace (tests/sandbox.py), where
+# root is the one user mapped, so no file can be given to any other user or group.
+only_root_mapped() {
+  local count
+  read -r _ _ count </proc/self/uid_map
+  ((count == 1))
+}

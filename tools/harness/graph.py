@@ -104,15 +104,23 @@ def plain_strings(value: Any) -> Iterator[str]:
 
 def script_params(resource: Resource) -> dict[str, str]:
     """The NAME='value' inputs of the script a host step renders on stdin (secrets unwrapped)."""
-    stdin = unwrap(resource.inputs["stdin"])
+    return program_params(unwrap(resource.inputs["stdin"]))
+
+
+def program_params(program: str) -> dict[str, str]:
+    """The NAME='value' inputs at the head of a step's program: its stdin, or the heredoc of a
+    stored delete hook (components/hosts/remote.py step_program)."""
     # The parameters come first: before the shared library (a whole program) or the run of a
-    # bundled program by digest (components/hosts/remote.py step_program).
-    header = stdin.split("# ---- lib/common.sh", 1)[0].split("STEP_BUNDLE=", 1)[0]
+    # bundled program by digest.
+    header = program.split("# ---- lib/common.sh", 1)[0].split("STEP_BUNDLE=", 1)[0]
+    header = header.split("<<'GPU_CLUSTER_SCRIPT'", 1)[-1]
+    # A quoted value may span lines (AUTHORIZED_KEYS holds one key a line): read the header as
+    # bash words, comments dropped, and keep the NAME=value words.
     found = {}
-    for line in header.splitlines():
-        match = re.fullmatch(r"([A-Z][A-Z0-9_]*)=(.*)", line)
+    for word in shlex.split(header, comments=True):
+        match = re.fullmatch(r"([A-Z][A-Z0-9_]*)=(.*)", word, re.S)
         if match:
-            found[match.group(1)] = shlex.split(match.group(2))[0] if match.group(2) else ""
+            found[match.group(1)] = match.group(2)
     return found
 
 

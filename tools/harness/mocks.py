@@ -173,17 +173,23 @@ EXISTING_IMAGES: list[tuple[str, dict[str, str]]] = []
 
 
 def _image_ids(inputs: dict) -> list[str]:
-    """The ids of EXISTING_IMAGES that match every `tag:<key>` filter (all are available)."""
+    """The ids of EXISTING_IMAGES that match every `tag:<key>` and `tag-key` filter (all are
+    available), in the order of the list (as if listed oldest first), newest first when the
+    call asks `sortAscending: false`."""
+    filters = inputs.get("filters", [])
     wanted = {
         f["name"].removeprefix("tag:"): set(f["values"])
-        for f in inputs.get("filters", [])
+        for f in filters
         if f["name"].startswith("tag:")
     }
-    return sorted(
+    keys = [set(f["values"]) for f in filters if f["name"] == "tag-key"]
+    found = [
         image_id
         for image_id, tags in EXISTING_IMAGES
         if all(tags.get(key) in values for key, values in wanted.items())
-    )
+        and all(names & tags.keys() for names in keys)
+    ]
+    return found[::-1] if inputs.get("sortAscending") is False else found
 
 
 # Which Canonical release the AMI look-up answers with: set AMI_RELEASE[0] to a new value to see
@@ -224,11 +230,18 @@ class Mocks(pulumi.runtime.Mocks):
         if typ == "aws:ec2/vpc:Vpc":
             return fake_id("vpc-", name), state
         if typ == "aws:ec2/subnet:Subnet":
-            return fake_id("subnet-", name), state
+            # One subnet per zone of a VPC here: the same one under another name (an alias)
+            # keeps its id.
+            where = f"{state.get('vpcId')}|{state.get('availabilityZone')}"
+            return fake_id("subnet-", where), state
         if typ == "aws:ec2/securityGroup:SecurityGroup":
             return fake_id("sg-", name), state
         if typ == "aws:ec2/keyPair:KeyPair":
-            state.update(keyName=state.get("keyName") or name)
+            # Pulumi auto-names it: the name plus a random suffix, new for a replacement (a new
+            # public key), so a machine launched with the old name can be told apart.
+            public_key = str(state.get("publicKey", ""))
+            auto_name = f"{name}-{hashlib.sha256(public_key.encode()).hexdigest()[:7]}"
+            state.update(keyName=state.get("keyName") or auto_name)
             return fake_id("key-", name), state
         if typ == "command:remote:Command":
             for suffix, make in COMMAND_STDOUT.items():

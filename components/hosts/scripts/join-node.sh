@@ -211,7 +211,8 @@ join_cluster() {
     kubeadm reset -f >&2 || log "kubeadm reset after the failed join also failed"
     fatal "kubeadm join ${API_ENDPOINT} failed (exit ${status}): check that ${API_ENDPOINT} is" \
       "reachable from the node and the API server is healthy, then run pulumi up again (the" \
-      "node's bootstrap token stays valid until the node has joined)"
+      "node's bootstrap token is valid for 2 h after its kube tools were ready; past that," \
+      "pulumi up --target-replace its <node>-kube-tools step for a fresh one)"
   fi
 }
 

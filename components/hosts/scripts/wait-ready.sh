@@ -13,11 +13,16 @@
 #   AUTHORIZED_KEYS  OpenSSH public key lines, one per line: ssh.publicKey and the key the steps
 #                    log in with (derived from sshPrivateKey), so this session never locks itself
 #                    out; once both are the new key, the old one is gone
+#   ROOT_VOLUME_GIB  the root volume's size (rootVolumeGiB): the root partition and filesystem
+#                    grow to the disk once it has that size (unset: not grown here; cloud-init
+#                    grows them at first boot)
+#   ROOT_GROW_TIMEOUT_SECONDS   how long to wait for the disk to show that size (default 600)
 #
 # Checks: cloud-init finished; the OS is Ubuntu 22.04 or 24.04; the first-boot apt-daily and
 # apt-daily-upgrade (unattended-upgrades) runs are over; the package lists are fresh. Then the
 # login user's authorized_keys holds exactly the stack's keys, so a rotated ssh.publicKey reaches
-# running machines without replacing them.
+# running machines without replacing them, and a root volume grown in place (EBS ModifyVolume)
+# is grown into: cloud-init's growpart runs at boot only.
 set -Eeuo pipefail
 
 if ! declare -F init_script >/dev/null; then
@@ -31,6 +36,8 @@ HOME_DIR=""
 
 # Checked before anything is touched: both key inputs or neither, each line one public key.
 check_inputs() {
+  [[ -z "${ROOT_VOLUME_GIB:-}" || "${ROOT_VOLUME_GIB}" =~ ^[1-9][0-9]*$ ]] ||
+    fatal "ROOT_VOLUME_GIB must be a size in GiB, got '${ROOT_VOLUME_GIB}'"
   [[ -z "${SSH_USER:-}${AUTHORIZED_KEYS:-}" ]] && return 0
   require_vars SSH_USER AUTHORIZED_KEYS
   local line entry
@@ -121,6 +128,57 @@ write_authorized_keys() {
   fi
 }
 
+# The root filesystem fills the root volume: after `rootVolumeGiB` grew, the provider modifies
+# the volume in place and the disk shows the new size once EBS has applied it; the partition
+# (growpart) and then the filesystem (resize2fs, or xfs_growfs) are grown online.
+grow_root_filesystem() {
+  if [[ -z "${ROOT_VOLUME_GIB:-}" ]]; then
+    log "no root volume size given: not growing"
+    return 0
+  fi
+  local source fstype fs_bytes part disk number want disk_bytes part_bytes out status
+  local limit="${ROOT_GROW_TIMEOUT_SECONDS:-600}" deadline
+  read -r source fstype fs_bytes < <(findmnt -bno SOURCE,FSTYPE,SIZE /)
+  part="${source#/dev/}"
+  disk="$(lsblk -no PKNAME "${source}")"
+  number="${part##*[!0-9]}"
+  [[ -n "${disk}" && -n "${number}" ]] ||
+    fatal "the root filesystem ${source} is not on a partition of a disk (lsblk found" \
+      "'${disk}', partition '${number}'): cannot grow it to ${ROOT_VOLUME_GIB} GiB"
+  want=$((ROOT_VOLUME_GIB * 1024 * 1024 * 1024))
+  deadline=$((SECONDS + limit))
+  while disk_bytes="$(lsblk -bdno SIZE "/dev/${disk}")" && ((disk_bytes < want)); do
+    ((SECONDS < deadline)) ||
+      fatal "/dev/${disk} is $((disk_bytes / 1024 / 1024 / 1024)) GiB after ${limit}s," \
+        "${ROOT_VOLUME_GIB} GiB expected (rootVolumeGiB): the volume modification has not" \
+        "reached the machine; see 'aws ec2 describe-volumes-modifications'"
+    log "waiting for /dev/${disk} to show ${ROOT_VOLUME_GIB} GiB (now ${disk_bytes} bytes)"
+    sleep 5
+  done
+  part_bytes="$(lsblk -bdno SIZE "${source}")"
+  # A partition within 16 MiB of the disk's end, a filesystem within 5% of the partition
+  # (its own metadata): nothing to grow.
+  if ((part_bytes + 16 * 1024 * 1024 >= disk_bytes && fs_bytes * 100 >= part_bytes * 95)); then
+    log "root filesystem ${source} already fills /dev/${disk} (${ROOT_VOLUME_GIB} GiB)"
+    return 0
+  fi
+  status=0
+  out="$(growpart "/dev/${disk}" "${number}" 2>&1)" || status=$?
+  if ((status == 1)) && [[ "${out}" == NOCHANGE:* ]]; then
+    log "partition ${source} already fills /dev/${disk}"
+  elif ((status != 0)); then
+    fatal "growpart /dev/${disk} ${number} failed (exit ${status}): ${out}"
+  else
+    log "partition ${source} grown: ${out}"
+  fi
+  case "${fstype}" in
+    ext4 | ext3 | ext2) resize2fs "${source}" >&2 ;;
+    xfs) xfs_growfs / >&2 ;;
+    *) fatal "root filesystem ${source} is ${fstype}: only ext4 and xfs are grown" ;;
+  esac
+  log "root filesystem ${source} grown to fill /dev/${disk}"
+}
+
 main() {
   init_script ready
   check_inputs
@@ -130,7 +188,8 @@ main() {
     check_operating_system \
     wait_for_apt_daily \
     wait_for_apt_and_refresh_lists \
-    write_authorized_keys
+    write_authorized_keys \
+    grow_root_filesystem
   log "host ready"
 }
 

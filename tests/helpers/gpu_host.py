@@ -1,0 +1,88 @@
+"""A GPU host in the script sandbox: the inputs the node scripts run with in the tests and a
+fresh Ubuntu 24.04 host whose simulated archive has what they install."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from components.hosts import pins
+from tests.sandbox import Sandbox
+
+FAST = {"RETRY_BASE_SECONDS": "0.01"}
+DRIVER = {
+    "DRIVER_BRANCH": "580",
+    "GPU_COUNT": "4",
+    "NEEDS_FABRIC_MANAGER": "false",
+    "KERNEL_MODULES": "proprietary",
+    **FAST,
+}
+RUNTIME = {**pins.runtime_params("24.04", "1.35", with_toolkit=True), **FAST}
+UBUNTU_2404 = 'NAME="Ubuntu"\nVERSION_ID="24.04"\nID=ubuntu\nID_LIKE=debian\n'
+FSTAB = (
+    "LABEL=cloudimg-rootfs\t/\text4\tdiscard,errors=remount-ro\t0 1\n"
+    "# /swapfile none swap sw 0 0 (an old comment)\n"
+    "/swapfile none swap sw 0 0\n"
+    "/dev/nvme1n1 /mnt/swap-archive ext4 defaults 0 2\n"
+)
+DRIVER_UPSTREAM = "580.95.05"
+DRIVER_VERSION = "580.95.05-0ubuntu0.24.04.2"
+NEWER_DRIVER = "580.105.08-0ubuntu0.24.04.1"  # userspace a day ahead of the built modules
+RUNNING_KERNEL = "6.8.0-1021-aws"  # the uname stub's default
+CONTAINERD = "2.2.1-0ubuntu1~24.04.3"
+# The lists the runtime and kube-tools steps add (the apt-get stub installs their packages only
+# after an `apt-get update` read them).
+NVIDIA_SOURCES = "/etc/apt/sources.list.d/nvidia-container-toolkit.list"
+KUBERNETES_SOURCES = "/etc/apt/sources.list.d/kubernetes.list"
+CTK_PACKAGES = (
+    "nvidia-container-toolkit",
+    "nvidia-container-toolkit-base",
+    "libnvidia-container-tools",
+    "libnvidia-container1",
+)
+
+
+def new_gpu_host(root: Path) -> Sandbox:
+    """A fresh Ubuntu 24.04 GPU host on AWS with 4 GPUs and nouveau loaded, whose archive offers
+    what the pinned scripts install, in the package shapes of the real archive."""
+    sb = Sandbox(root)
+    sb.write("/etc/os-release", UBUNTU_2404)
+    sb.write("/etc/fstab", FSTAB)
+    sb.state("modules", "nouveau\n")
+    sb.state("nvidia-smi.gpus", 4)
+    for suffix in ("580-server", "580-server-open"):
+        offer_module(sb, suffix, RUNNING_KERNEL)
+        sb.apt_available(f"nvidia-headless-no-dkms-{suffix}", DRIVER_VERSION, NEWER_DRIVER)
+    for pkg in ("nvidia-kernel-common-580-server", "nvidia-utils-580-server"):
+        sb.apt_available(pkg, DRIVER_VERSION, NEWER_DRIVER)
+    # Fabric manager's Debian revision is its own; its upstream version must equal the driver's.
+    for pkg in ("nvidia-fabricmanager-580", "libnvidia-nscq-580", "libnvsdm-580"):
+        sb.apt_available(pkg, "580.95.05-0ubuntu0.24.04.1", "580.105.08-0ubuntu0.24.04.1")
+    sb.apt_available("nvlsm", "2025.06.4-1")
+    # noble's release pocket has containerd 1.7.12, noble-updates 2.2.1 (packages.ubuntu.com);
+    # a later 2.3 upload must not be taken by a pinned host.
+    sb.apt_available("containerd", "1.7.12-0ubuntu4", CONTAINERD, "2.3.0-0ubuntu1~24.04.1")
+    for pkg in CTK_PACKAGES:
+        sb.apt_available(pkg, "1.17.8-1", "1.18.0-1", "1.20.0-1")
+        sb.state(f"apt.source/{pkg}", NVIDIA_SOURCES)
+    for pkg in ("kubelet", "kubeadm", "kubectl"):
+        sb.apt_available(pkg, "1.35.0-1.1", "1.35.1-1.1")
+        sb.state(f"apt.source/{pkg}", KUBERNETES_SOURCES)
+    return sb
+
+
+def offer_module(
+    sb: Sandbox, suffix: str, kernel: str, built_for: str = DRIVER_UPSTREAM, branch: str = "580"
+) -> str:
+    """The archive's signed module package of one driver flavour for one kernel, in the shape
+    Ubuntu's linux-restricted-modules builds it: versioned like its kernel, depending on the
+    kernel image and on nvidia-kernel-common of exactly the driver it was built with."""
+    pkg = f"linux-modules-nvidia-{suffix}-{kernel}"
+    abi = kernel.rsplit("-", 1)[0]
+    sb.apt_available(pkg, f"{abi}.23")
+    common = f"nvidia-kernel-common-{branch}-server"
+    sb.state(
+        f"apt.depends/{pkg}",
+        f"linux-image-{kernel} | linux-image-unsigned-{kernel}, "
+        f"{common} (<= {built_for}-1), {common} (>= {built_for})",
+    )
+    return pkg

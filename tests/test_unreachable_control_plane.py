@@ -1,0 +1,104 @@
+"""An unreachable control plane has one switch, `controlPlane.unreachable`: the `up` that sets
+it dials nothing, and from then on no delete dials the control plane, so the GPU machines of a
+cluster whose control plane is gone can still be destroyed.
+
+A delete runs what the state holds (pulumi step.go `DeleteStep.Apply` sends the stored inputs;
+`isDeletedWith` reads the stored `deletedWith`), so the switch works through one `up` that
+stores new options and the Kubernetes provider's `deleteUnreachable`, then the destroy.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from components.hosts import steps
+from tools import lifecycle, recovery
+from tools.harness.graph import Graph, unwrap
+from tools.harness.stacks import load_stack_settings, run_program, stack_file
+from tools.lifecycle import Action
+
+COMMAND = "command:remote:Command"
+PROVIDER = "pulumi:providers:kubernetes"
+
+
+def _switched(stack: str) -> Graph:
+    control_plane = dict(stack_file(stack)["gpu-cluster:controlPlane"], unreachable=True)
+    return run_program(stack, config={"controlPlane": control_plane})
+
+
+@pytest.fixture(scope="module", params=["dev", "prod"])
+def graphs(request):
+    """(stack, before: the stack as deployed, after: the same stack with the switch on)."""
+    return request.param, run_program(request.param), _switched(request.param)
+
+
+def test_the_up_that_sets_the_switch_dials_nothing(graphs):
+    _, before, after = graphs
+    plan = lifecycle.plan(before, after)
+    changed = [c for c in plan.changes if c.action is not Action.UNCHANGED]
+    assert [(c.type, c.action, c.changed) for c in changed] == [
+        (PROVIDER, Action.UPDATE, ("deleteUnreachable",))
+    ], lifecycle.render(plan)
+
+
+def test_with_the_switch_every_hook_that_dials_the_control_plane_is_deleted_with_its_machine(
+    graphs,
+):
+    stack, _, after = graphs
+    hooked = [r for r in after.of_type(COMMAND) if unwrap(r.inputs.get("delete"))]
+    assert hooked, f"{stack}: no step with a delete hook: the test would pass vacuously"
+    for resource in hooked:
+        node = resource.name.removesuffix(f"-{steps.DRAIN.suffix}")
+        assert resource.deleted_with == after.named(node).urn, resource.urn
+    (provider,) = after.of_type(PROVIDER)
+    assert unwrap(provider.inputs["deleteUnreachable"]) in (True, "true"), provider.inputs
+
+
+def _scaled_to_zero(stack: str, *, unreachable: bool) -> Graph:
+    pools = [dict(pool, count=0) for pool in stack_file(stack)["gpu-cluster:nodePools"]]
+    control_plane = dict(stack_file(stack)["gpu-cluster:controlPlane"], unreachable=unreachable)
+    return run_program(stack, config={"nodePools": pools, "controlPlane": control_plane})
+
+
+def test_after_that_up_no_delete_of_a_machine_drains(graphs):
+    stack, before, after = graphs
+    state = recovery.state_after(lifecycle.plan(before, after), before, after)
+    assert recovery.hook_runs(recovery.destroyed(state), state, Graph([], {})) == []
+    gone = _scaled_to_zero(stack, unreachable=True)
+    assert recovery.hook_runs(lifecycle.plan(state, gone), state, gone) == []
+
+
+def test_without_that_up_a_scale_down_drains_every_node_through_the_control_plane(graphs):
+    """Setting the switch changes nothing a delete does until an `up` stored it: a delete runs
+    the hooks and options the state holds, each dialling the control plane."""
+    stack, before, _ = graphs
+    gone = _scaled_to_zero(stack, unreachable=True)
+    drained = recovery.hook_runs(lifecycle.plan(before, gone), before, gone)
+    nodes = lifecycle.node_names(before)
+    assert sorted(run.params["NODE_NAME"] for run in drained) == sorted(nodes), drained
+
+
+def test_the_switch_is_said_loudly(caplog):
+    with caplog.at_level(logging.WARNING):
+        _switched("prod")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("NO NODE IS DRAINED" in w and "10.20.1.10" in w for w in warnings), warnings
+
+
+def test_the_switch_off_changes_nothing_in_a_running_stack():
+    assert load_stack_settings("dev").control_plane.unreachable is False
+    before = run_program("dev")
+    control_plane = dict(stack_file("dev")["gpu-cluster:controlPlane"], unreachable=False)
+    plan = lifecycle.plan(before, run_program("dev", config={"controlPlane": control_plane}))
+    assert plan.counts() == {"unchanged": len(before)}, lifecycle.render(plan)
+
+
+def test_a_switch_that_is_not_a_boolean_is_refused_naming_it():
+    from components.settings.load import ConfigError
+
+    control_plane = dict(stack_file("dev")["gpu-cluster:controlPlane"], unreachable="maybe")
+    with pytest.raises(ConfigError) as error:
+        load_stack_settings("dev", config={"controlPlane": control_plane})
+    assert "gpu-cluster:controlPlane.unreachable" in str(error.value), error.value
