@@ -9,7 +9,6 @@ import pulumi
 from components.aws.network import Network, NetworkArgs
 from components.control_plane import ControlPlane, ControlPlaneArgs
 from components.gpu_node import NVIDIA_CTK_VERSION, GpuNodePool, GpuNodePoolArgs
-from components.hosts.host_keys import warn_unchecked
 from components.images.control_plane_image import baked_control_plane_image
 from components.images.gpu_image import baked_images
 from components.kube.addons import GpuNodeAddons, GpuNodeAddonsArgs
@@ -32,9 +31,7 @@ from components.settings.control_plane_size import warn_unchecked_size
 from components.settings.load import load_settings
 
 settings = load_settings()
-# Hosts the operator names without their SSH host key, a control plane whose size the sizing
-# table cannot check: said on every preview and up.
-warn_unchecked(settings)
+# A control plane whose size the sizing table cannot check: said on every preview and up.
 warn_unchecked_size(settings)
 
 network = Network("network", NetworkArgs.of(settings))

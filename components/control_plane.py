@@ -23,7 +23,7 @@ import pulumi_kubernetes as k8s
 from components.aws import machines
 from components.aws.network import Network, tcp_port_rule
 from components.hosts import fan_in, host_keys, pins, steps
-from components.hosts.remote import Host, Login, run_step, ssh_host
+from components.hosts.remote import Host, Login, machine_host, run_step, ssh_host
 from components.images.control_plane_image import install_steps
 from components.kube import manifests
 from components.settings import (
@@ -35,6 +35,9 @@ from components.settings import (
 )
 
 API_PORT = 6443
+# etcd's client and peer ports (Kubernetes "Ports and Protocols": control plane, 2379-2380,
+# used by kube-apiserver and etcd): from the control plane's own group only.
+ETCD_PORTS = (2379, 2380)
 # The line read-kubeconfig.sh ends the kubeconfig with: the CA public key's hash nodes pin.
 CA_HASH_PREFIX = "# ca-cert-hash: "
 
@@ -219,12 +222,13 @@ class ControlPlane(pulumi.ComponentResource):
             public_ip = address.public_ip
         # The operator's machine reaches the public address unless a bastion relays to private ones.
         reachable = public_ip if args.dials_public_ips else private_ip
-        host = ssh_host(
+        host = machine_host(
             machine,
+            instance,
             reachable,
             args.login,
-            identity=instance.id,
-            host_key=host_keys.pinned(instance, host_key, args.login.host_keys),
+            boot_key=host_key,
+            parent=self,
             role=steps.Where.CONTROL_PLANE,
         )
         endpoint = pulumi.Output.concat(private_ip, f":{API_PORT}")
@@ -263,6 +267,7 @@ class ControlPlane(pulumi.ComponentResource):
             steps.CP_CNI,
             {
                 "FLANNEL_VERSION": pins.FLANNEL_VERSION,
+                "FLANNEL_MANIFEST_SHA256": pins.FLANNEL_MANIFEST_SHA256,
                 "POD_SUBNET": config.pod_cidr,
                 "NODE_NAME": machine,
             },
@@ -294,14 +299,22 @@ class ControlPlane(pulumi.ComponentResource):
         return machines.MachineImage(pulumi.Output.from_input(self._args.image_ami), pinned=False)
 
     def _api_security_group(self, config: ManagedControlPlane) -> aws.ec2.SecurityGroup:
-        """The API port from inside the VPC (nodes) and from `apiAllowedCidrs` (operators)."""
+        """The API port from inside the VPC (nodes) and from `apiAllowedCidrs` (operators); etcd
+        from this group itself, which only control-plane machines carry."""
         args, network = self._args, self._args.network
         ingress = [
+            aws.ec2.SecurityGroupIngressArgs(
+                description="etcd client and peer from the control plane only",
+                protocol="tcp",
+                from_port=ETCD_PORTS[0],
+                to_port=ETCD_PORTS[1],
+                self=True,
+            ),
             tcp_port_rule(
                 "Kubernetes API from the VPC (nodes joining, kubelets)",
                 API_PORT,
                 [network.vpc_cidr],
-            )
+            ),
         ]
         if config.api_allowed_cidrs:
             ingress.append(

@@ -22,7 +22,7 @@ from components.aws import fabric, machines
 from components.aws.network import KUBELET_PORT, Network, tcp_port_rule
 from components.catalog import GpuInstanceType
 from components.hosts import host_keys, pins, rolling, steps
-from components.hosts.remote import Host, Login, run_step, ssh_host
+from components.hosts.remote import Host, Login, machine_host, run_step
 from components.hosts.rolling import DELETE_DRAIN_TIMEOUT_SECONDS
 from components.kube import bootstrap_token
 from components.kube.manifests import DEVICE_PLUGIN_NAMESPACE
@@ -284,12 +284,8 @@ class GpuNode(pulumi.ComponentResource):
                 node_name, args.pool, args.tags, self.efa_interfaces[0], self.instance, parent=self
             )
         address = public_ip if args.dials_public_ips else self.instance.private_ip
-        self.host = ssh_host(
-            node_name,
-            address,
-            args.login,
-            identity=self.instance.id,
-            host_key=host_keys.pinned(self.instance, host_key, args.login.host_keys),
+        self.host = machine_host(
+            node_name, self.instance, address, args.login, boot_key=host_key, parent=self
         )
         chain = self._bootstrap(args)
         self.join, self.change = chain.join, chain.change

@@ -33,6 +33,8 @@ SIZED_CONTROL_PLANE = {
         "instanceType": "m7i.xlarge",
     }
 }
+# A host key for the hosts the stack did not create (bastion, existing control plane): required.
+HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHgQhqhz7570cVflJzFU7G+rWj7+er6oB85ewHM+R5QD"
 
 
 def _problem(key: str, **kwargs) -> str:
@@ -361,7 +363,13 @@ def test_user_allows_an_ipv6_source(key, config):
 
 
 def test_user_reaches_nodes_through_a_bastion_by_dns_name_on_a_custom_port():
-    bastion = {"host": "bastion.example.com", "port": 2222, "user": "jump"}
+    bastion = {
+        "host": "bastion.example.com",
+        "port": 2222,
+        "user": "jump",
+        "hostKey": HOST_KEY,
+        "securityGroupId": "sg-0a1b2c3d4e5f60788",
+    }
     graph = run_program("dev", config={"network": {**EXISTING_VPC, "bastion": bastion}})
     steps = graph.find(lambda r: r.type == "command:remote:Command")
     assert steps, "no host steps"
@@ -379,6 +387,7 @@ def test_user_joins_an_existing_control_plane_by_dns_name():
         "mode": "existing",
         "host": "cp.example.com",
         "endpoint": "cp.example.com:6443",
+        "hostKey": HOST_KEY,
     }
     graph = run_program("prod", config={"controlPlane": control_plane})
     assert graph.outputs["endpoint"] == "cp.example.com:6443", graph.outputs["endpoint"]
@@ -475,7 +484,12 @@ def test_user_joins_an_existing_control_plane_inside_the_created_vpc():
     network = {"create": True, "cidr": "10.42.0.0/16", "sshAllowedCidrs": ["203.0.113.0/24"]}
 
     def control_plane(address: str) -> dict:
-        return {"mode": "existing", "host": address, "endpoint": f"{address}:6443"}
+        return {
+            "mode": "existing",
+            "host": address,
+            "endpoint": f"{address}:6443",
+            "hostKey": HOST_KEY,
+        }
 
     config = {"network": network, "controlPlane": control_plane("10.42.0.10")}
     assert load_stack_settings(config=config).control_plane.endpoint == "10.42.0.10:6443"
@@ -488,11 +502,24 @@ def test_user_joins_an_existing_control_plane_inside_the_created_vpc():
 def test_user_pins_an_older_device_plugin_without_feature_discovery():
     """v0.12 to v0.14 take --config-file but have no GPU Feature Discovery binary: fine with
     feature discovery off, refused with it on; v0.15.0 is fine either way."""
-    old = {"devicePlugin": {"version": "v0.14.5"}}
+    digest = "sha256:" + "0" * 64  # a release the program has no digest of needs its own
+    old = {"devicePlugin": {"version": "v0.14.5", "imageDigest": digest}}
     off = {**old, "featureDiscovery": {"enabled": False}}
     assert load_stack_settings(config=off).device_plugin.version == "v0.14.5"
     assert "v0.15.0 or newer" in _problem("devicePlugin.version", config=old)
-    load_stack_settings(config={"devicePlugin": {"version": "v0.15.0"}})
+    load_stack_settings(config={"devicePlugin": {"version": "v0.15.0", "imageDigest": digest}})
+
+
+def test_privileged_images_are_pulled_by_digest():
+    """Issue 34, finding 9: the device plugin (SYS_ADMIN) needs a digest for a release the
+    program does not know, and the DCGM exporter (privileged) takes an image by digest only."""
+    expected = _problem("devicePlugin.imageDigest", config={"devicePlugin": {"version": "v0.17.0"}})
+    assert "crane digest nvcr.io/nvidia/k8s-device-plugin:v0.17.0" in expected, expected
+    tag_only = {
+        "dcgmExporter": {"image": "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-ubuntu22.04"}
+    }
+    assert "pinned by digest" in _problem("dcgmExporter.image", config=tag_only)
+    assert _problem("devicePlugin.imageDigest", config={"devicePlugin": {"imageDigest": "latest"}})
 
 
 def _problem_keys(**kwargs) -> set[str]:
@@ -732,10 +759,21 @@ def test_user_pastes_the_public_key_as_the_private_key():
 
 @pytest.mark.parametrize("port", [1, 65535])
 def test_user_names_the_last_tcp_port_for_an_endpoint_or_a_bastion(port):
-    control_plane = {"mode": "existing", "host": "cp.example.com", "endpoint": f"cp:{port}"}
+    control_plane = {
+        "mode": "existing",
+        "host": "cp.example.com",
+        "endpoint": f"cp:{port}",
+        "hostKey": HOST_KEY,
+    }
     settings = load_stack_settings("prod", config={"controlPlane": control_plane})
     assert settings.control_plane.endpoint == f"cp:{port}"
-    bastion = {"host": "bastion.example.com", "port": port, "user": "jump"}
+    bastion = {
+        "host": "bastion.example.com",
+        "port": port,
+        "user": "jump",
+        "hostKey": HOST_KEY,
+        "securityGroupId": "sg-0a1b2c3d4e5f60788",
+    }
     network = {**EXISTING_VPC, "bastion": bastion}
     assert load_stack_settings(config={"network": network}).network.bastion.port == port
 
@@ -749,3 +787,48 @@ def test_user_names_a_port_tcp_does_not_have(port):
     assert "65535" in expected or "1" in expected, expected
     ssh = {"publicKey": PUBLIC_KEY, "port": port}
     assert _problem("ssh.port", config={"ssh": ssh})
+
+
+def _openssh_private_key(key_type: bytes) -> str:
+    """An unencrypted OpenSSH private key file whose public section names `key_type`."""
+
+    def string(data: bytes) -> bytes:
+        return len(data).to_bytes(4, "big") + data
+
+    public = string(key_type) + string(b"\x01" * 32)
+    blob = b"openssh-key-v1\0" + string(b"none") + string(b"none") + string(b"")
+    blob += (1).to_bytes(4, "big") + string(public) + string(b"\0" * 16)
+    body = base64.b64encode(blob).decode()
+    lines = "\n".join(body[i : i + 70] for i in range(0, len(body), 70))
+    return f"-----BEGIN OPENSSH PRIVATE KEY-----\n{lines}\n-----END OPENSSH PRIVATE KEY-----\n"
+
+
+def test_a_private_key_cannot_smuggle_a_second_authorized_key():
+    """Issue 34, finding 6: the public half of sshPrivateKey is written to authorized_keys
+    beside ssh.publicKey; a key file whose type field holds a newline and another key adds
+    nothing, and control characters in the file are refused naming sshPrivateKey."""
+    from pydantic import SecretStr
+
+    from components.aws.machines import authorized_keys, public_key_of
+
+    smuggled = _openssh_private_key(b"ssh-ed25519\nssh-ed25519 AAAAattacker")
+    assert public_key_of(smuggled) is None
+    lines = authorized_keys(PUBLIC_KEY, SecretStr(smuggled)).splitlines()
+    assert lines == [PUBLIC_KEY], lines
+    honest = _openssh_private_key(b"ssh-ed25519")
+    assert public_key_of(honest).startswith("ssh-ed25519 AAAA"), public_key_of(honest)
+    escaped = honest.replace("-----END", "\x1b[2J-----END")
+    assert "U+001B" in _problem("sshPrivateKey", secrets={"sshPrivateKey": escaped})
+
+
+@pytest.mark.parametrize(
+    "public_key",
+    [f"{PUBLIC_KEY}\n", f"  {PUBLIC_KEY} ops@exämple  ", f"{PUBLIC_KEY} ssh-ed25519 AAAAsecond"],
+    ids=["trailing-newline", "unicode-comment", "second-key-in-the-comment"],
+)
+def test_a_login_key_reaches_the_hosts_as_exactly_one_line(public_key):
+    """What is accepted reaches authorized_keys as one line: a trailing newline is whitespace,
+    a comment is a comment (a second key written into it is not a key to sshd)."""
+    settings = load_stack_settings(config={"ssh": {"user": "ubuntu", "publicKey": public_key}})
+    written = settings.ssh.public_key
+    assert "\n" not in written and written.startswith(PUBLIC_KEY.split()[0]), written

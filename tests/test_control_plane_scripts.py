@@ -210,9 +210,27 @@ def test_cni_control_plane_node_never_ready_fails(flannel):
     assert f"Node {CP_NAME} not Ready 300s after the CNI rolled out" in result.stderr
 
 
-def test_cni_manifest_of_another_shape_fails_before_applying(flannel):
-    flannel.state("curl.body.kube-flannel.yml", FLANNEL_MANIFEST.replace("10.244.0.0/16", "x"))
+def test_cni_manifest_other_than_the_pinned_one_is_never_applied(flannel):
+    """Issue 34, finding 9: the manifest runs with admin rights, so a download whose sha256 is
+    not the pinned one (one added line: a ClusterRoleBinding, say) fails before it is read."""
+    tampered = FLANNEL_MANIFEST + "---\nkind: ClusterRoleBinding\n"
+    flannel.state("curl.body.kube-flannel.yml", tampered)
     result = flannel.run("install-cni.sh", CNI)
+    assert result.returncode != 0
+    wanted = CNI["FLANNEL_MANIFEST_SHA256"]
+    found = hashlib.sha256(tampered.encode()).hexdigest()
+    assert f"has sha256 {found}, expected {wanted}" in result.stderr, result.stderr
+    assert not [c for c in result.commands() if " apply " in c], "applied a tampered manifest"
+    bad = flannel.run("install-cni.sh", {**CNI, "FLANNEL_MANIFEST_SHA256": "latest"})
+    assert bad.returncode != 0 and "FLANNEL_MANIFEST_SHA256 must be 64 hex" in bad.stderr
+    assert not bad.called("curl"), "downloaded before checking its inputs"
+
+
+def test_cni_manifest_of_another_shape_fails_before_applying(flannel):
+    other = FLANNEL_MANIFEST.replace("10.244.0.0/16", "x")
+    flannel.state("curl.body.kube-flannel.yml", other)
+    pinned = hashlib.sha256(other.encode()).hexdigest()
+    result = flannel.run("install-cni.sh", {**CNI, "FLANNEL_MANIFEST_SHA256": pinned})
     assert result.returncode != 0
     assert "changed shape" in result.stderr, result.stderr
     assert not [c for c in result.commands() if " apply " in c], "applied an unknown manifest"
@@ -608,7 +626,7 @@ def test_drain_refuses_an_instance_id_that_is_not_one_before_acting(cluster):
     ("script", "required"),
     [
         ("init-control-plane.sh", "CLUSTER_NAME NODE_NAME KUBERNETES_MINOR"),
-        ("install-cni.sh", "FLANNEL_VERSION POD_SUBNET NODE_NAME"),
+        ("install-cni.sh", "FLANNEL_VERSION FLANNEL_MANIFEST_SHA256 POD_SUBNET NODE_NAME"),
         ("read-kubeconfig.sh", "API_SERVER"),
         ("check-version-skew.sh", "KUBERNETES_MINOR"),
         ("drain-node.sh", "NODE_NAME"),

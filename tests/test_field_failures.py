@@ -6,6 +6,8 @@ Each stub documents its failure switches in its header (state files set with San
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from tests.helpers.control_plane_host import ADMIN_KUBECONFIG, CNI, FLANNEL_MANIFEST
@@ -246,6 +248,13 @@ def test_cni_manifest_with_another_flannel_image_is_not_applied(control_plane_ho
     other = FLANNEL_MANIFEST.replace("flannel:v0.27.4", "flannel:v0.26.0")
     control_plane_host.state("curl.body.kube-flannel.yml", other)
     result = control_plane_host.run("install-cni.sh", CNI)
+    assert result.returncode == 1, result.stderr
+    # Another manifest is not the pinned one: refused by its sha256 before it is read.
+    assert "has sha256" in result.stderr and "not applying it" in result.stderr, result.stderr
+    assert not [c for c in result.commands() if " apply " in c], result.commands()
+    # Pinned to that very manifest, the image check still refuses it.
+    pinned = {**CNI, "FLANNEL_MANIFEST_SHA256": hashlib.sha256(other.encode()).hexdigest()}
+    result = control_plane_host.run("install-cni.sh", pinned)
     assert result.returncode == 1, result.stderr
     assert "FAILED: the v0.27.4 manifest does not use the flannel:v0.27.4 image" in result.stderr
     assert not [c for c in result.commands() if " apply " in c], result.commands()

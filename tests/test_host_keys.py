@@ -73,6 +73,17 @@ def connection(command: Resource) -> dict:
     return unwrap(command.inputs["connection"])
 
 
+def first_key(graph: Graph, machine: str) -> str:
+    """The key the first contact with `machine` checks (its `<machine>-host-key-rotation`)."""
+    rotation = graph.named(f"{machine}-host-key-rotation")
+    return unwrap(rotation.inputs["environment"])["BOOT_HOST_KEY"]
+
+
+def rotated_key(machine: str) -> str:
+    """What the mocks answer as the host's new key: every later step pins it."""
+    return mocks.ed25519_key(f"{machine}-host-key-rotation rotated")["publicKeyOpenssh"].strip()
+
+
 def test_every_connection_pins_the_key_its_machine_boots_with(stack_graph):
     stack, graph = stack_graph
     settings = load_stack_settings(stack)
@@ -82,9 +93,11 @@ def test_every_connection_pins_the_key_its_machine_boots_with(stack_graph):
     for command in commands:
         conn = connection(command)
         if conn["host"] in machines:
-            expected = installed_public_key(machines[conn["host"]])
-            assert conn.get("hostKey", "").strip() == expected, (
-                f"{command.urn}: dials {machines[conn['host']].name} without pinning its key"
+            machine = machines[conn["host"]]
+            # The boot key is checked once, by the rotation; every step pins the new key.
+            assert first_key(graph, machine.name) == installed_public_key(machine).strip()
+            assert conn.get("hostKey", "").strip() == rotated_key(machine.name), (
+                f"{command.urn}: dials {machine.name} without pinning its rotated key"
             )
         else:  # the existing control plane: the operator's host
             assert conn["host"] == settings.control_plane.host, f"{command.urn}: unknown host"
@@ -207,14 +220,13 @@ def test_a_machine_of_an_earlier_release_is_pinned_from_host_keys_by_instance_id
             graph = run_program("dev", config={"hostKeys": {instance_id(node): OLD_MACHINE_KEY}})
     finally:
         mocks.INSTANCES_WITHOUT_USER_DATA.clear()
+    # Its first contact checks the key read out of band, then replaces it like any other.
+    assert first_key(graph, node) == OLD_MACHINE_KEY
     for step in _steps_dialling(graph, node):
-        assert connection(step)["hostKey"] == OLD_MACHINE_KEY, f"{step.urn}: hostKeys of {node}"
-    keys = {r.urn for r in graph.of_type(PRIVATE_KEY)}
-    for step in _steps_dialling(graph, control_plane):
-        # Exactly the connection of the release before: no hostKey, not even null, and no
-        # dependency on the new key, so adding the keys to a running stack changes no step.
-        assert "hostKey" not in connection(step), f"{step.urn}: no key is known for it"
-        assert not step.dependencies & keys, f"{step.urn} waits on a key it does not use"
+        assert connection(step)["hostKey"] == rotated_key(node), f"{step.urn}: {node}"
+    # No key known: the first contact has none to check, and the local script refuses to dial
+    # (tests/test_host_key_rotation.py), so nothing reaches an unpinned host.
+    assert first_key(graph, control_plane) == ""
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     unpinned = [w for w in warnings if "accept any host key" in w]
     assert any(control_plane in w and instance_id(control_plane) in w for w in unpinned), warnings
@@ -233,8 +245,7 @@ def test_a_replaced_old_machine_is_not_pinned_to_the_key_of_the_one_it_replaced(
             )
     finally:
         mocks.INSTANCES_WITHOUT_USER_DATA.clear()
-    for step in _steps_dialling(graph, node):
-        assert not connection(step).get("hostKey"), f"{step.urn}: pinned to another machine"
+    assert first_key(graph, node) == "", "pinned to the key of another machine"
     assert any(instance_id(node) in r.getMessage() for r in caplog.records)
 
 
@@ -242,30 +253,36 @@ def test_a_host_keys_entry_for_a_machine_with_its_generated_key_is_ignored_and_s
     node = "dev-gpu-a10g-0"
     with caplog.at_level(logging.WARNING):
         graph = run_program("dev", config={"hostKeys": {instance_id(node): OLD_MACHINE_KEY}})
-    expected = installed_public_key(graph.named(node))
+    assert first_key(graph, node) == installed_public_key(graph.named(node)).strip()
     for step in _steps_dialling(graph, node):
-        assert connection(step)["hostKey"].strip() == expected, step.urn
+        assert connection(step)["hostKey"].strip() == rotated_key(node), step.urn
     assert any(
         f"hostKeys.{instance_id(node)} is not used" in r.getMessage() for r in caplog.records
     )
 
 
-def test_operator_hosts_are_pinned_from_config_and_warned_about_without(caplog):
-    network = {**stack_file("prod")["gpu-cluster:network"]}
-    with caplog.at_level(logging.WARNING):
-        unpinned = run_program("prod")
-    warnings = " ".join(r.getMessage() for r in caplog.records)
-    assert "gpu-cluster:network.bastion.hostKey is not set" in warnings
-    assert "gpu-cluster:controlPlane.hostKey is not set" in warnings
-    for step in unpinned.of_type(COMMAND):
-        assert "hostKey" not in connection(step)["proxy"], step.urn
+def test_operator_hosts_are_pinned_from_config_and_refused_without():
+    """Finding 4 of issue 34: a bastion or existing control plane without its host key is a
+    configuration error naming the key and how to get it, never a warning and a connection
+    that accepts any host."""
+    from components.settings.load import ConfigError
 
-    control_plane = {**stack_file("prod")["gpu-cluster:controlPlane"], "hostKey": OLD_MACHINE_KEY}
+    network = {**stack_file("prod")["gpu-cluster:network"]}
+    control_plane = {**stack_file("prod")["gpu-cluster:controlPlane"]}
+    unpinned_network = {**network, "bastion": {**network["bastion"]}}
+    del unpinned_network["bastion"]["hostKey"]
+    unpinned_control_plane = {k: v for k, v in control_plane.items() if k != "hostKey"}
+    with pytest.raises(ConfigError) as refused:
+        load_stack_settings(
+            "prod", config={"network": unpinned_network, "controlPlane": unpinned_control_plane}
+        )
+    keys = {p.key for p in refused.value.problems}
+    assert keys == {"gpu-cluster:network.bastion.hostKey", "gpu-cluster:controlPlane.hostKey"}
+    assert "ssh-keyscan" in str(refused.value), refused.value
+
+    control_plane["hostKey"] = OLD_MACHINE_KEY
     network["bastion"] = {**network["bastion"], "hostKey": BASTION_KEY}
-    caplog.clear()
-    with caplog.at_level(logging.WARNING):
-        pinned = run_program("prod", config={"network": network, "controlPlane": control_plane})
-    assert not any("is not set" in r.getMessage() for r in caplog.records)
+    pinned = run_program("prod", config={"network": network, "controlPlane": control_plane})
     for step in pinned.of_type(COMMAND):
         conn = connection(step)
         assert conn["proxy"]["hostKey"] == BASTION_KEY, step.urn
@@ -281,7 +298,8 @@ def test_the_image_builder_boots_with_its_own_key_and_is_pinned():
     assert builders, "a baked pool builds its image on a builder machine"
     for builder in builders:
         assert "userData" in builder.ignore_changes, builder.urn
-        expected = installed_public_key(builder)
+        assert first_key(graph, builder.name) == installed_public_key(builder).strip()
+        expected = rotated_key(builder.name)
         steps = [
             c for c in graph.of_type(COMMAND) if machines.get(connection(c)["host"]) is builder
         ]

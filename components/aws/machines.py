@@ -143,9 +143,15 @@ def public_key_of(private_key: str) -> str | None:
         return None
     public, _ = _ssh_string(blob, offset + 4)
     key_type, _ = _ssh_string(public, 0)
-    if not public or not key_type:
+    # The type goes into authorized_keys as a word: one that is not a key type's name (a
+    # newline and a second key, say) is no key this program will install.
+    if not public or not _KEY_TYPE.fullmatch(key_type):
         return None
-    return f"{key_type.decode('ascii', 'replace')} {base64.b64encode(public).decode()}"
+    return f"{key_type.decode('ascii')} {base64.b64encode(public).decode()}"
+
+
+# An SSH key type's name (RFC 4250 4.6.1: printable US-ASCII, no spaces; OpenSSH's are these).
+_KEY_TYPE = re.compile(rb"[a-z0-9][a-z0-9@.+-]{0,63}")
 
 
 def _ssh_string(blob: bytes, offset: int) -> tuple[bytes, int]:

@@ -1,6 +1,9 @@
 """Network: a small VPC of public subnets, or the given subnets of an existing VPC, plus the
-security group every cluster machine shares (SSH from the allowed ranges, all traffic among
-cluster members for the CNI)."""
+security group every cluster machine shares: SSH from the operators' ranges or the bastion, and
+among members only the ports the cluster uses (`MEMBER_PORTS`, each with its source).
+
+Why: docs/decisions/038-the-network-opens-only-what-the-cluster-uses.md
+"""
 
 from __future__ import annotations
 
@@ -14,12 +17,40 @@ import pulumi_aws as aws
 from components.settings import (
     SUBNET_PREFIX_DIFF,
     SUBNETS_IN_NEW_VPC,
+    Bastion,
     ExistingControlPlane,
     Settings,
 )
 from components.settings import Network as NetworkSection
 
 KUBELET_PORT = 10250
+
+
+@dataclass(frozen=True)
+class MemberPort:
+    """One port (span) cluster members open to each other, and why (with the source)."""
+
+    protocol: str
+    from_port: int
+    to_port: int
+    why: str
+
+
+# What members of the cluster send each other outside the pod network's tunnel. Pod-to-pod
+# traffic (CoreDNS, metrics, the NCCL checks' bootstrap) travels inside flannel's VXLAN, so it
+# needs no port of its own. The API (6443) has its own group (components/control_plane.py), the
+# kubelet (10250) its own from the control plane only (components/gpu_node.py), etcd (2379-2380)
+# the control plane's own group only; an EFA pool's all-traffic rule is its own group
+# (components/aws/fabric.py).
+MEMBER_PORTS = (
+    # flannel Documentation/backends.md (vxlan: "Port: UDP port to use for sending encapsulated
+    # packets. Defaults to kernel default, currently 8472"); kubeadm's flannel manifest keeps it.
+    MemberPort("udp", 8472, 8472, "flannel VXLAN (pod network)"),
+    # RFC 1191 path MTU discovery: ICMP destination unreachable (type 3), fragmentation needed
+    # (code 4); VXLAN's 50-byte header makes it matter. In an AWS rule from_port is the ICMP
+    # type and to_port the code.
+    MemberPort("icmp", 3, 4, "ICMP fragmentation needed (path MTU discovery)"),
+)
 
 
 @dataclass(frozen=True)
@@ -59,7 +90,8 @@ class Network(pulumi.ComponentResource):
     and the security group every cluster machine shares.
 
     Outputs: `vpc_id`, `vpc_cidr`, `subnet_ids` (machines are spread over them in order) and
-    `cluster_security_group_id` (SSH from the allowed ranges, the pod network among members).
+    `cluster_security_group_id` (SSH from the allowed ranges or the bastion, the pod network's
+    tunnel among members).
     """
 
     vpc_id: pulumi.Output[str]
@@ -160,17 +192,14 @@ class Network(pulumi.ComponentResource):
         return VpcData(vpc_id=vpc.id, vpc_cidr=vpc.cidr_block, subnet_ids=subnet_ids)
 
     def _cluster_security_group(self, subnets: VpcData) -> aws.ec2.SecurityGroup:
-        """Shared by the control plane and every node: SSH from the operators' ranges (and from
-        inside the VPC when a bastion relays), and the pod network among cluster members.
-
-        Members reach each other on every port but the kubelet's: that one is open only to the
-        control plane (each pool's own group), so one node cannot drive another's kubelet. An
-        existing cluster's machines are not members: with `controlPlane.mode: existing` only
-        their CNI's ports (`controlPlane.podNetworkPorts`) are open, from their own security
-        group (`controlPlane.securityGroupId`; without one, from the VPC's range).
+        """Shared by the control plane and every node: SSH from the operators' ranges or the
+        bastion, and among members only `MEMBER_PORTS`. An existing cluster's machines are not
+        members: with `controlPlane.mode: existing` only their CNI's ports
+        (`controlPlane.podNetworkPorts`) are open, from their own security group
+        (`controlPlane.securityGroupId`; without one, from the VPC's range).
         """
         args, network = self._args, self._args.network
-        ingress = _member_rules("cluster members", self_=True)
+        ingress = _member_rules()
         if args.existing_control_plane is not None:
             ingress += _existing_cluster_rules(args.existing_control_plane, subnets.vpc_cidr)
         if network.ssh_allowed_cidrs:
@@ -182,13 +211,7 @@ class Network(pulumi.ComponentResource):
                 )
             )
         if network.bastion is not None:
-            ingress.append(
-                tcp_port_rule(
-                    "SSH relayed by the bastion (network.bastion)",
-                    args.ssh_port,
-                    [subnets.vpc_cidr],
-                )
-            )
+            ingress.append(_bastion_rule(network.bastion, args.ssh_port))
         return aws.ec2.SecurityGroup(
             f"{self._name}-cluster",
             description=f"{args.cluster_name}: cluster members and SSH",
@@ -272,25 +295,33 @@ def _existing_cluster_rules(
     return rules
 
 
-def _member_rules(
-    who: str, *, self_: bool = False, cidr: pulumi.Input[str] | None = None
-) -> list[aws.ec2.SecurityGroupIngressArgs]:
-    """Every protocol a CNI uses (TCP, UDP, ICMP, IP-in-IP), with the kubelet port left out."""
-    source = {"self": True} if self_ else {"cidr_blocks": [cidr]}
-    spans = [
-        ("tcp", 0, KUBELET_PORT - 1),
-        ("tcp", KUBELET_PORT + 1, 65535),
-        ("udp", 0, 65535),
-        ("icmp", -1, -1),
-        ("4", 0, 0),  # IP-in-IP (Calico)
-    ]
+def _bastion_rule(bastion: Bastion, ssh_port: int) -> aws.ec2.SecurityGroupIngressArgs:
+    """SSH relayed by the bastion: from its security group, else from its own private address
+    (settings refuse a bastion with neither: its traffic into the VPC leaves from its private
+    address, whatever address the operators reach it on)."""
+    source: dict = (
+        {"security_groups": [bastion.security_group_id]}
+        if bastion.security_group_id
+        else {"cidr_blocks": [f"{bastion.host}/32"]}
+    )
+    return aws.ec2.SecurityGroupIngressArgs(
+        description="SSH relayed by the bastion (network.bastion)",
+        protocol="tcp",
+        from_port=ssh_port,
+        to_port=ssh_port,
+        **source,
+    )
+
+
+def _member_rules() -> list[aws.ec2.SecurityGroupIngressArgs]:
+    """`MEMBER_PORTS` from the group itself (every cluster member carries it)."""
     return [
         aws.ec2.SecurityGroupIngressArgs(
-            description=f"pod network from {who} ({protocol})",
-            protocol=protocol,
-            from_port=low,
-            to_port=high,
-            **source,
+            description=f"{port.why} from cluster members",
+            protocol=port.protocol,
+            from_port=port.from_port,
+            to_port=port.to_port,
+            self=True,
         )
-        for protocol, low, high in spans
+        for port in MEMBER_PORTS
     ]

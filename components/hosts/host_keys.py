@@ -1,14 +1,14 @@
-"""SSH host keys the program generates, installs through user data and pins on every connection.
+"""SSH host keys: each machine boots with a key the program generated (user data), which only its
+first contact accepts; that contact replaces it on the host and every later step pins the new one.
 
-Each machine the stack creates gets its own ED25519 host key (`<machine>-host-key`, pulumi-tls;
-the private halves are secret outputs) in a cloud-config its user data carries, and every step's
-connection passes the public half as `host_key`, so no machine in the middle can receive a join
-token or hand back a kubeconfig. Machines created before the keys existed keep the key they made
-themselves (their `userData` is ignored after create and their stored SHA-1 of it tells them
-apart): their steps pin `hostKeys.<instance id>` when set, else they are not pinned and every
-preview and up says so (docs/ssh-keys.md). No private host key ever travels over SSH.
+The boot key (`<machine>-host-key`, pulumi-tls) travels in user data, which others can read, so
+`<machine>-host-key-rotation` (a local Command: its update dials nothing) dials the machine
+checking that key alone, makes a new key there and reads back its public half (`rotated`).
+Machines created before the keys existed start from `hostKeys.<instance id>` instead. The
+bastion and an existing control plane are pinned from config (settings refuse them unpinned).
 
-Why: docs/decisions/002-ssh-host-keys-are-generated-and-pinned.md
+Why: docs/decisions/002-ssh-host-keys-are-generated-and-pinned.md,
+041-a-host-key-only-its-host-can-use.md
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ from typing import Any
 
 import pulumi
 import pulumi_aws as aws
+import pulumi_command as command
 import pulumi_tls as tls
 import yaml
 
-from components.settings import ExistingControlPlane, Settings
+from components.hosts.rendering import SCRIPTS_DIR, strip_comments
 
 # What the provider stores as `userData` for a machine booted without user data: nothing, or the
 # SHA-1 of the empty string (ec2_instance.go treats the two as equal in its DiffSuppressFunc).
@@ -129,20 +130,81 @@ def pinned(
     return pulumi.Output.unsecret(pulumi.Output.all(instance.user_data, instance.id).apply(choose))
 
 
-def warn_unchecked(settings: Settings) -> None:
-    """One warning per host the operator names without its host key (the bastion, an existing
-    control plane): connections to it accept any key. Not an error, so stacks that predate the
-    keys keep working; the warning says which key to set."""
-    unchecked = []
-    bastion = settings.network.bastion
-    if bastion is not None and bastion.host_key is None:
-        unchecked.append(("network.bastion.hostKey", bastion.host))
-    control_plane = settings.control_plane
-    if isinstance(control_plane, ExistingControlPlane) and control_plane.host_key is None:
-        unchecked.append(("controlPlane.hostKey", control_plane.host))
-    for key, host in unchecked:
-        pulumi.log.warn(
-            f"gpu-cluster:{key} is not set: SSH connections to {host} accept any host key. Set "
-            f"it to the line of /etc/ssh/ssh_host_ed25519_key.pub on {host} (or `ssh-keyscan -t "
-            f"ed25519 {host}` checked against it), without the host name."
+ROTATION = "host-key-rotation"
+# The local half (where `pulumi up` runs) and the host half of a rotation.
+LOCAL_SCRIPT = SCRIPTS_DIR.parent / "local" / "rotate-host-key.sh"
+HOST_SCRIPT = "rotate-host-key.sh"
+# A fresh GPU machine can take many minutes to open SSH (the local script's dial budget).
+ROTATION_TIMEOUT_SECONDS = 30 * 60
+
+
+@dataclass(frozen=True)
+class Reach:
+    """How the local rotation reaches a machine: as every step does (ssh section, login key,
+    bastion), at `address`."""
+
+    address: pulumi.Input[str]
+    user: str
+    port: int
+    private_key: pulumi.Input[str]
+    bastion: Any = None  # settings.Bastion
+
+
+def rotated(
+    machine: str,
+    instance: aws.ec2.Instance,
+    boot_key: pulumi.Input[str | None],
+    reach: Reach,
+    *,
+    parent: pulumi.Resource,
+) -> pulumi.Output[str]:
+    """`<machine>-host-key-rotation`: dial `instance` pinning `boot_key` (the generated key it
+    booted with, or `hostKeys.<instance id>`), replace its host key there, and return the new
+    public key, which every later step pins. Replaced with the machine (its instance id); its
+    update only repeats what it read (PULUMI_COMMAND_STDOUT), so no change of address, login
+    key or bastion ever offers the boot key to anyone again."""
+    environment: dict[str, pulumi.Input[str]] = {
+        "SSH_HOST": reach.address,
+        "SSH_PORT": str(reach.port),
+        "SSH_USER": reach.user,
+        "SSH_PRIVATE_KEY": reach.private_key,
+        "BOOT_HOST_KEY": pulumi.Output.from_input(boot_key).apply(_key_line),
+        "DIAL_SECONDS": str(ROTATION_TIMEOUT_SECONDS - 300),
+    }
+    bastion = reach.bastion
+    if bastion is not None:
+        environment.update(
+            PROXY_HOST=bastion.host,
+            PROXY_PORT=str(bastion.port),
+            PROXY_USER=bastion.user or reach.user,
+            PROXY_HOST_KEY=bastion.host_key or "",
         )
+    rotation = command.local.Command(
+        f"{machine}-{ROTATION}",
+        create=f"bash {LOCAL_SCRIPT.relative_to(SCRIPTS_DIR.parents[2])}",
+        update="printf '%s\\n' \"$PULUMI_COMMAND_STDOUT\"",
+        stdin=strip_comments((SCRIPTS_DIR / HOST_SCRIPT).read_text()),
+        environment=pulumi.Output.secret(environment),
+        triggers=[instance.id],
+        add_previous_output_in_env=True,
+        logging=command.local.Logging.STDOUT_AND_STDERR,
+        opts=pulumi.ResourceOptions(
+            parent=parent,
+            depends_on=[instance],
+            custom_timeouts=pulumi.CustomTimeouts(
+                create=f"{ROTATION_TIMEOUT_SECONDS}s", update="60s"
+            ),
+        ),
+    )
+    return pulumi.Output.unsecret(rotation.stdout.apply(_last_key_line))
+
+
+def _key_line(value: str | None) -> str:
+    """The `type base64` of an authorized_keys line; empty when no key is known (the local
+    script then refuses to dial)."""
+    return " ".join((value or "").split()[:2])
+
+
+def _last_key_line(stdout: str) -> str:
+    lines = [line.strip() for line in (stdout or "").splitlines() if line.strip()]
+    return _key_line(lines[-1]) if lines else ""

@@ -64,8 +64,13 @@ PAUSE_IMAGES = {
 }
 
 
-# The CNI of a managed control plane (install-cni.sh): flannel, pinned to one release manifest.
+# The CNI of a managed control plane (install-cni.sh): flannel, pinned to one release manifest,
+# which is applied with admin rights only when its sha256 is this one (the release asset
+# kube-flannel.yml of v0.27.4 as downloaded, before the pod network is set in it; check with
+# `curl -fsSL https://github.com/flannel-io/flannel/releases/download/v0.27.4/kube-flannel.yml
+# | sha256sum`). A new FLANNEL_VERSION needs its own.
 FLANNEL_VERSION = "v0.27.4"
+FLANNEL_MANIFEST_SHA256 = "f17c57f82ffef1d53dbf558ac30755241980563044622778a15df339e4346c57"
 # The images that manifest runs (flannel-io/flannel v0.27.4: the release's kube-flannel.yml is
 # `make release-manifest`, `kubectl kustomize Documentation/kustomization/kube-flannel/`, whose
 # kube-flannel.yml names ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1 for the

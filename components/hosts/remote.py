@@ -20,7 +20,7 @@ import pulumi_command as command
 from pydantic import SecretStr
 
 from components.aws.machines import authorized_keys
-from components.hosts import bundle
+from components.hosts import bundle, host_keys
 from components.hosts.rendering import render_inputs, stripped_script
 from components.hosts.steps import Identity, OnUpdate, Step, Where, host_scripts
 from components.settings import Bastion, Settings, Ssh
@@ -237,6 +237,31 @@ def ssh_host(
     if host_key is not None:
         connection["host_key"] = host_key
     return Host(name=name, identity=identity, _connection=connection, _proxy=proxy, role=role)
+
+
+def machine_host(
+    name: str,
+    instance: Any,
+    address: pulumi.Input[str],
+    login: Login,
+    *,
+    boot_key: host_keys.HostKey,
+    parent: pulumi.Resource,
+    role: Where = Where.NODE,
+) -> Host:
+    """How to reach a machine the stack created: its first contact
+    (`<name>-host-key-rotation`) checks the key it booted with and replaces it; every step
+    after it pins the key that contact read back, never the boot key."""
+    first = host_keys.pinned(instance, boot_key, login.host_keys)
+    reach = host_keys.Reach(
+        address=address,
+        user=login.ssh.user,
+        port=login.ssh.port,
+        private_key=pulumi.Output.secret(login.private_key.get_secret_value()),
+        bastion=login.bastion,
+    )
+    key = host_keys.rotated(name, instance, first, reach, parent=parent)
+    return ssh_host(name, address, login, identity=instance.id, host_key=key, role=role)
 
 
 def bounded(command_line: str, seconds: int) -> str:

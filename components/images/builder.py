@@ -26,7 +26,7 @@ import pulumi_aws as aws
 from components.aws import machines
 from components.aws.network import Network
 from components.hosts import host_keys, steps
-from components.hosts.remote import Login, run_step, ssh_host
+from components.hosts.remote import Login, machine_host, run_step
 from components.hosts.rendering import stripped_script
 from components.hosts.steps import Step
 from components.settings import Settings
@@ -179,12 +179,13 @@ def build_image(name: str, build: Build, *, parent: pulumi.Resource) -> aws.ec2.
         parent=parent,
     )
     address = machines.ssh_address(builder, public=site.dials_public_ips)
-    host = ssh_host(
+    host = machine_host(
         f"{name}-builder",
+        builder,
         address,
         site.login,
-        identity=builder.id,
-        host_key=host_keys.pinned(builder, host_key, site.login.host_keys),
+        boot_key=host_key,
+        parent=parent,
         # Its bundle holds the image steps' programs too (pull, prepare, power off).
         role=steps.Where.IMAGE_BUILDER,
     )

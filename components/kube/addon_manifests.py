@@ -5,8 +5,9 @@ Pure functions, no Pulumi, like components/kube/manifests.py: the components pas
 dicts to typed pulumi-kubernetes resources, and tests validate the same data against the
 Kubernetes JSON schemas. Each follows its upstream manifest (the aws/eks-charts EFA device plugin
 chart, NVIDIA/dcgm-exporter's manifests), with named changes: the EFA plugin selects nodes by the
-EFA label the program sets and pulls from the public mirror; the DCGM exporter runs privileged
-so it sees every GPU of the node without taking any from the scheduler.
+EFA label the program sets, pulls from the public mirror and runs unprivileged as the chart runs
+it on GPU types (its `securityContext`; `privilegedSecurityContext` is for inf1/trn only); the
+DCGM exporter runs privileged, pulled by digest, so it sees every GPU without taking any.
 
 Why: docs/decisions/012-manifests-follow-upstream-with-named-changes.md
 """
@@ -58,7 +59,12 @@ def efa_plugin_daemon_set_spec(*, pool_taints: Iterable[Taint] | None = None) ->
                 {
                     "name": EFA_PLUGIN_NAME,
                     "image": EFA_PLUGIN_IMAGE,
-                    "securityContext": {"privileged": True, "runAsUser": 0},
+                    # aws/eks-charts aws-efa-k8s-device-plugin values.yaml `securityContext`:
+                    # what the chart gives every instance type but inf1 and trn.
+                    "securityContext": {
+                        "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
                     "resources": {"requests": {"cpu": "10m", "memory": "20Mi"}},
                     "volumeMounts": [
                         {"name": "device-plugin", "mountPath": DEVICE_PLUGINS_HOST_PATH},

@@ -34,6 +34,9 @@ TOKEN_TYPE = "bootstrap.kubernetes.io/token"
 NODE_BOOTSTRAPPERS = "system:bootstrappers:kubeadm:default-node-token"
 _ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 READY_KEY = "readyToJoinAt"
+# The expiry again, in the clear (the Secret's data is secret in the state): the drift check
+# leaves out tokens past it (tools/drift.py), which the token cleaner deletes by design.
+EXPIRES_ANNOTATION = "gpu-cluster.io/expires"
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,9 @@ def join_token(
             "name": token_id.apply(lambda i: f"bootstrap-token-{i}"),
             "namespace": TOKEN_NAMESPACE,
             "labels": dict(manifests.MANAGED_BY),
+            "annotations": {
+                EXPIRES_ANNOTATION: pulumi.Output.unsecret(derived.apply(lambda d: d["expiration"]))
+            },
         },
         type=TOKEN_TYPE,
         string_data=pulumi.Output.secret(

@@ -187,7 +187,8 @@ def device_plugin_config_map_data(settings: DevicePlugin) -> dict[str, str]:
 
 
 def device_plugin_image(settings: DevicePlugin) -> str:
-    return f"{DEVICE_PLUGIN_IMAGE_REPOSITORY}:{settings.version}"
+    """By digest, with the release tag kept in the reference: it runs with SYS_ADMIN."""
+    return f"{DEVICE_PLUGIN_IMAGE_REPOSITORY}:{settings.version}@{settings.digest}"
 
 
 def device_plugin_labels() -> dict[str, str]:

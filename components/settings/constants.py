@@ -21,6 +21,14 @@ SUPPORTED_DRIVER_BRANCHES = ("535", "570", "580")
 NODE_POD_CIDR_PREFIX = 24
 SUPPORTED_UBUNTU = ("24.04", "22.04")
 DEFAULT_DEVICE_PLUGIN_VERSION = "v0.20.0"
+# What runs privileged or with added capabilities is pulled by digest (a tag can be moved): the
+# device plugin and GPU Feature Discovery (SYS_ADMIN) run nvcr.io/nvidia/k8s-device-plugin at
+# these digests, the tag kept beside each. Another release needs devicePlugin.imageDigest.
+# Source: the multi-arch index digests public manifests pin (NVIDIA GPU Operator 26.7.0's
+# bundle for v0.20.0); check one with `crane digest nvcr.io/nvidia/k8s-device-plugin:<tag>`.
+DEVICE_PLUGIN_DIGESTS = {
+    "v0.20.0": "sha256:a61ba9fd8efb82f3a79f877f7580e02c1e8e7593f62473644bc9c79e315c3312",
+}
 DEFAULT_VALIDATION_IMAGE = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0"
 # AWS's image with nccl-tests, NCCL, aws-ofi-nccl and the EFA installer's libfabric at the versions
 # its tag names (public.ecr.aws/hpc-cloud/nccl-tests, from aws-samples awsome-distributed-training);
@@ -30,7 +38,11 @@ DEFAULT_NCCL_IMAGE = (
 )
 # NVIDIA DCGM exporter: the image NVIDIA/dcgm-exporter release 4.5.3-4.8.2 ships in its manifest
 # (dcgm-exporter.yaml; tag <DCGM version>-<exporter version>-<base>).
-DEFAULT_DCGM_EXPORTER_IMAGE = "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless"
+# It runs privileged, so by digest (the tag stays in the reference; `crane digest` checks it).
+DEFAULT_DCGM_EXPORTER_IMAGE = (
+    "nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless"
+    "@sha256:60d3b00ac80b4ae77f94dae2f943685605585ad9e92fdccda3154d009ae317cc"
+)
 # A Node's name is its kubernetes.io/hostname label value (and our Job's gpu-cluster.io/node
 # label value): Kubernetes caps label values at 63 characters, so longer names never register.
 MAX_NODE_NAME_LENGTH = 63

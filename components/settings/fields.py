@@ -8,6 +8,7 @@ import base64
 import binascii
 import ipaddress
 import re
+import unicodedata
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, model_validator
@@ -216,6 +217,14 @@ def _pattern(regex: re.Pattern[str], error_type: str, expected: str):
     return AfterValidator(check)
 
 
+ImageDigest = Annotated[
+    str,
+    _pattern(
+        re.compile(r"^sha256:[0-9a-f]{64}$"),
+        "image_digest",
+        "an image digest like sha256:<64 hex digits> (`crane digest repository:tag`)",
+    ),
+]
 AmiId = Annotated[str, _pattern(_AMI_ID, "ami_id", "an AMI id like ami-0123456789abcdef0")]
 SecurityGroupId = Annotated[
     str,
@@ -246,15 +255,24 @@ PortSpan = Annotated[
 _RBAC_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9:._-]{0,61}[A-Za-z0-9])?$")
 
 
+# Group prefixes whose groups Kubernetes or kubeadm already bind: `system:` is Kubernetes' own
+# (system:masters bypasses RBAC), and kubeadm binds `kubeadm:cluster-admins` to cluster-admin
+# (kubeadm `init` since 1.29, ClusterRoleBinding kubeadm:cluster-admins) and its
+# `kubeadm:` node groups to the join RBAC.
+RESERVED_GROUP_PREFIXES = ("system:", "kubeadm:")
+
+
 def _own_group(value: str) -> str:
-    """Not a `system:` group: Kubernetes keeps that prefix for itself, and `system:masters` is
-    let through by the API server before RBAC is asked, so deleting the binding would revoke
-    nothing (kubeadm moved its own admin.conf off that group for this reason)."""
-    if value.startswith("system:"):
+    """Not a group Kubernetes or kubeadm binds itself: deleting our binding would revoke nothing
+    (system:masters is let through before RBAC is asked; kubeadm:cluster-admins has kubeadm's
+    own binding to cluster-admin)."""
+    if value.lower().startswith(RESERVED_GROUP_PREFIXES):
         raise PydanticCustomError(
             "rbac_group",
-            "a group of your own like gpu-cluster:operators, not a system: group (Kubernetes "
-            "keeps them; system:masters bypasses RBAC, so its access could not be revoked)",
+            "a group of your own like gpu-cluster:operators, not a system: or kubeadm: group "
+            "(Kubernetes and kubeadm bind those themselves: system:masters bypasses RBAC and "
+            "kubeadm binds kubeadm:cluster-admins to cluster-admin, so deleting our binding "
+            "would revoke nothing)",
         )
     return value
 
@@ -295,6 +313,31 @@ _HOST_KEY_TYPES = (
 )
 
 
+# Characters that end or bend a line: Unicode's control characters (category Cc: newline,
+# carriage return, tab, NUL, ESC...) and its line and paragraph separators. authorized_keys and
+# known_hosts are read line by line, so one of these inside a key value adds a key.
+_LINE_BREAKING = frozenset({"Zl", "Zp", "Cc"})
+
+
+def control_characters(value: str) -> list[str]:
+    """The control and line-separator characters in `value`, as `U+000A` names."""
+    return [f"U+{ord(c):04X}" for c in value if unicodedata.category(c) in _LINE_BREAKING]
+
+
+def _one_line(value: str) -> str:
+    """A key value is exactly one line with no control characters (checked before any other
+    rule, so the message says what is wrong with it)."""
+    found = control_characters(value)
+    if found:
+        raise PydanticCustomError(
+            "one_line",
+            "exactly one line without control characters (found {found}): paste only the one "
+            "key line; a newline inside it would authorize or trust a second key",
+            {"found": ", ".join(dict.fromkeys(found))},
+        )
+    return value
+
+
 def _host_key(value: str) -> str:
     """An authorized_keys line without options, as `ssh-keyscan` prints it less the host name
     (pulumi-command parses it with `ssh.ParseAuthorizedKey`): a key type, then the key blob in
@@ -310,7 +353,7 @@ def _host_key(value: str) -> str:
     return " ".join(key[:2])
 
 
-SshHostKey = Annotated[str, AfterValidator(_host_key)]
+SshHostKey = Annotated[str, AfterValidator(_one_line), AfterValidator(_host_key)]
 
 # EC2 imports the login key as a key pair, and ImportKeyPair takes "the public key from an RSA
 # or ED25519 key pair" only (EC2 API reference, ImportKeyPair): an ECDSA or security-key line
@@ -338,7 +381,7 @@ def _login_key(value: str) -> str:
     return value
 
 
-SshPublicKey = Annotated[str, AfterValidator(_login_key)]
+SshPublicKey = Annotated[str, AfterValidator(_one_line), AfterValidator(_login_key)]
 
 
 def _public_key(value: str, types: tuple[str, ...]) -> tuple[str, str, list[bytes]] | None:
@@ -420,6 +463,7 @@ LabelValue = Annotated[str, AfterValidator(_label_value)]
 
 
 def _tag_key(key: str) -> str:
+    _one_line(key)
     if not 1 <= len(key) <= 128 or key.lower().startswith("aws:"):
         raise PydanticCustomError(
             "tag_key", "an AWS tag key of 1 to 128 characters, not starting with 'aws:'"
@@ -435,6 +479,7 @@ def _tag_key(key: str) -> str:
 
 
 def _tag_value(value: str) -> str:
+    _one_line(value)
     if len(value) > 256:
         raise PydanticCustomError("tag_value", "an AWS tag value of at most 256 characters")
     return value

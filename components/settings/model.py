@@ -22,6 +22,7 @@ from components.settings.fields import (
     SshHostKey,
     TagKey,
     TagValue,
+    control_characters,
     problems,
 )
 from components.settings.node_pool import NodePool
@@ -161,6 +162,17 @@ class Settings(Model):
     @classmethod
     def _private_key(cls, value: SecretStr) -> SecretStr:
         text = value.get_secret_value()
+        # A key file is lines of base64 between its BEGIN and END lines: no other control
+        # characters (the value itself is never shown).
+        stray = [c for c in control_characters(text.replace("\r\n", "\n")) if c != "U+000A"]
+        if stray:
+            raise PydanticCustomError(
+                "ssh_private_key_characters",
+                "a private key file as ssh-keygen writes it: lines of text without control "
+                "characters (found {found}); set it again with `pulumi config set --secret "
+                "gpu-cluster:sshPrivateKey < ~/.ssh/id_ed25519`",
+                {"found": ", ".join(dict.fromkeys(stray))},
+            )
         if not _PRIVATE_KEY.search(text):
             raise PydanticCustomError(
                 "ssh_private_key",

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from components.settings import control_plane_size
 from components.settings.constants import (
     AWS_RESERVED_PER_SUBNET,
+    DEVICE_PLUGIN_DIGESTS,
     MAX_NODE_NAME_LENGTH,
     NODE_POD_CIDR_PREFIX,
     SUBNET_PREFIX_DIFF,
@@ -277,6 +278,24 @@ def device_plugin_release_runs_here(settings: Settings) -> list[Found]:
     return [("devicePlugin.version", version, f"v{'.'.join(map(str, floor))} or newer: {why}")]
 
 
+def device_plugin_digest_known(settings: Settings) -> list[Found]:
+    """The device plugin and GFD run with SYS_ADMIN: pulled by digest, known or configured (a
+    release too old to run here is reported by device_plugin_release_runs_here alone)."""
+    plugin = settings.device_plugin
+    if plugin.digest_known or device_plugin_release_runs_here(settings):
+        return []
+    return [
+        (
+            "devicePlugin.imageDigest",
+            None,
+            f"the digest of nvcr.io/nvidia/k8s-device-plugin:{plugin.version} (it runs with "
+            "SYS_ADMIN, so it is pulled by digest; the program knows "
+            f"{', '.join(DEVICE_PLUGIN_DIGESTS)}): `crane digest "
+            f"nvcr.io/nvidia/k8s-device-plugin:{plugin.version}`",
+        )
+    ]
+
+
 def a_roll_fits_the_deploy_job(settings: Settings) -> list[Found]:
     """One node's roll (every step at its bound, the checks twice) ends inside the deploy job,
     so an `up` that rolls ends by itself and the next one goes on
@@ -310,5 +329,6 @@ CROSS_SECTION_RULES: tuple[Callable[[Settings], list[Found]], ...] = (
     existing_control_plane_reachable_from_created_vpc,
     control_plane_sized_to_fleet,
     device_plugin_release_runs_here,
+    device_plugin_digest_known,
     a_roll_fits_the_deploy_job,
 )

@@ -10,20 +10,29 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+# Network, Bastion and Ssh live in access.py; imported here for the modules that name them here.
+from components.settings.access import (  # noqa: F401
+    Bastion,
+    Network,
+    Ssh,
+    host_key_needed,
+    world_problems,
+)
 from components.settings.constants import (
     DEFAULT_DCGM_EXPORTER_IMAGE,
     DEFAULT_DEVICE_PLUGIN_VERSION,
     DEFAULT_NCCL_IMAGE,
     DEFAULT_VALIDATION_IMAGE,
+    DEVICE_PLUGIN_DIGESTS,
 )
 from components.settings.fields import (
     AmiId,
-    AvailabilityZone,
     Cidr,
     DigestPinnedImage,
     Endpoint,
     Found,
     Host,
+    ImageDigest,
     InstanceTypeName,
     Model,
     PinnedImage,
@@ -32,10 +41,7 @@ from components.settings.fields import (
     RbacRole,
     SecurityGroupId,
     SshHostKey,
-    SshPublicKey,
-    SubnetId,
     UnixUser,
-    VpcId,
     image_source_problems,
     is_ipv6,
     problem,
@@ -43,147 +49,6 @@ from components.settings.fields import (
 )
 
 _SEMVER_TAG = re.compile(r"^v[0-9]+\.[0-9]+\.[0-9]+$")
-
-
-class Bastion(Model):
-    host: Host = Field(
-        description="Address of the SSH jump host that reaches nodes in private subnets"
-    )
-    user: UnixUser | None = Field(
-        default=None, description="SSH user on the bastion (default: ssh.user)"
-    )
-    port: int = Field(default=22, ge=1, le=65535, description="SSH port of the bastion")
-    host_key: SshHostKey | None = Field(
-        default=None,
-        description="The bastion's SSH host public key ('ssh-ed25519 AAAA...'): every hop "
-        "through it checks it (unset: not checked, and every preview warns)",
-    )
-
-
-class Network(Model):
-    create: bool | None = Field(
-        default=None,
-        description="true: create a small VPC for the cluster; false: use vpcId + subnetIds "
-        "(unset: create unless vpcId/subnetIds are given)",
-    )
-    cidr: Cidr = Field(
-        default="10.42.0.0/16", description="IPv4 block of the created VPC, /16 to /24"
-    )
-    vpc_id: VpcId | None = Field(
-        default=None, description="Id of the existing VPC (with create: false)"
-    )
-    subnet_ids: list[SubnetId] = Field(
-        default_factory=list,
-        description="Subnets of the existing VPC the nodes are spread over (with create: false)",
-    )
-    availability_zones: list[AvailabilityZone] = Field(
-        default_factory=list,
-        max_length=6,
-        description=(
-            "Zones of the stack's aws:region for the created VPC's subnets, one subnet each, "
-            "named by its zone; a zone's block is its position's (add zones at the end), and "
-            "machines keep the zone they were launched in (default: the region's first zones)"
-        ),
-    )
-    ssh_allowed_cidrs: list[Cidr] = Field(
-        default_factory=list,
-        description="Sources allowed to reach SSH (22) on the hosts from outside the VPC",
-    )
-    bastion: Bastion | None = Field(
-        default=None,
-        description="SSH jump host into an existing VPC (vpcId + subnetIds); hosts are then "
-        "reached on their private addresses",
-    )
-    public_ips: bool | None = Field(
-        default=None,
-        description="Give hosts public addresses "
-        "(default: true in a created VPC, which has no NAT gateway)",
-    )
-
-    @field_validator("cidr")
-    @classmethod
-    def _vpc_size(cls, value: str) -> str:
-        net = ipaddress.ip_network(value)
-        if net.version != 4 or not 16 <= net.prefixlen <= 24:
-            raise PydanticCustomError("vpc_cidr", "an IPv4 block from /16 to /24 for the VPC")
-        return value
-
-    @model_validator(mode="after")
-    def _one_source(self) -> Network:
-        found: list[Found] = []
-        existing = self.vpc_id is not None or bool(self.subnet_ids)
-        if self.create is True and existing:
-            found.append(
-                (
-                    "vpcId",
-                    self.vpc_id,
-                    "either create: true (a new VPC) or vpcId + subnetIds, not both",
-                )
-            )
-        elif self.create is False or (self.create is None and existing):
-            if self.vpc_id is None:
-                found.append(("vpcId", None, "the id of the existing VPC (with create: false)"))
-            if not self.subnet_ids:
-                found.append(
-                    (
-                        "subnetIds",
-                        [],
-                        "at least one subnet id of the existing VPC (with create: false)",
-                    )
-                )
-        if len(set(self.subnet_ids)) != len(self.subnet_ids):
-            found.append(("subnetIds", self.subnet_ids, "each subnet id once"))
-        if len(set(self.availability_zones)) != len(self.availability_zones):
-            # Each zone names its subnet (components/aws/network.py).
-            found.append(("availabilityZones", self.availability_zones, "each zone once"))
-        if self.bastion is not None and self.creates_vpc:
-            # Through a bastion the hosts are dialled on their private addresses, and SSH is
-            # open to the VPC's own block only (components/aws/network.py): a bastion must sit in
-            # the VPC or be routed into it, which a VPC this stack is about to create is not.
-            found.append(
-                (
-                    "bastion",
-                    {"host": self.bastion.host},
-                    "no bastion with a VPC the stack creates (its hosts get public addresses "
-                    "and are reached on them): remove bastion, or give vpcId + subnetIds of an "
-                    "existing VPC the bastion reaches",
-                )
-            )
-        if found:
-            raise problems(found)
-        return self
-
-    @property
-    def creates_vpc(self) -> bool:
-        return self.create is not False and self.vpc_id is None
-
-    @property
-    def assigns_public_ips(self) -> bool:
-        """Instances get a public address: always in a created VPC (it has no NAT gateway)."""
-        return self.public_ips if self.public_ips is not None else self.creates_vpc
-
-    @property
-    def connects_to_public_ips(self) -> bool:
-        """SSH goes to public addresses, unless a bastion relays to private ones."""
-        return self.bastion is None and self.assigns_public_ips
-
-
-class Ssh(Model):
-    user: UnixUser = Field(
-        default="ubuntu", description="Login user on the hosts (the AMI's default user)"
-    )
-    public_key: SshPublicKey = Field(
-        description="OpenSSH public key installed on every host; its private key is sshPrivateKey"
-    )
-    port: int = Field(
-        default=22,
-        ge=1,
-        le=65535,
-        description=(
-            "SSH port of the hosts (22 unless the machines use your own amiId, "
-            "whose sshd listens on it)"
-        ),
-    )
 
 
 _UNREACHABLE = (
@@ -243,6 +108,9 @@ class ManagedControlPlane(Model):
     def _consistent(self) -> ManagedControlPlane:
         """The image source and the cluster's blocks, every problem at once."""
         found = image_source_problems(self.image, self.ami_id)
+        found += world_problems(
+            "apiAllowedCidrs", list(self.api_allowed_cidrs), "the Kubernetes API (6443)"
+        )
         if ipaddress.ip_network(self.pod_cidr).overlaps(ipaddress.ip_network(self.service_cidr)):
             found.append(
                 (
@@ -272,8 +140,9 @@ class ExistingControlPlane(Model):
     )
     host_key: SshHostKey | None = Field(
         default=None,
-        description="The control-plane host's SSH host public key ('ssh-ed25519 AAAA...'): "
-        "every step on it checks it (unset: not checked, and every preview warns)",
+        description="The control-plane host's SSH host public key ('ssh-ed25519 AAAA...'), "
+        "required: every step on it checks it (ssh-keyscan, then check the fingerprint out of "
+        "band)",
     )
     security_group_id: SecurityGroupId | None = Field(
         default=None,
@@ -315,6 +184,8 @@ class ExistingControlPlane(Model):
                     "the API server address as host:port, like 10.0.1.10:6443 (mode: existing)",
                 )
             )
+        if self.host_key is None:
+            found.append(("hostKey", None, host_key_needed(self.host)))
         if found:
             raise problems(found)
         return self
@@ -363,6 +234,23 @@ class DevicePlugin(Model):
     time_slicing: TimeSlicing = Field(
         default=TimeSlicing(), description="GPU time slicing (not with MIG)"
     )
+    image_digest: ImageDigest | None = Field(
+        default=None,
+        description="Digest of the device plugin image at version (it runs with SYS_ADMIN, so "
+        "it is pulled by digest); known for the releases the program lists, required for "
+        "another",
+    )
+
+    @property
+    def digest_known(self) -> bool:
+        return self.image_digest is not None or self.version in DEVICE_PLUGIN_DIGESTS
+
+    @property
+    def digest(self) -> str:
+        """The image's digest: configured, else the one known for the release."""
+        digest = self.image_digest or DEVICE_PLUGIN_DIGESTS.get(self.version)
+        assert digest is not None  # rules.device_plugin_digest_known
+        return digest
 
     @field_validator("version")
     @classmethod
@@ -437,9 +325,10 @@ class DcgmExporter(Model):
     enabled: bool = Field(
         default=True, description="Deploy the NVIDIA DCGM exporter (GPU metrics) on GPU nodes"
     )
-    image: PinnedImage = Field(
+    image: DigestPinnedImage = Field(
         default=DEFAULT_DCGM_EXPORTER_IMAGE,
-        description="Pinned image of the DCGM exporter (nvcr.io/nvidia/k8s/dcgm-exporter)",
+        description="Image of the DCGM exporter (nvcr.io/nvidia/k8s/dcgm-exporter), by digest: "
+        "it runs privileged (repository:tag@sha256:...)",
     )
     service_monitor: bool = Field(
         default=False,

@@ -67,6 +67,7 @@ JOB = "kubernetes:batch/v1:Job"
 CRON_JOB = "kubernetes:batch/v1:CronJob"
 POD = "kubernetes:core/v1:Pod"
 REMOTE_COMMAND = "command:remote:Command"
+REMOTE_COPY = "command:remote:CopyToRemote"
 LOCAL_COMMAND = "command:local:Command"
 
 MACHINE_TYPES = (INSTANCE, SPOT_REQUEST)
@@ -106,6 +107,26 @@ WORKLOAD_POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
 }
 
 GPU_RESOURCE = "nvidia.com/gpu"
+DAEMON_SET = "kubernetes:apps/v1:DaemonSet"
+# Registries whose images the stacks run (NVIDIA's, Kubernetes', AWS's EKS, EC2 and HPC images).
+TRUSTED_REGISTRIES = (
+    "nvcr.io/nvidia/",
+    "registry.k8s.io/",
+    "public.ecr.aws/eks/",
+    "public.ecr.aws/hpc-cloud/",
+    "public.ecr.aws/aws-ec2/",
+)
+# The node agents that need the host (device plugins, GFD, the DCGM exporter, the spot
+# termination handler), by resource name.
+SYSTEM_WORKLOADS = (
+    "nvidia-device-plugin-daemonset",
+    "gpu-feature-discovery-daemonset",
+    "-dcgm-exporter",
+    "-efa-device-plugin",
+    "spot-termination-handler-daemonset",
+)
+# What the two-node NCCL check's sshd needs besides nothing (components/kube/nccl_efa_manifests.py).
+ALLOWED_CAPABILITIES = ("KILL", "SETGID", "SETUID", "SYS_CHROOT")
 PORT_NAMES = {22: "SSH", 6443: "Kubernetes API", 10250: "kubelet API"}
 WORLD = ("0.0.0.0/0", "::/0")
 
@@ -370,6 +391,38 @@ def check_no_world_ingress_across_rules(
     return found
 
 
+def check_no_world_ingress_other_ports(resource: Resource, config: Config) -> list[str]:
+    """No ingress rule whose ranges cover the whole internet on any other port or protocol
+    either (the admin ports are the policy above's): the cluster opens nothing to the world.
+    `allowedWorldPorts` lists TCP/UDP ports a stack may open on purpose."""
+    skipped = {int(p) for p in (config.get("protectedPorts") or PORT_NAMES)}
+    allowed = {int(p) for p in (config.get("allowedWorldPorts") or [])}
+    found = []
+    for where, protocol, from_port, to_port, sources in _ingress_rules(resource):
+        world = world_covered(sources)
+        if not world:
+            continue
+        kind = str(protocol).lower() if protocol is not None else ""
+        try:
+            low, high = int(from_port), int(to_port)
+        except (TypeError, ValueError):
+            low, high = -1, -1
+        if kind in ("tcp", "udp", "6", "17") and low >= 0:
+            ports = set(range(low, high + 1)) - skipped - allowed
+            if not ports:
+                continue
+            what = f"{kind} {low}-{high}" if low != high else f"{kind} {low}"
+        else:
+            what = f"protocol {protocol} (every port)"
+        found.append(
+            f"{_label(resource)}: {where} opens {what} to {' and '.join(world)}. "
+            "Fix: admit cluster members by group and operators by their ranges "
+            "(components/aws/network.py MEMBER_PORTS), or list the port in the policy's "
+            "allowedWorldPorts if the whole internet must reach it."
+        )
+    return found
+
+
 # ---------------------------------------------------------------- tags
 
 
@@ -442,6 +495,108 @@ def check_images_pinned(resource: Resource, config: Config) -> list[str]:
                 "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0."
             )
     return found
+
+
+def _registry_of(image: str) -> str:
+    """`image` with its implicit registry spelled out (docker.io/library for a bare name)."""
+    first, _, rest = image.partition("/")
+    if not rest or ("." not in first and ":" not in first and first != "localhost"):
+        return f"docker.io/{image if rest else 'library/' + image}"
+    return image
+
+
+def check_trusted_registries(resource: Resource, config: Config) -> list[str]:
+    """Every workload container's image comes from a registry prefix the stack trusts."""
+    pod_spec = _pod_spec(resource)
+    if pod_spec is None:
+        return []
+    trusted = tuple(config.get("trustedRegistries") or TRUSTED_REGISTRIES)
+    found = []
+    for where, container in _containers(pod_spec):
+        image = container.get("image")
+        if not isinstance(image, str) or _registry_of(image).startswith(trusted):
+            continue
+        found.append(
+            f"{_label(resource)}: {where} image {image!r} is not from a trusted registry "
+            f"({', '.join(trusted)}). Fix: use an image from one of them, or add its registry "
+            "to the policy's trustedRegistries after review."
+        )
+    return found
+
+
+def _is_system_workload(resource: Resource, config: Config) -> bool:
+    names = tuple(config.get("systemWorkloads") or SYSTEM_WORKLOADS)
+    return resource.resource_type == DAEMON_SET and resource.name.endswith(names)
+
+
+def check_host_access(resource: Resource, config: Config) -> list[str]:
+    """Outside the system DaemonSets (the device plugin, GFD, the DCGM exporter, the EFA
+    plugin), no workload is privileged, escalates privileges, adds a capability beyond
+    `allowedCapabilities`, mounts a hostPath or shares the host's PID, IPC or network."""
+    pod_spec = _pod_spec(resource)
+    if pod_spec is None or _is_system_workload(resource, config):
+        return []
+    allowed = set(config.get("allowedCapabilities") or ALLOWED_CAPABILITIES)
+    label = _label(resource)
+    problems = [
+        f"spec.{key} is true"
+        for key in ("hostPID", "hostIPC", "hostNetwork")
+        if pod_spec.get(key) is True
+    ]
+    problems += [
+        f"volume {volume.get('name', 'unnamed')!r} is a hostPath "
+        f"({_get(volume, 'hostPath', 'path')})"
+        for volume in _items(pod_spec.get("volumes"))
+        if isinstance(volume, Mapping) and "hostPath" in volume
+    ]
+    for where, container in _containers(pod_spec):
+        context = container.get("securityContext") or {}
+        if context.get("privileged") is True:
+            problems.append(f"{where} is privileged")
+        if context.get("allowPrivilegeEscalation") is not False:
+            problems.append(
+                f"{where} may escalate privileges (allowPrivilegeEscalation unset or true)"
+            )
+        added = set(_items(_get(context, "capabilities", "add"))) - allowed
+        if added:
+            problems.append(f"{where} adds capabilities {', '.join(sorted(map(str, added)))}")
+        if "ALL" not in _items(_get(context, "capabilities", "drop")):
+            problems.append(f"{where} does not drop ALL capabilities")
+    return [
+        f"{label}: {problem}. Fix: run it unprivileged (allowPrivilegeEscalation: false, "
+        "capabilities drop ALL, no host namespaces or paths), or add it to the policy's "
+        "systemWorkloads if it is a node agent that needs the host."
+        for problem in problems
+    ]
+
+
+def _gpu_requested(pod_spec: Mapping[str, Any]) -> bool:
+    return any(
+        _get(container, "resources", "limits", GPU_RESOURCE) is not None
+        or _get(container, "resources", "requests", GPU_RESOURCE) is not None
+        for _, container in _containers(pod_spec)
+    )
+
+
+def check_gpu_jobs_bounded(resource: Resource, config: Config) -> list[str]:
+    """Every Job that asks for GPUs, whatever its name, has a deadline: a stuck one would hold
+    the node's GPUs forever (the validation Jobs' own policy checks only the names it knows)."""
+    if resource.resource_type not in (JOB, CRON_JOB):
+        return []
+    pod_spec = _pod_spec(resource)
+    if pod_spec is None or not _gpu_requested(pod_spec):
+        return []
+    path = ("spec", "activeDeadlineSeconds")
+    if resource.resource_type == CRON_JOB:
+        path = ("spec", "jobTemplate", "spec", "activeDeadlineSeconds")
+    deadline = _get(resource.props, *path)
+    if _positive_int(deadline):
+        return []
+    return [
+        f"{_label(resource)}: asks for {GPU_RESOURCE} without activeDeadlineSeconds "
+        f"({'unset' if deadline is None else deadline}). Fix: set a deadline (the validation "
+        "Jobs take gpu-cluster:validation.timeoutSeconds)."
+    ]
 
 
 def _positive_int(value: Any) -> bool:
@@ -528,6 +683,44 @@ def check_secret_command_output(resource: Resource, config: Config) -> list[str]
             f"{label}: logging is {logging}, so the credential would be printed in the update "
             "log. Fix: run it with run_script(..., secret_stdout=True) (logging=Logging.NONE)."
         )
+    return found
+
+
+def _known_field(value: Any, key: str) -> tuple[bool, Any]:
+    """(known, value[key]) of a mapping the policy runtime may hold unknowns in."""
+    try:
+        if not isinstance(value, Mapping):
+            return True, None
+        return True, value.get(key)
+    except Exception as error:
+        if type(error).__name__ == "UnknownValueError":
+            return False, None
+        raise
+
+
+def check_remote_host_keys(resource: Resource, config: Config) -> list[str]:
+    """Every remote command and copy pins the host key of the machine it dials, and of the
+    bastion it hops through: without `hostKey` pulumi-command accepts any host
+    (`ssh.InsecureIgnoreHostKey`), and whoever sits on the path receives what the step sends."""
+    if resource.resource_type not in (REMOTE_COMMAND, REMOTE_COPY):
+        return []
+    connection = _known(resource.props, "connection")
+    if connection is None:
+        return []  # unknown in a preview (a machine not created yet): checked at `up`
+    found = []
+    label = _label(resource)
+    for where, conn in (("connection", connection), ("connection.proxy", None)):
+        if where == "connection.proxy":
+            known, conn = _known_field(connection, "proxy")
+            if not known or conn is None:
+                continue
+        known, key = _known_field(conn, "hostKey")
+        if known and not key:
+            found.append(
+                f"{label}: {where} has no hostKey, so it would accept any host. Fix: pin it "
+                "(components/hosts/remote.py ssh_host: a machine's own key, "
+                "network.bastion.hostKey, controlPlane.hostKey or hostKeys.<instance id>)."
+            )
     return found
 
 
@@ -672,6 +865,26 @@ POLICIES: tuple[PolicySpec, ...] = (
         },
     ),
     PolicySpec(
+        "no-world-ingress-to-any-port",
+        "No security group ingress from ranges that cover 0.0.0.0/0 or ::/0 to any other port "
+        "or protocol either, unless listed in allowedWorldPorts.",
+        check_no_world_ingress_other_ports,
+        config_schema={
+            "protectedPorts": {
+                "type": "array",
+                "items": {"type": "integer", "minimum": 0, "maximum": 65535},
+                "default": sorted(PORT_NAMES),
+                "description": "Ports the admin-port policy reports (not reported twice).",
+            },
+            "allowedWorldPorts": {
+                "type": "array",
+                "items": {"type": "integer", "minimum": 0, "maximum": 65535},
+                "default": [],
+                "description": "TCP/UDP ports the whole internet may reach on purpose.",
+            },
+        },
+    ),
+    PolicySpec(
         "gpu-instance-type-allowed",
         "GPU instances (g*, gr*, p* families) use an instance type from the allowlist.",
         check_gpu_instance_type,
@@ -702,6 +915,42 @@ POLICIES: tuple[PolicySpec, ...] = (
         check_images_pinned,
     ),
     PolicySpec(
+        "trusted-registries",
+        "Kubernetes workload containers pull from a trusted registry.",
+        check_trusted_registries,
+        config_schema={
+            "trustedRegistries": {
+                **_STRINGS,
+                "default": list(TRUSTED_REGISTRIES),
+                "description": "Image reference prefixes the stacks may pull from.",
+            }
+        },
+    ),
+    PolicySpec(
+        "host-access-only-for-system-daemonsets",
+        "Outside the system DaemonSets no workload is privileged, escalates privileges, keeps "
+        "capabilities beyond the allowed ones, mounts a hostPath or shares host namespaces.",
+        check_host_access,
+        config_schema={
+            "systemWorkloads": {
+                **_STRINGS,
+                "default": list(SYSTEM_WORKLOADS),
+                "description": "Resource-name suffixes of the DaemonSets that need the host.",
+            },
+            "allowedCapabilities": {
+                **_STRINGS,
+                "default": list(ALLOWED_CAPABILITIES),
+                "description": "Capabilities other workloads may add.",
+            },
+        },
+    ),
+    PolicySpec(
+        "gpu-jobs-bounded",
+        "Every Job or CronJob that asks for nvidia.com/gpu has activeDeadlineSeconds, whatever "
+        "its name.",
+        check_gpu_jobs_bounded,
+    ),
+    PolicySpec(
         "validation-job-bounded",
         "The per-node GPU validation Job has activeDeadlineSeconds and a nvidia.com/gpu limit.",
         check_validation_job_bounded,
@@ -725,6 +974,11 @@ POLICIES: tuple[PolicySpec, ...] = (
                 "description": "Resource-name suffixes of commands whose stdout is a credential.",
             }
         },
+    ),
+    PolicySpec(
+        "remote-commands-pin-host-keys",
+        "Every remote command and copy pins the SSH host key of its host and of its bastion.",
+        check_remote_host_keys,
     ),
     PolicySpec(
         "control-plane-protected",

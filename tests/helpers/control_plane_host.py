@@ -5,6 +5,7 @@ release manifest)."""
 from __future__ import annotations
 
 import base64
+import hashlib
 
 FAST = {"RETRY_BASE_SECONDS": "0.01", "POLL_SECONDS": "0.01", "CSR_WAIT_SECONDS": "0"}
 CP_NAME = "dev-gpu-control-plane"
@@ -78,3 +79,6 @@ spec:
       - name: kube-flannel
         image: ghcr.io/flannel-io/flannel:v0.27.4
 """
+# The pinned digest of the manifest the curl stub serves (the real one is pins.py's): the CNI
+# step applies nothing else (issue 34).
+CNI["FLANNEL_MANIFEST_SHA256"] = hashlib.sha256(FLANNEL_MANIFEST.encode()).hexdigest()

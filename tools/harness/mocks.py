@@ -255,6 +255,13 @@ class Mocks(pulumi.runtime.Mocks):
             # the triggers, so a step chained after a re-run step sees a changed trigger.
             triggers = json.dumps(args.inputs.get("triggers"), sort_keys=True, default=str)
             return fake_id("cmd-", f"{name}|{triggers}", 12), state
+        if typ == "command:local:Command" and name.endswith("-host-key-rotation"):
+            # What scripts/rotate-host-key.sh prints last: the host's new public key (a real
+            # key, derived from the name, so it differs from the key the machine booted with).
+            state["stdout"] = ed25519_key(f"{name} rotated")["publicKeyOpenssh"].strip()
+            state.setdefault("stderr", "")
+            triggers = json.dumps(args.inputs.get("triggers"), sort_keys=True, default=str)
+            return fake_id("cmd-", f"{name}|{triggers}", 12), state
         if typ == "kubernetes:batch/v1:Job":
             # pulumi-kubernetes returns a Job only once it has completed (it awaits the
             # Complete condition and fails on Failed), so a created Job reports success.

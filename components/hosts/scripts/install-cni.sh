@@ -5,6 +5,8 @@
 #
 # Inputs:
 #   FLANNEL_VERSION       flannel release tag, e.g. v0.27.4 (required)
+#   FLANNEL_MANIFEST_SHA256  sha256 of that release's kube-flannel.yml as downloaded (required):
+#                         nothing else is applied with admin rights
 #   POD_SUBNET            pod network CIDR given to kubeadm init (required)
 #   NODE_NAME             the control-plane Node that must become Ready (required)
 #   CNI_TIMEOUT_SECONDS   bound on the rollout and on the Node Ready wait, each (default 300)
@@ -23,7 +25,9 @@ FLANNEL_DAEMONSET=kube-flannel-ds
 FLANNEL_DEFAULT_NETWORK=10.244.0.0/16
 
 check_inputs() {
-  require_vars FLANNEL_VERSION POD_SUBNET NODE_NAME
+  require_vars FLANNEL_VERSION FLANNEL_MANIFEST_SHA256 POD_SUBNET NODE_NAME
+  [[ "${FLANNEL_MANIFEST_SHA256}" =~ ^[0-9a-f]{64}$ ]] ||
+    fatal "FLANNEL_MANIFEST_SHA256 must be 64 hex digits, got '${FLANNEL_MANIFEST_SHA256}'"
   [[ "${FLANNEL_VERSION}" =~ ^v[0-9]+\.[0-9]+\.[0-9]+$ ]] ||
     fatal "FLANNEL_VERSION must be a release tag like v0.27.4, got '${FLANNEL_VERSION}'"
   [[ "${POD_SUBNET}" =~ ^[0-9]{1,3}(\.[0-9]{1,3}){3}/[0-9]{1,2}$ ]] ||
@@ -34,6 +38,18 @@ check_inputs() {
 manifest_url() {
   printf 'https://github.com/flannel-io/flannel/releases/download/%s/kube-flannel.yml\n' \
     "${FLANNEL_VERSION}"
+}
+
+# verify_manifest FILE: the downloaded manifest is the pinned one, byte for byte, before anything
+# reads or applies it.
+verify_manifest() {
+  local found
+  found="$(sha256sum "$1" | cut -d' ' -f1)"
+  [[ "${found}" == "${FLANNEL_MANIFEST_SHA256}" ]] ||
+    fatal "the flannel ${FLANNEL_VERSION} manifest has sha256 ${found}, expected" \
+      "${FLANNEL_MANIFEST_SHA256}; not applying it ($(manifest_url) changed, or the download" \
+      "was tampered with)"
+  log "flannel ${FLANNEL_VERSION} manifest sha256 ${found} verified"
 }
 
 running_image() {
@@ -51,6 +67,7 @@ apply_manifest() {
   manifest="$(temp_path kube-flannel.yml)"
   log "downloading flannel ${FLANNEL_VERSION} manifest"
   download "$(manifest_url)" "${manifest}"
+  verify_manifest "${manifest}"
   count="$(awk -v want="\"Network\": \"${FLANNEL_DEFAULT_NETWORK}\"" \
     'index($0, want) { n++ } END { print n + 0 }' "${manifest}")"
   [[ "${count}" == 1 ]] ||

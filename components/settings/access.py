@@ -1,0 +1,239 @@
+"""The stack configuration's reach: the network the hosts live in (a created VPC or given
+subnets), the bastion that relays to private hosts, and how steps log in over SSH. Hosts the
+stack did not create are pinned (hostKey), and no source range may cover the whole internet."""
+
+from __future__ import annotations
+
+import ipaddress
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from components.settings.fields import (
+    AvailabilityZone,
+    Cidr,
+    Found,
+    Host,
+    Model,
+    SecurityGroupId,
+    SshHostKey,
+    SshPublicKey,
+    SubnetId,
+    UnixUser,
+    VpcId,
+    problems,
+)
+
+
+def world_problems(key: str, cidrs: list[str], port: str) -> list[Found]:
+    """A list of source ranges whose union is the whole IPv4 internet (0.0.0.0/0, or halves that
+    add up to it) would open `port` on every host to anyone: refused, naming the key."""
+    merged = ipaddress.collapse_addresses(ipaddress.ip_network(c) for c in cidrs)
+    if not any(net.prefixlen == 0 for net in merged):
+        return []
+    return [
+        (
+            key,
+            cidrs,
+            f"the operators' own ranges, not ones that together cover 0.0.0.0/0: that would open "
+            f"{port} to the whole internet (reach private hosts through network.bastion instead)",
+        )
+    ]
+
+
+def host_key_needed(host: str | None, port: int = 22) -> str:
+    """What a missing hostKey of a host the stack did not create should be, and how to get it:
+    without it pulumi-command accepts any key (`ssh.InsecureIgnoreHostKey`), so whoever sits on
+    the path would receive the join token and hand back a kubeconfig."""
+    where = host or "<host>"
+    scan = f"ssh-keyscan -t ed25519{'' if port == 22 else f' -p {port}'} {where}"
+    return (
+        f"the host's SSH host public key line, like 'ssh-ed25519 AAAA...': run `{scan}`, "
+        "drop the host name, and check its fingerprint (`ssh-keygen -lf`) against the host's "
+        "own (`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` on its console or through "
+        "AWS Systems Manager), never only over the connection you want to check; without it "
+        "every SSH connection would accept any host"
+    )
+
+
+class Bastion(Model):
+    host: Host = Field(
+        description="Address of the SSH jump host that reaches nodes in private subnets"
+    )
+    user: UnixUser | None = Field(
+        default=None, description="SSH user on the bastion (default: ssh.user)"
+    )
+    port: int = Field(default=22, ge=1, le=65535, description="SSH port of the bastion")
+    host_key: SshHostKey | None = Field(
+        default=None,
+        description="The bastion's SSH host public key ('ssh-ed25519 AAAA...'), required: "
+        "every hop through it checks it (ssh-keyscan, then check the fingerprint out of band)",
+    )
+    security_group_id: SecurityGroupId | None = Field(
+        default=None,
+        description="The bastion's security group: SSH to the hosts is admitted from it "
+        "(without it: from the bastion's address, when host is an IPv4 address)",
+    )
+
+    @model_validator(mode="after")
+    def _pinned(self) -> Bastion:
+        found: list[Found] = []
+        if self.host_key is None:
+            found.append(("hostKey", None, host_key_needed(self.host, self.port)))
+        if self.security_group_id is None and not _private_ipv4(self.host):
+            found.append(
+                (
+                    "securityGroupId",
+                    None,
+                    f"the bastion's security group, like sg-0123456789abcdef0: SSH to the hosts "
+                    f"is admitted from it only. {self.host} is not the private IPv4 address the "
+                    "bastion's traffic into the VPC comes from, so a /32 of it would admit "
+                    "nothing (or set host to the bastion's private address)",
+                )
+            )
+        if found:
+            raise problems(found)
+        return self
+
+
+# Addresses a VPC can hold (RFC 1918, and RFC 6598's shared space): a bastion named by one is
+# inside the VPC (or routed into it), and that is the address its SSH comes from.
+_VPC_BLOCKS = tuple(
+    ipaddress.ip_network(block)
+    for block in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10")
+)
+
+
+def _private_ipv4(host: str) -> bool:
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return any(address in block for block in _VPC_BLOCKS)
+
+
+class Network(Model):
+    create: bool | None = Field(
+        default=None,
+        description="true: create a small VPC for the cluster; false: use vpcId + subnetIds "
+        "(unset: create unless vpcId/subnetIds are given)",
+    )
+    cidr: Cidr = Field(
+        default="10.42.0.0/16", description="IPv4 block of the created VPC, /16 to /24"
+    )
+    vpc_id: VpcId | None = Field(
+        default=None, description="Id of the existing VPC (with create: false)"
+    )
+    subnet_ids: list[SubnetId] = Field(
+        default_factory=list,
+        description="Subnets of the existing VPC the nodes are spread over (with create: false)",
+    )
+    availability_zones: list[AvailabilityZone] = Field(
+        default_factory=list,
+        max_length=6,
+        description=(
+            "Zones of the stack's aws:region for the created VPC's subnets, one subnet each, "
+            "named by its zone; a zone's block is its position's (add zones at the end), and "
+            "machines keep the zone they were launched in (default: the region's first zones)"
+        ),
+    )
+    ssh_allowed_cidrs: list[Cidr] = Field(
+        default_factory=list,
+        description="Sources allowed to reach SSH (22) on the hosts from outside the VPC",
+    )
+    bastion: Bastion | None = Field(
+        default=None,
+        description="SSH jump host into an existing VPC (vpcId + subnetIds); hosts are then "
+        "reached on their private addresses",
+    )
+    public_ips: bool | None = Field(
+        default=None,
+        description="Give hosts public addresses "
+        "(default: true in a created VPC, which has no NAT gateway)",
+    )
+
+    @field_validator("cidr")
+    @classmethod
+    def _vpc_size(cls, value: str) -> str:
+        net = ipaddress.ip_network(value)
+        if net.version != 4 or not 16 <= net.prefixlen <= 24:
+            raise PydanticCustomError("vpc_cidr", "an IPv4 block from /16 to /24 for the VPC")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Network:
+        found: list[Found] = []
+        existing = self.vpc_id is not None or bool(self.subnet_ids)
+        if self.create is True and existing:
+            found.append(
+                (
+                    "vpcId",
+                    self.vpc_id,
+                    "either create: true (a new VPC) or vpcId + subnetIds, not both",
+                )
+            )
+        elif self.create is False or (self.create is None and existing):
+            if self.vpc_id is None:
+                found.append(("vpcId", None, "the id of the existing VPC (with create: false)"))
+            if not self.subnet_ids:
+                found.append(
+                    (
+                        "subnetIds",
+                        [],
+                        "at least one subnet id of the existing VPC (with create: false)",
+                    )
+                )
+        if len(set(self.subnet_ids)) != len(self.subnet_ids):
+            found.append(("subnetIds", self.subnet_ids, "each subnet id once"))
+        if len(set(self.availability_zones)) != len(self.availability_zones):
+            # Each zone names its subnet (components/aws/network.py).
+            found.append(("availabilityZones", self.availability_zones, "each zone once"))
+        found += world_problems("sshAllowedCidrs", list(self.ssh_allowed_cidrs), "SSH (22)")
+        if self.bastion is not None and self.creates_vpc:
+            # Through a bastion the hosts are dialled on their private addresses, and SSH is
+            # open to the VPC's own block only (components/aws/network.py): a bastion must sit in
+            # the VPC or be routed into it, which a VPC this stack is about to create is not.
+            found.append(
+                (
+                    "bastion",
+                    {"host": self.bastion.host},
+                    "no bastion with a VPC the stack creates (its hosts get public addresses "
+                    "and are reached on them): remove bastion, or give vpcId + subnetIds of an "
+                    "existing VPC the bastion reaches",
+                )
+            )
+        if found:
+            raise problems(found)
+        return self
+
+    @property
+    def creates_vpc(self) -> bool:
+        return self.create is not False and self.vpc_id is None
+
+    @property
+    def assigns_public_ips(self) -> bool:
+        """Instances get a public address: always in a created VPC (it has no NAT gateway)."""
+        return self.public_ips if self.public_ips is not None else self.creates_vpc
+
+    @property
+    def connects_to_public_ips(self) -> bool:
+        """SSH goes to public addresses, unless a bastion relays to private ones."""
+        return self.bastion is None and self.assigns_public_ips
+
+
+class Ssh(Model):
+    user: UnixUser = Field(
+        default="ubuntu", description="Login user on the hosts (the AMI's default user)"
+    )
+    public_key: SshPublicKey = Field(
+        description="OpenSSH public key installed on every host; its private key is sshPrivateKey"
+    )
+    port: int = Field(
+        default=22,
+        ge=1,
+        le=65535,
+        description=(
+            "SSH port of the hosts (22 unless the machines use your own amiId, "
+            "whose sshd listens on it)"
+        ),
+    )
