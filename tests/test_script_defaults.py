@@ -24,8 +24,9 @@ from pathlib import Path
 
 import pytest
 
+from components.hosts import pins
 from components.hosts.rendering import SCRIPTS_DIR
-from tests.helpers.control_plane_host import FLANNEL_MANIFEST
+from tests.helpers.control_plane_host import CNI, FLANNEL_MANIFEST
 from tests.helpers.scripts import header_inputs, host_steps, step_program
 from tests.sandbox import Sandbox, needs_sandbox
 from tools.harness.stacks import run_program
@@ -47,6 +48,7 @@ INTERNAL = {
 PASSED = {
     ("drain-node.sh", "DRAIN_TIMEOUT_SECONDS"),
     ("install-driver.sh", "NVLINK_SUBNET_MANAGER"),
+    ("install-driver.sh", "GSP_FIRMWARE"),
     ("install-efa.sh", "EFA_INSTALLER_TIMEOUT_SECONDS"),
     ("join-node.sh", "DEVICE_PLUGIN_NAMESPACE"),
     ("join-node.sh", "READY_TIMEOUT_SECONDS"),
@@ -158,6 +160,16 @@ EXERCISED_BY = [
         "test_script_defaults",
         "test_the_joins_checks_look_every_five_seconds",
         [("join-node.sh", "POLL_SECONDS")],
+    ),
+    (
+        "test_kernel_before_driver",
+        "test_other_hosts_keep_their_kernel_updates",
+        [("wait-ready.sh", "KERNEL_WITH_DRIVER")],
+    ),
+    (
+        "test_root_volume",
+        "test_the_filesystem_grows_once_the_disk_shows_the_new_size",
+        [("wait-ready.sh", "ROOT_GROW_TIMEOUT_SECONDS")],
     ),
     (
         "test_script_defaults",
@@ -310,7 +322,12 @@ def test_cni_waits_out_a_rollout_of_seconds(dev, tmp_path):
     sb.state("curl.body.kube-flannel.yml", FLANNEL_MANIFEST)
     sb.state("kubectl/rollout-seconds", 15)
     sb.state("kubectl/wait-seconds", 15)
-    result = sb.run_registered(step_program(dev, "dev-gpu-cni"), timeout=120)
+    # The program dev renders, checking the sandbox's manifest instead of the release's.
+    program = step_program(dev, "dev-gpu-cni")
+    pinned = f"FLANNEL_MANIFEST_SHA256={pins.FLANNEL_MANIFEST_SHA256}\n"
+    assert pinned in program
+    program = program.replace(pinned, f"FLANNEL_MANIFEST_SHA256={CNI['FLANNEL_MANIFEST_SHA256']}\n")
+    result = sb.run_registered(program, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "flannel DaemonSet rolled out" in result.stderr
     assert f"Node {CP} Ready" in result.stderr

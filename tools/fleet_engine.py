@@ -6,7 +6,7 @@ and the control plane's sshd (`MaxStartups`, pulumi-command's dial retries).
 Deterministic and pure: a list of `Task`s and `Limits` in, a `Schedule` out; tests give it small
 graphs with known answers. `tools.timeline` builds the tasks from the program's graph, with the
 figures of `tools/step_durations.py`. Why this shape: docs/decisions/
-016-the-bring-up-is-modelled-on-the-engine.md and 031-the-model-meets-a-fleets-limits.md.
+016-the-bring-up-is-modelled-on-the-engine.md and 051-the-model-meets-a-fleets-limits.md.
 """
 
 from __future__ import annotations

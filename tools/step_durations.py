@@ -6,7 +6,7 @@ the tool that sets it, or, where none exists, the stated assumption. Durations a
 on a fresh machine in one region, without noise. "stock": a host booted from Canonical's Ubuntu
 image; "baked": booted from an image built from the same scripts, whose install steps only
 verify. Why: docs/decisions/016-the-bring-up-is-modelled-on-the-engine.md and
-031-the-model-meets-a-fleets-limits.md.
+051-the-model-meets-a-fleets-limits.md.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ It runs the real program under the test harness (the graph `pulumi up` registers
 the engine on it (`tools/fleet_engine.py`) with each step's duration and each limit's figures
 from `tools/step_durations.py`: the program's evaluation, each step's checkpoints, EC2 launches
 and GPU capacity, the control plane's sshd. Why: docs/decisions/016-the-bring-up-is-modelled-
-on-the-engine.md and 031-the-model-meets-a-fleets-limits.md.
+on-the-engine.md and 051-the-model-meets-a-fleets-limits.md.
 """
 
 from __future__ import annotations

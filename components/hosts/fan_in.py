@@ -6,7 +6,7 @@ most one dial per node is under way at any moment, plus the control plane's own 
 drops unauthenticated connections past `start` at random and all of them at `full`, and a step
 with a delete hook dials only DELETE_DIAL_ATTEMPTS + 1 times in about a second: so `start` holds
 every node's dial. Why, with sshd's and pulumi-command's source: docs/decisions/
-030-sshd-takes-the-fleets-fan-in.md.
+050-sshd-takes-the-fleets-fan-in.md.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 control-plane sizings ask for a number of nodes, and the vCPUs and memory an EC2 instance type
 has, read from its name for the families a control plane is usually given (m, c, r, t3).
 
-Why, with the figures and their sources: docs/decisions/029-a-control-plane-sized-to-its-fleet.md
+Why, with the figures and their sources: docs/decisions/049-a-control-plane-sized-to-its-fleet.md
 """
 
 from __future__ import annotations
