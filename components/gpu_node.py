@@ -336,7 +336,8 @@ class GpuNode(pulumi.ComponentResource):
 
     def _bootstrap(self, args: GpuNodeArgs) -> NodeChain:
         """The node's rows of the step table (Part.NODE), in table order, each after the rows
-        it follows; `_step` says how each row is made."""
+        it follows (the first of them after the host's first contact); `_step` says how each
+        row is made."""
         pool, minor = self.pool, args.kubernetes_version
         installs = {
             install.step.suffix: install.params
@@ -356,7 +357,10 @@ class GpuNode(pulumi.ComponentResource):
             timing=rolling.roll_timing(validation_seconds=args.validation_timeout_seconds),
         )
         registered = steps.node_rows(efa=pool.uses_efa, validation=True)
-        built: dict[str, pulumi.Resource] = {steps.INSTANCE: self.instance}
+        built: dict[str, pulumi.Resource] = {
+            steps.INSTANCE: self.instance,
+            **self.host.first_contact(self),
+        }
         for row in steps.node_rows(efa=pool.uses_efa, validation=True, part=steps.Part.NODE):
             after = [built[name] for name in steps.follows(row, registered)]
             built[row.suffix] = self._step(row, after, context, built)

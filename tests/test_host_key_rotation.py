@@ -177,13 +177,20 @@ def test_nothing_is_dialled_without_its_inputs(tmp_path, missing):
     assert two.returncode != 0 and "one ED25519 or ECDSA" in two.stderr
 
 
-@needs_sandbox
-def test_the_host_half_replaces_every_host_key_and_forgets_the_boot_key(tmp_path):
+def _booted_host(tmp_path: Path) -> Sandbox:
+    """A sandboxed machine as it boots: the generated key and an image's RSA key in /etc/ssh,
+    cloud-init's copy of the user data that carried the key."""
     sb = Sandbox(tmp_path)
     sb.write("/etc/ssh/ssh_host_ed25519_key", "BOOT PRIVATE KEY\n", mode=0o600)
     sb.write("/etc/ssh/ssh_host_ed25519_key.pub", f"{BOOT}\n")
     sb.write("/etc/ssh/ssh_host_rsa_key", "IMAGE RSA KEY\n", mode=0o600)
     sb.write("/var/lib/cloud/instance/user-data.txt", "#cloud-config\nssh_keys: {}\n")
+    return sb
+
+
+@needs_sandbox
+def test_the_host_half_replaces_every_host_key_and_forgets_the_boot_key(tmp_path):
+    sb = _booted_host(tmp_path)
     result = sb.run_text(script_text(HOST_SCRIPT))
     assert result.returncode == 0, result.stderr
     new = sb.read("/etc/ssh/ssh_host_ed25519_key.pub").strip()
@@ -193,9 +200,35 @@ def test_the_host_half_replaces_every_host_key_and_forgets_the_boot_key(tmp_path
     assert not sb.exists("/etc/ssh/ssh_host_rsa_key"), "another host key stayed"
     assert not sb.exists("/var/lib/cloud/instance/user-data.txt"), "the boot key stayed"
     assert result.called("systemctl"), result.commands()
-    sb.state("sshd.fail.t", 1)
-    broken = sb.run_text(script_text(HOST_SCRIPT))
-    assert broken.returncode != 0 and "sshd -t refuses" in broken.stderr
+
+
+@needs_sandbox
+@pytest.mark.parametrize(
+    ("switch", "message"),
+    [
+        # A full or read-only /etc/ssh: no new key, so nothing is removed.
+        ("ssh-keygen.fail", "ssh-keygen could not make an ed25519 key in /etc/ssh/.rotate."),
+        # The new key is in place but sshd would not start with it: not reloaded.
+        ("sshd.fail.t", "sshd -t refuses the configuration with the new host key"),
+        # Any other command that fails: the ERR trap names its line and the command.
+        ("systemctl.fail.try-reload-or-restart.ssh", "[host-key] FAILED: line "),
+    ],
+)
+def test_the_host_half_stops_naming_what_failed_and_prints_no_key(tmp_path, switch, message):
+    """scripts/rotate-host-key.sh in the sandbox, one field failure each (a stub's failure
+    switch): it exits non-zero with a message that names the failure and prints no key, so the
+    local half fails the rotation and no step pins a key the host does not serve."""
+    sb = _booted_host(tmp_path)
+    sb.state(switch, 1)
+    result = sb.run_text(script_text(HOST_SCRIPT))
+    assert result.returncode != 0, result.stdout
+    assert message in result.stderr, result.stderr
+    assert "ssh-ed25519" not in result.stdout, result.stdout
+    if switch == "ssh-keygen.fail":
+        assert sb.read("/etc/ssh/ssh_host_ed25519_key.pub") == f"{BOOT}\n", "boot key removed"
+        assert sb.exists("/etc/ssh/ssh_host_rsa_key"), "a host key removed before a new one"
+    if switch.startswith("systemctl."):
+        assert "systemctl try-reload-or-restart ssh.service" in result.stderr, result.stderr
 
 
 def test_the_control_plane_of_an_existing_cluster_is_pinned_from_config_not_rotated():

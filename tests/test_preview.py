@@ -30,15 +30,16 @@ from components.hosts.rendering import available_scripts
 from tests.helpers.tools import require_tool
 from tools import graph_picture, preview
 from tools.harness import mocks, stacks
-from tools.harness.graph import HOST_CHAIN, VALIDATION_CHAIN, unwrap
+from tools.harness.graph import FIRST_CONTACT_CHAIN, HOST_CHAIN, VALIDATION_CHAIN, unwrap
 from tools.harness.stacks import ROOT, STACKS, TEST_SECRETS
 
 STACK_FILES = sorted(p.name.split(".")[1] for p in ROOT.glob("Pulumi.*.yaml"))
-# The node's machine, the host's copy of its scripts (`<node>-scripts`, which every step waits
-# for), the step table's chain, and the roll's uncordon, last: after the node passed its checks.
+# The node's machine, its first contact (the host-key rotation, then the copy of its scripts,
+# which every step waits for), the step table's chain, and the roll's uncordon, last: after the
+# node passed its checks.
 CONTRACT_CHAIN = [
     "instance",
-    "scripts",
+    *FIRST_CONTACT_CHAIN,
     *HOST_CHAIN,
     *VALIDATION_CHAIN,
     steps.ROLL_UNCORDON.suffix,

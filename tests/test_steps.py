@@ -30,8 +30,8 @@ def script_of(resource) -> str:
 def test_every_row_names_a_script_that_exists():
     scripts = set(available_scripts())
     for step in steps.ALL_STEPS:
-        if step.runs_on is steps.Where.KUBERNETES:
-            assert step.script is None, f"{step.suffix}: a Kubernetes object runs no script"
+        if step.runs_on is steps.Where.KUBERNETES or step is steps.SCRIPTS:
+            assert step.script is None, f"{step.suffix}: runs no script (an object, a copy)"
             continue
         assert step.script in scripts, f"{step.suffix}: no components/hosts/scripts/{step.script}"
         if step.delete_script is not None:
@@ -41,7 +41,7 @@ def test_every_row_names_a_script_that_exists():
 
 def test_every_row_follows_rows_before_it():
     seen = {steps.INSTANCE}
-    for row in steps.NODE_ROWS:
+    for row in (*steps.FIRST_CONTACT, *steps.NODE_ROWS):
         assert row.after, f"{row.suffix}: follows nothing"
         unknown = [name for name in row.after if name not in seen]
         assert not unknown, f"{row.suffix}: follows {unknown}, not rows before it"

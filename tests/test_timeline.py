@@ -14,7 +14,7 @@ import pytest
 
 from components.hosts import fan_in, steps
 from components.hosts.fan_in import MaxStartups
-from tools import parallelism, step_durations, timeline
+from tools import node_cost, parallelism, step_durations, timeline
 from tools.fleet_engine import (
     REFUSED_CAPACITY,
     REFUSED_DIALS,
@@ -25,7 +25,7 @@ from tools.fleet_engine import (
     Sshd,
     dial_retry_delay,
 )
-from tools.harness.graph import HOST_CHAIN, VALIDATION_CHAIN, Graph
+from tools.harness.graph import FIRST_CONTACT_CHAIN, HOST_CHAIN, VALIDATION_CHAIN, Graph
 from tools.harness.stacks import STACKS, load_stack_settings
 from tools.timeline import NO_LIMITS, Task, node_overrides, simulate
 
@@ -301,14 +301,15 @@ def dev_baked():
 
 
 def test_dev_critical_path_is_the_node_chain_in_contract_order(dev_graph):
-    """The machine, the copy of its scripts, then the chain of the step table."""
+    """The machine, its first contact (host-key rotation, the copy of its scripts), then the
+    chain of the step table."""
     result = timeline.model("dev", dev_graph)
     kinds = [result.schedule.tasks[k].kind for k in result.schedule.critical_path(result.last_key)]
     last_instance = len(kinds) - 1 - kinds[::-1].index("aws:ec2/instance:Instance")
     node_part = kinds[last_instance:]
     expected = [
         "aws:ec2/instance:Instance",
-        "command:remote:CopyToRemote",
+        *FIRST_CONTACT_CHAIN,
         *HOST_CHAIN,
         *VALIDATION_CHAIN,
     ]
@@ -541,7 +542,8 @@ def test_building_the_control_plane_image_is_modelled_step_by_step():
 def test_every_node_row_of_the_step_table_has_a_duration():
     for baked in (False, True):
         table = dict(step_durations.all_rows(baked))
-        missing = [row.suffix for row in steps.NODE_ROWS if row.suffix not in table]
+        rows = (*steps.FIRST_CONTACT, *steps.NODE_ROWS)
+        missing = [row.suffix for row in rows if row.suffix not in table]
         assert not missing, f"no duration for {missing} (tools/step_durations.py, baked={baked})"
 
 
@@ -568,7 +570,9 @@ def test_the_program_registers_node_after_node(dev_three):
     }
     first, second, third = (positions[urn] for urn in node.values())
     assert first < second < third
-    assert second - first == third - second == pytest.approx(14)
+    # A node's resources apart: all of them (tools.node_cost), each node's together.
+    per_node = node_cost.cost(dev_three, "dev-gpu-a10g-0").resources
+    assert second - first == third - second == pytest.approx(per_node)
     vpc = dev_three.of_type("aws:ec2/vpc:Vpc")[0]
     assert positions[vpc.urn] < first
 

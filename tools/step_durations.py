@@ -134,10 +134,17 @@ COMMON: dict[str, Duration] = {
         "assumption: SSH to the control plane, kubectl wait/label/taint/annotate, nothing cordoned",
     ),
     steps.JOIN_TOKEN.suffix: _d(1.0, "assumption: one API call (a Secret)"),
-    "command:remote:CopyToRemote": _d(
+    # Every created machine's first contact (the step table's FIRST_CONTACT rows), any role.
+    steps.HOST_KEY_ROTATION.suffix: _d(
         5.0,
-        "brevdev: boot->SSH 3.1 s after 'running' (a host's first dial); assumption: SFTP of "
-        "~100 KB of scripts, ~2 s",
+        "brevdev: boot->SSH 3.1 s after 'running' (a machine's first dial is this step's); "
+        "LIMITS ssh-handshake 0.5 s; assumption: the local script's start, ssh-keygen, sshd -t and "
+        "a reload on the host, ~1.5 s",
+    ),
+    steps.SCRIPTS.suffix: _d(
+        2.5,
+        "LIMITS ssh-handshake 0.5 s (its own connection, after the rotation's); assumption: "
+        "SFTP of ~100 KB of scripts, ~2 s",
     ),
     "kubernetes:core/v1:Secret": _d(1.0, "assumption: one API call"),
     # Building a baked control-plane image (ControlPlaneImage): the control plane's own install

@@ -26,13 +26,16 @@ ROOT_LINE = "GPU EC2 instance"
 
 
 def table() -> str:
-    """Every node row: suffix, host, when, after, and what it does."""
-    header = f"{'row':<15} {'runs on':<14} {'when':<19} {'after':<27} what"
+    """Every row of a node's chain, its first contact first: suffix, host, when, after, and
+    what it does."""
+    rows = (*steps.FIRST_CONTACT, *steps.NODE_ROWS)
+    width = max(len(row.suffix) for row in rows)
+    header = f"{'row':<{width}} {'runs on':<14} {'when':<19} {'after':<27} what"
     lines = [header, "-" * len(header)]
-    for row in steps.NODE_ROWS:
+    for row in rows:
         after = ", ".join(row.after)
         lines.append(
-            f"{row.suffix:<15} {row.runs_on.value:<14} {row.when.value:<19} {after:<27} "
+            f"{row.suffix:<{width}} {row.runs_on.value:<14} {row.when.value:<19} {after:<27} "
             f"{row.summary}"
         )
     return "\n".join(lines)
@@ -44,9 +47,10 @@ def readme_chain() -> str:
         *steps.node_steps_in_first_up(),
         *steps.node_rows(efa=False, validation=True, part=steps.Part.VALIDATION),
     ]
+    width = max(len(row.suffix) for row in rows)
     lines = [f"{ROOT_LINE:<40} <node>"]
     for row in rows:
-        lines.append(f"  -> <node>-{row.suffix:<16} {row.summary}")
+        lines.append(f"  -> <node>-{row.suffix:<{width}} {row.summary}")
     return "\n".join(lines)
 
 
@@ -57,32 +61,41 @@ def readme_block() -> str:
 def policy_chain() -> str:
     """The pack's copy of the names it checks."""
     join = steps.JOIN
+    on_the_node = (steps.Where.MACHINE, steps.Where.NODE)
     before_join = [
         row.suffix
-        for row in steps.NODE_STEPS[: steps.NODE_STEPS.index(join)]
-        if row.runs_on is steps.Where.NODE and row.when is steps.When.EVERY_NODE
+        for row in (*steps.FIRST_CONTACT, *steps.NODE_STEPS[: steps.NODE_STEPS.index(join)])
+        if row.runs_on in on_the_node and row.when is steps.When.EVERY_NODE
     ]
     secret = sorted({row.suffix for row in steps.ALL_STEPS if row.secret_stdout})
     return (
         '"""Names of the node chain, generated from components/hosts/steps.py by\n'
         "`python -m tools.step_table --write` (the pack's virtualenv has no copy of the program):\n"
         'do not edit."""\n\n'
-        f"JOIN = {_py(join.suffix)}\n"
-        "# The node's own steps its join waits for, in chain order.\n"
-        f"JOIN_FOLLOWS = {_py(before_join)}\n"
-        f"VALIDATION_JOB = {_py(steps.VALIDATION_JOB.suffix)}\n"
+        f"{_assign('JOIN', join.suffix)}"
+        "# The node's own steps its join waits for, in chain order: its first contact (host-key\n"
+        "# rotation, scripts' copy), then the steps on the node.\n"
+        f"{_assign('JOIN_FOLLOWS', before_join)}"
+        f"{_assign('VALIDATION_JOB', steps.VALIDATION_JOB.suffix)}"
         "# Steps whose stdout is a credential (a token, a kubeconfig).\n"
-        f"SECRET_OUTPUT = {_py(secret)}\n"
+        f"{_assign('SECRET_OUTPUT', secret)}"
     )
 
 
-def _py(value: str | list[str]) -> str:
-    """A string or a tuple of strings as ruff's formatter writes it."""
+# ruff's line length (pyproject.toml [tool.ruff]).
+LINE_LENGTH = 100
+
+
+def _assign(name: str, value: str | list[str]) -> str:
+    """`name = value` (a string, or a tuple of strings) as ruff's formatter writes it: a tuple
+    too long for one line has one item a line, each with a trailing comma."""
     if isinstance(value, str):
-        return json.dumps(value)
-    return (
-        "(" + ", ".join(json.dumps(item) for item in value) + ("," if len(value) == 1 else "") + ")"
-    )
+        return f"{name} = {json.dumps(value)}\n"
+    items = [json.dumps(item) for item in value]
+    line = f"{name} = (" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+    if len(line) <= LINE_LENGTH:
+        return line + "\n"
+    return f"{name} = (\n" + "".join(f"    {item},\n" for item in items) + ")\n"
 
 
 def _with_readme_block(text: str) -> str:

@@ -99,6 +99,13 @@ def kind_of(resource: Resource) -> str:
         f"-{steps.JOIN_TOKEN.suffix}"
     ):
         return steps.JOIN_TOKEN.suffix
+    # A machine's first contact (the step table's FIRST_CONTACT rows), whatever its role.
+    if resource.type == "command:local:Command" and resource.name.endswith(
+        f"-{steps.HOST_KEY_ROTATION.suffix}"
+    ):
+        return steps.HOST_KEY_ROTATION.suffix
+    if resource.type == "command:remote:CopyToRemote":
+        return steps.SCRIPTS.suffix
     if resource.type == "command:remote:Command":
         chain = _type_chain(resource)
         for component, prefix in (("ControlPlaneImage", "cp-image"), ("GpuImage", "image")):

@@ -24,6 +24,7 @@ import pulumi_command as command
 import pulumi_tls as tls
 import yaml
 
+from components.hosts import steps
 from components.hosts.rendering import SCRIPTS_DIR, strip_comments
 
 # What the provider stores as `userData` for a machine booted without user data: nothing, or the
@@ -130,12 +131,14 @@ def pinned(
     return pulumi.Output.unsecret(pulumi.Output.all(instance.user_data, instance.id).apply(choose))
 
 
-ROTATION = "host-key-rotation"
-# The local half (where `pulumi up` runs) and the host half of a rotation.
-LOCAL_SCRIPT = SCRIPTS_DIR.parent / "local" / "rotate-host-key.sh"
-HOST_SCRIPT = "rotate-host-key.sh"
+# The step table's first row of every machine the stack creates (components/hosts/steps.py).
+ROTATION = steps.HOST_KEY_ROTATION.suffix
+# The host half of a rotation, and its local half (where `pulumi up` runs), of the same name.
+HOST_SCRIPT = steps.HOST_KEY_ROTATION.script
+assert HOST_SCRIPT is not None
+LOCAL_SCRIPT = SCRIPTS_DIR.parent / "local" / HOST_SCRIPT
 # A fresh GPU machine can take many minutes to open SSH (the local script's dial budget).
-ROTATION_TIMEOUT_SECONDS = 30 * 60
+ROTATION_TIMEOUT_SECONDS = steps.HOST_KEY_ROTATION.timeout_seconds
 
 
 @dataclass(frozen=True)
@@ -150,6 +153,14 @@ class Reach:
     bastion: Any = None  # settings.Bastion
 
 
+@dataclass(frozen=True)
+class Rotation:
+    """`<machine>-host-key-rotation` and the public host key it read back."""
+
+    command: command.local.Command
+    public_key: pulumi.Output[str]
+
+
 def rotated(
     machine: str,
     instance: aws.ec2.Instance,
@@ -157,9 +168,9 @@ def rotated(
     reach: Reach,
     *,
     parent: pulumi.Resource,
-) -> pulumi.Output[str]:
+) -> Rotation:
     """`<machine>-host-key-rotation`: dial `instance` pinning `boot_key` (the generated key it
-    booted with, or `hostKeys.<instance id>`), replace its host key there, and return the new
+    booted with, or `hostKeys.<instance id>`), replace its host key there, and read back the new
     public key, which every later step pins. Replaced with the machine (its instance id); its
     update only repeats what it read (PULUMI_COMMAND_STDOUT), so no change of address, login
     key or bastion ever offers the boot key to anyone again."""
@@ -180,7 +191,7 @@ def rotated(
             PROXY_HOST_KEY=bastion.host_key or "",
         )
     rotation = command.local.Command(
-        f"{machine}-{ROTATION}",
+        steps.HOST_KEY_ROTATION.resource_name(machine),
         create=f"bash {LOCAL_SCRIPT.relative_to(SCRIPTS_DIR.parents[2])}",
         update="printf '%s\\n' \"$PULUMI_COMMAND_STDOUT\"",
         stdin=strip_comments((SCRIPTS_DIR / HOST_SCRIPT).read_text()),
@@ -196,7 +207,7 @@ def rotated(
             ),
         ),
     )
-    return pulumi.Output.unsecret(rotation.stdout.apply(_last_key_line))
+    return Rotation(rotation, pulumi.Output.unsecret(rotation.stdout.apply(_last_key_line)))
 
 
 def _key_line(value: str | None) -> str:

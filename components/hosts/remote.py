@@ -22,7 +22,15 @@ from pydantic import SecretStr
 from components.aws.machines import authorized_keys
 from components.hosts import bundle, host_keys
 from components.hosts.rendering import render_inputs, stripped_script
-from components.hosts.steps import Identity, OnUpdate, Step, Where, host_scripts
+from components.hosts.steps import (
+    HOST_KEY_ROTATION,
+    SCRIPTS,
+    Identity,
+    OnUpdate,
+    Step,
+    Where,
+    host_scripts,
+)
 from components.settings import Bastion, Settings, Ssh
 
 # Fresh GPU instances can take minutes before sshd answers; a step without a delete hook keeps
@@ -39,8 +47,8 @@ KILL_AFTER_SECONDS = 30
 DELETE_TIMEOUT_SECONDS = 10 * 60
 DELETE_MARKER = "GPU_CLUSTER_SCRIPT"
 NO_OP = "true"
-# The first dial of a fresh machine and the copy of its scripts.
-COPY_TIMEOUT_SECONDS = 30 * 60
+# The copy of a host's scripts (its first dial, on a host the stack did not create).
+COPY_TIMEOUT_SECONDS = SCRIPTS.timeout_seconds
 
 
 @dataclass(frozen=True)
@@ -53,6 +61,9 @@ class Host:
     _connection: dict[str, Any] = field(repr=False)
     _proxy: dict[str, Any] | None = field(default=None, repr=False)
     role: Where = Where.NODE
+    # The first contact of a machine the stack created (`<host>-host-key-rotation`); None for
+    # a host pinned from config.
+    rotation: pulumi.Resource | None = field(default=None, repr=False, compare=False)
     # The host's copy of its scripts, made with its first step (`scripts`).
     _copy: list[command.remote.CopyToRemote] = field(
         default_factory=list, repr=False, compare=False
@@ -89,7 +100,7 @@ class Host:
             files = self.bundle
             self._copy.append(
                 command.remote.CopyToRemote(
-                    f"{self.name}-scripts",
+                    SCRIPTS.resource_name(self.name),
                     connection=self.connection(DIAL_FOREVER),
                     source=pulumi.FileArchive(files.local_dir()),
                     remote_path=bundle.REMOTE_DIR,
@@ -106,6 +117,13 @@ class Host:
                 )
             )
         return self._copy[0]
+
+    def first_contact(self, parent: pulumi.Resource) -> dict[str, pulumi.Resource]:
+        """The resources of the step table's first-contact rows on this host, by suffix: its
+        host-key rotation (a machine the stack created) and the copy of its scripts (made
+        now with `parent` if no step made it yet)."""
+        found = {} if self.rotation is None else {HOST_KEY_ROTATION.suffix: self.rotation}
+        return {**found, SCRIPTS.suffix: self.scripts(parent)}
 
     def args(self, dial_error_limit: int) -> command.remote.ConnectionArgs:
         """The connection as pulumi-command's `ConnectionArgs` (its defaults filled in), Outputs
@@ -210,10 +228,11 @@ def ssh_host(
     host_key: pulumi.Input[str | None] | None,
     user: str | None = None,
     role: Where = Where.NODE,
+    rotation: pulumi.Resource | None = None,
 ) -> Host:
     """How to reach `name` at `address`, a host of `role` (which scripts it gets); `host_key`
     (an authorized_keys line) is the key it must present, None only where none is known (a
-    warning says so)."""
+    warning says so); `rotation`: the first contact that read that key, if any."""
     ssh = login.ssh
     private_key = pulumi.Output.secret(login.private_key.get_secret_value())
     bastion = login.bastion
@@ -236,7 +255,14 @@ def ssh_host(
     }
     if host_key is not None:
         connection["host_key"] = host_key
-    return Host(name=name, identity=identity, _connection=connection, _proxy=proxy, role=role)
+    return Host(
+        name=name,
+        identity=identity,
+        _connection=connection,
+        _proxy=proxy,
+        role=role,
+        rotation=rotation,
+    )
 
 
 def machine_host(
@@ -260,8 +286,16 @@ def machine_host(
         private_key=pulumi.Output.secret(login.private_key.get_secret_value()),
         bastion=login.bastion,
     )
-    key = host_keys.rotated(name, instance, first, reach, parent=parent)
-    return ssh_host(name, address, login, identity=instance.id, host_key=key, role=role)
+    rotation = host_keys.rotated(name, instance, first, reach, parent=parent)
+    return ssh_host(
+        name,
+        address,
+        login,
+        identity=instance.id,
+        host_key=rotation.public_key,
+        role=role,
+        rotation=rotation.command,
+    )
 
 
 def bounded(command_line: str, seconds: int) -> str:

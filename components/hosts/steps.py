@@ -3,10 +3,11 @@ Kubernetes object), where (the node, the control plane, an image builder), when 
 pools only, a roll only, with validation), after which rows, what replaces it (`identity`: its
 `triggers`), what an update does, what undoes it, and whether it disrupts GPU work.
 
-GpuNode, the validation and the roll build their resources from these rows (`<owner>-<suffix>`);
-the timeline, the policy pack's generated copy, the README's chain and the tests read them. A
-new step is a new row plus its script. Why: docs/decisions/004-steps-are-replaced-only-by-
-identity.md.
+Every machine the stack creates starts with the first-contact rows (its host-key rotation, then
+the copy of its scripts); GpuNode, the validation and the roll build the node rows after them
+(`<owner>-<suffix>`); the timeline, the policy pack's generated copy, the README's chain and the
+tests read them. A new step is a new row plus its script. Why: docs/decisions/004-steps-are-
+replaced-only-by-identity.md, 041-a-host-key-only-its-host-can-use.md.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ class Where(enum.Enum):
     CONTROL_PLANE = "control-plane"
     IMAGE_BUILDER = "image-builder"  # the machine a baked GPU image is made on
     KUBERNETES = "kubernetes"  # an object the Kubernetes provider creates, not a host step
+    # Every machine the stack creates (a GPU node, the managed control plane, an image builder),
+    # first, from where `pulumi up` runs: before the host has its scripts (in no bundle).
+    MACHINE = "machine"
 
 
 class OnUpdate(enum.Enum):
@@ -62,9 +66,10 @@ INSTANCE = "instance"
 
 @dataclass(frozen=True)
 class Step:
-    """One row: a host step (its script, host and bound), or a Kubernetes object of the chain
-    (`script` None). Node rows also say when they apply, which rows they follow, and whether a
-    baked image already holds their work (`in_image`: its nodes only verify)."""
+    """One row: a host step (its script, host and bound), or a Kubernetes object of the chain or
+    the copy of a host's scripts (`script` None). Node rows also say when they apply, which rows
+    they follow, and whether a baked image already holds their work (`in_image`: its nodes only
+    verify)."""
 
     suffix: str
     script: str | None
@@ -87,6 +92,32 @@ class Step:
 
 MINUTE = 60
 
+# ---------------------------------------------------------------- first contact, in order
+# Every machine the stack creates runs these after its instance and before any row of its role
+# (components/hosts/remote.py `machine_host`, `Host.scripts`). Hosts it did not create (an
+# existing control plane) are pinned from config and get only the copy.
+
+HOST_KEY_ROTATION = Step(
+    "host-key-rotation",
+    "rotate-host-key.sh",  # sent on stdin by a local Command (components/hosts/local/)
+    Where.MACHINE,
+    30 * MINUTE,  # the local script's dial budget: a fresh GPU machine opens SSH late
+    after=(INSTANCE,),
+    # Its update repeats the key it read (PULUMI_COMMAND_STDOUT) and dials nothing: the boot
+    # key is never offered again (components/hosts/host_keys.py).
+    on_update=OnUpdate.NOTHING,
+    summary="the first dial checks the boot host key and replaces it; later steps pin the new one",
+)
+SCRIPTS = Step(
+    "scripts",
+    None,  # a CopyToRemote of the host's bundle (components/hosts/bundle.py)
+    Where.MACHINE,
+    30 * MINUTE,
+    after=(HOST_KEY_ROTATION.suffix,),
+    summary="the host's scripts, copied once over SFTP; each step runs its own by digest",
+)
+FIRST_CONTACT: tuple[Step, ...] = (HOST_KEY_ROTATION, SCRIPTS)
+
 # ---------------------------------------------------------------- GPU node chain, in order
 
 WAIT_READY = Step(
@@ -94,7 +125,7 @@ WAIT_READY = Step(
     "wait-ready.sh",
     Where.NODE,
     20 * MINUTE,
-    after=(INSTANCE,),
+    after=(SCRIPTS.suffix,),
     in_image=True,
     summary="OS ready: cloud-init done, apt free; the login user's authorized keys",
 )
@@ -313,6 +344,7 @@ EXISTING_CONTROL_PLANE_STEPS: tuple[Step, ...] = (
 )
 
 ALL_STEPS: tuple[Step, ...] = (
+    *FIRST_CONTACT,
     *NODE_ROWS,
     *MANAGED_CONTROL_PLANE_STEPS,
     CP_VERSION_SKEW,
@@ -335,9 +367,10 @@ def node_rows(*, efa: bool, validation: bool, part: Part | None = None) -> tuple
 
 def follows(step: Step, registered: tuple[Step, ...]) -> tuple[str, ...]:
     """The suffixes (or INSTANCE) of the registered rows `step` waits for: its `after`, each row
-    that is not registered replaced by what that row follows in turn."""
-    present = {row.suffix for row in registered}
-    by_suffix = {row.suffix: row for row in NODE_ROWS}
+    that is not registered replaced by what that row follows in turn. The first-contact rows
+    are always registered: every node is a machine the stack creates."""
+    present = {row.suffix for row in (*FIRST_CONTACT, *registered)}
+    by_suffix = {row.suffix: row for row in (*FIRST_CONTACT, *NODE_ROWS)}
     found: list[str] = []
     for name in step.after:
         if name == INSTANCE or name in present:
@@ -347,8 +380,13 @@ def follows(step: Step, registered: tuple[Step, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(found))
 
 
+def first_contact_chain() -> tuple[str, ...]:
+    """The suffixes of what every machine the stack creates runs first, after its instance."""
+    return tuple(step.suffix for step in FIRST_CONTACT)
+
+
 def node_chain() -> tuple[str, ...]:
-    """The suffixes of a GPU node's own chain after its instance, in chain order."""
+    """The suffixes of a GPU node's own chain after its first contact, in chain order."""
     return tuple(step.suffix for step in NODE_STEPS)
 
 
@@ -358,9 +396,9 @@ def validation_chain() -> tuple[str, ...]:
 
 
 def node_steps_in_first_up() -> tuple[Step, ...]:
-    """The node chain as a new node's first `up` does work in it (the README's chain): without
-    the rows that act on a joined node only."""
-    return tuple(step for step in NODE_STEPS if step.when is not When.ROLL_ONLY)
+    """The node chain as a new node's first `up` does work in it (the README's chain): its first
+    contact, then its own rows without those that act on a joined node only."""
+    return (*FIRST_CONTACT, *(step for step in NODE_STEPS if step.when is not When.ROLL_ONLY))
 
 
 def host_scripts(where: Where) -> tuple[str, ...]:

@@ -3,8 +3,17 @@
 do not edit."""
 
 JOIN = "join"
-# The node's own steps its join waits for, in chain order.
-JOIN_FOLLOWS = ("wait-ready", "nouveau", "driver", "runtime", "kube-tools")
+# The node's own steps its join waits for, in chain order: its first contact (host-key
+# rotation, scripts' copy), then the steps on the node.
+JOIN_FOLLOWS = (
+    "host-key-rotation",
+    "scripts",
+    "wait-ready",
+    "nouveau",
+    "driver",
+    "runtime",
+    "kube-tools",
+)
 VALIDATION_JOB = "validation-job"
 # Steps whose stdout is a credential (a token, a kubeconfig).
 SECRET_OUTPUT = ("join-token", "kubeconfig", "operator-kubeconfig")

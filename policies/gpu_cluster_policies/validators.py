@@ -745,10 +745,16 @@ def check_control_plane_protected(resource: Resource, config: Config) -> list[st
 
 def check_join_ordering(resources: Sequence[Resource], config: Config) -> list[tuple[str, str]]:
     """Every `<node>-join` waits, directly or through other steps, for the node's own steps
-    before it in the chain (`chain.JOIN_FOLLOWS`: the driver and runtime among them): joining a
-    node whose GPUs or runtime are not ready admits a broken node."""
+    before it in the chain (`chain.JOIN_FOLLOWS`: its host-key rotation, a local command, and
+    its scripts' copy first, the driver and runtime among the rest): joining a node whose GPUs
+    or runtime are not ready admits a broken node, and one whose boot host key is still in
+    place hands the token to whoever holds that key."""
     by_urn = {r.urn: r for r in resources}
-    commands = {r.name: r for r in resources if r.resource_type == REMOTE_COMMAND}
+    commands = {
+        r.name: r
+        for r in resources
+        if r.resource_type in (REMOTE_COMMAND, REMOTE_COPY, LOCAL_COMMAND)
+    }
 
     def ancestors(resource: Resource) -> set[str]:
         seen: set[str] = set()
@@ -762,7 +768,7 @@ def check_join_ordering(resources: Sequence[Resource], config: Config) -> list[t
 
     found = []
     for name, join in sorted(commands.items()):
-        if not name.endswith(f"-{chain.JOIN}"):
+        if join.resource_type != REMOTE_COMMAND or not name.endswith(f"-{chain.JOIN}"):
             continue
         node = name.removesuffix(f"-{chain.JOIN}")
         upstream = ancestors(join)

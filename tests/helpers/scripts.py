@@ -15,6 +15,7 @@ from tools.harness.stacks import STACKS, run_program, stack_file
 INPUT_LINE = re.compile(r"^#   ([A-Z][A-Z0-9_]*)\s+(.*)$")
 CONTINUATION = re.compile(r"^#\s{4,}(\S.*)$")
 REQUIRED_UNLESS = re.compile(r"required unless ([A-Z][A-Z0-9_]*)=(\S+?)\)")
+NO_INPUTS = "# Inputs: none."
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,16 @@ def header_inputs(script: str) -> dict[str, Input]:
         else:
             current = None
     return {name: Input(name, " ".join(text)) for name, text in found.items()}
+
+
+def declares_no_inputs(script: str) -> bool:
+    """The script's header says it takes no inputs (`# Inputs: none.`)."""
+    for line in (SCRIPTS_DIR / script).read_text().splitlines()[1:]:
+        if not line.startswith("#"):
+            return False
+        if line.startswith(NO_INPUTS):
+            return True
+    return False
 
 
 def rendered_params(program: str) -> tuple[str, dict[str, str]]:

@@ -16,8 +16,10 @@ from typing import Any
 
 from components.hosts import steps
 
-# The steps of every GPU node after its instance, in contract order (resource `<node>-<step>`),
-# then the validation steps when validation is enabled: from the step table.
+# What every machine the stack creates runs first, after its instance (resource
+# `<machine>-<step>`), then the steps of every GPU node, in contract order, then the validation
+# steps when validation is enabled: from the step table.
+FIRST_CONTACT_CHAIN = steps.first_contact_chain()
 HOST_CHAIN = steps.node_chain()
 VALIDATION_CHAIN = steps.validation_chain()
 

@@ -6,7 +6,8 @@
 # Sent as stdin over the one connection that pins the boot key (components/hosts/host_keys.py),
 # before the host has its scripts, so it stands alone (no lib/common.sh).
 #
-# Inputs: none. Needs root (sudo bash -s).
+# Inputs: none. The program sends this file alone, with no parameters, and `sudo` drops the
+# environment. Needs root (sudo bash -s).
 set -Eeuo pipefail
 
 SSH_DIR=/etc/ssh
