@@ -13,7 +13,7 @@ from functools import cache
 
 import pytest
 
-from components.control_plane import API_PORT, parse_ca_cert_hash
+from components.control_plane import API_PORT, ETCD_PORTS, parse_ca_cert_hash
 from components.hosts import bundle
 from components.hosts.rendering import available_scripts
 from components.settings.load import ConfigError
@@ -192,10 +192,20 @@ def test_managed_api_security_group_is_the_vpc_and_the_allowed_ranges_only():
     graph = stack_graph("dev")
     group = graph.named("dev-gpu-api")
     rules = unwrap(group.inputs["ingress"])
-    assert {(r["fromPort"], r["toPort"], r["protocol"]) for r in rules} == {(6443, 6443, "tcp")}, (
-        f"{group.urn}: opens more than the API port: {rules}"
+    # etcd shares this group, open to the group itself only (decision 038): no address range
+    # reaches it, the control plane's own machines do.
+    etcd = [r for r in rules if (r["fromPort"], r["toPort"]) == ETCD_PORTS]
+    assert len(etcd) == 1 and etcd[0]["protocol"] == "tcp" and etcd[0].get("self") is True, (
+        f"{group.urn}: etcd not from the control plane's own group: {etcd}"
     )
-    sources = sorted(c for r in rules for c in r["cidrBlocks"])
+    assert not etcd[0].get("cidrBlocks") and not etcd[0].get("securityGroups"), (
+        f"{group.urn}: etcd open to more than the control plane: {etcd}"
+    )
+    api = [r for r in rules if r not in etcd]
+    assert {(r["fromPort"], r["toPort"], r["protocol"]) for r in api} == {(6443, 6443, "tcp")}, (
+        f"{group.urn}: opens more than the API port and etcd: {rules}"
+    )
+    sources = sorted(c for r in api for c in r["cidrBlocks"])
     assert sources == ["10.42.0.0/16", "203.0.113.0/24"], f"{group.urn}: API sources {sources}"
     machine = graph.named("dev-gpu-control-plane")
     groups = unwrap(machine.inputs["vpcSecurityGroupIds"])
@@ -211,7 +221,8 @@ def test_managed_api_without_allowed_ranges_is_vpc_only():
     """Behind a bastion the operator works from inside the VPC: no outside range is needed."""
     graph = run_program("prod", config={"controlPlane": {"mode": "managed", "apiAllowedCidrs": []}})
     group = graph.named("prod-gpu-api")
-    sources = [c for r in unwrap(group.inputs["ingress"]) for c in r["cidrBlocks"]]
+    # The etcd rule admits the group itself, no range (decision 038).
+    sources = [c for r in unwrap(group.inputs["ingress"]) for c in r.get("cidrBlocks", [])]
     assert sources == ["10.0.0.0/16"], f"{group.urn}: API open to {sources}"
 
 
@@ -269,7 +280,13 @@ def test_managed_kubeconfig_address_follows_how_the_operator_connects():
                 "create": False,
                 "vpcId": "vpc-0a1b2c3d4e5f60718",
                 "subnetIds": ["subnet-0a1b2c3d4e5f60711"],
-                "bastion": {"host": "198.51.100.7"},
+                # A bastion the stack did not create: its host key and, named by a public
+                # address, its security group are required (decisions 038, 041).
+                "bastion": {
+                    "host": "198.51.100.7",
+                    "hostKey": _prod_bastion()["hostKey"],
+                    "securityGroupId": _prod_bastion()["securityGroupId"],
+                },
             }
         },
     )
@@ -338,6 +355,7 @@ def test_existing_mode_user_override_and_kubelet_clients():
                 "host": "10.20.1.10",
                 "endpoint": "10.20.1.10:6443",
                 "user": "admin",
+                "hostKey": _prod_host_key(),
             }
         },
     )
@@ -354,6 +372,7 @@ def test_existing_mode_user_override_and_kubelet_clients():
                 "mode": "existing",
                 "host": "cp.internal.example",
                 "endpoint": "api.internal.example:6443",
+                "hostKey": _prod_host_key(),
             }
         },
     )
@@ -373,6 +392,7 @@ def test_existing_mode_kubelet_clients_prefer_the_private_address():
                 "mode": "existing",
                 "host": "198.51.100.20",
                 "endpoint": "10.20.1.10:6443",
+                "hostKey": _prod_host_key(),
             }
         },
     )
@@ -402,6 +422,16 @@ def _prod_network() -> dict:
     from tools.harness.stacks import stack_file
 
     return dict(stack_file("prod")["gpu-cluster:network"])
+
+
+def _prod_bastion() -> dict:
+    return dict(_prod_network()["bastion"])
+
+
+def _prod_host_key() -> str:
+    """The existing control plane's host key from prod's stack file: required in config for a
+    host the stack did not create (decision 041)."""
+    return stack_file("prod")["gpu-cluster:controlPlane"]["hostKey"]
 
 
 def test_existing_mode_with_a_newer_kubelet_still_registers_the_skew_check_first():

@@ -12,6 +12,7 @@ from components.kube import manifests
 from components.kube.device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
 from components.labels import GPU_PRESENT_LABEL
 from components.settings import DevicePlugin, Taint, TimeSlicing
+from components.settings.constants import DEVICE_PLUGIN_DIGESTS
 from tools.harness.graph import Graph, Resource
 from tools.harness.stacks import STACKS, run_program, stack_file
 
@@ -78,10 +79,13 @@ def test_daemon_set_follows_upstream_manifest(stack):
     ds = g.named(DAEMON_SET)
     inputs = ds.plain_inputs()
     spec = pod_spec(ds)
-    version = stack_file(stack).get("gpu-cluster:devicePlugin", {}).get("version", "v0.20.0")
+    configured = stack_file(stack).get("gpu-cluster:devicePlugin", {})
+    version = configured.get("version", "v0.20.0")
+    # It runs with SYS_ADMIN: pulled by digest, the tag kept in the reference (decision 039).
+    digest = configured.get("imageDigest") or DEVICE_PLUGIN_DIGESTS[version]
     (container,) = spec["containers"]
     assert container["name"] == "nvidia-device-plugin-ctr", f"{ds.urn}: {container['name']}"
-    assert container["image"] == f"nvcr.io/nvidia/k8s-device-plugin:{version}", (
+    assert container["image"] == f"nvcr.io/nvidia/k8s-device-plugin:{version}@{digest}", (
         f"{ds.urn}: image {container['image']}"
     )
     assert {"name": "FAIL_ON_INIT_ERROR", "value": "false"} in container["env"], f"{ds.urn}"
@@ -156,10 +160,13 @@ def test_config_change_rolls_the_daemon_set():
 
 
 def test_version_override_changes_the_image():
-    g = run_program("dev", config={"devicePlugin": {"version": "v0.17.1"}})
+    # A release the program has no digest for needs its own (decision 039); a made-up one
+    # serves here, nothing is pulled.
+    digest = "sha256:" + "17" * 32
+    g = run_program("dev", config={"devicePlugin": {"version": "v0.17.1", "imageDigest": digest}})
     ds = g.named(DAEMON_SET)
     image = pod_spec(ds)["containers"][0]["image"]
-    assert image == "nvcr.io/nvidia/k8s-device-plugin:v0.17.1", f"{ds.urn}: {image}"
+    assert image == f"nvcr.io/nvidia/k8s-device-plugin:v0.17.1@{digest}", f"{ds.urn}: {image}"
 
 
 def test_explicit_pool_taints_give_exact_tolerations():

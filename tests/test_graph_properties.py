@@ -5,6 +5,9 @@ machines, secrets kept secret (README: Architecture; components/hosts/steps.py).
 Hypothesis draws whole valid configurations (either control-plane mode, a created or an existing
 VPC, a bastion or not, one to three pools of any catalog type and a driver branch that supports
 it, MIG or time slicing, validation on or off), runs the real program and checks every rule.
+Valid means what the settings accept: a host the stack did not create (an existing control
+plane, a bastion) comes with its host key, a bastion named by a public address with its
+security group (decisions 038, 041), and a managed control plane is sized to its fleet (049).
 """
 
 from __future__ import annotations
@@ -15,7 +18,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from components import catalog
-from components.settings import SUPPORTED_DRIVER_BRANCHES, SUPPORTED_KUBERNETES_MINORS
+from components.settings import (
+    SUPPORTED_DRIVER_BRANCHES,
+    SUPPORTED_KUBERNETES_MINORS,
+    control_plane_size,
+)
+from components.settings.sections import ManagedControlPlane
 from tools.harness.graph import (
     HOST_CHAIN,
     VALIDATION_CHAIN,
@@ -24,9 +32,15 @@ from tools.harness.graph import (
     plain_strings,
     script_params,
 )
-from tools.harness.stacks import TEST_SECRETS, run_program
+from tools.harness.stacks import TEST_SECRETS, run_program, stack_file
 
 DNS = st.from_regex(r"[a-z][a-z0-9]{0,6}", fullmatch=True)
+# Host keys of hosts the stack did not create, required in config (decision 041): the ones
+# prod's stack file pins (any valid key line serves; nothing here dials).
+_PROD = stack_file("prod")
+CONTROL_PLANE_HOST_KEY = _PROD["gpu-cluster:controlPlane"]["hostKey"]
+BASTION_HOST_KEY = _PROD["gpu-cluster:network"]["bastion"]["hostKey"]
+BASTION_SECURITY_GROUP = "sg-0a1b2c3d4e5f60788"
 
 
 def _branches_for(instance_type: str) -> list[str]:
@@ -79,20 +93,35 @@ def stacks(draw):
         subnets = [f"subnet-0a1b2c3d4e5f6071{i}" for i in range(draw(st.integers(1, 3)))]
         config["network"] = {"vpcId": "vpc-0a1b2c3d4e5f60718", "subnetIds": subnets}
         if draw(st.booleans()):  # a bastion reaches into an existing VPC only
-            config["network"]["bastion"] = {"host": "198.51.100.7"}
+            # Named by a public address it needs its security group (SSH is admitted from it;
+            # decision 038); by its private address, the group or that address's /32.
+            host = draw(st.sampled_from(["198.51.100.7", "10.9.0.4"]))
+            bastion = {"host": host, "hostKey": BASTION_HOST_KEY}
+            if host == "198.51.100.7" or draw(st.booleans()):
+                bastion["securityGroupId"] = BASTION_SECURITY_GROUP
+            config["network"]["bastion"] = bastion
     if draw(st.booleans()):
         config["controlPlane"] = {"mode": "managed", "apiAllowedCidrs": ["203.0.113.0/24"]}
+        # Sized to its fleet (decision 049), as an operator would set it: the default machine
+        # unless the drawn fleet needs a larger one (tools.harness.stacks.fleet_config).
+        default = ManagedControlPlane.model_fields["instance_type"].default
+        fleet = sum(pool["count"] for pool in config["nodePools"])
+        size = control_plane_size.instance_size(default)
+        if size is not None and not size.holds(control_plane_size.needed(fleet)):
+            config["controlPlane"]["instanceType"] = control_plane_size.to_use(default, fleet)
     elif "vpcId" in config["network"]:
         config["controlPlane"] = {
             "mode": "existing",
             "host": "10.9.0.5",
             "endpoint": "10.9.0.5:6443",
+            "hostKey": CONTROL_PLANE_HOST_KEY,
         }
     else:  # a VPC the stack creates reaches an existing control plane on a public address
         config["controlPlane"] = {
             "mode": "existing",
             "host": "cp.example.com",
             "endpoint": "cp.example.com:6443",
+            "hostKey": CONTROL_PLANE_HOST_KEY,
         }
     mig = draw(st.sampled_from(["none", "single", "mixed"]))
     replicas = 1 if mig != "none" else draw(st.integers(1, 4))

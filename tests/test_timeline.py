@@ -8,6 +8,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import math
+import re
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -459,24 +460,52 @@ def test_preview_prints_the_recommendation(dev_graph, tmp_path):
     assert f"--parallel {parallelism.recommended_parallelism(nodes)}" in result.text
 
 
-@pytest.mark.parametrize(
-    ("workflow", "job", "marker"),
-    [("pulumi-up.yml", "up", "pulumi up"), ("pull-request.yml", "preview", "pulumi preview")],
-)
-def test_workflows_give_the_engine_a_slot_per_node_before_it_runs(workflow, job, marker):
+_ENGINE_COMMAND = re.compile(r"(^|[\s;&|(])pulumi\s+(up|preview)\b", re.M)
+
+
+def _runs_the_engine(step: dict) -> bool:
+    """A step that runs `pulumi up` or `pulumi preview` against the engine: in its shell, or
+    through pulumi/actions with that command (`tools.preview` runs the program under the SDK's
+    mocks, with no engine, decision 036)."""
+    if _ENGINE_COMMAND.search(str(step.get("run", ""))):
+        return True
+    uses = str(step.get("uses", ""))
+    return uses.startswith("pulumi/actions@") and (step.get("with") or {}).get("command") in (
+        "up",
+        "preview",
+    )
+
+
+def _engine_jobs() -> dict[str, list[dict]]:
     import yaml
 
     from tools.harness.stacks import ROOT
 
-    steps = yaml.safe_load((ROOT / ".github" / "workflows" / workflow).read_text())["jobs"][job][
-        "steps"
-    ]
-    names = [str(step.get("name", "")) for step in steps]
-    sets = [i for i, s in enumerate(steps) if "tools.parallelism" in str(s.get("run", ""))]
-    assert sets, f"{workflow}: no step runs tools.parallelism"
-    assert "PULUMI_PARALLEL=" in steps[sets[0]]["run"] and "GITHUB_ENV" in steps[sets[0]]["run"]
-    runs = [i for i, name in enumerate(names) if name.startswith(marker)]
-    assert runs and min(runs) > sets[0], f"{workflow}: {names}"
+    jobs = {}
+    for path in sorted((ROOT / ".github" / "workflows").glob("*.yml")):
+        for job, spec in (yaml.safe_load(path.read_text()).get("jobs") or {}).items():
+            steps = spec.get("steps") or []
+            if any(_runs_the_engine(step) for step in steps):
+                jobs[f"{path.name}:{job}"] = steps
+    return jobs
+
+
+def test_workflows_give_the_engine_a_slot_per_node_before_it_runs():
+    """Every job that runs the engine (`pulumi up`, `pulumi preview`) sets PULUMI_PARALLEL from
+    tools.parallelism first. Pull requests preview offline (decision 036): no engine, no slot."""
+    jobs = _engine_jobs()
+    assert "pulumi-up.yml:up" in jobs, f"the deploy's `pulumi up` not found among {sorted(jobs)}"
+    assert not any(job.startswith("pull-request.yml:") for job in jobs), (
+        f"a pull request runs the engine (decision 036: it previews offline): {sorted(jobs)}"
+    )
+    for job, job_steps in jobs.items():
+        names = [str(step.get("name", "")) for step in job_steps]
+        sets = [i for i, s in enumerate(job_steps) if "tools.parallelism" in str(s.get("run", ""))]
+        assert sets, f"{job}: no step runs tools.parallelism"
+        run = job_steps[sets[0]]["run"]
+        assert "PULUMI_PARALLEL=" in run and "GITHUB_ENV" in run, f"{job}: {run}"
+        runs = [i for i, step in enumerate(job_steps) if _runs_the_engine(step)]
+        assert min(runs) > sets[0], f"{job}: the engine runs before its slots are set: {names}"
 
 
 @pytest.mark.parametrize("stack", STACKS)

@@ -392,8 +392,10 @@ def _subnets_refused(
 
 
 def _ubuntu_release(pin: str) -> str | None:
-    """The Ubuntu release of a containerd pin like 2.2.1-0ubuntu1~24.04.* (host_pins)."""
-    match = re.search(r"~([0-9]{2}\.[0-9]{2})\.", pin)
+    """The Ubuntu release of a containerd pin: Docker's containerd.io like
+    2.2.1-1~ubuntu.24.04~noble (components/hosts/pins.py, decision 042), or Ubuntu's own like
+    2.2.1-0ubuntu1~24.04.*, which a stack deployed before 042 still holds."""
+    match = re.search(r"~(?:ubuntu\.)?([0-9]{2}\.[0-9]{2})[.~]", pin)
     return match.group(1) if match else None
 
 
