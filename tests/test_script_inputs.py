@@ -38,7 +38,9 @@ def test_the_stacks_run_the_scripts_of_components_scripts():
 @pytest.mark.parametrize("script", sorted(p.name for p in SCRIPTS.glob("*.sh")))
 def test_the_header_lists_every_input_the_code_requires(script):
     inputs = header_inputs(script)
-    assert inputs, f"{script}: no header of inputs"
+    takes_none = "\n# Inputs: none." in (SCRIPTS / script).read_text()
+    assert inputs or takes_none, f"{script}: no header of inputs (nor '# Inputs: none.')"
+    assert not (inputs and takes_none), f"{script}: says it takes no inputs, but lists some"
     for name in sorted(required_by_code(script)):
         assert name in inputs and inputs[name].required, (
             f"{script}: require_vars {name}, but the header does not list it as required"
