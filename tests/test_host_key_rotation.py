@@ -231,6 +231,26 @@ def test_the_host_half_stops_naming_what_failed_and_prints_no_key(tmp_path, swit
         assert "systemctl try-reload-or-restart ssh.service" in result.stderr, result.stderr
 
 
+@needs_sandbox
+@pytest.mark.parametrize(
+    ("failure", "says"),
+    [
+        # Any other command fails: the ERR trap stops the step naming the line and command.
+        ("mktemp() { return 1; }", "[host-key] FAILED: line "),
+    ],
+)
+def test_the_host_half_keeps_the_boot_key_when_it_cannot_make_a_new_one(tmp_path, failure, says):
+    """rotate-host-key.sh removes the boot key only once a new key exists: a failure before
+    that leaves the host reachable with the key its rotation pinned."""
+    sb = Sandbox(tmp_path)
+    sb.write("/etc/ssh/ssh_host_ed25519_key", "BOOT PRIVATE KEY\n", mode=0o600)
+    sb.write("/etc/ssh/ssh_host_ed25519_key.pub", f"{BOOT}\n")
+    result = sb.run_text(f"{failure}\n{script_text(HOST_SCRIPT)}")
+    assert result.returncode == 1 and says in result.stderr, result.stderr
+    assert sb.read("/etc/ssh/ssh_host_ed25519_key.pub").strip() == BOOT
+    assert not result.called("systemctl"), result.commands()
+
+
 def test_the_control_plane_of_an_existing_cluster_is_pinned_from_config_not_rotated():
     graph = run_program("prod")
     key = stack_file("prod")["gpu-cluster:controlPlane"]["hostKey"]

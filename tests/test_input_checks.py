@@ -19,6 +19,7 @@ import pytest
 
 from components.hosts.rendering import SCRIPTS_DIR, render_script
 from tests.helpers.archive import Archive
+from tests.helpers.control_plane_host import CNI
 from tests.sandbox import Sandbox, needs_sandbox
 
 ADMIN_CONF = "/etc/kubernetes/admin.conf"
@@ -42,6 +43,8 @@ BASE: dict[str, dict[str, str]] = {
     },
     "install-cni.sh": {
         "FLANNEL_VERSION": "v0.27.4",
+        # The hash of the manifest the sandbox's curl serves (issue 34).
+        "FLANNEL_MANIFEST_SHA256": CNI["FLANNEL_MANIFEST_SHA256"],
         "POD_SUBNET": "10.244.0.0/16",
         "NODE_NAME": "dev-gpu-control-plane",
     },
@@ -181,7 +184,15 @@ CASES: list[Case] = [
     bad("init-control-plane.sh", "SERVICE_SUBNET", "10.96/12", "SERVICE_SUBNET must be a CIDR"),
     bad("init-control-plane.sh", "NODE_NAME", "CP_1", "NODE_NAME must be a lowercase DNS name"),
     bad("init-control-plane.sh", "CERT_SANS", "10.42.3.7,a b", "CERT_SANS: 'a b' is not an IP"),
-    *missing("install-cni.sh", "FLANNEL_VERSION", "POD_SUBNET", "NODE_NAME"),
+    *missing(
+        "install-cni.sh", "FLANNEL_VERSION", "FLANNEL_MANIFEST_SHA256", "POD_SUBNET", "NODE_NAME"
+    ),
+    bad(
+        "install-cni.sh",
+        "FLANNEL_MANIFEST_SHA256",
+        "sha256:" + "ab" * 32,
+        "FLANNEL_MANIFEST_SHA256 must be 64 hex digits",
+    ),
     bad("install-cni.sh", "FLANNEL_VERSION", "0.27.4", "FLANNEL_VERSION must be a release tag"),
     bad("install-cni.sh", "POD_SUBNET", "10.244.0.0/x", "POD_SUBNET must be a CIDR"),
     Case("install-cni.sh", {}, f"{ADMIN_CONF} not found; run init-control-plane.sh", (ADMIN_CONF,)),

@@ -40,7 +40,12 @@ def test_the_header_lists_every_input_the_code_requires(script):
     """A header of inputs, or one that says there are none (rotate-host-key.sh, sent alone
     before the host has its scripts); either way every input the code requires is listed."""
     inputs = header_inputs(script)
-    assert inputs or declares_no_inputs(script), f"{script}: no header of inputs"
+    assert inputs or declares_no_inputs(script), (
+        f"{script}: no header of inputs (nor '# Inputs: none.')"
+    )
+    assert not (inputs and declares_no_inputs(script)), (
+        f"{script}: says it takes no inputs, but lists some"
+    )
     for name in sorted(required_by_code(script)):
         assert name in inputs and inputs[name].required, (
             f"{script}: require_vars {name}, but the header does not list it as required"

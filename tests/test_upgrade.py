@@ -11,19 +11,35 @@ from __future__ import annotations
 
 import pytest
 
+from components.hosts import steps
+from components.kube.manifests import NODE_CHANGE_ANNOTATION
 from tools import lifecycle
 from tools.harness import deployed
+from tools.harness.graph import Graph, script_params, unwrap
 from tools.harness.identity import VARIANTS
 from tools.harness.stacks import ROOT, STACKS, run_program
 
 DEPLOYED = ROOT / "tests" / "deployed" / "8c2ffef"
 PINNED = [*STACKS, *VARIANTS]
+# A GPU Job's pod template carries its node's roll digest (`CHANGE`, what the node's disruptive
+# steps install): components/kube/validation.py, nccl_efa_validation.py.
+NODE_CHANGE = f"spec.template.metadata.annotations.{NODE_CHANGE_ANNOTATION}"
+JOB = "kubernetes:batch/v1:Job"
+
+
+def _graphs(pinned: str) -> tuple[Graph, Graph]:
+    stack, config = VARIANTS.get(pinned, (pinned, None))
+    return deployed.load(DEPLOYED / f"{pinned}.json.gz"), run_program(stack, config=config)
 
 
 def _plan(pinned: str) -> lifecycle.Plan:
-    stack, config = VARIANTS.get(pinned, (pinned, None))
-    before = deployed.load(DEPLOYED / f"{pinned}.json.gz")
-    return lifecycle.plan(before, run_program(stack, config=config))
+    return lifecycle.plan(*_graphs(pinned))
+
+
+def _roll_digest(graph: Graph, node: str) -> str | None:
+    """The node's `CHANGE`, from its drain step (`<node>-roll-drain` at 8c2ffef)."""
+    names = (steps.DRAIN.resource_name(node), f"{node}-roll-drain")
+    return next((script_params(r)["CHANGE"] for r in graph if r.name in names), None)
 
 
 @pytest.mark.parametrize("pinned", PINNED)
@@ -40,12 +56,47 @@ def test_no_node_is_drained_reset_rejoined_or_revalidated(pinned):
 
 @pytest.mark.parametrize("pinned", PINNED)
 def test_no_machine_or_cluster_object_is_replaced(pinned):
-    plan = _plan(pinned)
-    replaced = [
-        f"{c.name} ({c.type}: {c.reason})"
-        for c in plan.by_action(lifecycle.Action.REPLACE, lifecycle.Action.BLOCKED)
-    ]
-    assert not replaced, f"{pinned}: replaced by the upgrade: {replaced}"
+    """Nothing is replaced but the GPU Jobs of the one roll the CHANGELOG announces (issue 35,
+    "every GPU node rolls once"): what every node's disruptive steps install changed (the
+    runtime's containerd pin for all, GSP and module type on g4dn/g5, the CUDA repository on
+    NVSwitch types, the EFA installer), so every node's roll digest moved, and the Jobs that
+    carry it in their pod template are re-created inside that roll, after the drain: each
+    node's validation Job for its node-change annotation, the NCCL Job replaced with it, and an
+    EFA pool's NCCL-EFA Job for both. Any other reason, object or node fails here."""
+    before, after = _graphs(pinned)
+    plan = lifecycle.plan(before, after)
+    nodes = lifecycle.node_names(before)
+    moved = {
+        node: new
+        for node in nodes
+        if (new := _roll_digest(after, node)) and new != _roll_digest(before, node)
+    }
+    assert sorted(moved) == sorted(nodes), f"{pinned}: nodes that do not roll: {moved.keys()}"
+    validation_jobs = {steps.VALIDATION_JOB.resource_name(node) for node in nodes}
+    replaced = plan.by_action(lifecycle.Action.REPLACE, lifecycle.Action.BLOCKED)
+    replaced_urns = {c.urn for c in replaced}
+    unexplained = []
+    for change in replaced:
+        new = after.by_urn[change.urn]
+        reasons = set(change.reason.split(", "))
+        template = unwrap(new.inputs).get("spec", {}).get("template", {})
+        annotations = template.get("metadata", {}).get("annotations", {})
+        digests = set(annotations.get(NODE_CHANGE_ANNOTATION, "").split())
+        with_replaced = bool(new.replace_with) and set(new.replace_with) <= replaced_urns
+        if (
+            change.action is lifecycle.Action.REPLACE
+            and change.type == JOB
+            and reasons <= {NODE_CHANGE, "replaceWith"}
+            and set(change.changed) <= {NODE_CHANGE}
+            and (NODE_CHANGE not in reasons or (digests and digests <= set(moved.values())))
+            and ("replaceWith" not in reasons or with_replaced)
+        ):
+            continue
+        unexplained.append(f"{change.name} ({change.type}: {change.reason})")
+    assert not unexplained, f"{pinned}: replaced by the upgrade, not by the roll: {unexplained}"
+    # The roll validates every node again: each node's validation Job, for its digest alone.
+    by_node_change = {c.name for c in replaced if c.reason == NODE_CHANGE}
+    assert validation_jobs <= by_node_change, sorted(validation_jobs - by_node_change)
 
 
 def test_the_steps_the_upgrade_drops_run_no_delete_hook():

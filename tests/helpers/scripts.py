@@ -16,6 +16,8 @@ INPUT_LINE = re.compile(r"^#   ([A-Z][A-Z0-9_]*)\s+(.*)$")
 CONTINUATION = re.compile(r"^#\s{4,}(\S.*)$")
 REQUIRED_UNLESS = re.compile(r"required unless ([A-Z][A-Z0-9_]*)=(\S+?)\)")
 NO_INPUTS = "# Inputs: none."
+# "(required with NAME)": only when NAME is given; "(required with NAME=value)": only then.
+REQUIRED_WITH = re.compile(r"required with ([A-Z][A-Z0-9_]*)(?:=([^\s)]+))?")
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,9 @@ class Input:
         unless = REQUIRED_UNLESS.search(self.description)
         if unless and params.get(unless.group(1)) == unless.group(2):
             return False
+        if with_ := REQUIRED_WITH.search(self.description):
+            given = params.get(with_.group(1))
+            return bool(given) if with_.group(2) is None else given == with_.group(2)
         return self.required
 
 

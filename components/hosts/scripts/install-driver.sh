@@ -240,10 +240,11 @@ install_driver_packages() {
 # Kernel and driver move together: unattended-upgrades would install a new kernel (through the
 # flavour metapackages) with no module of this driver, and the next boot would have no GPUs.
 # Hold the installed kernel metapackages, keep unattended-upgrades off kernel and NVIDIA
-# packages (wait-ready.sh did both already on GPU nodes), and check at every boot that the
-# running kernel has a working module.
+# packages (wait-ready.sh did both already on GPU nodes), hold the flavour's module metapackage
+# when a host has it, and check at every boot that the running kernel has a working module.
 keep_kernel_and_driver_together() {
-  keep_kernel_with_the_driver "linux-modules-nvidia-$(nvidia_suffix)-$(kernel_flavour)"
+  keep_kernel_with_the_driver
+  hold_installed "linux-modules-nvidia-$(nvidia_suffix)-$(kernel_flavour)"
   install_boot_check
 }
 

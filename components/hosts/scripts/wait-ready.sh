@@ -163,7 +163,6 @@ hold_the_kernel_until_the_driver() {
     log "not a GPU node: kernel updates left to unattended-upgrades"
     return 0
   fi
-  # shellcheck disable=SC2119 # no packages to hold besides the kernel metapackages
   keep_kernel_with_the_driver
 }
 

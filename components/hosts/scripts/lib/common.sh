@@ -771,21 +771,28 @@ schedule_reboot() {
 
 UNATTENDED_UPGRADES_CONF=/etc/apt/apt.conf.d/51gpu-cluster-kernel-and-driver
 
-# keep_kernel_with_the_driver [pkg...]: unattended-upgrades installs no kernel and no NVIDIA
-# package from now on (they move together, through the nouveau and driver steps), and the
-# installed kernel metapackages (and the pkgs given) are held: a kernel installed without its
-# signed NVIDIA module boots a node with no GPUs.
-keep_kernel_with_the_driver() {
-  local flavour pkg metas=()
-  flavour="$(kernel_flavour)"
-  for pkg in "linux-${flavour}" "linux-image-${flavour}" "linux-headers-${flavour}" "$@"; do
+# hold_installed <pkg>...: hold those of the packages that are installed.
+hold_installed() {
+  local pkg installed=()
+  for pkg in "$@"; do
     if [[ -n "$(installed_version "${pkg}")" ]]; then
-      metas+=("${pkg}")
+      installed+=("${pkg}")
     fi
   done
-  if ((${#metas[@]} > 0)); then
-    apt_hold "${metas[@]}"
+  if ((${#installed[@]} > 0)); then
+    apt_hold "${installed[@]}"
   fi
+}
+
+# keep_kernel_with_the_driver: unattended-upgrades installs no kernel and no NVIDIA package from
+# now on (they move together, through the nouveau and driver steps), and the installed kernel
+# metapackages are held: a kernel installed without its signed NVIDIA module boots a node with
+# no GPUs. (No arguments: the scripts run rendered, without comments, so a shellcheck directive
+# at a call cannot answer for a function that reads arguments only some callers pass.)
+keep_kernel_with_the_driver() {
+  local flavour
+  flavour="$(kernel_flavour)"
+  hold_installed "linux-${flavour}" "linux-image-${flavour}" "linux-headers-${flavour}"
   # Package-Blacklist entries are regular expressions matched at the start of the name
   # (unattended-upgrades, `is_pkgname_in_blacklist`).
   write_file_if_changed "${UNATTENDED_UPGRADES_CONF}" >/dev/null <<'CONF'
