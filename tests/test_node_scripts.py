@@ -33,6 +33,8 @@ from tests.helpers.gpu_host import (
 )
 from tests.sandbox import STUBS_DIR, Sandbox, needs_sandbox, step_stdin
 
+UPSTREAM = STUBS_DIR.parent / "upstream"
+
 CONTROL_PLANE_RUNTIME = {**pins.runtime_params("24.04", "1.35", with_toolkit=False), **FAST}
 KUBE = {"KUBERNETES_MINOR": "1.35", **FAST}
 TOKEN = "abcdef.0123456789abcdef"
@@ -201,8 +203,8 @@ def test_apt_lock_held_past_the_timeout_fails_naming_the_step(sandbox):
     assert result.returncode != 0
     assert "Could not get lock /var/lib/dpkg/lock-frontend" in result.stderr
     # Docker's repository is added first: its apt-get update is the first to wait.
-    assert "[runtime] FAILED at step 1/6 (install containerd), in apt_update" in result.stderr
-    assert "[runtime 1/6] install containerd" in result.stderr
+    assert "[runtime] FAILED at step 1/7 (install containerd), in apt_update" in result.stderr
+    assert "[runtime 1/7] install containerd" in result.stderr
 
 
 @needs_sandbox
@@ -854,9 +856,12 @@ def test_runtime_happy_path(sandbox):
 
 @needs_sandbox
 def test_runtime_never_edits_what_containerd_config_default_prints(sandbox):
-    """containerd 2.x's default config has no SystemdCgroup line (the stub prints it as upstream
-    does): a sed over it changes nothing. The config is written whole instead."""
-    assert "SystemdCgroup" not in (STUBS_DIR / "containerd").read_text().split("<<'TOML'")[1]
+    """containerd's default config is its release's (2.2.1 prints runc's options with
+    SystemdCgroup = false, in go-toml v2's spelling: tests/upstream/): the config is written
+    whole instead of edited from it."""
+    default = (UPSTREAM / "containerd-2.2.1/config-default.toml").read_text()
+    runc = tomllib.loads(default)["plugins"][CRI_RUNTIME]["containerd"]["runtimes"]["runc"]
+    assert runc["options"]["SystemdCgroup"] is False
     result = sandbox.run("install-runtime.sh", RUNTIME)
     assert result.returncode == 0, result.stderr
     assert result.called("containerd", "config", "default") == []
@@ -908,19 +913,46 @@ def test_runtime_refuses_a_containerd_1x(sandbox):
 
 
 @needs_sandbox
-def test_runtime_restarts_containerd_only_when_its_config_changed(sandbox):
-    assert sandbox.run("install-runtime.sh", RUNTIME).returncode == 0
+def test_runtime_restarts_containerd_only_when_what_it_reads_changed(sandbox):
+    """Issue 39, finding 3: nvidia-ctk 1.20.0 rewrites config.toml in go-toml v1's spelling on
+    every run (tests/upstream/nvidia-ctk-1.20.0/config-after.toml), so its bytes change on every
+    run; containerd restarts only when `containerd config dump`, parsed, changed."""
+    first = sandbox.run("install-runtime.sh", RUNTIME)
+    assert first.returncode == 0, first.stderr
+    assert restarts(first) == [["systemctl", "restart", "containerd"]]
+    rewritten = (UPSTREAM / "nvidia-ctk-1.20.0/config-after.toml").read_text()
+    assert sandbox.read("/etc/containerd/config.toml") == rewritten, "not the toolkit's spelling"
     again = sandbox.run("install-runtime.sh", RUNTIME)
-    assert "containerd: no change, not restarting" in again.stderr
-    assert restarts(again) == []
-    sandbox.write("/etc/containerd/config.toml", "version = 2\n")  # someone edited it
+    assert again.returncode == 0, again.stderr
+    assert "/etc/containerd/config.toml: updated" in again.stderr, "the toolkit rewrote it"
+    assert restarts(again) == [], again.stderr
+    assert "containerd: configuration unchanged (`containerd config dump`), not restarting" in (
+        again.stderr
+    )
+    # Edited on disk only: containerd still runs what it read; the step puts the file back.
+    sandbox.write("/etc/containerd/config.toml", "version = 2\n")
     third = sandbox.run("install-runtime.sh", RUNTIME)
     assert third.returncode == 0, third.stderr
-    assert restarts(third) == [["systemctl", "restart", "containerd"]]
+    assert restarts(third) == []
+    assert sandbox.read("/etc/containerd/config.toml") == rewritten
     new_image = {**RUNTIME, "SANDBOX_IMAGE": "registry.k8s.io/pause:3.11"}
     fourth = sandbox.run("install-runtime.sh", new_image)
     assert fourth.returncode == 0, fourth.stderr
     assert restarts(fourth) == [["systemctl", "restart", "containerd"]]
+
+
+@needs_sandbox
+def test_runtime_killed_before_the_restart_restarts_on_the_next_run(sandbox):
+    """A run that changed the config and stopped before restarting containerd (its timeout, a
+    failed restart) leaves containerd on the old config: the next run restarts it."""
+    assert sandbox.run("install-runtime.sh", RUNTIME).returncode == 0
+    new_image = {**RUNTIME, "SANDBOX_IMAGE": "registry.k8s.io/pause:3.11"}
+    sandbox.state("systemctl.fail.restart.containerd", 1)
+    assert sandbox.run("install-runtime.sh", new_image).returncode == 1
+    again = sandbox.run("install-runtime.sh", new_image)
+    assert again.returncode == 0, again.stderr
+    assert restarts(again) == [["systemctl", "restart", "containerd"]]
+    assert restarts(sandbox.run("install-runtime.sh", new_image)) == []
 
 
 @needs_sandbox
@@ -946,10 +978,10 @@ def test_runtime_fails_when_containerd_does_not_come_back(sandbox):
     result = sandbox.run("install-runtime.sh", RUNTIME)
     assert result.returncode != 0
     assert (
-        "[runtime] FAILED at step 4/6 (configure containerd), in restart_if_changed"
+        "[runtime] FAILED at step 5/7 (configure containerd), in configure_containerd"
         in result.stderr
     )
-    assert "[runtime 4/6] configure containerd" in result.stderr
+    assert "[runtime 5/7] configure containerd" in result.stderr
 
 
 @needs_sandbox

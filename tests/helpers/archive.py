@@ -36,6 +36,11 @@ TOOLKIT_PACKAGES = (
     "libnvidia-container1",
 )
 
+# python3-tomli of each release (universe); jammy's python3 (3.10) needs it for TOML.
+PYTHON3_TOMLI = {"22.04": "1.2.2-2", "24.04": "2.0.1-2"}
+# Ubuntu 22.04's python3 is 3.10.12 (jammy-updates python3.10), without tomllib (3.11+).
+PYTHON3_WITHOUT_TOMLLIB = {"22.04"}
+
 # The sources lists the steps write, by what a package came from (the apt-get stub installs a
 # package of a list only after an `apt-get update` read that list).
 DOCKER_LIST = "/etc/apt/sources.list.d/docker.list"
@@ -92,6 +97,7 @@ class Archive:
         archive.containerd_io("2.2.0-2", "2.2.1-1")
         archive.toolkit()
         archive.kubernetes()
+        archive.python3_tomli()
         return archive
 
     @classmethod
@@ -112,6 +118,7 @@ class Archive:
         archive.containerd_io("2.2.0-2", "2.2.1-1", "2.2.2-1")
         archive.toolkit(*TOOLKIT_VERSIONS, "1.21.0-1")
         archive.kubernetes(*KUBE_VERSIONS, "1.35.2-1.1")
+        archive.python3_tomli()
         return archive
 
     # ---- pieces ----------------------------------------------------------------------------
@@ -195,6 +202,11 @@ class Archive:
         for package in ("kubelet", "kubeadm", "kubectl"):
             self.offer(package, *(versions or KUBE_VERSIONS), source=KUBERNETES_LIST)
 
+    def python3_tomli(self) -> None:
+        """The TOML parser for Python < 3.11, universe: 1.2.2-2 on jammy, 2.0.1-2 on noble
+        (packages.ubuntu.com/jammy/python3-tomli, /noble/python3-tomli)."""
+        self.offer("python3-tomli", PYTHON3_TOMLI[self.release])
+
     def _add(self, package: str, version: str, replace: bool) -> None:
         """Add a version (oldest first), or make it the only one."""
         have = [] if replace else (self.sb.state(f"apt.available/{package}") or "").split()
@@ -207,6 +219,8 @@ def gpu_host(sb: Sandbox, release: str = "24.04", gpus: int = 8) -> Sandbox:
     sb.write("/etc/fstab", "LABEL=cloudimg-rootfs\t/\text4\tdiscard,errors=remount-ro\t0 1\n")
     sb.state("modules", "nouveau\n")
     sb.state("nvidia-smi.gpus", gpus)
+    if release in PYTHON3_WITHOUT_TOMLLIB:
+        sb.state("python3.no-tomllib", "yes")
     for part in ("image", "modules", "headers"):
         sb.state(f"dpkg/linux-{part}-{KERNEL}", f"{KERNEL.rsplit('-', 1)[0]}.23")
     return sb

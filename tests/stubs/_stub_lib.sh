@@ -133,3 +133,11 @@ only_root_mapped() {
   read -r _ _ count </proc/self/uid_map
   ((count == 1))
 }
+
+# real_python3: the machine's python3, never a python3 stub in this directory (the stubs' own
+# helpers run on it, whatever Python the simulated host has).
+real_python3() {
+  local stubs
+  stubs="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+  PATH="$(tr ':' '\n' <<<"${PATH}" | grep -vxF "${stubs}" | paste -sd: -)" command -v python3
+}

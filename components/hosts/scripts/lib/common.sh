@@ -321,6 +321,53 @@ LIST
   fi
 }
 
+# ---- TOML -------------------------------------------------------------------------------
+#
+# TOML is read by a TOML parser, never by a pattern: containerd 2.x prints its config through
+# go-toml v2 ('single-quoted' keys and strings, its own order), nvidia-ctk rewrites files through
+# go-toml v1 ("double-quoted"), and a person may write either. The parser is Python's tomllib
+# (3.11+: Ubuntu 24.04's python3 3.12) or, on Ubuntu 22.04 (python3 3.10, no tomllib), tomli
+# from jammy's python3-tomli 1.2.2 (universe), the project tomllib was taken from.
+
+# ensure_toml_parser: python3 can parse TOML (python3-tomli installed where tomllib is missing).
+ensure_toml_parser() {
+  if python3 -c 'import tomllib' 2>/dev/null || python3 -c 'import tomli' 2>/dev/null; then
+    return 0
+  fi
+  log "python3 has no tomllib (Python < 3.11): installing python3-tomli"
+  apt_install python3-tomli >/dev/null
+}
+
+# toml_read get <file> <key>...: the value at that key path as JSON ("x", true, 3), empty when
+# a key is absent; toml_read canonical <file>: the whole document as sorted, compact JSON (two
+# files that mean the same print the same). Fails naming the file when it is not TOML.
+toml_read() {
+  python3 - "$@" <<'PY'
+import json
+import sys
+
+try:
+    import tomllib
+except ModuleNotFoundError:
+    import tomli as tomllib
+
+mode, path, keys = sys.argv[1], sys.argv[2], sys.argv[3:]
+try:
+    with open(path, encoding="utf-8") as f:
+        value = tomllib.loads(f.read())
+except (OSError, tomllib.TOMLDecodeError) as error:
+    sys.exit(f"cannot read {path} as TOML: {error}")
+if mode == "canonical":
+    print(json.dumps(value, sort_keys=True, separators=(",", ":")))
+    sys.exit(0)
+for key in keys:
+    if not isinstance(value, dict) or key not in value:
+        sys.exit(0)
+    value = value[key]
+print(json.dumps(value, sort_keys=True))
+PY
+}
+
 # ---- files, modules, sysctls, services ------------------------------------------
 
 file_hash() {
