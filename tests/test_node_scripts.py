@@ -681,7 +681,47 @@ def test_nouveau_step_after_the_reboot_changes_nothing(sandbox):
     assert not any(
         c.startswith(("update-initramfs", "modprobe", "systemd-run")) for c in commands
     ), f"second run acted: {commands}"
-    assert "nouveau not loaded" in again.stderr
+    assert "nouveau and nova not loaded" in again.stderr
+
+
+@needs_sandbox
+def test_nova_gets_nouveaus_treatment_and_the_driver_loads(sandbox):
+    """Issue 39, finding 4: an HWE kernel of Linux 6.15+ may bind the GPUs with nova_core (and
+    its DRM driver nova) at first boot; Canonical's 580-server packages blacklist nova only once
+    installed. The nouveau step blocklists and unloads them, users first, so nvidia loads."""
+    sandbox.state("modules", "nova_core\nnova\n")
+    result = sandbox.run("disable-nouveau.sh", FAST)
+    assert result.returncode == 0, result.stderr
+    blocklist = sandbox.read("/etc/modprobe.d/blacklist-nouveau.conf").splitlines()
+    for module in ("nova_core", "nova", "nova_drm"):
+        assert f"blacklist {module}" in blocklist and f"alias {module} off" in blocklist
+    commands = result.commands()
+    assert commands.index("modprobe -r nova") < commands.index("modprobe -r nova_core")
+    assert (sandbox.state("modules") or "").split() == []
+    assert sandbox.state("systemd-run.scheduled") is None
+    driver = sandbox.run("install-driver.sh", DRIVER)
+    assert driver.returncode == 0, driver.stderr
+    assert "nvidia" in sandbox.state("modules").split()
+
+
+@needs_sandbox
+def test_nova_core_in_use_reboots_the_host(sandbox):
+    sandbox.state("modules", "nova_core\nnouveau\n")
+    sandbox.state("modprobe.busy.nova_core", "1")
+    result = sandbox.run("disable-nouveau.sh", FAST)
+    assert result.returncode == 0, result.stderr
+    assert "nova_core in use and cannot be unloaded (blocklisted)" in result.stderr
+    assert "rebooting in 5s (nova_core in use)" in result.stderr
+    assert [c for c in result.commands() if c.startswith("systemd-run")], result.commands()
+
+
+@needs_sandbox
+def test_the_driver_step_alone_asks_for_a_reboot_while_nova_core_is_bound(sandbox):
+    sandbox.state("modules", "nova_core\n")
+    sandbox.state("modprobe.busy.nova_core", "1")
+    result = sandbox.run("install-driver.sh", DRIVER)
+    assert result.returncode == 3, result.stderr
+    assert "REBOOT_REQUIRED: nova_core loaded and could not be unloaded" in result.stderr
 
 
 NOUVEAU_KERNEL = {**FAST, "DRIVER_BRANCH": "580", "KERNEL_MODULES": "proprietary"}
@@ -768,7 +808,7 @@ def test_nouveau_that_cannot_be_unloaded_asks_for_a_reboot(sandbox):
     sandbox.state("modprobe.busy.nouveau", "1")
     result = sandbox.run("install-driver.sh", DRIVER)
     assert result.returncode == 3
-    assert "REBOOT_REQUIRED: nouveau is loaded and could not be unloaded" in result.stderr
+    assert "REBOOT_REQUIRED: nouveau loaded and could not be unloaded" in result.stderr
     assert sandbox.exists("/etc/modprobe.d/blacklist-nouveau.conf")
     assert installs(result) == []
     assert result.called("reboot") == []
@@ -1015,7 +1055,7 @@ def test_kube_tools_happy_path(sandbox):
     assert result.returncode == 0, result.stderr
     for pkg in ("kubelet", "kubeadm", "kubectl"):
         assert sandbox.installed(pkg) == "1.35.1-1.1"
-    assert sandbox.held() == {"kubelet", "kubeadm", "kubectl"}
+    assert sandbox.held() == {"kubelet", "kubeadm", "kubectl", "cri-tools"}
     assert sandbox.read("/etc/apt/sources.list.d/kubernetes.list") == (
         "deb [signed-by=/etc/apt/keyrings/kubernetes-apt-keyring.gpg] "
         "https://pkgs.k8s.io/core:/stable:/v1.35/deb/ /\n"
@@ -1031,6 +1071,19 @@ def test_kube_tools_happy_path(sandbox):
     assert sandbox.state("sysctl/net.bridge.bridge-nf-call-iptables") == "1"
     assert result.called("systemctl", "enable", "kubelet")
     assert "[kube-tools 7/7] kubeadm v1.35.1" in result.stderr
+
+
+@needs_sandbox
+def test_kube_tools_install_crictl_at_the_minor(sandbox):
+    """Issue 39, finding 6: kubeadm >= 1.32 no longer pulls cri-tools in (kubernetes/release
+    cmd/krel/templates/latest/metadata.yaml), yet every failure hint names crictl: the step
+    installs it from the minor's repository and holds it."""
+    result = sandbox.run("install-kube-tools.sh", KUBE)
+    assert result.returncode == 0, result.stderr
+    assert sandbox.installed("cri-tools") == "1.35.0-1.1"
+    assert "cri-tools" in sandbox.held()
+    (install,) = installs(result)
+    assert "cri-tools=1.35.*" in install
 
 
 @needs_sandbox

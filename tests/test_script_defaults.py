@@ -268,7 +268,7 @@ def scaled_host(root: Path, scale: str = SCALE) -> Sandbox:
 
 
 def with_kube_packages(sb: Sandbox, version: str = "1.35.1-1.1") -> Sandbox:
-    for pkg in ("kubelet", "kubeadm", "kubectl"):
+    for pkg in ("kubelet", "kubeadm", "kubectl", "cri-tools"):
         sb.state(f"dpkg/{pkg}", version)
         sb.apt_available(pkg, "1.34.3-1.1", "1.35.1-1.1", "1.36.0-1.1")
     sb.state("systemd/kubelet.active", "yes")
@@ -473,7 +473,7 @@ def test_packages_wait_out_a_held_dpkg_lock_and_failed_installs(dev, tmp_path):
     (a mirror mid-sync): the kube-tools step waits for the lock and retries the install."""
     sb = scaled_host(tmp_path)
     sb.write("/etc/os-release", 'NAME="Ubuntu"\nVERSION_ID="24.04"\nID=ubuntu\n')
-    for pkg in ("kubelet", "kubeadm", "kubectl"):
+    for pkg in ("kubelet", "kubeadm", "kubectl", "cri-tools"):
         sb.apt_available(pkg, "1.35.0-1.1", "1.35.1-1.1")
     sb.hold_apt_lock(2)
     sb.state("apt-get.fail.install", 2)

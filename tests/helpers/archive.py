@@ -28,6 +28,9 @@ BRANCH = "580"
 KUBE_VERSIONS = ("1.35.0-1.1", "1.35.1-1.1")
 # Ubuntu's driver packages besides the headless metapackage (one per module type).
 USERSPACE = ("nvidia-kernel-common", "nvidia-utils", "libnvidia-decode", "libnvidia-encode")
+# pkgs.k8s.io's core:/stable:/v<minor> repository: cri-tools is released per minor beside the
+# kubelet (v1.35.0 there as 1.35.0-1.1; one glob pins all four).
+KUBE_PACKAGES = ("kubelet", "kubeadm", "kubectl", "cri-tools")
 TOOLKIT_VERSIONS = ("1.17.8-1", "1.18.0-1", "1.20.0-1")
 TOOLKIT_PACKAGES = (
     "nvidia-container-toolkit",
@@ -199,8 +202,13 @@ class Archive:
             self.offer(package, *(versions or TOOLKIT_VERSIONS), source=TOOLKIT_LIST)
 
     def kubernetes(self, *versions: str) -> None:
-        for package in ("kubelet", "kubeadm", "kubectl"):
-            self.offer(package, *(versions or KUBE_VERSIONS), source=KUBERNETES_LIST)
+        versions = versions or KUBE_VERSIONS
+        for package in KUBE_PACKAGES:
+            if package == "cri-tools":  # its own releases: v1.35.0 for every 1.35 patch
+                offered = sorted({f"{v.rsplit('.', 2)[0]}.0-1.1" for v in versions})
+                self.offer(package, *offered, source=KUBERNETES_LIST)
+            else:
+                self.offer(package, *versions, source=KUBERNETES_LIST)
 
     def python3_tomli(self) -> None:
         """The TOML parser for Python < 3.11, universe: 1.2.2-2 on jammy, 2.0.1-2 on noble

@@ -39,6 +39,9 @@ CONTAINERD = "2.2.1-1~ubuntu.24.04~noble"  # Docker's containerd.io (components/
 # after an `apt-get update` read them).
 NVIDIA_SOURCES = "/etc/apt/sources.list.d/nvidia-container-toolkit.list"
 KUBERNETES_SOURCES = "/etc/apt/sources.list.d/kubernetes.list"
+# pkgs.k8s.io's packages the kube-tools step installs (cri-tools at the same minor).
+KUBE_PACKAGES = ("kubelet", "kubeadm", "kubectl", "cri-tools")
+KUBE_VERSIONS = ("1.35.0-1.1", "1.35.1-1.1")
 CTK_PACKAGES = (
     "nvidia-container-toolkit",
     "nvidia-container-toolkit-base",
@@ -81,8 +84,8 @@ def new_gpu_host(root: Path) -> Sandbox:
     for pkg in CTK_PACKAGES:
         sb.apt_available(pkg, "1.17.8-1", "1.18.0-1", "1.20.0-1")
         sb.state(f"apt.source/{pkg}", NVIDIA_SOURCES)
-    for pkg in ("kubelet", "kubeadm", "kubectl"):
-        sb.apt_available(pkg, "1.35.0-1.1", "1.35.1-1.1")
+    for pkg in KUBE_PACKAGES:
+        sb.apt_available(pkg, *(["1.35.0-1.1"] if pkg == "cri-tools" else KUBE_VERSIONS))
         sb.state(f"apt.source/{pkg}", KUBERNETES_SOURCES)
     return sb
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# disable-nouveau.sh: keep the open-source nouveau driver off the GPUs so the NVIDIA driver can
-# bind them. Blocklists it (rebuilding the initramfs only when the blocklist changed) and unloads
-# it. When it is in use and cannot be unloaded, the host must reboot: this step stops taking new
-# SSH connections, schedules the reboot a few seconds out and succeeds, so the next step (the
-# driver) keeps dialling until the host is back, without nouveau.
+# disable-nouveau.sh: keep the open-source nouveau and nova drivers off the GPUs so the NVIDIA
+# driver can bind them. Blocklists them (rebuilding the initramfs only when the blocklist
+# changed) and unloads them. When one is in use and cannot be unloaded, the host must reboot:
+# this step stops taking new SSH connections, schedules the reboot a few seconds out and
+# succeeds, so the next step (the driver) keeps dialling until the host is back, without them.
 #
 # It also makes sure the host boots a kernel the archive has a signed NVIDIA module for: Ubuntu
 # builds linux-modules-nvidia-<branch>-server[-open]-<kernel> per kernel, and an AMI's kernel
@@ -36,10 +36,10 @@ check_inputs() {
   fi
 }
 
-unload_nouveau_now() {
-  if ! unload_nouveau; then
-    log "nouveau is in use and cannot be unloaded (it stays blocklisted)"
-    REBOOT_REASONS+=("nouveau in use")
+unload_nouveau_and_nova_now() {
+  if ! unload_nouveau_and_nova; then
+    log "${RIVALS_IN_USE[*]} in use and cannot be unloaded (blocklisted)"
+    REBOOT_REASONS+=("${RIVALS_IN_USE[*]} in use")
   fi
 }
 
@@ -125,8 +125,8 @@ main() {
   check_inputs
   make_temp_dir
   run_steps \
-    blocklist_nouveau \
-    unload_nouveau_now \
+    blocklist_nouveau_and_nova \
+    unload_nouveau_and_nova_now \
     move_to_a_kernel_with_an_nvidia_module \
     reboot_if_needed
 }

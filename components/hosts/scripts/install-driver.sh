@@ -24,8 +24,8 @@
 # Expects wait-ready.sh (package lists fresh) and disable-nouveau.sh (nouveau gone, running a
 # kernel the archive has a signed module for) to have run.
 #
-# Exit status 3 with a line "REBOOT_REQUIRED: ..." on stderr: nouveau is loaded and cannot be
-# unloaded, or an older driver's module is in use; reboot the host and run this script again.
+# Exit status 3 with a line "REBOOT_REQUIRED: ..." on stderr: nouveau or nova is loaded and cannot
+# be unloaded, or an older driver's module is in use; reboot the host and run this script again.
 set -Eeuo pipefail
 
 if ! declare -F init_script >/dev/null; then
@@ -219,10 +219,10 @@ PREFERENCES
 # The nouveau step (disable-nouveau.sh) normally did this and rebooted when needed; run alone,
 # this script cannot reboot itself, so it says so.
 block_nouveau() {
-  blocklist_nouveau
-  if ! unload_nouveau; then
-    printf 'REBOOT_REQUIRED: nouveau is loaded and could not be unloaded; %s\n' \
-      "it is blocklisted now, so reboot the host and run install-driver.sh again" >&2
+  blocklist_nouveau_and_nova
+  if ! unload_nouveau_and_nova; then
+    printf 'REBOOT_REQUIRED: %s loaded and could not be unloaded; %s\n' "${RIVALS_IN_USE[*]}" \
+      "blocklisted now, so reboot the host and run install-driver.sh again" >&2
     exit "${EXIT_REBOOT_REQUIRED}"
   fi
 }

@@ -10,6 +10,8 @@
 #   RETRY_MAX_SECONDS          cap on a single retry delay (default 60)
 #   APT_LOCK_TIMEOUT_SECONDS   how long apt waits for the dpkg lock (default 600)
 #   APT_RETRIES                attempts for apt-get update/install (default 3)
+#   DPKG_REPAIR_TIMEOUT_SECONDS  bound on `dpkg --configure -a` after an interrupted dpkg
+#                              (default 900)
 #   CLOUD_INIT_TIMEOUT_SECONDS bound on `cloud-init status --wait` (default 900)
 #   DOWNLOAD_RETRIES           attempts for a download (default 5)
 #   POLL_SECONDS               pause between two looks at the API server (readyz, a
@@ -150,9 +152,30 @@ download() {
 # waits for an answer nobody gives over `sudo bash -s`; NEEDRESTART_MODE=l makes it list
 # the services to restart and restart none (the scripts restart what they changed).
 apt_get() {
+  repair_interrupted_dpkg
   DEBIAN_FRONTEND=noninteractive NEEDRESTART_MODE=l apt-get -q -y \
     -o "DPkg::Lock::Timeout=${APT_LOCK_TIMEOUT_SECONDS:-600}" \
     -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "$@"
+}
+
+# repair_interrupted_dpkg: finish what a killed dpkg left (a step's timeout in the middle of a
+# transaction). Its journal stays in /var/lib/dpkg/updates/, and apt then refuses every install
+# with "dpkg was interrupted, you must manually run 'dpkg --configure -a' to correct the
+# problem." (apt-pkg/deb/debsystem.cc, debSystem::Lock and CheckUpdates: any file there whose
+# name is all digits). So this runs what apt asks for, before apt, bounded and retried (dpkg
+# waits for no lock: it fails at once while another apt holds it).
+repair_interrupted_dpkg() {
+  local entry journal=""
+  for entry in /var/lib/dpkg/updates/*; do
+    if [[ "${entry##*/}" =~ ^[0-9]+$ ]]; then
+      journal="${entry}"
+      break
+    fi
+  done
+  [[ -n "${journal}" ]] || return 0
+  log "dpkg was interrupted (${journal} left behind): running dpkg --configure -a"
+  retry "${APT_RETRIES:-3}" timeout -k 30 "${DPKG_REPAIR_TIMEOUT_SECONDS:-900}" \
+    env DEBIAN_FRONTEND=noninteractive dpkg --force-confdef --force-confold --configure -a >&2
 }
 
 apt_update() {
@@ -440,32 +463,54 @@ ensure_sysctl() {
   fi
 }
 
-# ---- nouveau ------------------------------------------------------------------------
+# ---- nouveau and nova ---------------------------------------------------------------
+#
+# The open-source drivers that bind NVIDIA GPUs before nvidia can: nouveau, and nova: nova_core
+# (Linux 6.15+, drivers/gpu/nova-core) with its DRM driver, built as nova.ko
+# (drivers/gpu/drm/nova/Makefile, `obj-$(CONFIG_DRM_NOVA) += nova.o`) and later as nova-drm.ko
+# (module nova_drm). Ubuntu 26.04's early 7.0 kernels built nova_core (LP #2150845) and it bound
+# Turing, Ampere and Ada GPUs; Canonical's 580-server packages blacklist nova and nova_core
+# (nvidia-graphics-drivers debian/templates/nvidia-graphics-drivers.conf.in, LP #2142443), but
+# only once they are installed. Listed users first: the DRM drivers hold nova_core.
+NVIDIA_RIVALS=(nova_drm nova nova_core nouveau)
+NVIDIA_RIVALS_BLOCKLIST=/etc/modprobe.d/blacklist-nouveau.conf
 
-# blocklist_nouveau: keep nouveau off the GPUs from the next boot on (modprobe.d and the
-# initramfs, which is rebuilt only when the blocklist changed).
-blocklist_nouveau() {
+# blocklist_nouveau_and_nova: keep them off the GPUs from the next boot on (modprobe.d, as
+# Canonical's file words it, and the initramfs, rebuilt only when the blocklist changed).
+blocklist_nouveau_and_nova() {
   local changed
-  changed="$(write_file_if_changed /etc/modprobe.d/blacklist-nouveau.conf <<'CONF'
-# Written by gpu-cluster: the NVIDIA driver needs nouveau unloaded.
+  changed="$(write_file_if_changed "${NVIDIA_RIVALS_BLOCKLIST}" <<'CONF'
+# Written by gpu-cluster: the NVIDIA driver needs nouveau and nova unloaded.
 blacklist nouveau
 options nouveau modeset=0
+blacklist nova_core
+blacklist nova
+blacklist nova_drm
+alias nova_core off
+alias nova off
+alias nova_drm off
 CONF
 )"
   if [[ "${changed}" == changed ]]; then
-    log "rebuilding the initramfs without nouveau"
+    log "rebuilding the initramfs without nouveau and nova"
     timeout -k 30 600 update-initramfs -u >&2
   fi
 }
 
-# unload_nouveau: true when nouveau is not loaded (any more); false when it is in use.
-unload_nouveau() {
-  if ! module_loaded nouveau; then
-    log "nouveau not loaded"
-    return 0
+# unload_nouveau_and_nova: unload whichever of them is loaded. True when none is loaded any
+# more; false when some are in use, named in RIVALS_IN_USE.
+unload_nouveau_and_nova() {
+  local module
+  RIVALS_IN_USE=()
+  for module in "${NVIDIA_RIVALS[@]}"; do
+    module_loaded "${module}" || continue
+    log "unloading ${module}"
+    modprobe -r "${module}" || RIVALS_IN_USE+=("${module}")
+  done
+  if ((${#RIVALS_IN_USE[@]} > 0)); then
+    return 1
   fi
-  log "unloading nouveau"
-  modprobe -r nouveau
+  log "nouveau and nova not loaded"
 }
 
 # ---- control plane ----------------------------------------------------------------
@@ -790,10 +835,10 @@ upgrade_kubeadm_package() {
   log "kubeadm ${found}"
 }
 
-# upgrade_kubelet_package: kubelet and kubectl of KUBERNETES_MINOR, then the kubelet restarted
-# on them.
+# upgrade_kubelet_package: kubelet, kubectl and cri-tools of KUBERNETES_MINOR, then the kubelet
+# restarted on them.
 upgrade_kubelet_package() {
-  apt_install_held "${KUBERNETES_MINOR}.*" kubelet kubectl
+  apt_install_held "${KUBERNETES_MINOR}.*" kubelet kubectl cri-tools
   systemctl daemon-reload
   systemctl restart kubelet
   log "kubelet restarted on ${KUBERNETES_MINOR}"
