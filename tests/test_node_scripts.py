@@ -555,6 +555,10 @@ def test_nvswitch_gen4_gets_nvlsm_libnvsdm_and_ib_umad_before_fabric_manager(san
     assert "libnvsdm=580.95.05-*" in install and "nvlsm=2025.06.4-1" in install
     assert {"libnvsdm", "nvlsm"} <= sandbox.held()
     assert "ib_umad\n" in sandbox.read("/etc/modules-load.d/gpu-cluster-nvlsm.conf")
+    # Issue 39, finding 7: the InfiniBand diagnostics and umad library beside nvlsm, as NVIDIA's
+    # Ubuntu driver container and EKS's AL2023 image install them.
+    assert sandbox.installed("infiniband-diags") == "50.0-2build2"
+    assert sandbox.installed("libibumad3") == "50.0-2build2"
     commands = result.commands()
     assert commands.index("modprobe ib_umad") < commands.index(
         "systemctl enable --now nvidia-fabricmanager"

@@ -39,6 +39,7 @@ TOOLKIT_PACKAGES = (
     "libnvidia-container1",
 )
 
+RDMA_CORE = {"22.04": "39.0-1", "24.04": "50.0-2build2"}
 # python3-tomli of each release (universe); jammy's python3 (3.10) needs it for TOML.
 PYTHON3_TOMLI = {"22.04": "1.2.2-2", "24.04": "2.0.1-2"}
 # Ubuntu 22.04's python3 is 3.10.12 (jammy-updates python3.10), without tomllib (3.11+).
@@ -101,6 +102,7 @@ class Archive:
         archive.toolkit()
         archive.kubernetes()
         archive.python3_tomli()
+        archive.infiniband_tools()
         return archive
 
     @classmethod
@@ -122,6 +124,7 @@ class Archive:
         archive.toolkit(*TOOLKIT_VERSIONS, "1.21.0-1")
         archive.kubernetes(*KUBE_VERSIONS, "1.35.2-1.1")
         archive.python3_tomli()
+        archive.infiniband_tools()
         return archive
 
     # ---- pieces ----------------------------------------------------------------------------
@@ -148,6 +151,12 @@ class Archive:
             self._add(name, version, False)
             self.sb.state(f"apt.source/{name}", CUDA_LIST)
         self.offer("nvlsm", "2025.06.4-1", source=CUDA_LIST)
+
+    def infiniband_tools(self) -> None:
+        """rdma-core's InfiniBand tools in Ubuntu's archive (packages.ubuntu.com: jammy 39.0-1;
+        noble 50.0-2build2, infiniband-diags in universe, libibumad3 in main)."""
+        for name in ("infiniband-diags", "libibumad3"):
+            self.offer(name, RDMA_CORE[self.release])
 
     def kernel(self, kernel: str) -> None:
         """A kernel of the -aws flavour: image, modules, modules-extra, headers."""

@@ -75,6 +75,8 @@ def new_gpu_host(root: Path) -> Sandbox:
         sb.apt_available(pkg, *versions)
         sb.state(f"apt.source/{pkg}", "/etc/apt/sources.list.d/cuda.list")
     sb.apt_available(f"linux-modules-extra-{RUNNING_KERNEL}", "6.8.0-1021.23")
+    for pkg in ("infiniband-diags", "libibumad3"):  # Ubuntu's rdma-core (noble)
+        sb.apt_available(pkg, "50.0-2build2")
     # Docker's repository keeps every containerd.io; a later 2.3 must not be taken by a pinned
     # host (tests/helpers/archive.py builds the same archive for the tests of issue 35).
     sb.apt_available(

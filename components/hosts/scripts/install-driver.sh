@@ -343,10 +343,16 @@ load_driver() {
 
 # NVLSM talks to the NVSwitch trays through the ConnectX ports: gpu-driver-container waits for
 # mlx5_core and ib_umad before it starts fabric manager on NVLink5+ systems, EKS's AMI loads
-# ib_umad at boot. On AWS kernels they may live in linux-modules-extra.
+# ib_umad at boot. On AWS kernels they may live in linux-modules-extra. Beside nvlsm go the
+# InfiniBand diagnostics and the user-space umad library, as NVIDIA's Ubuntu driver container
+# (ubuntu24.04/precompiled/nvidia-driver `nvlink5_pkgs_install`: nvlsm, infiniband-diags) and
+# the EKS AL2023 image (templates/al2023/provisioners/install-nvidia-driver.sh: libibumad,
+# infiniband-diags, nvlsm) install them: Ubuntu's rdma-core names them infiniband-diags and
+# libibumad3, versioned on their own (unpinned, as both install them).
 load_nvlink5_modules() {
   local kernel module
   kernel="$(uname -r)"
+  apt_install infiniband-diags libibumad3 >/dev/null
   if [[ -z "$(installed_version "linux-modules-extra-${kernel}")" ]] &&
     apt_field "linux-modules-extra-${kernel}" Version >/dev/null; then
     apt_install "linux-modules-extra-${kernel}" >/dev/null
