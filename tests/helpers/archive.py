@@ -127,6 +127,21 @@ class Archive:
         archive.infiniband_tools()
         return archive
 
+    @classmethod
+    def after_a_driver_update(cls, sb: Sandbox, release: str = "24.04") -> Archive:
+        """The archive a new node on an older image meets once Ubuntu updated the driver:
+        -updates keeps only the newest version of each package name, so the userspace
+        (nvidia-kernel-common, the headless metapackage, utils) is 580.105.08 only, while the
+        AMI kernel's per-ABI module package, a name of its own, is still there, built for
+        580.95.05 (its Depends bound nvidia-kernel-common to that version); a newer kernel's
+        module is built for 580.105.08."""
+        archive = cls.today(sb, release)
+        archive.driver(POINT_RELEASE, replace=True)
+        archive.fabric(POINT_RELEASE)
+        archive.kernel(NEWER_KERNEL)
+        archive.modules_for(NEWER_KERNEL, POINT_RELEASE)
+        return archive
+
     # ---- pieces ----------------------------------------------------------------------------
 
     def offer(self, package: str, *versions: str, source: str | None = None) -> None:
@@ -138,8 +153,17 @@ class Archive:
         """Ubuntu's upload of one driver version: kernel common, headless (both module types),
         utils and the video libraries. `replace`: the only version left (the pocket moved)."""
         version = ubuntu_version(upstream, self.release, revision)
+        common = f"nvidia-kernel-common-{BRANCH}-server"
         for suffix in (f"{BRANCH}-server", f"{BRANCH}-server-open"):
             self._add(f"nvidia-headless-no-dkms-{suffix}", version, replace)
+            # nvidia-graphics-drivers debian/templates/control.in: the headless metapackage
+            # bounds nvidia-kernel-common to its own upstream version (#DEBIAN_VERSION#,
+            # debian/rules); its exact (= ${binary:Version}) libraries are left out, as the
+            # apt-get stub installs no dependency by itself.
+            self.sb.state(
+                f"apt.depends/nvidia-headless-no-dkms-{suffix}={version}",
+                f"{common} (<= {upstream}-1), {common} (>= {upstream})",
+            )
         for name in USERSPACE:
             self._add(f"{name}-{BRANCH}-server", version, replace)
 

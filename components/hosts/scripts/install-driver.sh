@@ -88,7 +88,7 @@ pin() {
   local offered
   if [[ "$(installed_version "$1")" != "${DRIVER_VERSION}-"* &&
     -z "$(apt_version_for_upstream "$1" "${DRIVER_VERSION}")" ]]; then
-    offered="$(apt-cache madison "$1" | awk -F'|' '{ gsub(/ /, "", $2); print $2 }' | paste -sd, -)"
+    offered="$(offered_versions "$1")"
     fatal "$1 ${DRIVER_VERSION} wanted (the driver the running kernel's signed module is" \
       "built for), the archive has ${offered:-no version of it}"
   fi

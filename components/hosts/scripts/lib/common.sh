@@ -303,14 +303,18 @@ add_signed_apt_repo() {
   fi
 }
 
+# offered_versions <pkg>: the versions the archive offers, newest first, comma-separated.
+offered_versions() {
+  apt-cache madison "$1" | awk -F'|' '{ gsub(/ /, "", $2); print $2 }' | paste -sd, -
+}
+
 # require_apt_version <pkg> <version> <where from>: fail before installing anything unless the
 # archive offers exactly that version (installed counts), naming what it offers instead: a pin
 # that stopped resolving is reported as such, never replaced by the newest.
 require_apt_version() {
   local offered
   [[ "$(installed_version "$1")" == "$2" ]] && return 0
-  offered="$(apt-cache madison "$1" | awk -F'|' '{ gsub(/ /, "", $2); print $2 }' |
-    paste -sd, -)"
+  offered="$(offered_versions "$1")"
   [[ ",${offered}," == *",$2,"* ]] ||
     fatal "$1 $2 wanted (components/hosts/pins.py), $3 offers ${offered:-no version of it}"
 }
@@ -960,6 +964,35 @@ package_depends() {
 apt_version_for_upstream() {
   apt-cache madison "$1" | awk -F'|' -v u="$2" '
     { gsub(/ /, "", $2) } index($2, u "-") == 1 { print $2; exit }'
+}
+
+# module_driver_version <module package>: the driver version a signed per-kernel module package
+# is built for, X of its "nvidia-kernel-common-<branch>-server (>= X)" (the installed build's,
+# else the archive's candidate's); empty when there is none.
+module_driver_version() {
+  { package_depends "$1" || :; } | tr ',' '\n' |
+    sed -nE 's/^ *nvidia-kernel-common-[0-9a-z-]+ \(>= ([^)]+)\).*/\1/p' | awk 'NR == 1'
+}
+
+# driver_userspace_packages: the driver's packages besides the module, which install-driver.sh
+# pins to the module's driver version (nvidia-headless-no-dkms depends on nvidia-kernel-common
+# at exactly its own version: nvidia-graphics-drivers debian/templates/control.in).
+driver_userspace_packages() {
+  printf '%s\n' "nvidia-kernel-common-${DRIVER_BRANCH}-server" \
+    "nvidia-headless-no-dkms-$(nvidia_suffix)" "nvidia-utils-${DRIVER_BRANCH}-server" \
+    "libnvidia-decode-${DRIVER_BRANCH}-server" "libnvidia-encode-${DRIVER_BRANCH}-server"
+}
+
+# driver_offered <version>: every userspace package of the driver is installed at that upstream
+# version or offered at it. Ubuntu's -updates and -security keep only the newest version of each
+# package name, while each kernel's module package has a name of its own and stays: a module can
+# outlive the userspace it was built for.
+driver_offered() {
+  local pkg
+  while read -r pkg; do
+    [[ "$(installed_version "${pkg}")" == "$1-"* || -n "$(apt_version_for_upstream "${pkg}" "$1")" ]] ||
+      return 1
+  done < <(driver_userspace_packages)
 }
 
 # refuse_transitional_branch: fail before downloading anything when Ubuntu turned the branch's
