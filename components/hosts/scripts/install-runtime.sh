@@ -41,8 +41,11 @@ CONTAINERD_SOCKET=unix:///run/containerd/containerd.sock
 DOCKER_KEY_URL=https://download.docker.com/linux/ubuntu/gpg
 DOCKER_KEY_FINGERPRINT=9DC858229FC7DD38854AE2D88D81803C0EBFCD88
 NVIDIA_KEY_URL=https://nvidia.github.io/libnvidia-container/gpgkey
-NVIDIA_KEYRING=/etc/apt/keyrings/nvidia-container-toolkit.gpg
-NVIDIA_SOURCES=/etc/apt/sources.list.d/nvidia-container-toolkit.list
+# NVIDIA's container toolkit repository key, "NVIDIA CORPORATION (Open Source Projects)
+# <cudatools@nvidia.com>": the fingerprint NVIDIA's maintainers quote for that gpgkey
+# (NVIDIA/libnvidia-container#109: "The key wasn't changed, but it did expire";
+# NVIDIA/libnvidia-container#171: "The key is the correct one").
+NVIDIA_KEY_FINGERPRINT=C95B321B61E88C1809C4F759DDCAE044F796ECB0
 CTK_PACKAGES="nvidia-container-toolkit nvidia-container-toolkit-base libnvidia-container-tools libnvidia-container1"
 # containerd 2.x config (version 3): the CRI plugin is split into these two.
 CRI_RUNTIME='plugins."io.containerd.cri.v1.runtime"'
@@ -102,20 +105,8 @@ add_nvidia_apt_repo() {
     log "no NVIDIA Container Toolkit on this host"
     return 0
   fi
-  local key changed_key="" changed_list
-  if [[ ! -s "${NVIDIA_KEYRING}" ]]; then
-    key="$(temp_path nvidia.gpgkey)"
-    download "${NVIDIA_KEY_URL}" "${key}"
-    gpg --batch --yes --dearmor -o "${key}.gpg" "${key}"
-    changed_key="$(install_file_if_changed "${key}.gpg" "${NVIDIA_KEYRING}")"
-  fi
-  changed_list="$(write_file_if_changed "${NVIDIA_SOURCES}" <<LIST
-deb [signed-by=${NVIDIA_KEYRING}] https://nvidia.github.io/libnvidia-container/stable/deb/\$(ARCH) /
-LIST
-)"
-  if [[ "${changed_key}${changed_list}" == *changed* ]]; then
-    apt_update
-  fi
+  add_signed_apt_repo nvidia-container-toolkit "${NVIDIA_KEY_URL}" "${NVIDIA_KEY_FINGERPRINT}" \
+    "https://nvidia.github.io/libnvidia-container/stable/deb/\$(ARCH) /"
 }
 
 install_container_toolkit() {

@@ -268,29 +268,63 @@ apt_hold() {
 
 # ---- signed third-party repositories --------------------------------------------------
 
-# key_fingerprint <key file>: the fingerprint of the file's primary key (gpg --show-keys).
-key_fingerprint() {
-  gpg --batch --with-colons --show-keys "$1" 2>/dev/null | awk -F: '$1 == "fpr" { print $10; exit }'
+# primary_key <key file>: "<fingerprint> <expiry>" of the file's primary key, the expiry in
+# seconds since the epoch and empty when it never expires (gpg --with-colons: the "pub" record's
+# field 7 and the "fpr" record after it, gnupg doc/DETAILS); nothing when it holds no key.
+primary_key() {
+  { gpg --batch --with-colons --show-keys "$1" 2>/dev/null || :; } |
+    awk -F: '$1 == "pub" && !p { p = 1; e = $7 } $1 == "fpr" && p && !f { f = $10 }
+      END { if (f != "") print f, e }'
+}
+
+# expired <epoch>: true when that moment has passed (empty: never expires).
+expired() {
+  [[ -n "$1" ]] && (($1 <= $(date +%s)))
 }
 
 # fetch_key <url> <fingerprint> <dest>: a publisher's armored key, refused unless its primary
-# key is the one the publisher documents (the fingerprint pinned in components/hosts/pins.py):
-# a key fetched from the server it guards proves nothing by itself.
+# key is the one the publisher documents (the fingerprint pinned in components/hosts/pins.py)
+# and still valid: a key fetched from the server it guards proves nothing by itself, and apt
+# verifies nothing with an expired one.
 fetch_key() {
-  local found
+  local found="" expires=""
   download "$1" "$3"
-  found="$(key_fingerprint "$3")" || found=""
+  read -r found expires < <(primary_key "$3") || :
   [[ "${found}" == "$2" ]] ||
     fatal "the key at $1 has fingerprint ${found:-none}, $2 expected: not trusting it"
+  if expired "${expires}"; then
+    fatal "the key at $1 ($2) expired on $(date -u -d "@${expires}" +%F) and no renewed one is" \
+      "served: apt cannot verify that repository; see the publisher's notices" \
+      "(pkgs.k8s.io: kubernetes/release#3818)"
+  fi
 }
 
-# add_signed_apt_repo <name> <key url> <fingerprint> <source>: the apt source "deb [signed-by=
-# /etc/apt/keyrings/<name>.gpg] <source>" in sources.list.d/<name>.list, its keyring fetched
-# once (fetch_key); apt-get update only when either changed.
+# keyring_current <keyring> <fingerprint>: the keyring holds that key, not expired. Says why not.
+keyring_current() {
+  local found="" expires=""
+  if [[ ! -s "$1" ]]; then
+    return 1
+  fi
+  read -r found expires < <(primary_key "$1") || :
+  if [[ "${found}" != "$2" ]]; then
+    log "$1 holds key ${found:-none}, not $2: fetching the key again"
+    return 1
+  fi
+  if expired "${expires}"; then
+    log "$1: key $2 expired on $(date -u -d "@${expires}" +%F): fetching it again"
+    return 1
+  fi
+}
+
+# add_signed_apt_repo <name> <key url> <fingerprint> <source> [keyring]: the apt source "deb
+# [signed-by=<keyring>] <source>" in sources.list.d/<name>.list, the keyring (default
+# /etc/apt/keyrings/<name>.gpg) fetched (fetch_key) when it is missing, holds another key or
+# expired (publishers extend a key's expiry: pkgs.k8s.io's did, kubernetes/release#3818);
+# apt-get update only when either changed.
 add_signed_apt_repo() {
   local name="$1" url="$2" fingerprint="$3" source="$4" key changed_key="" changed_list
-  local keyring="/etc/apt/keyrings/$1.gpg"
-  if [[ ! -s "${keyring}" ]]; then
+  local keyring="${5:-/etc/apt/keyrings/$1.gpg}"
+  if ! keyring_current "${keyring}" "${fingerprint}"; then
     key="$(temp_path "${name}.key")"
     fetch_key "${url}" "${fingerprint}" "${key}"
     gpg --batch --yes --dearmor -o "${key}.gpg" "${key}"
@@ -322,7 +356,11 @@ require_apt_version() {
 # ---- Kubernetes packages ------------------------------------------------------------
 
 KUBE_KEYRING=/etc/apt/keyrings/kubernetes-apt-keyring.gpg
-KUBE_SOURCES=/etc/apt/sources.list.d/kubernetes.list
+# pkgs.k8s.io's signing key ("isv:kubernetes OBS Project"), one for every minor's repository:
+# gpg prints this fingerprint for the Release.key of the v1.24 to v1.31 repositories in
+# kubernetes/kubernetes#128609, and kubernetes/release#3818 (the key's expiry, extended since)
+# is about that same key.
+KUBE_KEY_FINGERPRINT=DE15B14486CD377B9E876E1A234654DA9A296436
 
 # pkgs.k8s.io has one repository per minor: KUBERNETES_MINOR picks it.
 repo_url() {
@@ -330,22 +368,10 @@ repo_url() {
 }
 
 # add_kubernetes_apt_repo: the repository of KUBERNETES_MINOR (replacing another minor's) and
-# its signing key; apt-get update only when either changed.
+# its signing key, pinned by fingerprint; apt-get update only when either changed.
 add_kubernetes_apt_repo() {
-  local key changed_key="" changed_list
-  changed_list="$(write_file_if_changed "${KUBE_SOURCES}" <<LIST
-deb [signed-by=${KUBE_KEYRING}] $(repo_url) /
-LIST
-)"
-  if [[ ! -s "${KUBE_KEYRING}" || "${changed_list}" == changed ]]; then
-    key="$(temp_path Release.key)"
-    download "$(repo_url)Release.key" "${key}"
-    gpg --batch --yes --dearmor -o "${key}.gpg" "${key}"
-    changed_key="$(install_file_if_changed "${key}.gpg" "${KUBE_KEYRING}")"
-  fi
-  if [[ "${changed_key}${changed_list}" == *changed* ]]; then
-    apt_update
-  fi
+  add_signed_apt_repo kubernetes "$(repo_url)Release.key" "${KUBE_KEY_FINGERPRINT}" \
+    "$(repo_url) /" "${KUBE_KEYRING}"
 }
 
 # ---- TOML -------------------------------------------------------------------------------
