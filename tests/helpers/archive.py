@@ -5,8 +5,19 @@ pkgs.k8s.io, in the shapes the stubs read (tests/stubs/apt-get, apt-cache).
 
 `Archive.today()` is the archive the pins were chosen against; `Archive.next_month()` the same
 archive after it moved on as Ubuntu's does: a new containerd, a driver point release, a newer
-kernel whose module is built for it (tests/test_archive_drift.py). The EFA installer as AWS
-serves it, signed, is here too.
+kernel whose module is built for it (tests/test_archive_drift.py); `after_a_driver_update()` the
+archive a new node on an older image meets (tests/test_kernel_before_driver.py). The EFA
+installer as AWS serves it, signed, is here too.
+
+Where the names, versions and dependencies come from: Ubuntu's driver packages and their
+bounds on nvidia-kernel-common, Canonical's nvidia-graphics-drivers 580-server
+(debian/templates/control.in, debian/rules `debian_version`, debian/changelog for the uploads
+580.95.05-0ubuntu0.24.04.2 and 580.105.08); the per-kernel module packages, versioned like their
+kernel and depending on nvidia-kernel-common "(<= X-1), (>= X)", linux-restricted-modules as
+gpu-driver-container's ubuntu24.04/precompiled/nvidia-driver installs them; the fabric packages'
+names by branch, the same script; pkgs.k8s.io's packages, kubernetes/release
+cmd/krel/templates/latest (cri-tools released per minor); the toolkit's versions, NVIDIA's
+CHANGELOG.md; python3-tomli, infiniband-diags and libibumad3, packages.ubuntu.com.
 """
 
 from __future__ import annotations
