@@ -19,7 +19,7 @@
 # text differs between releases: 1.7 prints go-toml v1's "double quotes", 2.x go-toml v2's
 # 'single quotes' and another schema; containerd.io's packaged one disables CRI), and checked the
 # way containerd reads it: `containerd config dump`, with the toolkit's drop-in merged in, read
-# with a TOML parser.
+# with a TOML parser (docs/decisions/052-hosts-read-what-the-tools-write.md).
 #
 # containerd.io comes from Docker's repository, which keeps every version it published, so the
 # pin still installs when a newer one appears; Ubuntu's archive keeps only the newest of each
