@@ -180,9 +180,9 @@ configure_containerd() {
   configure_crictl
 }
 
-# crictl (cri-tools, which kubeadm depends on) asks the runtime at these endpoints; without a
-# config it probes a list of deprecated defaults and warns on every call (cri-tools
-# docs/crictl.md, "Configuration": runtime-endpoint, image-endpoint, timeout).
+# crictl (cri-tools, which install-kube-tools.sh installs) asks the runtime at these
+# endpoints; without a config it probes a list of deprecated defaults and warns on every call
+# (cri-tools docs/crictl.md, "Configuration": runtime-endpoint, image-endpoint, timeout).
 configure_crictl() {
   write_file_if_changed "${CRICTL_CONFIG}" >/dev/null <<YAML
 # Written by gpu-cluster (install-runtime.sh): crictl talks to containerd.
