@@ -155,3 +155,18 @@ def test_the_installer_is_bounded_inside_its_step():
 
     passed = int(pins.efa_params(1)["EFA_INSTALLER_TIMEOUT_SECONDS"])
     assert passed + 30 < steps.EFA.timeout_seconds
+
+
+@needs_sandbox
+def test_an_interrupted_dpkg_is_finished_before_the_installer_runs_apt(sandbox):
+    """Issue 39, finding 5: the installer runs apt itself, which refuses every install while
+    dpkg's journal holds an entry; the step finishes it first (headers installed: the step's
+    own apt has nothing to do)."""
+    sandbox.write("/var/lib/dpkg/updates/0002", "Package: efa\nStatus: install ok unpacked\n")
+    result = sandbox.run("install-efa.sh", EFA)
+    assert result.returncode == 0, result.stderr
+    commands = result.commands()
+    repair = "dpkg --force-confdef --force-confold --configure -a"
+    installer = next(i for i, c in enumerate(commands) if c.startswith("efa_installer.sh"))
+    assert repair in commands and commands.index(repair) < installer, commands
+    assert not sandbox.exists("/var/lib/dpkg/updates/0002")

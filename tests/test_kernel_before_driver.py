@@ -153,3 +153,45 @@ def test_kubelet_requires_the_boot_check(host):
     assert "kubelet.service" in unit["Unit"]["Before"].split()
     assert "kubelet.service" in unit["Install"]["RequiredBy"].split()
     assert result.called("systemctl", "enable", "gpu-cluster-nvidia-boot-check")
+
+
+@needs_sandbox
+def test_a_module_that_outlived_its_drivers_userspace_moves_the_kernel(tmp_path):
+    """Issue 39, finding 2: a new node on an older image after Ubuntu updated the driver. The
+    AMI kernel's module is still offered, built for 580.95.05, but -updates keeps only 580.105.08
+    of the userspace: the nouveau step moves to the newest kernel whose module is built for a
+    driver the archive offers, and the driver step installs it after the reboot."""
+    host = gpu_host(Sandbox(tmp_path), gpus=8)
+    Archive.after_a_driver_update(host)
+    assert host.state(f"apt.available/{module(KERNEL)}"), "the AMI kernel's module is offered"
+    assert host.run("wait-ready.sh", READY).returncode == 0
+    nouveau = host.run("disable-nouveau.sh", NOUVEAU)
+    assert nouveau.returncode == 0, nouveau.stderr
+    assert (
+        f"the archive's {module(KERNEL)} is built for driver {DRIVER}, whose userspace it no "
+        "longer offers (nvidia-kernel-common-580-server: 580.105.08-0ubuntu0.24.04.2): "
+        f"installing kernel {NEWER_KERNEL}" in nouveau.stderr
+    ), nouveau.stderr
+    assert host.installed(f"linux-image-{NEWER_KERNEL}")
+    reboot_into(host, NEWER_KERNEL)
+    driver = host.run("install-driver.sh", DRIVER_PARAMS)
+    assert driver.returncode == 0, driver.stderr
+    assert host.installed(module(NEWER_KERNEL))
+    assert host.installed("nvidia-kernel-common-580-server").startswith(f"{POINT_RELEASE}-")
+    assert f"driver {POINT_RELEASE} for kernel {NEWER_KERNEL}" in driver.stderr
+
+
+@needs_sandbox
+def test_no_kernel_with_a_usable_module_stops_the_nouveau_step_naming_why(tmp_path):
+    host = gpu_host(Sandbox(tmp_path), gpus=8)
+    archive = Archive.after_a_driver_update(host)
+    archive.drop_kernel(NEWER_KERNEL)
+    result = host.run("disable-nouveau.sh", NOUVEAU)
+    assert result.returncode == 1
+    assert (
+        f"[nouveau] FAILED: the archive's {module(KERNEL)} is built for driver {DRIVER}, whose "
+        "userspace it no longer offers (nvidia-kernel-common-580-server: "
+        "580.105.08-0ubuntu0.24.04.2), and no linux-modules-nvidia-580-server-open-* of another "
+        "aws kernel is built for a driver it offers" in result.stderr
+    ), result.stderr
+    assert result.called("systemd-run") == []

@@ -33,6 +33,8 @@ from tests.helpers.gpu_host import (
 )
 from tests.sandbox import STUBS_DIR, Sandbox, needs_sandbox, step_stdin
 
+UPSTREAM = STUBS_DIR.parent / "upstream"
+
 CONTROL_PLANE_RUNTIME = {**pins.runtime_params("24.04", "1.35", with_toolkit=False), **FAST}
 KUBE = {"KUBERNETES_MINOR": "1.35", **FAST}
 TOKEN = "abcdef.0123456789abcdef"
@@ -201,8 +203,8 @@ def test_apt_lock_held_past_the_timeout_fails_naming_the_step(sandbox):
     assert result.returncode != 0
     assert "Could not get lock /var/lib/dpkg/lock-frontend" in result.stderr
     # Docker's repository is added first: its apt-get update is the first to wait.
-    assert "[runtime] FAILED at step 1/6 (install containerd), in apt_update" in result.stderr
-    assert "[runtime 1/6] install containerd" in result.stderr
+    assert "[runtime] FAILED at step 1/7 (install containerd), in apt_update" in result.stderr
+    assert "[runtime 1/7] install containerd" in result.stderr
 
 
 @needs_sandbox
@@ -553,6 +555,10 @@ def test_nvswitch_gen4_gets_nvlsm_libnvsdm_and_ib_umad_before_fabric_manager(san
     assert "libnvsdm=580.95.05-*" in install and "nvlsm=2025.06.4-1" in install
     assert {"libnvsdm", "nvlsm"} <= sandbox.held()
     assert "ib_umad\n" in sandbox.read("/etc/modules-load.d/gpu-cluster-nvlsm.conf")
+    # Issue 39, finding 7: the InfiniBand diagnostics and umad library beside nvlsm, as NVIDIA's
+    # Ubuntu driver container and EKS's AL2023 image install them.
+    assert sandbox.installed("infiniband-diags") == "50.0-2build2"
+    assert sandbox.installed("libibumad3") == "50.0-2build2"
     commands = result.commands()
     assert commands.index("modprobe ib_umad") < commands.index(
         "systemctl enable --now nvidia-fabricmanager"
@@ -679,7 +685,47 @@ def test_nouveau_step_after_the_reboot_changes_nothing(sandbox):
     assert not any(
         c.startswith(("update-initramfs", "modprobe", "systemd-run")) for c in commands
     ), f"second run acted: {commands}"
-    assert "nouveau not loaded" in again.stderr
+    assert "nouveau and nova not loaded" in again.stderr
+
+
+@needs_sandbox
+def test_nova_gets_nouveaus_treatment_and_the_driver_loads(sandbox):
+    """Issue 39, finding 4: an HWE kernel of Linux 6.15+ may bind the GPUs with nova_core (and
+    its DRM driver nova) at first boot; Canonical's 580-server packages blacklist nova only once
+    installed. The nouveau step blocklists and unloads them, users first, so nvidia loads."""
+    sandbox.state("modules", "nova_core\nnova\n")
+    result = sandbox.run("disable-nouveau.sh", FAST)
+    assert result.returncode == 0, result.stderr
+    blocklist = sandbox.read("/etc/modprobe.d/blacklist-nouveau.conf").splitlines()
+    for module in ("nova_core", "nova", "nova_drm"):
+        assert f"blacklist {module}" in blocklist and f"alias {module} off" in blocklist
+    commands = result.commands()
+    assert commands.index("modprobe -r nova") < commands.index("modprobe -r nova_core")
+    assert (sandbox.state("modules") or "").split() == []
+    assert sandbox.state("systemd-run.scheduled") is None
+    driver = sandbox.run("install-driver.sh", DRIVER)
+    assert driver.returncode == 0, driver.stderr
+    assert "nvidia" in sandbox.state("modules").split()
+
+
+@needs_sandbox
+def test_nova_core_in_use_reboots_the_host(sandbox):
+    sandbox.state("modules", "nova_core\nnouveau\n")
+    sandbox.state("modprobe.busy.nova_core", "1")
+    result = sandbox.run("disable-nouveau.sh", FAST)
+    assert result.returncode == 0, result.stderr
+    assert "nova_core in use and cannot be unloaded (blocklisted)" in result.stderr
+    assert "rebooting in 5s (nova_core in use)" in result.stderr
+    assert [c for c in result.commands() if c.startswith("systemd-run")], result.commands()
+
+
+@needs_sandbox
+def test_the_driver_step_alone_asks_for_a_reboot_while_nova_core_is_bound(sandbox):
+    sandbox.state("modules", "nova_core\n")
+    sandbox.state("modprobe.busy.nova_core", "1")
+    result = sandbox.run("install-driver.sh", DRIVER)
+    assert result.returncode == 3, result.stderr
+    assert "REBOOT_REQUIRED: nova_core loaded and could not be unloaded" in result.stderr
 
 
 NOUVEAU_KERNEL = {**FAST, "DRIVER_BRANCH": "580", "KERNEL_MODULES": "proprietary"}
@@ -709,7 +755,9 @@ def test_nouveau_step_moves_to_the_newest_kernel_with_a_module_and_reboots(sandb
     # With its headers: DKMS (EFA's driver) builds against them (tests/test_kernel_before_driver).
     kernel = [f"linux-{part}-{NEW_KERNEL}" for part in ("image", "modules", "headers")]
     assert install[-3:] == kernel, install
-    assert "no signed NVIDIA module for the running kernel 6.8.0-1015-aws" in result.stderr
+    assert "the archive has no linux-modules-nvidia-580-server-6.8.0-1015-aws: installing" in (
+        result.stderr
+    )
     assert f"rebooting in 5s (kernel 6.8.0-1015-aws -> {NEW_KERNEL})" in result.stderr
     commands = result.commands()
     assert "systemctl stop ssh.socket" in commands
@@ -741,7 +789,9 @@ def test_nouveau_step_never_moves_to_an_older_kernel(sandbox):
     sandbox.state("uname.r", "6.8.0-1050-aws")
     result = sandbox.run("disable-nouveau.sh", NOUVEAU_KERNEL)
     assert result.returncode == 1
-    assert f"the newest kernel with one is {NEW_KERNEL}, older than the running" in result.stderr
+    assert f"the newest kernel with a usable one is {NEW_KERNEL}, older than the running" in (
+        result.stderr
+    )
     assert installs(result) == [] and sandbox.state("systemd-run.scheduled") is None
 
 
@@ -766,7 +816,7 @@ def test_nouveau_that_cannot_be_unloaded_asks_for_a_reboot(sandbox):
     sandbox.state("modprobe.busy.nouveau", "1")
     result = sandbox.run("install-driver.sh", DRIVER)
     assert result.returncode == 3
-    assert "REBOOT_REQUIRED: nouveau is loaded and could not be unloaded" in result.stderr
+    assert "REBOOT_REQUIRED: nouveau loaded and could not be unloaded" in result.stderr
     assert sandbox.exists("/etc/modprobe.d/blacklist-nouveau.conf")
     assert installs(result) == []
     assert result.called("reboot") == []
@@ -854,9 +904,12 @@ def test_runtime_happy_path(sandbox):
 
 @needs_sandbox
 def test_runtime_never_edits_what_containerd_config_default_prints(sandbox):
-    """containerd 2.x's default config has no SystemdCgroup line (the stub prints it as upstream
-    does): a sed over it changes nothing. The config is written whole instead."""
-    assert "SystemdCgroup" not in (STUBS_DIR / "containerd").read_text().split("<<'TOML'")[1]
+    """containerd's default config is its release's (2.2.1 prints runc's options with
+    SystemdCgroup = false, in go-toml v2's spelling: tests/upstream/): the config is written
+    whole instead of edited from it."""
+    default = (UPSTREAM / "containerd-2.2.1/config-default.toml").read_text()
+    runc = tomllib.loads(default)["plugins"][CRI_RUNTIME]["containerd"]["runtimes"]["runc"]
+    assert runc["options"]["SystemdCgroup"] is False
     result = sandbox.run("install-runtime.sh", RUNTIME)
     assert result.returncode == 0, result.stderr
     assert result.called("containerd", "config", "default") == []
@@ -908,19 +961,46 @@ def test_runtime_refuses_a_containerd_1x(sandbox):
 
 
 @needs_sandbox
-def test_runtime_restarts_containerd_only_when_its_config_changed(sandbox):
-    assert sandbox.run("install-runtime.sh", RUNTIME).returncode == 0
+def test_runtime_restarts_containerd_only_when_what_it_reads_changed(sandbox):
+    """Issue 39, finding 3: nvidia-ctk 1.20.0 rewrites config.toml in go-toml v1's spelling on
+    every run (tests/upstream/nvidia-ctk-1.20.0/config-after.toml), so its bytes change on every
+    run; containerd restarts only when `containerd config dump`, parsed, changed."""
+    first = sandbox.run("install-runtime.sh", RUNTIME)
+    assert first.returncode == 0, first.stderr
+    assert restarts(first) == [["systemctl", "restart", "containerd"]]
+    rewritten = (UPSTREAM / "nvidia-ctk-1.20.0/config-after.toml").read_text()
+    assert sandbox.read("/etc/containerd/config.toml") == rewritten, "not the toolkit's spelling"
     again = sandbox.run("install-runtime.sh", RUNTIME)
-    assert "containerd: no change, not restarting" in again.stderr
-    assert restarts(again) == []
-    sandbox.write("/etc/containerd/config.toml", "version = 2\n")  # someone edited it
+    assert again.returncode == 0, again.stderr
+    assert "/etc/containerd/config.toml: updated" in again.stderr, "the toolkit rewrote it"
+    assert restarts(again) == [], again.stderr
+    assert "containerd: configuration unchanged (`containerd config dump`), not restarting" in (
+        again.stderr
+    )
+    # Edited on disk only: containerd still runs what it read; the step puts the file back.
+    sandbox.write("/etc/containerd/config.toml", "version = 2\n")
     third = sandbox.run("install-runtime.sh", RUNTIME)
     assert third.returncode == 0, third.stderr
-    assert restarts(third) == [["systemctl", "restart", "containerd"]]
+    assert restarts(third) == []
+    assert sandbox.read("/etc/containerd/config.toml") == rewritten
     new_image = {**RUNTIME, "SANDBOX_IMAGE": "registry.k8s.io/pause:3.11"}
     fourth = sandbox.run("install-runtime.sh", new_image)
     assert fourth.returncode == 0, fourth.stderr
     assert restarts(fourth) == [["systemctl", "restart", "containerd"]]
+
+
+@needs_sandbox
+def test_runtime_killed_before_the_restart_restarts_on_the_next_run(sandbox):
+    """A run that changed the config and stopped before restarting containerd (its timeout, a
+    failed restart) leaves containerd on the old config: the next run restarts it."""
+    assert sandbox.run("install-runtime.sh", RUNTIME).returncode == 0
+    new_image = {**RUNTIME, "SANDBOX_IMAGE": "registry.k8s.io/pause:3.11"}
+    sandbox.state("systemctl.fail.restart.containerd", 1)
+    assert sandbox.run("install-runtime.sh", new_image).returncode == 1
+    again = sandbox.run("install-runtime.sh", new_image)
+    assert again.returncode == 0, again.stderr
+    assert restarts(again) == [["systemctl", "restart", "containerd"]]
+    assert restarts(sandbox.run("install-runtime.sh", new_image)) == []
 
 
 @needs_sandbox
@@ -946,10 +1026,10 @@ def test_runtime_fails_when_containerd_does_not_come_back(sandbox):
     result = sandbox.run("install-runtime.sh", RUNTIME)
     assert result.returncode != 0
     assert (
-        "[runtime] FAILED at step 4/6 (configure containerd), in restart_if_changed"
+        "[runtime] FAILED at step 5/7 (configure containerd), in configure_containerd"
         in result.stderr
     )
-    assert "[runtime 4/6] configure containerd" in result.stderr
+    assert "[runtime 5/7] configure containerd" in result.stderr
 
 
 @needs_sandbox
@@ -983,7 +1063,7 @@ def test_kube_tools_happy_path(sandbox):
     assert result.returncode == 0, result.stderr
     for pkg in ("kubelet", "kubeadm", "kubectl"):
         assert sandbox.installed(pkg) == "1.35.1-1.1"
-    assert sandbox.held() == {"kubelet", "kubeadm", "kubectl"}
+    assert sandbox.held() == {"kubelet", "kubeadm", "kubectl", "cri-tools"}
     assert sandbox.read("/etc/apt/sources.list.d/kubernetes.list") == (
         "deb [signed-by=/etc/apt/keyrings/kubernetes-apt-keyring.gpg] "
         "https://pkgs.k8s.io/core:/stable:/v1.35/deb/ /\n"
@@ -999,6 +1079,19 @@ def test_kube_tools_happy_path(sandbox):
     assert sandbox.state("sysctl/net.bridge.bridge-nf-call-iptables") == "1"
     assert result.called("systemctl", "enable", "kubelet")
     assert "[kube-tools 7/7] kubeadm v1.35.1" in result.stderr
+
+
+@needs_sandbox
+def test_kube_tools_install_crictl_at_the_minor(sandbox):
+    """Issue 39, finding 6: kubeadm >= 1.32 no longer pulls cri-tools in (kubernetes/release
+    cmd/krel/templates/latest/metadata.yaml), yet every failure hint names crictl: the step
+    installs it from the minor's repository and holds it."""
+    result = sandbox.run("install-kube-tools.sh", KUBE)
+    assert result.returncode == 0, result.stderr
+    assert sandbox.installed("cri-tools") == "1.35.0-1.1"
+    assert "cri-tools" in sandbox.held()
+    (install,) = installs(result)
+    assert "cri-tools=1.35.*" in install
 
 
 @needs_sandbox
@@ -1338,9 +1431,9 @@ def test_nouveau_step_on_a_kernel_flavour_with_no_module_anywhere_fails_naming_t
     result = sandbox.run("disable-nouveau.sh", NOUVEAU_KERNEL)
     assert result.returncode == 1, result.stderr
     assert (
-        "[nouveau] FAILED: the archive has no linux-modules-nvidia-580-server-6.8.0-1015-aws and "
-        "no linux-modules-nvidia-580-server-* for any other aws kernel; use another "
-        "driverVersion or amiId" in result.stderr
+        "[nouveau] FAILED: the archive has no linux-modules-nvidia-580-server-6.8.0-1015-aws, "
+        "and no linux-modules-nvidia-580-server-* of another aws kernel is built for a driver "
+        "it offers; use another driverVersion or amiId" in result.stderr
     ), result.stderr
     assert installs(result) == [] and sandbox.state("systemd-run.scheduled") is None
 

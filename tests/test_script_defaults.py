@@ -120,6 +120,11 @@ EXERCISED_BY = [
     ),
     (
         "test_script_defaults",
+        "test_an_interrupted_dpkg_is_finished_within_its_bound",
+        [("lib/common.sh", "DPKG_REPAIR_TIMEOUT_SECONDS")],
+    ),
+    (
+        "test_script_defaults",
         "test_roll_drain_waits_out_a_restarting_api_and_a_held_slot",
         [("lib/common.sh", "SLOT_POLL_SECONDS"), ("roll-drain.sh", "API_WAIT_SECONDS")],
     ),
@@ -268,7 +273,7 @@ def scaled_host(root: Path, scale: str = SCALE) -> Sandbox:
 
 
 def with_kube_packages(sb: Sandbox, version: str = "1.35.1-1.1") -> Sandbox:
-    for pkg in ("kubelet", "kubeadm", "kubectl"):
+    for pkg in ("kubelet", "kubeadm", "kubectl", "cri-tools"):
         sb.state(f"dpkg/{pkg}", version)
         sb.apt_available(pkg, "1.34.3-1.1", "1.35.1-1.1", "1.36.0-1.1")
     sb.state("systemd/kubelet.active", "yes")
@@ -473,7 +478,7 @@ def test_packages_wait_out_a_held_dpkg_lock_and_failed_installs(dev, tmp_path):
     (a mirror mid-sync): the kube-tools step waits for the lock and retries the install."""
     sb = scaled_host(tmp_path)
     sb.write("/etc/os-release", 'NAME="Ubuntu"\nVERSION_ID="24.04"\nID=ubuntu\n')
-    for pkg in ("kubelet", "kubeadm", "kubectl"):
+    for pkg in ("kubelet", "kubeadm", "kubectl", "cri-tools"):
         sb.apt_available(pkg, "1.35.0-1.1", "1.35.1-1.1")
     sb.hold_apt_lock(2)
     sb.state("apt-get.fail.install", 2)
@@ -481,6 +486,23 @@ def test_packages_wait_out_a_held_dpkg_lock_and_failed_installs(dev, tmp_path):
     assert result.returncode == 0, result.stderr
     assert sb.installed("kubeadm") == "1.35.1-1.1"
     assert len([c for c in result.called("apt-get") if "install" in c]) == 3, result.commands()
+
+
+@needs_sandbox
+def test_an_interrupted_dpkg_is_finished_within_its_bound(dev, tmp_path):
+    """A killed step left dpkg's journal; `dpkg --configure -a` runs its maintainer scripts for
+    minutes (a DKMS build: 2 s here, the clock not scaled) well inside the 900 s bound, and the
+    kube-tools step installs after it."""
+    sb = Sandbox(tmp_path)
+    sb.write("/etc/os-release", 'NAME="Ubuntu"\nVERSION_ID="24.04"\nID=ubuntu\n')
+    for pkg in ("kubelet", "kubeadm", "kubectl", "cri-tools"):
+        sb.apt_available(pkg, "1.35.0-1.1", "1.35.1-1.1")
+    sb.write("/var/lib/dpkg/updates/0001", "Package: kubelet\nStatus: install ok unpacked\n")
+    sb.state("dpkg.configure-seconds", 2)
+    result = sb.run_registered(step_program(dev, "dev-gpu-kube-tools"), timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert len(result.called("dpkg")) == 1
+    assert sb.installed("kubeadm") == "1.35.1-1.1"
 
 
 @needs_sandbox

@@ -17,7 +17,7 @@ pytestmark = needs_sandbox
 FAST = {"RETRY_BASE_SECONDS": "0.01", "POLL_SECONDS": "0.1"}
 # The node's step: its kube tools, which move a joined worker to a new minor first.
 KUBE_TOOLS = "install-kube-tools.sh"
-KUBE_PACKAGES = ("kubelet", "kubeadm", "kubectl")
+KUBE_PACKAGES = ("kubelet", "kubeadm", "kubectl", "cri-tools")
 
 
 def host(root, running: str = "1.35.1-1.1") -> Sandbox:
@@ -26,7 +26,7 @@ def host(root, running: str = "1.35.1-1.1") -> Sandbox:
     for pkg in KUBE_PACKAGES:
         sb.state(f"dpkg/{pkg}", running)
         sb.apt_available(pkg, "1.34.3-1.1", "1.35.1-1.1", "1.36.0-1.1", "1.37.0-1.1")
-    sb.state("apt-mark.held", "kubelet\nkubeadm\nkubectl\n")
+    sb.state("apt-mark.held", "kubelet\nkubeadm\nkubectl\ncri-tools\n")
     sb.state("systemd/kubelet.active", "yes")
     return sb
 

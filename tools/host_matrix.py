@@ -90,12 +90,25 @@ def driver_packages(params: dict[str, str]) -> list[Package]:
         if params["NVLINK_SUBNET_MANAGER"] == "true":
             packages.append(Package("nvlsm", "its own, held", CUDA))
             packages.append(Package(f"linux-modules-extra-{KERNEL}", "the kernel's", UBUNTU))
+            # InfiniBand diagnostics and umad beside nvlsm (install-driver.sh
+            # load_nvlink5_modules: as NVIDIA's driver container and EKS's AL2023 image).
+            packages += [
+                Package(name, "the archive's (rdma-core)", UBUNTU)
+                for name in ("infiniband-diags", "libibumad3")
+            ]
     return packages
 
 
-def runtime_packages(params: dict[str, str]) -> list[Package]:
+# Releases whose python3 has no tomllib (Ubuntu 22.04: 3.10): install-runtime.sh reads TOML
+# with tomli from python3-tomli there (lib/common.sh ensure_toml_parser).
+WITHOUT_TOMLLIB = ("22.04",)
+
+
+def runtime_packages(params: dict[str, str], release: str) -> list[Package]:
     """What install-runtime.sh installs for its parameters (a GPU node: with the toolkit)."""
     packages = [Package("containerd.io", params["CONTAINERD_VERSION"], DOCKER)]
+    if release in WITHOUT_TOMLLIB:
+        packages.append(Package("python3-tomli", "the archive's (universe)", UBUNTU))
     packages += [
         Package(name, params["NVIDIA_CTK_VERSION"], TOOLKIT)
         for name in (
@@ -112,7 +125,7 @@ def fabric_of(params: dict[str, str]) -> str:
     if params["NEEDS_FABRIC_MANAGER"] != "true":
         return ""
     if params["NVLINK_SUBNET_MANAGER"] == "true":
-        return "fabric manager, nvlsm; mlx5_core, mlx5_ib, ib_umad"
+        return "fabric manager, nvlsm, InfiniBand diagnostics; mlx5_core, mlx5_ib, ib_umad"
     return "fabric manager"
 
 
@@ -129,7 +142,7 @@ def rows() -> list[Row]:
                     release=release,
                     kernel_modules=driver["KERNEL_MODULES"],
                     gsp_firmware=driver["GSP_FIRMWARE"],
-                    packages=(*driver_packages(driver), *runtime_packages(runtime)),
+                    packages=(*driver_packages(driver), *runtime_packages(runtime, release)),
                     fabric=fabric_of(driver),
                 )
             )

@@ -5,8 +5,19 @@ pkgs.k8s.io, in the shapes the stubs read (tests/stubs/apt-get, apt-cache).
 
 `Archive.today()` is the archive the pins were chosen against; `Archive.next_month()` the same
 archive after it moved on as Ubuntu's does: a new containerd, a driver point release, a newer
-kernel whose module is built for it (tests/test_archive_drift.py). The EFA installer as AWS
-serves it, signed, is here too.
+kernel whose module is built for it (tests/test_archive_drift.py); `after_a_driver_update()` the
+archive a new node on an older image meets (tests/test_kernel_before_driver.py). The EFA
+installer as AWS serves it, signed, is here too.
+
+Where the names, versions and dependencies come from: Ubuntu's driver packages and their
+bounds on nvidia-kernel-common, Canonical's nvidia-graphics-drivers 580-server
+(debian/templates/control.in, debian/rules `debian_version`, debian/changelog for the uploads
+580.95.05-0ubuntu0.24.04.2 and 580.105.08); the per-kernel module packages, versioned like their
+kernel and depending on nvidia-kernel-common "(<= X-1), (>= X)", linux-restricted-modules as
+gpu-driver-container's ubuntu24.04/precompiled/nvidia-driver installs them; the fabric packages'
+names by branch, the same script; pkgs.k8s.io's packages, kubernetes/release
+cmd/krel/templates/latest (cri-tools released per minor); the toolkit's versions, NVIDIA's
+CHANGELOG.md; python3-tomli, infiniband-diags and libibumad3, packages.ubuntu.com.
 """
 
 from __future__ import annotations
@@ -28,6 +39,9 @@ BRANCH = "580"
 KUBE_VERSIONS = ("1.35.0-1.1", "1.35.1-1.1")
 # Ubuntu's driver packages besides the headless metapackage (one per module type).
 USERSPACE = ("nvidia-kernel-common", "nvidia-utils", "libnvidia-decode", "libnvidia-encode")
+# pkgs.k8s.io's core:/stable:/v<minor> repository: cri-tools is released per minor beside the
+# kubelet (v1.35.0 there as 1.35.0-1.1; one glob pins all four).
+KUBE_PACKAGES = ("kubelet", "kubeadm", "kubectl", "cri-tools")
 TOOLKIT_VERSIONS = ("1.17.8-1", "1.18.0-1", "1.20.0-1")
 TOOLKIT_PACKAGES = (
     "nvidia-container-toolkit",
@@ -35,6 +49,12 @@ TOOLKIT_PACKAGES = (
     "libnvidia-container-tools",
     "libnvidia-container1",
 )
+
+RDMA_CORE = {"22.04": "39.0-1", "24.04": "50.0-2build2"}
+# python3-tomli of each release (universe); jammy's python3 (3.10) needs it for TOML.
+PYTHON3_TOMLI = {"22.04": "1.2.2-2", "24.04": "2.0.1-2"}
+# Ubuntu 22.04's python3 is 3.10.12 (jammy-updates python3.10), without tomllib (3.11+).
+PYTHON3_WITHOUT_TOMLLIB = {"22.04"}
 
 # The sources lists the steps write, by what a package came from (the apt-get stub installs a
 # package of a list only after an `apt-get update` read that list).
@@ -92,6 +112,8 @@ class Archive:
         archive.containerd_io("2.2.0-2", "2.2.1-1")
         archive.toolkit()
         archive.kubernetes()
+        archive.python3_tomli()
+        archive.infiniband_tools()
         return archive
 
     @classmethod
@@ -112,6 +134,23 @@ class Archive:
         archive.containerd_io("2.2.0-2", "2.2.1-1", "2.2.2-1")
         archive.toolkit(*TOOLKIT_VERSIONS, "1.21.0-1")
         archive.kubernetes(*KUBE_VERSIONS, "1.35.2-1.1")
+        archive.python3_tomli()
+        archive.infiniband_tools()
+        return archive
+
+    @classmethod
+    def after_a_driver_update(cls, sb: Sandbox, release: str = "24.04") -> Archive:
+        """The archive a new node on an older image meets once Ubuntu updated the driver:
+        -updates keeps only the newest version of each package name, so the userspace
+        (nvidia-kernel-common, the headless metapackage, utils) is 580.105.08 only, while the
+        AMI kernel's per-ABI module package, a name of its own, is still there, built for
+        580.95.05 (its Depends bound nvidia-kernel-common to that version); a newer kernel's
+        module is built for 580.105.08."""
+        archive = cls.today(sb, release)
+        archive.driver(POINT_RELEASE, replace=True)
+        archive.fabric(POINT_RELEASE)
+        archive.kernel(NEWER_KERNEL)
+        archive.modules_for(NEWER_KERNEL, POINT_RELEASE)
         return archive
 
     # ---- pieces ----------------------------------------------------------------------------
@@ -125,8 +164,17 @@ class Archive:
         """Ubuntu's upload of one driver version: kernel common, headless (both module types),
         utils and the video libraries. `replace`: the only version left (the pocket moved)."""
         version = ubuntu_version(upstream, self.release, revision)
+        common = f"nvidia-kernel-common-{BRANCH}-server"
         for suffix in (f"{BRANCH}-server", f"{BRANCH}-server-open"):
             self._add(f"nvidia-headless-no-dkms-{suffix}", version, replace)
+            # nvidia-graphics-drivers debian/templates/control.in: the headless metapackage
+            # bounds nvidia-kernel-common to its own upstream version (#DEBIAN_VERSION#,
+            # debian/rules); its exact (= ${binary:Version}) libraries are left out, as the
+            # apt-get stub installs no dependency by itself.
+            self.sb.state(
+                f"apt.depends/nvidia-headless-no-dkms-{suffix}={version}",
+                f"{common} (<= {upstream}-1), {common} (>= {upstream})",
+            )
         for name in USERSPACE:
             self._add(f"{name}-{BRANCH}-server", version, replace)
 
@@ -138,6 +186,12 @@ class Archive:
             self._add(name, version, False)
             self.sb.state(f"apt.source/{name}", CUDA_LIST)
         self.offer("nvlsm", "2025.06.4-1", source=CUDA_LIST)
+
+    def infiniband_tools(self) -> None:
+        """rdma-core's InfiniBand tools in Ubuntu's archive (packages.ubuntu.com: jammy 39.0-1;
+        noble 50.0-2build2, infiniband-diags in universe, libibumad3 in main)."""
+        for name in ("infiniband-diags", "libibumad3"):
+            self.offer(name, RDMA_CORE[self.release])
 
     def kernel(self, kernel: str) -> None:
         """A kernel of the -aws flavour: image, modules, modules-extra, headers."""
@@ -192,8 +246,18 @@ class Archive:
             self.offer(package, *(versions or TOOLKIT_VERSIONS), source=TOOLKIT_LIST)
 
     def kubernetes(self, *versions: str) -> None:
-        for package in ("kubelet", "kubeadm", "kubectl"):
-            self.offer(package, *(versions or KUBE_VERSIONS), source=KUBERNETES_LIST)
+        versions = versions or KUBE_VERSIONS
+        for package in KUBE_PACKAGES:
+            if package == "cri-tools":  # its own releases: v1.35.0 for every 1.35 patch
+                offered = sorted({f"{v.rsplit('.', 2)[0]}.0-1.1" for v in versions})
+                self.offer(package, *offered, source=KUBERNETES_LIST)
+            else:
+                self.offer(package, *versions, source=KUBERNETES_LIST)
+
+    def python3_tomli(self) -> None:
+        """The TOML parser for Python < 3.11, universe: 1.2.2-2 on jammy, 2.0.1-2 on noble
+        (packages.ubuntu.com/jammy/python3-tomli, /noble/python3-tomli)."""
+        self.offer("python3-tomli", PYTHON3_TOMLI[self.release])
 
     def _add(self, package: str, version: str, replace: bool) -> None:
         """Add a version (oldest first), or make it the only one."""
@@ -207,6 +271,8 @@ def gpu_host(sb: Sandbox, release: str = "24.04", gpus: int = 8) -> Sandbox:
     sb.write("/etc/fstab", "LABEL=cloudimg-rootfs\t/\text4\tdiscard,errors=remount-ro\t0 1\n")
     sb.state("modules", "nouveau\n")
     sb.state("nvidia-smi.gpus", gpus)
+    if release in PYTHON3_WITHOUT_TOMLLIB:
+        sb.state("python3.no-tomllib", "yes")
     for part in ("image", "modules", "headers"):
         sb.state(f"dpkg/linux-{part}-{KERNEL}", f"{KERNEL.rsplit('-', 1)[0]}.23")
     return sb

@@ -39,6 +39,9 @@ CONTAINERD = "2.2.1-1~ubuntu.24.04~noble"  # Docker's containerd.io (components/
 # after an `apt-get update` read them).
 NVIDIA_SOURCES = "/etc/apt/sources.list.d/nvidia-container-toolkit.list"
 KUBERNETES_SOURCES = "/etc/apt/sources.list.d/kubernetes.list"
+# pkgs.k8s.io's packages the kube-tools step installs (cri-tools at the same minor).
+KUBE_PACKAGES = ("kubelet", "kubeadm", "kubectl", "cri-tools")
+KUBE_VERSIONS = ("1.35.0-1.1", "1.35.1-1.1")
 CTK_PACKAGES = (
     "nvidia-container-toolkit",
     "nvidia-container-toolkit-base",
@@ -72,6 +75,8 @@ def new_gpu_host(root: Path) -> Sandbox:
         sb.apt_available(pkg, *versions)
         sb.state(f"apt.source/{pkg}", "/etc/apt/sources.list.d/cuda.list")
     sb.apt_available(f"linux-modules-extra-{RUNNING_KERNEL}", "6.8.0-1021.23")
+    for pkg in ("infiniband-diags", "libibumad3"):  # Ubuntu's rdma-core (noble)
+        sb.apt_available(pkg, "50.0-2build2")
     # Docker's repository keeps every containerd.io; a later 2.3 must not be taken by a pinned
     # host (tests/helpers/archive.py builds the same archive for the tests of issue 35).
     sb.apt_available(
@@ -81,8 +86,8 @@ def new_gpu_host(root: Path) -> Sandbox:
     for pkg in CTK_PACKAGES:
         sb.apt_available(pkg, "1.17.8-1", "1.18.0-1", "1.20.0-1")
         sb.state(f"apt.source/{pkg}", NVIDIA_SOURCES)
-    for pkg in ("kubelet", "kubeadm", "kubectl"):
-        sb.apt_available(pkg, "1.35.0-1.1", "1.35.1-1.1")
+    for pkg in KUBE_PACKAGES:
+        sb.apt_available(pkg, *(["1.35.0-1.1"] if pkg == "cri-tools" else KUBE_VERSIONS))
         sb.state(f"apt.source/{pkg}", KUBERNETES_SOURCES)
     return sb
 

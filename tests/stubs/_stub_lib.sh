@@ -91,10 +91,10 @@ listed() {
   grep -qxF "${source} $(md5sum <"${source}" | cut -d' ' -f1)" <<<"$(state_get apt.lists-read)"
 }
 
-# stub_key_fingerprint <armored key file>: its primary key's fingerprint, as the gpg and gpgv
-# stubs see it: a line "stub key fingerprint <FPR>" names it; the curl stub's default key
-# ("stub key from <url>") has the fingerprint its publisher documents, for the publishers below
-# (components/hosts/pins.py and the scripts name them), another one for any other URL.
+# stub_key_fingerprint <key file>: its primary key's fingerprint, as the gpg and gpgv stubs
+# see it: a line "stub key fingerprint <FPR>" names it; the curl stub's default key ("stub key
+# from <url>") has the fingerprint its publisher documents, for the publishers below (the
+# scripts pin them, each with its source), another one for any other URL.
 stub_key_fingerprint() {
   local text url
   text="$(cat "$1")"
@@ -112,8 +112,20 @@ stub_key_fingerprint() {
     https://efa-installer.amazonaws.com/aws-efa-installer.key)
       echo 4E9091BCBB97A96B26B15E59A05480B1DD2D3CCC
       ;;
+    https://pkgs.k8s.io/core:/stable:/v*/deb/Release.key)
+      echo DE15B14486CD377B9E876E1A234654DA9A296436
+      ;;
+    https://nvidia.github.io/libnvidia-container/gpgkey)
+      echo C95B321B61E88C1809C4F759DDCAE044F796ECB0
+      ;;
     *) printf '%s' "${url}" | sha1sum | cut -c1-40 | tr '[:lower:]' '[:upper:]' ;;
   esac
+}
+
+# stub_key_expires <key file>: its primary key's expiry (seconds since the epoch), from a line
+# "stub key expires <epoch>"; empty (never) without one.
+stub_key_expires() {
+  sed -n 's/^stub key expires //p' "$1" | head -n 1
 }
 
 # depends_of <pkg> <version>: that version's Depends: (state apt.depends/<pkg>=<version>, else
@@ -132,4 +144,12 @@ only_root_mapped() {
   local count
   read -r _ _ count </proc/self/uid_map
   ((count == 1))
+}
+
+# real_python3: the machine's python3, never a python3 stub in this directory (the stubs' own
+# helpers run on it, whatever Python the simulated host has).
+real_python3() {
+  local stubs
+  stubs="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+  PATH="$(tr ':' '\n' <<<"${PATH}" | grep -vxF "${stubs}" | paste -sd: -)" command -v python3
 }

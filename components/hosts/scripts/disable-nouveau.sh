@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# disable-nouveau.sh: keep the open-source nouveau driver off the GPUs so the NVIDIA driver can
-# bind them. Blocklists it (rebuilding the initramfs only when the blocklist changed) and unloads
-# it. When it is in use and cannot be unloaded, the host must reboot: this step stops taking new
-# SSH connections, schedules the reboot a few seconds out and succeeds, so the next step (the
-# driver) keeps dialling until the host is back, without nouveau.
+# disable-nouveau.sh: keep the open-source nouveau and nova drivers off the GPUs so the NVIDIA
+# driver can bind them. Blocklists them (rebuilding the initramfs only when the blocklist
+# changed) and unloads them. When one is in use and cannot be unloaded, the host must reboot:
+# this step stops taking new SSH connections, schedules the reboot a few seconds out and
+# succeeds, so the next step (the driver) keeps dialling until the host is back, without them.
 #
 # It also makes sure the host boots a kernel the archive has a signed NVIDIA module for: Ubuntu
 # builds linux-modules-nvidia-<branch>-server[-open]-<kernel> per kernel, and an AMI's kernel
@@ -36,20 +36,35 @@ check_inputs() {
   fi
 }
 
-unload_nouveau_now() {
-  if ! unload_nouveau; then
-    log "nouveau is in use and cannot be unloaded (it stays blocklisted)"
-    REBOOT_REASONS+=("nouveau in use")
+unload_nouveau_and_nova_now() {
+  if ! unload_nouveau_and_nova; then
+    log "${RIVALS_IN_USE[*]} in use and cannot be unloaded (blocklisted)"
+    REBOOT_REASONS+=("${RIVALS_IN_USE[*]} in use")
   fi
 }
 
-# The newest kernel of the running kernel's flavour with a signed module of this branch and
+# usable_module <kernel>: the kernel's signed module of this branch and type is installed, or
+# the archive has it built for a driver whose userspace the archive still offers.
+usable_module() {
+  local module built
+  module="$(nvidia_module_package "$1")"
+  [[ -n "$(installed_version "${module}")" ]] && return 0
+  built="$(module_driver_version "${module}")"
+  [[ -n "${built}" ]] && driver_offered "${built}"
+}
+
+# The newest kernel of the running kernel's flavour with a usable module of this branch and
 # type, from the archive's package names (linux-modules-nvidia-580-server-6.8.0-1031-aws).
 newest_kernel_with_module() {
-  local prefix
+  local prefix kernel
   prefix="linux-modules-nvidia-$(nvidia_suffix)-"
-  apt-cache search --names-only "^${prefix}[0-9][0-9.]*-[0-9]+-$(kernel_flavour)\$" |
-    awk -v p="${prefix}" '{ sub("^" p, "", $1); print $1 }' | sort -V | awk 'END { print }'
+  while read -r kernel; do
+    if usable_module "${kernel}"; then
+      printf '%s\n' "${kernel}"
+      return 0
+    fi
+  done < <(apt-cache search --names-only "^${prefix}[0-9][0-9.]*-[0-9]+-$(kernel_flavour)\$" |
+    awk -v p="${prefix}" '{ sub("^" p, "", $1); print $1 }' | sort -rV)
 }
 
 # kernel_packages <running> <kernel>: what a kernel move installs: image, modules and headers
@@ -74,10 +89,11 @@ move_to_a_kernel_with_an_nvidia_module() {
   if [[ "${boots}" != "${running}" ]]; then
     # Installed since boot (first-boot unattended-upgrades, before wait-ready.sh kept it off
     # kernels): the host boots it next, so the driver must go in for it.
-    apt_field "$(nvidia_module_package "${boots}")" Version >/dev/null ||
+    usable_module "${boots}" ||
       fatal "kernel ${boots} was installed since boot and boots next, but the archive has no" \
-        "$(nvidia_module_package "${boots}"): wait for Ubuntu to publish it, or remove that" \
-        "kernel (apt-get purge linux-image-${boots}), then run pulumi up again"
+        "$(nvidia_module_package "${boots}") built for a driver it offers: wait for Ubuntu to" \
+        "publish it, or remove that kernel (apt-get purge linux-image-${boots}), then run pulumi" \
+        "up again"
     log "kernel ${boots} was installed since boot and boots next: moving to it before the driver"
     mapfile -t packages < <(kernel_packages "${running}" "${boots}")
     apt_install "${packages[@]}" >/dev/null
@@ -89,22 +105,30 @@ move_to_a_kernel_with_an_nvidia_module() {
     log "$(nvidia_module_package "${running}") is installed for the running kernel"
     return 0
   fi
-  if apt_field "$(nvidia_module_package "${running}")" Version >/dev/null; then
-    log "the archive has $(nvidia_module_package "${running}") for the running kernel"
+  local module built why
+  module="$(nvidia_module_package "${running}")"
+  built="$(module_driver_version "${module}")"
+  if [[ -n "${built}" ]] && driver_offered "${built}"; then
+    log "the archive has ${module} for the running kernel, built for driver ${built}"
     return 0
+  fi
+  if [[ -n "${built}" ]]; then
+    why="the archive's ${module} is built for driver ${built}, whose userspace it no longer"
+    why+=" offers (nvidia-kernel-common-${DRIVER_BRANCH}-server: $(offered_versions \
+      "nvidia-kernel-common-${DRIVER_BRANCH}-server"))"
+  else
+    why="the archive has no ${module}"
   fi
   target="$(newest_kernel_with_module)"
   [[ -n "${target}" ]] ||
-    fatal "the archive has no $(nvidia_module_package "${running}") and no" \
-      "linux-modules-nvidia-$(nvidia_suffix)-* for any other $(kernel_flavour) kernel;" \
-      "use another driverVersion or amiId"
+    fatal "${why}, and no linux-modules-nvidia-$(nvidia_suffix)-* of another" \
+      "$(kernel_flavour) kernel is built for a driver it offers; use another driverVersion or amiId"
   if [[ "$(printf '%s\n' "${running}" "${target}" | sort -V | tail -n 1)" != "${target}" ]]; then
-    fatal "the archive has no $(nvidia_module_package "${running}"); the newest kernel with" \
-      "one is ${target}, older than the running ${running}: wait for Ubuntu to publish the" \
-      "module for ${running}, or use an older amiId"
+    fatal "${why}; the newest kernel with a usable one is ${target}, older than the running" \
+      "${running}: wait for Ubuntu to publish the module for ${running}, or use an older amiId"
   fi
-  log "no signed NVIDIA module for the running kernel ${running}: installing kernel ${target}," \
-    "the newest $(kernel_flavour) kernel with $(nvidia_module_package "${target}")"
+  log "${why}: installing kernel ${target}, the newest $(kernel_flavour) kernel with" \
+    "$(nvidia_module_package "${target}") built for a driver the archive offers"
   mapfile -t packages < <(kernel_packages "${running}" "${target}")
   apt_install "${packages[@]}" >/dev/null
   REBOOT_REASONS+=("kernel ${running} -> ${target}")
@@ -125,8 +149,8 @@ main() {
   check_inputs
   make_temp_dir
   run_steps \
-    blocklist_nouveau \
-    unload_nouveau_now \
+    blocklist_nouveau_and_nova \
+    unload_nouveau_and_nova_now \
     move_to_a_kernel_with_an_nvidia_module \
     reboot_if_needed
 }

@@ -24,8 +24,8 @@
 # Expects wait-ready.sh (package lists fresh) and disable-nouveau.sh (nouveau gone, running a
 # kernel the archive has a signed module for) to have run.
 #
-# Exit status 3 with a line "REBOOT_REQUIRED: ..." on stderr: nouveau is loaded and cannot be
-# unloaded, or an older driver's module is in use; reboot the host and run this script again.
+# Exit status 3 with a line "REBOOT_REQUIRED: ..." on stderr: nouveau or nova is loaded and cannot
+# be unloaded, or an older driver's module is in use; reboot the host and run this script again.
 set -Eeuo pipefail
 
 if ! declare -F init_script >/dev/null; then
@@ -88,7 +88,7 @@ pin() {
   local offered
   if [[ "$(installed_version "$1")" != "${DRIVER_VERSION}-"* &&
     -z "$(apt_version_for_upstream "$1" "${DRIVER_VERSION}")" ]]; then
-    offered="$(apt-cache madison "$1" | awk -F'|' '{ gsub(/ /, "", $2); print $2 }' | paste -sd, -)"
+    offered="$(offered_versions "$1")"
     fatal "$1 ${DRIVER_VERSION} wanted (the driver the running kernel's signed module is" \
       "built for), the archive has ${offered:-no version of it}"
   fi
@@ -219,10 +219,10 @@ PREFERENCES
 # The nouveau step (disable-nouveau.sh) normally did this and rebooted when needed; run alone,
 # this script cannot reboot itself, so it says so.
 block_nouveau() {
-  blocklist_nouveau
-  if ! unload_nouveau; then
-    printf 'REBOOT_REQUIRED: nouveau is loaded and could not be unloaded; %s\n' \
-      "it is blocklisted now, so reboot the host and run install-driver.sh again" >&2
+  blocklist_nouveau_and_nova
+  if ! unload_nouveau_and_nova; then
+    printf 'REBOOT_REQUIRED: %s loaded and could not be unloaded; %s\n' "${RIVALS_IN_USE[*]}" \
+      "blocklisted now, so reboot the host and run install-driver.sh again" >&2
     exit "${EXIT_REBOOT_REQUIRED}"
   fi
 }
@@ -343,10 +343,16 @@ load_driver() {
 
 # NVLSM talks to the NVSwitch trays through the ConnectX ports: gpu-driver-container waits for
 # mlx5_core and ib_umad before it starts fabric manager on NVLink5+ systems, EKS's AMI loads
-# ib_umad at boot. On AWS kernels they may live in linux-modules-extra.
+# ib_umad at boot. On AWS kernels they may live in linux-modules-extra. Beside nvlsm go the
+# InfiniBand diagnostics and the user-space umad library, as NVIDIA's Ubuntu driver container
+# (ubuntu24.04/precompiled/nvidia-driver `nvlink5_pkgs_install`: nvlsm, infiniband-diags) and
+# the EKS AL2023 image (templates/al2023/provisioners/install-nvidia-driver.sh: libibumad,
+# infiniband-diags, nvlsm) install them: Ubuntu's rdma-core names them infiniband-diags and
+# libibumad3, versioned on their own (unpinned, as both install them).
 load_nvlink5_modules() {
   local kernel module
   kernel="$(uname -r)"
+  apt_install infiniband-diags libibumad3 >/dev/null
   if [[ -z "$(installed_version "linux-modules-extra-${kernel}")" ]] &&
     apt_field "linux-modules-extra-${kernel}" Version >/dev/null; then
     apt_install "linux-modules-extra-${kernel}" >/dev/null

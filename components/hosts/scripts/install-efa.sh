@@ -109,6 +109,8 @@ install_efa_software() {
   tar -xzf "${archive}" -C "${dir}"
   [[ -x "${dir}/aws-efa-installer/efa_installer.sh" ]] ||
     fatal "the EFA installer archive has no aws-efa-installer/efa_installer.sh"
+  # The installer runs apt itself: a dpkg a killed run interrupted is finished first.
+  repair_interrupted_dpkg
   log "running the EFA installer ${EFA_INSTALLER_VERSION}"
   (
     cd "${dir}/aws-efa-installer"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# install-kube-tools.sh: kubelet, kubeadm and kubectl of one Kubernetes minor from
-# pkgs.k8s.io, plus the host settings kubeadm checks (swap off, br_netfilter,
+# install-kube-tools.sh: kubelet, kubeadm, kubectl and cri-tools (crictl) of one Kubernetes
+# minor from pkgs.k8s.io, plus the host settings kubeadm checks (swap off, br_netfilter,
 # overlay, bridge netfilter and IP forwarding).
 #
 # On a worker node that has joined already with the kubelet of an older minor (a roll drained
@@ -25,7 +25,11 @@ if ! declare -F init_script >/dev/null; then
   source "$(dirname "${BASH_SOURCE[0]}")/lib/common.sh"
 fi
 
-KUBE_PACKAGES="kubelet kubeadm kubectl"
+# cri-tools (crictl, the runtime's debugging CLI every failure hint names) is installed and held
+# at the same minor: kubeadm 1.32 and later no longer depend on it (kubernetes/release
+# cmd/krel/templates/latest/metadata.yaml: kubeadm ">= 1.32.0" has no dependencies,
+# kubernetes/kubernetes#124685), and pkgs.k8s.io's repository of each minor carries its release.
+KUBE_PACKAGES="kubelet kubeadm kubectl cri-tools"
 KUBELET_CONF=/etc/kubernetes/kubelet.conf
 ADMIN_CONF=/etc/kubernetes/admin.conf
 

@@ -16,9 +16,10 @@
 #   (plus the tunables listed in lib/common.sh)
 #
 # containerd's config is written whole (never edited from `containerd config default`, whose
-# text differs between 1.7 and 2.x: 2.x prints no SystemdCgroup line at all, and containerd.io's
-# packaged one disables CRI), and checked the way containerd reads it: `containerd config dump`,
-# with the toolkit's drop-in merged in.
+# text differs between releases: 1.7 prints go-toml v1's "double quotes", 2.x go-toml v2's
+# 'single quotes' and another schema; containerd.io's packaged one disables CRI), and checked the
+# way containerd reads it: `containerd config dump`, with the toolkit's drop-in merged in, read
+# with a TOML parser (docs/decisions/052-hosts-read-what-the-tools-write.md).
 #
 # containerd.io comes from Docker's repository, which keeps every version it published, so the
 # pin still installs when a newer one appears; Ubuntu's archive keeps only the newest of each
@@ -40,8 +41,11 @@ CONTAINERD_SOCKET=unix:///run/containerd/containerd.sock
 DOCKER_KEY_URL=https://download.docker.com/linux/ubuntu/gpg
 DOCKER_KEY_FINGERPRINT=9DC858229FC7DD38854AE2D88D81803C0EBFCD88
 NVIDIA_KEY_URL=https://nvidia.github.io/libnvidia-container/gpgkey
-NVIDIA_KEYRING=/etc/apt/keyrings/nvidia-container-toolkit.gpg
-NVIDIA_SOURCES=/etc/apt/sources.list.d/nvidia-container-toolkit.list
+# NVIDIA's container toolkit repository key, "NVIDIA CORPORATION (Open Source Projects)
+# <cudatools@nvidia.com>": the fingerprint NVIDIA's maintainers quote for that gpgkey
+# (NVIDIA/libnvidia-container#109: "The key wasn't changed, but it did expire";
+# NVIDIA/libnvidia-container#171: "The key is the correct one").
+NVIDIA_KEY_FINGERPRINT=C95B321B61E88C1809C4F759DDCAE044F796ECB0
 CTK_PACKAGES="nvidia-container-toolkit nvidia-container-toolkit-base libnvidia-container-tools libnvidia-container1"
 # containerd 2.x config (version 3): the CRI plugin is split into these two.
 CRI_RUNTIME='plugins."io.containerd.cri.v1.runtime"'
@@ -101,20 +105,8 @@ add_nvidia_apt_repo() {
     log "no NVIDIA Container Toolkit on this host"
     return 0
   fi
-  local key changed_key="" changed_list
-  if [[ ! -s "${NVIDIA_KEYRING}" ]]; then
-    key="$(temp_path nvidia.gpgkey)"
-    download "${NVIDIA_KEY_URL}" "${key}"
-    gpg --batch --yes --dearmor -o "${key}.gpg" "${key}"
-    changed_key="$(install_file_if_changed "${key}.gpg" "${NVIDIA_KEYRING}")"
-  fi
-  changed_list="$(write_file_if_changed "${NVIDIA_SOURCES}" <<LIST
-deb [signed-by=${NVIDIA_KEYRING}] https://nvidia.github.io/libnvidia-container/stable/deb/\$(ARCH) /
-LIST
-)"
-  if [[ "${changed_key}${changed_list}" == *changed* ]]; then
-    apt_update
-  fi
+  add_signed_apt_repo nvidia-container-toolkit "${NVIDIA_KEY_URL}" "${NVIDIA_KEY_FINGERPRINT}" \
+    "https://nvidia.github.io/libnvidia-container/stable/deb/\$(ARCH) /"
 }
 
 install_container_toolkit() {
@@ -145,30 +137,52 @@ imports = ["${CONTAINERD_DROP_INS}/*.toml"]
 TOML
 }
 
+# What containerd runs with, as a digest of what it reads (`containerd config dump`, parsed, so
+# a file nvidia-ctk rewrote in another spelling is the same config), recorded after each restart.
+CONTAINERD_RUNNING_RECORD=/var/lib/gpu-cluster/containerd-effective-config.sha256
+
+# effective_config: the sha256 of `containerd config dump` as parsed TOML (sorted JSON).
+effective_config() {
+  local dump
+  dump="$(temp_path "config-dump.$1.toml")"
+  containerd config dump >"${dump}" ||
+    fatal "containerd config dump failed: containerd cannot read ${CONTAINERD_CONFIG}"
+  toml_read canonical "${dump}" | sha256sum | awk '{ print $1 }'
+}
+
 # The config is written whole each run and installed only when it differs; nvidia-ctk (1.18+)
 # writes the nvidia runtime, copied from runc's options (so systemd cgroups too) and set as the
-# default, to its drop-in. containerd restarts only when either file changed.
+# default, to its drop-in, and rewrites config.toml in its own spelling on every run (1.20.0,
+# config_drop_in.go `ConfigWithDropIn.Save`). So no file's bytes say whether containerd must
+# restart: it restarts when what it reads differs from what it was last started with (the
+# record; without one, what it read before this run), and only then.
 configure_containerd() {
-  local changed before after
-  changed="$(containerd_config | write_file_if_changed "${CONTAINERD_CONFIG}")"
+  local running now
+  if [[ -s "${CONTAINERD_RUNNING_RECORD}" ]]; then
+    running="$(cat "${CONTAINERD_RUNNING_RECORD}")"
+  else
+    running="$(effective_config before)"
+  fi
+  containerd_config | write_file_if_changed "${CONTAINERD_CONFIG}" >/dev/null
   if with_toolkit; then
-    before="$(file_hash "${NVIDIA_DROP_IN}")"
     nvidia-ctk runtime configure --runtime=containerd --set-as-default \
       --config="${CONTAINERD_CONFIG}" --drop-in-config="${NVIDIA_DROP_IN}" >/dev/null
-    after="$(file_hash "${NVIDIA_DROP_IN}")"
-    if [[ "${before}" != "${after}" ]]; then
-      log "${NVIDIA_DROP_IN}: updated"
-      changed=changed
-    fi
   fi
+  now="$(effective_config after)"
   enable_service containerd
-  restart_if_changed containerd "${changed}"
+  if [[ "${now}" != "${running}" ]]; then
+    log "containerd's configuration changed (\`containerd config dump\`): restarting containerd"
+    systemctl restart containerd
+  else
+    log "containerd: configuration unchanged (\`containerd config dump\`), not restarting"
+  fi
+  printf '%s\n' "${now}" | write_file_if_changed "${CONTAINERD_RUNNING_RECORD}" >/dev/null
   configure_crictl
 }
 
-# crictl (cri-tools, which kubeadm depends on) asks the runtime at these endpoints; without a
-# config it probes a list of deprecated defaults and warns on every call (cri-tools
-# docs/crictl.md, "Configuration": runtime-endpoint, image-endpoint, timeout).
+# crictl (cri-tools, which install-kube-tools.sh installs) asks the runtime at these
+# endpoints; without a config it probes a list of deprecated defaults and warns on every call
+# (cri-tools docs/crictl.md, "Configuration": runtime-endpoint, image-endpoint, timeout).
 configure_crictl() {
   write_file_if_changed "${CRICTL_CONFIG}" >/dev/null <<YAML
 # Written by gpu-cluster (install-runtime.sh): crictl talks to containerd.
@@ -193,19 +207,14 @@ configure_toolkit() {
   fi
 }
 
-# toml_value <file> <table> <key>: the value of key in [table] ("": top level) of a TOML
-# text, as written.
-toml_value() {
-  awk -v t="[$2]" -v k="$3" '
-    BEGIN { inside = (t == "[]") }
-    /^[[:space:]]*\[/ { gsub(/^[[:space:]]+|[[:space:]]+$/, ""); inside = ($0 == t); next }
-    inside { line = $0; sub(/^[[:space:]]+/, "", line)
-      if (index(line, k " = ") == 1) { print substr(line, length(k) + 4); exit } }' "$1"
-}
-
-# expect <what> <found> <wanted>: fail naming both unless they are equal.
+# expect <what> <found> <wanted>: fail naming both unless they are equal (values as JSON).
 expect() {
   [[ "$2" == "$3" ]] || fatal "$1: ${3} expected in \`containerd config dump\`, found '${2:-nothing}'"
+}
+
+# cri_runtime <dump> <key>...: a value of the CRI runtime plugin's section of a dump.
+cri_runtime() {
+  toml_read get "$1" plugins io.containerd.cri.v1.runtime "${@:2}"
 }
 
 verify_runtime() {
@@ -214,28 +223,29 @@ verify_runtime() {
   containerd config dump >"${dump}" ||
     fatal "containerd config dump failed: containerd cannot read ${CONTAINERD_CONFIG}"
   expect "runc SystemdCgroup" \
-    "$(toml_value "${dump}" "${CRI_RUNTIME}.containerd.runtimes.runc.options" SystemdCgroup)" true
+    "$(cri_runtime "${dump}" containerd runtimes runc options SystemdCgroup)" true
   expect "sandbox image" \
-    "$(toml_value "${dump}" "${CRI_IMAGES}.pinned_images" sandbox)" "\"${SANDBOX_IMAGE}\""
+    "$(toml_read get "${dump}" plugins io.containerd.cri.v1.images pinned_images sandbox)" \
+    "\"${SANDBOX_IMAGE}\""
   state="$(systemctl is-active containerd)" ||
     fatal "containerd expected active, systemctl reports '${state}'"
   if ! with_toolkit; then
     log "containerd active, systemd cgroups, sandbox ${SANDBOX_IMAGE}"
     return 0
   fi
-  expect "default runtime" \
-    "$(toml_value "${dump}" "${CRI_RUNTIME}.containerd" default_runtime_name)" '"nvidia"'
+  expect "default runtime" "$(cri_runtime "${dump}" containerd default_runtime_name)" '"nvidia"'
   # As the default runtime the nvidia one must use systemd cgroups too, or kubelet
   # (cgroupDriver: systemd) cannot run pods.
   expect "nvidia runtime SystemdCgroup" \
-    "$(toml_value "${dump}" "${CRI_RUNTIME}.containerd.runtimes.nvidia.options" SystemdCgroup)" true
-  local setting key
+    "$(cri_runtime "${dump}" containerd runtimes nvidia options SystemdCgroup)" true
+  local setting key found
   for setting in "${TOOLKIT_SETTINGS[@]}"; do
     key="${setting%%=*}"
-    [[ "$(toml_value "${TOOLKIT_CONFIG}" "" "${key}")" == "${setting#*=}" ]] ||
+    found="$(toml_read get "${TOOLKIT_CONFIG}" "${key}")"
+    [[ "${found}" == "${setting#*=}" ]] ||
       fatal "nvidia-ctk config did not set ${key} = ${setting#*=} in ${TOOLKIT_CONFIG}" \
-        "(found '$(toml_value "${TOOLKIT_CONFIG}" "" "${key}")'): without it containers see GPUs" \
-        "they did not request; look at 'nvidia-ctk --version' and that file on this host"
+        "(found '${found:-nothing}'): without it containers see GPUs they did not request;" \
+        "look at 'nvidia-ctk --version' and that file on this host"
   done
   log "containerd active, nvidia is the default runtime, GPUs only on request"
 }
@@ -248,6 +258,7 @@ main() {
     install_containerd \
     add_nvidia_apt_repo \
     install_container_toolkit \
+    ensure_toml_parser \
     configure_containerd \
     configure_toolkit \
     verify_runtime

@@ -10,6 +10,8 @@
 #   RETRY_MAX_SECONDS          cap on a single retry delay (default 60)
 #   APT_LOCK_TIMEOUT_SECONDS   how long apt waits for the dpkg lock (default 600)
 #   APT_RETRIES                attempts for apt-get update/install (default 3)
+#   DPKG_REPAIR_TIMEOUT_SECONDS  bound on `dpkg --configure -a` after an interrupted dpkg
+#                              (default 900)
 #   CLOUD_INIT_TIMEOUT_SECONDS bound on `cloud-init status --wait` (default 900)
 #   DOWNLOAD_RETRIES           attempts for a download (default 5)
 #   POLL_SECONDS               pause between two looks at the API server (readyz, a
@@ -150,9 +152,30 @@ download() {
 # waits for an answer nobody gives over `sudo bash -s`; NEEDRESTART_MODE=l makes it list
 # the services to restart and restart none (the scripts restart what they changed).
 apt_get() {
+  repair_interrupted_dpkg
   DEBIAN_FRONTEND=noninteractive NEEDRESTART_MODE=l apt-get -q -y \
     -o "DPkg::Lock::Timeout=${APT_LOCK_TIMEOUT_SECONDS:-600}" \
     -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "$@"
+}
+
+# repair_interrupted_dpkg: finish what a killed dpkg left (a step's timeout in the middle of a
+# transaction). Its journal stays in /var/lib/dpkg/updates/, and apt then refuses every install
+# with "dpkg was interrupted, you must manually run 'dpkg --configure -a' to correct the
+# problem." (apt-pkg/deb/debsystem.cc, debSystem::Lock and CheckUpdates: any file there whose
+# name is all digits). So this runs what apt asks for, before apt, bounded and retried (dpkg
+# waits for no lock: it fails at once while another apt holds it).
+repair_interrupted_dpkg() {
+  local entry journal=""
+  for entry in /var/lib/dpkg/updates/*; do
+    if [[ "${entry##*/}" =~ ^[0-9]+$ ]]; then
+      journal="${entry}"
+      break
+    fi
+  done
+  [[ -n "${journal}" ]] || return 0
+  log "dpkg was interrupted (${journal} left behind): running dpkg --configure -a"
+  retry "${APT_RETRIES:-3}" timeout -k 30 "${DPKG_REPAIR_TIMEOUT_SECONDS:-900}" \
+    env DEBIAN_FRONTEND=noninteractive dpkg --force-confdef --force-confold --configure -a >&2
 }
 
 apt_update() {
@@ -245,29 +268,63 @@ apt_hold() {
 
 # ---- signed third-party repositories --------------------------------------------------
 
-# key_fingerprint <key file>: the fingerprint of the file's primary key (gpg --show-keys).
-key_fingerprint() {
-  gpg --batch --with-colons --show-keys "$1" 2>/dev/null | awk -F: '$1 == "fpr" { print $10; exit }'
+# primary_key <key file>: "<fingerprint> <expiry>" of the file's primary key, the expiry in
+# seconds since the epoch and empty when it never expires (gpg --with-colons: the "pub" record's
+# field 7 and the "fpr" record after it, gnupg doc/DETAILS); nothing when it holds no key.
+primary_key() {
+  { gpg --batch --with-colons --show-keys "$1" 2>/dev/null || :; } |
+    awk -F: '$1 == "pub" && !p { p = 1; e = $7 } $1 == "fpr" && p && !f { f = $10 }
+      END { if (f != "") print f, e }'
+}
+
+# expired <epoch>: true when that moment has passed (empty: never expires).
+expired() {
+  [[ -n "$1" ]] && (($1 <= $(date +%s)))
 }
 
 # fetch_key <url> <fingerprint> <dest>: a publisher's armored key, refused unless its primary
-# key is the one the publisher documents (the fingerprint pinned in components/hosts/pins.py):
-# a key fetched from the server it guards proves nothing by itself.
+# key is the one the publisher documents (the fingerprint pinned in components/hosts/pins.py)
+# and still valid: a key fetched from the server it guards proves nothing by itself, and apt
+# verifies nothing with an expired one.
 fetch_key() {
-  local found
+  local found="" expires=""
   download "$1" "$3"
-  found="$(key_fingerprint "$3")" || found=""
+  read -r found expires < <(primary_key "$3") || :
   [[ "${found}" == "$2" ]] ||
     fatal "the key at $1 has fingerprint ${found:-none}, $2 expected: not trusting it"
+  if expired "${expires}"; then
+    fatal "the key at $1 ($2) expired on $(date -u -d "@${expires}" +%F) and no renewed one is" \
+      "served: apt cannot verify that repository; see the publisher's notices" \
+      "(pkgs.k8s.io: kubernetes/release#3818)"
+  fi
 }
 
-# add_signed_apt_repo <name> <key url> <fingerprint> <source>: the apt source "deb [signed-by=
-# /etc/apt/keyrings/<name>.gpg] <source>" in sources.list.d/<name>.list, its keyring fetched
-# once (fetch_key); apt-get update only when either changed.
+# keyring_current <keyring> <fingerprint>: the keyring holds that key, not expired. Says why not.
+keyring_current() {
+  local found="" expires=""
+  if [[ ! -s "$1" ]]; then
+    return 1
+  fi
+  read -r found expires < <(primary_key "$1") || :
+  if [[ "${found}" != "$2" ]]; then
+    log "$1 holds key ${found:-none}, not $2: fetching the key again"
+    return 1
+  fi
+  if expired "${expires}"; then
+    log "$1: key $2 expired on $(date -u -d "@${expires}" +%F): fetching it again"
+    return 1
+  fi
+}
+
+# add_signed_apt_repo <name> <key url> <fingerprint> <source> [keyring]: the apt source "deb
+# [signed-by=<keyring>] <source>" in sources.list.d/<name>.list, the keyring (default
+# /etc/apt/keyrings/<name>.gpg) fetched (fetch_key) when it is missing, holds another key or
+# expired (publishers extend a key's expiry: pkgs.k8s.io's did, kubernetes/release#3818);
+# apt-get update only when either changed.
 add_signed_apt_repo() {
   local name="$1" url="$2" fingerprint="$3" source="$4" key changed_key="" changed_list
-  local keyring="/etc/apt/keyrings/$1.gpg"
-  if [[ ! -s "${keyring}" ]]; then
+  local keyring="${5:-/etc/apt/keyrings/$1.gpg}"
+  if ! keyring_current "${keyring}" "${fingerprint}"; then
     key="$(temp_path "${name}.key")"
     fetch_key "${url}" "${fingerprint}" "${key}"
     gpg --batch --yes --dearmor -o "${key}.gpg" "${key}"
@@ -280,14 +337,18 @@ add_signed_apt_repo() {
   fi
 }
 
+# offered_versions <pkg>: the versions the archive offers, newest first, comma-separated.
+offered_versions() {
+  apt-cache madison "$1" | awk -F'|' '{ gsub(/ /, "", $2); print $2 }' | paste -sd, -
+}
+
 # require_apt_version <pkg> <version> <where from>: fail before installing anything unless the
 # archive offers exactly that version (installed counts), naming what it offers instead: a pin
 # that stopped resolving is reported as such, never replaced by the newest.
 require_apt_version() {
   local offered
   [[ "$(installed_version "$1")" == "$2" ]] && return 0
-  offered="$(apt-cache madison "$1" | awk -F'|' '{ gsub(/ /, "", $2); print $2 }' |
-    paste -sd, -)"
+  offered="$(offered_versions "$1")"
   [[ ",${offered}," == *",$2,"* ]] ||
     fatal "$1 $2 wanted (components/hosts/pins.py), $3 offers ${offered:-no version of it}"
 }
@@ -295,7 +356,11 @@ require_apt_version() {
 # ---- Kubernetes packages ------------------------------------------------------------
 
 KUBE_KEYRING=/etc/apt/keyrings/kubernetes-apt-keyring.gpg
-KUBE_SOURCES=/etc/apt/sources.list.d/kubernetes.list
+# pkgs.k8s.io's signing key ("isv:kubernetes OBS Project"), one for every minor's repository:
+# gpg prints this fingerprint for the Release.key of the v1.24 to v1.31 repositories in
+# kubernetes/kubernetes#128609, and kubernetes/release#3818 (the key's expiry, extended since)
+# is about that same key.
+KUBE_KEY_FINGERPRINT=DE15B14486CD377B9E876E1A234654DA9A296436
 
 # pkgs.k8s.io has one repository per minor: KUBERNETES_MINOR picks it.
 repo_url() {
@@ -303,22 +368,57 @@ repo_url() {
 }
 
 # add_kubernetes_apt_repo: the repository of KUBERNETES_MINOR (replacing another minor's) and
-# its signing key; apt-get update only when either changed.
+# its signing key, pinned by fingerprint; apt-get update only when either changed.
 add_kubernetes_apt_repo() {
-  local key changed_key="" changed_list
-  changed_list="$(write_file_if_changed "${KUBE_SOURCES}" <<LIST
-deb [signed-by=${KUBE_KEYRING}] $(repo_url) /
-LIST
-)"
-  if [[ ! -s "${KUBE_KEYRING}" || "${changed_list}" == changed ]]; then
-    key="$(temp_path Release.key)"
-    download "$(repo_url)Release.key" "${key}"
-    gpg --batch --yes --dearmor -o "${key}.gpg" "${key}"
-    changed_key="$(install_file_if_changed "${key}.gpg" "${KUBE_KEYRING}")"
+  add_signed_apt_repo kubernetes "$(repo_url)Release.key" "${KUBE_KEY_FINGERPRINT}" \
+    "$(repo_url) /" "${KUBE_KEYRING}"
+}
+
+# ---- TOML -------------------------------------------------------------------------------
+#
+# TOML is read by a TOML parser, never by a pattern: containerd 2.x prints its config through
+# go-toml v2 ('single-quoted' keys and strings, its own order), nvidia-ctk rewrites files through
+# go-toml v1 ("double-quoted"), and a person may write either. The parser is Python's tomllib
+# (3.11+: Ubuntu 24.04's python3 3.12) or, on Ubuntu 22.04 (python3 3.10, no tomllib), tomli
+# from jammy's python3-tomli 1.2.2 (universe), the project tomllib was taken from.
+
+# ensure_toml_parser: python3 can parse TOML (python3-tomli installed where tomllib is missing).
+ensure_toml_parser() {
+  if python3 -c 'import tomllib' 2>/dev/null || python3 -c 'import tomli' 2>/dev/null; then
+    return 0
   fi
-  if [[ "${changed_key}${changed_list}" == *changed* ]]; then
-    apt_update
-  fi
+  log "python3 has no tomllib (Python < 3.11): installing python3-tomli"
+  apt_install python3-tomli >/dev/null
+}
+
+# toml_read get <file> <key>...: the value at that key path as JSON ("x", true, 3), empty when
+# a key is absent; toml_read canonical <file>: the whole document as sorted, compact JSON (two
+# files that mean the same print the same). Fails naming the file when it is not TOML.
+toml_read() {
+  python3 - "$@" <<'PY'
+import json
+import sys
+
+try:
+    import tomllib
+except ModuleNotFoundError:
+    import tomli as tomllib
+
+mode, path, keys = sys.argv[1], sys.argv[2], sys.argv[3:]
+try:
+    with open(path, encoding="utf-8") as f:
+        value = tomllib.loads(f.read())
+except (OSError, tomllib.TOMLDecodeError) as error:
+    sys.exit(f"cannot read {path} as TOML: {error}")
+if mode == "canonical":
+    print(json.dumps(value, sort_keys=True, separators=(",", ":")))
+    sys.exit(0)
+for key in keys:
+    if not isinstance(value, dict) or key not in value:
+        sys.exit(0)
+    value = value[key]
+print(json.dumps(value, sort_keys=True))
+PY
 }
 
 # ---- files, modules, sysctls, services ------------------------------------------
@@ -393,32 +493,54 @@ ensure_sysctl() {
   fi
 }
 
-# ---- nouveau ------------------------------------------------------------------------
+# ---- nouveau and nova ---------------------------------------------------------------
+#
+# The open-source drivers that bind NVIDIA GPUs before nvidia can: nouveau, and nova: nova_core
+# (Linux 6.15+, drivers/gpu/nova-core) with its DRM driver, built as nova.ko
+# (drivers/gpu/drm/nova/Makefile, `obj-$(CONFIG_DRM_NOVA) += nova.o`) and later as nova-drm.ko
+# (module nova_drm). Ubuntu 26.04's early 7.0 kernels built nova_core (LP #2150845) and it bound
+# Turing, Ampere and Ada GPUs; Canonical's 580-server packages blacklist nova and nova_core
+# (nvidia-graphics-drivers debian/templates/nvidia-graphics-drivers.conf.in, LP #2142443), but
+# only once they are installed. Listed users first: the DRM drivers hold nova_core.
+NVIDIA_RIVALS=(nova_drm nova nova_core nouveau)
+NVIDIA_RIVALS_BLOCKLIST=/etc/modprobe.d/blacklist-nouveau.conf
 
-# blocklist_nouveau: keep nouveau off the GPUs from the next boot on (modprobe.d and the
-# initramfs, which is rebuilt only when the blocklist changed).
-blocklist_nouveau() {
+# blocklist_nouveau_and_nova: keep them off the GPUs from the next boot on (modprobe.d, as
+# Canonical's file words it, and the initramfs, rebuilt only when the blocklist changed).
+blocklist_nouveau_and_nova() {
   local changed
-  changed="$(write_file_if_changed /etc/modprobe.d/blacklist-nouveau.conf <<'CONF'
-# Written by gpu-cluster: the NVIDIA driver needs nouveau unloaded.
+  changed="$(write_file_if_changed "${NVIDIA_RIVALS_BLOCKLIST}" <<'CONF'
+# Written by gpu-cluster: the NVIDIA driver needs nouveau and nova unloaded.
 blacklist nouveau
 options nouveau modeset=0
+blacklist nova_core
+blacklist nova
+blacklist nova_drm
+alias nova_core off
+alias nova off
+alias nova_drm off
 CONF
 )"
   if [[ "${changed}" == changed ]]; then
-    log "rebuilding the initramfs without nouveau"
+    log "rebuilding the initramfs without nouveau and nova"
     timeout -k 30 600 update-initramfs -u >&2
   fi
 }
 
-# unload_nouveau: true when nouveau is not loaded (any more); false when it is in use.
-unload_nouveau() {
-  if ! module_loaded nouveau; then
-    log "nouveau not loaded"
-    return 0
+# unload_nouveau_and_nova: unload whichever of them is loaded. True when none is loaded any
+# more; false when some are in use, named in RIVALS_IN_USE.
+unload_nouveau_and_nova() {
+  local module
+  RIVALS_IN_USE=()
+  for module in "${NVIDIA_RIVALS[@]}"; do
+    module_loaded "${module}" || continue
+    log "unloading ${module}"
+    modprobe -r "${module}" || RIVALS_IN_USE+=("${module}")
+  done
+  if ((${#RIVALS_IN_USE[@]} > 0)); then
+    return 1
   fi
-  log "unloading nouveau"
-  modprobe -r nouveau
+  log "nouveau and nova not loaded"
 }
 
 # ---- control plane ----------------------------------------------------------------
@@ -743,10 +865,10 @@ upgrade_kubeadm_package() {
   log "kubeadm ${found}"
 }
 
-# upgrade_kubelet_package: kubelet and kubectl of KUBERNETES_MINOR, then the kubelet restarted
-# on them.
+# upgrade_kubelet_package: kubelet, kubectl and cri-tools of KUBERNETES_MINOR, then the kubelet
+# restarted on them.
 upgrade_kubelet_package() {
-  apt_install_held "${KUBERNETES_MINOR}.*" kubelet kubectl
+  apt_install_held "${KUBERNETES_MINOR}.*" kubelet kubectl cri-tools
   systemctl daemon-reload
   systemctl restart kubelet
   log "kubelet restarted on ${KUBERNETES_MINOR}"
@@ -868,6 +990,35 @@ package_depends() {
 apt_version_for_upstream() {
   apt-cache madison "$1" | awk -F'|' -v u="$2" '
     { gsub(/ /, "", $2) } index($2, u "-") == 1 { print $2; exit }'
+}
+
+# module_driver_version <module package>: the driver version a signed per-kernel module package
+# is built for, X of its "nvidia-kernel-common-<branch>-server (>= X)" (the installed build's,
+# else the archive's candidate's); empty when there is none.
+module_driver_version() {
+  { package_depends "$1" || :; } | tr ',' '\n' |
+    sed -nE 's/^ *nvidia-kernel-common-[0-9a-z-]+ \(>= ([^)]+)\).*/\1/p' | awk 'NR == 1'
+}
+
+# driver_userspace_packages: the driver's packages besides the module, which install-driver.sh
+# pins to the module's driver version (nvidia-headless-no-dkms depends on nvidia-kernel-common
+# at exactly its own version: nvidia-graphics-drivers debian/templates/control.in).
+driver_userspace_packages() {
+  printf '%s\n' "nvidia-kernel-common-${DRIVER_BRANCH}-server" \
+    "nvidia-headless-no-dkms-$(nvidia_suffix)" "nvidia-utils-${DRIVER_BRANCH}-server" \
+    "libnvidia-decode-${DRIVER_BRANCH}-server" "libnvidia-encode-${DRIVER_BRANCH}-server"
+}
+
+# driver_offered <version>: every userspace package of the driver is installed at that upstream
+# version or offered at it. Ubuntu's -updates and -security keep only the newest version of each
+# package name, while each kernel's module package has a name of its own and stays: a module can
+# outlive the userspace it was built for.
+driver_offered() {
+  local pkg
+  while read -r pkg; do
+    [[ "$(installed_version "${pkg}")" == "$1-"* || -n "$(apt_version_for_upstream "${pkg}" "$1")" ]] ||
+      return 1
+  done < <(driver_userspace_packages)
 }
 
 # refuse_transitional_branch: fail before downloading anything when Ubuntu turned the branch's
