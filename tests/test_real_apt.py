@@ -135,10 +135,10 @@ def test_kubeadm_built_after_krel_0ffd6e1f_brings_no_crictl(host):
 # ---- containerd and the toolkit (install-runtime.sh) -------------------------------------------
 
 RUNTIME = "install-runtime.sh"
-# `containerd --version` as containerd prints it (cmd/containerd/command/main.go sets
+# `containerd --version` as containerd 2.2.1 prints it (cmd/containerd/command/main.go sets
 # cli.VersionPrinter: App.Name, version.Package, App.Version, version.Revision; containerd.io
 # links Package=containerd.io and Version without its v, docker/containerd-packaging
-# debian/rules and scripts/build-deb).
+# debian/rules and scripts/build-deb): the one seam of install_containerd here.
 CONTAINERD_VERSION_OUTPUT = (
     "containerd() { echo 'containerd containerd.io 2.2.1 "
     "dea7da592f5d1d2b7755e3a161be07f43fad8f75'; }\n"
@@ -204,7 +204,8 @@ def test_the_toolkit_alone_at_the_pin_is_refused_once_a_newer_one_exists(host):
     """Why the step pins all four: nvidia-container-toolkit 1.20.0-1 Depends
     libnvidia-container-tools (= 1.20.0-1), and apt resolves a dependency from the candidate
     (1.21.0-1) only; it does not go back to an older version of a package nobody asked for.
-    (apt 2.4 and 2.7 resolve with the same pkgDepCache::MarkInstall as 2.6.)"""
+    Ubuntu's apt 2.4 and 2.7 resolve with the same classic resolver (apt-pkg/depcache.cc
+    `MarkInstall`) as Debian 12's 2.6; apt 3's new solver could differ."""
     republish(host, data.next_month())
     ok(host.bash(RUNTIME, "add_nvidia_apt_repo\n", runtime("24.04")))
     alone = host.apt_get("-s", "install", f"nvidia-container-toolkit={pins.NVIDIA_CTK_VERSION}")

@@ -18,10 +18,9 @@ from components.hosts import pins
 from tests.helpers.archive import Archive, gpu_host, run_install_steps, serve_efa_installer
 from tests.helpers.control_plane_host import INIT
 from tests.helpers.tools import require_tool
-from tests.helpers.units import build_root, written_units
+from tests.helpers.units import INSTALL, build_root, written_units
 from tests.sandbox import Sandbox, needs_sandbox
 
-INSTALL = "apt-get install systemd"
 NODE = "p5.48xlarge"
 EFA_INTERFACES = 32
 

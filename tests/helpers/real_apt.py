@@ -49,7 +49,7 @@ from tests.helpers import archive_packages as data
 from tests.helpers.tools import require_tool
 
 METHOD = Path(__file__).with_name("apt_mirror_method.py")
-INSTALL = "apt-get install apt-utils dpkg gpg"  # apt-ftparchive, dpkg-deb, gpg
+INSTALL = "apt-get install apt-utils gpg"  # apt-ftparchive, gpg (dpkg-deb, apt, gpgv: the base)
 MAIN_CALL = 'main "$@"\n'
 
 

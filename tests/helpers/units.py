@@ -26,6 +26,7 @@ import re
 import shutil
 from pathlib import Path
 
+INSTALL = "apt-get install systemd"  # systemd-analyze, systemctl
 UNIT_SUFFIXES = (".service", ".timer", ".socket", ".path", ".target", ".mount")
 
 PACKAGE_UNITS = {
