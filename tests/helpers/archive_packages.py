@@ -439,6 +439,7 @@ BASE_VERSIONS = {
     "ocl-icd-libopencl1": ("2.3.2-1build1", "2.2.14-3"),
     "infiniband-diags": ("50.0-2build2", "39.0-1"),
     "libibumad3": ("50.0-2build2", "39.0-1"),
+    "python3-tomli": ("2.0.1-2", "1.2.2-2"),
 }
 INSTALLED_BASE = ("libc6", "iptables", "mount", "util-linux", "adduser")
 
