@@ -32,6 +32,7 @@ says so.
 
 from __future__ import annotations
 
+import atexit
 import gzip
 import hashlib
 import os
@@ -61,8 +62,11 @@ def require_real_apt() -> None:
 
 @cache
 def _work_dir() -> Path:
-    """One directory per test session for what every test shares (built .debs, the key)."""
-    return Path(tempfile.mkdtemp(prefix="real-apt-"))
+    """One directory per test session for what every test shares (built .debs, the key),
+    removed when the session ends."""
+    path = Path(tempfile.mkdtemp(prefix="real-apt-"))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 @cache
