@@ -25,8 +25,8 @@ from tests.helpers.control_plane_host import (
     ADMIN_KUBECONFIG,
     CNI,
     CP_NAME,
-    FAST,
     FLANNEL_MANIFEST,
+    INIT,
     PRIVATE_IP,
     PUBLIC_IP,
 )
@@ -34,18 +34,6 @@ from tests.sandbox import Sandbox, needs_sandbox
 
 pytestmark = needs_sandbox
 
-INIT = {
-    "CLUSTER_NAME": "dev-gpu",
-    "NODE_NAME": CP_NAME,
-    "KUBERNETES_MINOR": "1.35",
-    "CONTROL_PLANE_ENDPOINT": f"{PRIVATE_IP}:6443",
-    "ADVERTISE_ADDRESS": PRIVATE_IP,
-    "POD_SUBNET": "10.244.0.0/16",
-    "SERVICE_SUBNET": "10.96.0.0/12",
-    "CERT_SANS": f"{PUBLIC_IP},{PRIVATE_IP},ip-10-42-3-7.us-west-2.compute.internal",
-    "API_WAIT_SECONDS": "1",
-    **FAST,
-}
 NODE = "dev-gpu-a10g-0"
 TOKEN = "q8z3kd.7hx2m4p9r1t6v0wb"
 ADMIN_CONF = "/etc/kubernetes/admin.conf"

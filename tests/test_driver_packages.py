@@ -23,6 +23,7 @@ from tests.helpers.archive import (
     source_of,
     ubuntu_version,
 )
+from tests.helpers.archive_packages import NVLSM_VERSION
 from tests.sandbox import Sandbox, needs_sandbox
 from tools.harness.stacks import load_stack_settings
 
@@ -276,7 +277,7 @@ def test_b200_gets_nvlsm_and_nvsdm_from_the_cuda_repository(tmp_path, release):
         assert f"{package}={DRIVER}-*" in install, install
         assert host.installed(package) == cuda_version(DRIVER, release)
         assert source_of(host, package) == "NVIDIA CUDA repository"
-    assert "nvlsm=2025.06.4-1" in install
+    assert f"nvlsm={NVLSM_VERSION}" in install
     assert {"nvidia-fabricmanager", "libnvidia-nscq", "libnvsdm", "nvlsm"} <= host.held()
     assert host.installed(f"linux-modules-extra-{KERNEL}")
     assert host.read("/etc/modules-load.d/gpu-cluster-nvlsm.conf").split() == [

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import real_apt, units
 from tests.helpers.tools import ACTIONLINT_INSTALL, CI_ENV, require_tool
 from tools import graph_picture
 from tools.harness.stacks import ROOT
@@ -147,6 +148,11 @@ def test_ci_installs_every_tool_a_test_may_skip_for():
     assert graph_picture.INSTALL_HINT.rsplit(" ", 1)[1] in ci, "graphviz is not installed by CI"
     assert ACTIONLINT_INSTALL.rsplit(" ", 1)[1] in ci, f"CI does not {ACTIONLINT_INSTALL}"
     assert re.search(r"^export CI=true$", ci, re.MULTILINE), ".ci/run does not set CI=true"
+    installed = set(re.findall(r"missing\+=\(([^)]*)\)", ci))
+    installed = {package for group in installed for package in group.split()}
+    for hint in (real_apt.INSTALL, units.INSTALL):
+        packages = set(hint.removeprefix("apt-get install ").split())
+        assert packages <= installed, f".ci/run does not install {packages - installed}"
 
 
 def _imported_top_levels(paths: list[Path]) -> set[str]:

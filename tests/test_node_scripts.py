@@ -15,6 +15,7 @@ import yaml
 
 from components.hosts import bundle, pins
 from components.hosts.rendering import render_script, script_digest
+from tests.helpers.archive_packages import NVLSM_VERSION
 from tests.helpers.gpu_host import (
     CONTAINERD,
     CTK_PACKAGES,
@@ -552,7 +553,7 @@ def test_nvswitch_gen4_gets_nvlsm_libnvsdm_and_ib_umad_before_fabric_manager(san
     result = sandbox.run("install-driver.sh", {**params, "KERNEL_MODULES": "open"})
     assert result.returncode == 0, result.stderr
     (install,) = [c for c in installs(result) if any(a.startswith("nvlsm") for a in c)]
-    assert "libnvsdm=580.95.05-*" in install and "nvlsm=2025.06.4-1" in install
+    assert "libnvsdm=580.95.05-*" in install and f"nvlsm={NVLSM_VERSION}" in install
     assert {"libnvsdm", "nvlsm"} <= sandbox.held()
     assert "ib_umad\n" in sandbox.read("/etc/modules-load.d/gpu-cluster-nvlsm.conf")
     # Issue 39, finding 7: the InfiniBand diagnostics and umad library beside nvlsm, as NVIDIA's

@@ -18,6 +18,9 @@ gpu-driver-container's ubuntu24.04/precompiled/nvidia-driver installs them; the 
 names by branch, the same script; pkgs.k8s.io's packages, kubernetes/release
 cmd/krel/templates/latest (cri-tools released per minor); the toolkit's versions, NVIDIA's
 CHANGELOG.md; python3-tomli, infiniband-diags and libibumad3, packages.ubuntu.com.
+Versions and version formats come from tests/helpers/archive_packages.py, the package data
+the real-apt tests build real repositories from (tests/test_real_apt.py checks both offer the
+same versions).
 """
 
 from __future__ import annotations
@@ -29,26 +32,24 @@ from dataclasses import dataclass
 
 from components.catalog import CATALOG
 from components.hosts import pins
+from tests.helpers import archive_packages as data
+from tests.helpers.archive_packages import (
+    BRANCH,
+    DRIVER,
+    KERNEL,  # the uname stub's default: the AMI's kernel
+    KUBE_VERSIONS,
+    NEWER_KERNEL,
+    POINT_RELEASE,
+    TOOLKIT_PACKAGES,
+    TOOLKIT_VERSIONS,
+)
 from tests.sandbox import STUBS_DIR, Sandbox
 
-KERNEL = "6.8.0-1021-aws"  # the uname stub's default: the AMI's kernel
-NEWER_KERNEL = "6.8.0-1030-aws"
-DRIVER = "580.95.05"
-POINT_RELEASE = "580.105.08"
-BRANCH = "580"
-KUBE_VERSIONS = ("1.35.0-1.1", "1.35.1-1.1")
 # Ubuntu's driver packages besides the headless metapackage (one per module type).
 USERSPACE = ("nvidia-kernel-common", "nvidia-utils", "libnvidia-decode", "libnvidia-encode")
 # pkgs.k8s.io's core:/stable:/v<minor> repository: cri-tools is released per minor beside the
 # kubelet (v1.35.0 there as 1.35.0-1.1; one glob pins all four).
 KUBE_PACKAGES = ("kubelet", "kubeadm", "kubectl", "cri-tools")
-TOOLKIT_VERSIONS = ("1.17.8-1", "1.18.0-1", "1.20.0-1")
-TOOLKIT_PACKAGES = (
-    "nvidia-container-toolkit",
-    "nvidia-container-toolkit-base",
-    "libnvidia-container-tools",
-    "libnvidia-container1",
-)
 
 RDMA_CORE = {"22.04": "39.0-1", "24.04": "50.0-2build2"}
 # python3-tomli of each release (universe); jammy's python3 (3.10) needs it for TOML.
@@ -79,14 +80,15 @@ def os_release(release: str) -> str:
     )
 
 
-def ubuntu_version(upstream: str, release: str, revision: int = 1) -> str:
-    """An upload of NVIDIA's driver to Ubuntu's archive: 580.95.05-0ubuntu0.24.04.2."""
-    return f"{upstream}-0ubuntu0.{release}.{revision}"
+def ubuntu_version(upstream: str, release: str, revision: int | None = None) -> str:
+    """An upload of NVIDIA's driver to Ubuntu's archive: 580.95.05-0ubuntu0.24.04.2 (without a
+    revision, the upload the archive of `today`/`next_month` offers)."""
+    return data.ubuntu_version(upstream, release, revision)
 
 
 def cuda_version(upstream: str, release: str) -> str:
-    """A package of NVIDIA's CUDA repository: 580.95.05-1ubuntu1 (its own Debian revision)."""
-    return f"{upstream}-1ubuntu{release.split('.')[0]}"
+    """A package of NVIDIA's CUDA repository: 580.95.05-1, the same for every release."""
+    return data.cuda_version(upstream)
 
 
 @dataclass
@@ -108,7 +110,7 @@ class Archive:
         for kernel in (KERNEL,):
             archive.kernel(kernel)
             archive.modules_for(kernel, DRIVER)
-        archive.ubuntu_containerd("2.2.1-0ubuntu1~{release}.2")
+        archive.ubuntu_containerd(data.UBUNTU_CONTAINERD["today"])
         archive.containerd_io("2.2.0-2", "2.2.1-1")
         archive.toolkit()
         archive.kubernetes()
@@ -130,7 +132,7 @@ class Archive:
         archive.drop_kernel(KERNEL)
         archive.kernel(NEWER_KERNEL)
         archive.modules_for(NEWER_KERNEL, POINT_RELEASE)
-        archive.ubuntu_containerd("2.2.2-0ubuntu1~{release}.1")
+        archive.ubuntu_containerd(data.UBUNTU_CONTAINERD["next_month"])
         archive.containerd_io("2.2.0-2", "2.2.1-1", "2.2.2-1")
         archive.toolkit(*TOOLKIT_VERSIONS, "1.21.0-1")
         archive.kubernetes(*KUBE_VERSIONS, "1.35.2-1.1")
@@ -160,7 +162,7 @@ class Archive:
         if source is not None:
             self.sb.state(f"apt.source/{package}", source)
 
-    def driver(self, upstream: str, *, replace: bool = False, revision: int = 2) -> None:
+    def driver(self, upstream: str, *, replace: bool = False, revision: int | None = None) -> None:
         """Ubuntu's upload of one driver version: kernel common, headless (both module types),
         utils and the video libraries. `replace`: the only version left (the pocket moved)."""
         version = ubuntu_version(upstream, self.release, revision)
@@ -185,7 +187,7 @@ class Archive:
         for name in ("nvidia-fabricmanager", "libnvidia-nscq", "libnvsdm"):
             self._add(name, version, False)
             self.sb.state(f"apt.source/{name}", CUDA_LIST)
-        self.offer("nvlsm", "2025.06.4-1", source=CUDA_LIST)
+        self.offer("nvlsm", data.NVLSM_VERSION, source=CUDA_LIST)
 
     def infiniband_tools(self) -> None:
         """rdma-core's InfiniBand tools in Ubuntu's archive (packages.ubuntu.com: jammy 39.0-1;

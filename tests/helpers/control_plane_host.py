@@ -11,6 +11,19 @@ FAST = {"RETRY_BASE_SECONDS": "0.01", "POLL_SECONDS": "0.01", "CSR_WAIT_SECONDS"
 CP_NAME = "dev-gpu-control-plane"
 PRIVATE_IP = "10.42.3.7"
 PUBLIC_IP = "198.51.100.20"
+# init-control-plane.sh's inputs for this host.
+INIT = {
+    "CLUSTER_NAME": "dev-gpu",
+    "NODE_NAME": CP_NAME,
+    "KUBERNETES_MINOR": "1.35",
+    "CONTROL_PLANE_ENDPOINT": f"{PRIVATE_IP}:6443",
+    "ADVERTISE_ADDRESS": PRIVATE_IP,
+    "POD_SUBNET": "10.244.0.0/16",
+    "SERVICE_SUBNET": "10.96.0.0/12",
+    "CERT_SANS": f"{PUBLIC_IP},{PRIVATE_IP},ip-10-42-3-7.us-west-2.compute.internal",
+    "API_WAIT_SECONDS": "1",
+    **FAST,
+}
 CNI = {"FLANNEL_VERSION": "v0.27.4", "POD_SUBNET": "10.200.0.0/16", "NODE_NAME": CP_NAME, **FAST}
 ADMIN_KEY = base64.b64encode(b"FAKE-ADMIN-KEY-DATA").decode()
 ADMIN_KUBECONFIG = f"""apiVersion: v1

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from components.hosts import pins
+from tests.helpers.archive_packages import NVLSM_VERSION
 from tests.sandbox import Sandbox
 
 FAST = {"RETRY_BASE_SECONDS": "0.01"}
@@ -71,7 +72,7 @@ def new_gpu_host(root: Path) -> Sandbox:
     # Fabric packages come from NVIDIA's CUDA repository (its own Debian revision); their
     # upstream version must equal the driver's. NVLink 5's IB modules are in modules-extra.
     for pkg in ("nvidia-fabricmanager", "libnvidia-nscq", "libnvsdm", "nvlsm"):
-        versions = ["2025.06.4-1"] if pkg == "nvlsm" else ["580.95.05-1", "580.105.08-1"]
+        versions = [NVLSM_VERSION] if pkg == "nvlsm" else ["580.95.05-1", "580.105.08-1"]
         sb.apt_available(pkg, *versions)
         sb.state(f"apt.source/{pkg}", "/etc/apt/sources.list.d/cuda.list")
     sb.apt_available(f"linux-modules-extra-{RUNNING_KERNEL}", "6.8.0-1021.23")

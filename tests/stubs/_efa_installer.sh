@@ -11,6 +11,11 @@
 # installed (state modinfo/<kernel>/efa, read by the modinfo stub): version EFA_STUB_DRIVER_VERSION
 # (state efa.driver-version when the archive sets none), with the "g" of a GPUDirect build.
 # The archive sets EFA_STUB_VERSION in the copy it ships.
+# Stands for efa_installer.sh of AWS's EFA installer 1.51.0 (aws-efa-installer-1.51.0.tar.gz),
+# as AWS's EC2 user guide ("Get started with EFA", step 3) runs it and as captured installs leave
+# the host: /opt/amazon/efa_installed_packages opens with "# EFA installer version: 1.51.0",
+# fi_info under /opt/amazon/efa/bin, the NCCL plugin under /opt/amazon/ofi-nccl/lib, the efa
+# driver as a DKMS build (dkms.conf of the installer's efa-driver package).
 # shellcheck source-path=SCRIPTDIR source=_stub_lib.sh
 source "$(dirname "$(command -v _fi_info)")/_stub_lib.sh"
 stub_record efa_installer.sh "$@"

@@ -1,6 +1,14 @@
 # shellcheck shell=bash
 # The cluster-API part of the kubectl stub (see the header of ./kubectl). kubectl_api either
 # answers and exits, or returns so the stub's Node handling runs.
+# Stands for kubectl 1.35 against a kube-apiserver of the version in state kubectl/api: errors
+# as kubectl prints them (k8s.io/kubectl pkg/cmd/util/helpers.go `standardErrorMessage`: "The
+# connection to the server <host:port> was refused - did you specify the right host or port?";
+# k8s.io/apimachinery pkg/api/errors: 'Error from server (NotFound): ...'), and /version as the
+# API server answers it: k8s.io/apimachinery pkg/version `Info`, indented by two spaces, every
+# field present, as captured from a v1.35.0 server (`curl -k https://.../version`: major, minor,
+# emulationMajor, emulationMinor, minCompatibilityMajor, minCompatibilityMinor, gitVersion,
+# gitCommit, gitTreeState, buildDate, goVersion, compiler, platform).
 
 # _ds_json <manifest>: the first DaemonSet of a manifest as "<ns>/<name> <json>", from the
 # metadata and the first image under `containers:` (initContainers are skipped, as in kubectl's
@@ -121,8 +129,8 @@ kubectl_api() {
             state_get kubectl/version-body
             exit 0
           fi
-          printf '{\n  "major": "1",\n  "minor": "%s",\n  "gitVersion": "%s",\n  "platform": "linux/amd64"\n}\n' \
-            "${minor}" "${version}"
+          printf '{\n  "major": "1",\n  "minor": "%s",\n  "emulationMajor": "1",\n  "emulationMinor": "%s",\n  "minCompatibilityMajor": "1",\n  "minCompatibilityMinor": "%s",\n  "gitVersion": "%s",\n  "gitCommit": "66452049f3d692768c39c797b21b793dce80314e",\n  "gitTreeState": "clean",\n  "buildDate": "2025-12-17T12:32:07Z",\n  "goVersion": "go1.25.5",\n  "compiler": "gc",\n  "platform": "linux/amd64"\n}\n' \
+            "${minor}" "${minor}" "$((minor - 1))" "${version}"
           exit 0
           ;;
         *) echo "Error from server (NotFound): the server could not find ${raw}" >&2 && exit 1 ;;

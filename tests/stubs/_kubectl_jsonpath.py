@@ -4,6 +4,9 @@
 `[?(@.spec.signerName=="...")]`), indexes (`[0]`), `[*]`, quoted literals (`{"\\t"}`) and
 `{range <path>}...{end}` (the template between them once per item, its paths read from the
 item). A missing field prints nothing, as kubectl's `get` does.
+Stands for the JSONPath printer of kubectl 1.35: k8s.io/client-go util/jsonpath/jsonpath.go
+(`JSONPath.Execute`, `evalField`, `evalFilter`; `AllowMissingKeys(true)`, which kubectl's
+k8s.io/cli-runtime pkg/printers/jsonpath.go sets) and util/jsonpath/parser.go for the syntax.
 Usage: python3 _kubectl_jsonpath.py '<template>' < object.json
 """
 

@@ -1,5 +1,12 @@
 """Objects of the kubectl stub's cluster API that need atomic writes: Leases and cordons.
 
+Stands for kubectl 1.35 and kube-apiserver 1.35 on these objects: optimistic concurrency as
+k8s.io/apiserver pkg/registry/generic/registry/store.go `Update` applies it (a stale
+resourceVersion is a 409 Conflict: 'Operation cannot be fulfilled on leases.coordination.k8s.io
+"<name>": the object has been modified; please apply your changes to the latest version and try
+again'), AlreadyExists from `Create`, and kubectl's label, taint and annotate commands as cited
+below.
+
 Every write holds an exclusive lock on the state directory, as the API server serializes writes
 to one object, so concurrent stub processes (two runs on one control plane) see one order.
 

@@ -5,6 +5,11 @@ as the kubelet registers them (a Node that exists already is kept: the kubelet u
 its status). Its status, from state the test controls:
   kubelet.ready   the Ready condition's status (default True; "none": no Ready condition)
   kubelet.gpus    allocatable nvidia.com/gpu (absent: the device plugin has advertised none)
+Stands for kubelet 1.35 registering its Node: pkg/kubelet/kubelet_node_status.go
+(`registerWithAPIServer`, `initialNode`: the labels of --node-labels, spec.providerID of
+--provider-id, spec.taints of --register-with-taints, which kubeadm 1.35 passes from
+JoinConfiguration nodeRegistration.kubeletExtraArgs and taints, cmd/kubeadm/app/phases/kubelet
+flags.go `buildKubeletArgs`).
 Usage: python3 _kubelet_register.py <state-dir> < join-configuration.yaml
 """
 

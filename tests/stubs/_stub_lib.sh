@@ -2,6 +2,13 @@
 # Shared by the stub commands in this directory (see tests/sandbox.py).
 # Every stub records its argv in $STUB_STATE/calls.log (fields separated by \x1f)
 # and keeps the state it simulates as small files under $STUB_STATE.
+# Stands for the host state the tools share, on Ubuntu 24.04 (22.04 alike): dpkg 1.22's
+# database (installed versions; upstream_version splits a Debian version at its last hyphen as
+# lib/dpkg/parsehelp.c `parseversion` does, here the first for Ubuntu's versions, which have
+# one), apt 2.7's lists (a package of a sources.list.d file is known only after an
+# `apt-get update` read that file, apt-pkg/sourcelist.cc), and the publishers' signing keys by
+# the fingerprints they document (Docker: docs.docker.com engine/install/ubuntu; NVIDIA CUDA:
+# 3bf863cc.pub; AWS EFA: the EC2 user guide), which stub_key_fingerprint returns for their URLs.
 set -euo pipefail
 
 : "${STUB_STATE:?STUB_STATE must point at the sandbox state directory}"

@@ -32,21 +32,32 @@ READY_TO_JOIN_AT = "2026-01-01T00:00:00Z"
 
 
 def _join_token_stdout(args: MockResourceArgs) -> str:
-    """What mint-join-token.sh of earlier releases printed: one JSON line, a bootstrap token
-    unique to the node (recorded graphs of those releases run under these mocks too)."""
+    """Stands for what mint-join-token.sh printed in the releases before commit 1824a45 (an
+    earlier release: git show 1824a45^:components/hosts/scripts/mint-join-token.sh,
+    `print_credentials`): one JSON line, {"token": ..., "caCertHash": ...}, the token in the
+    form kubeadm 1.35's `token create` prints ([a-z0-9]{6}.[a-z0-9]{16}, cmd/kubeadm/app/apis/
+    bootstraptoken/v1/utils.go), unique to the node (recorded graphs of those releases run
+    under these mocks too)."""
     digest = hashlib.sha256(args.name.encode()).hexdigest()
     token = f"{digest[:6]}.{digest[6:22]}"
     return json.dumps({"token": token, "caCertHash": CA_CERT_HASH}) + "\n"
 
 
 def _kube_tools_stdout(args: MockResourceArgs) -> str:
-    """What install-kube-tools.sh prints last: when the host was ready to join."""
+    """Stands for the last line of components/hosts/scripts/install-kube-tools.sh
+    (`print_ready_to_join`: {"readyToJoinAt": "<date -u
+    +%Y-%m-%dT%H:%M:%SZ>"}, coreutils 9.4's date), at a fixed time; tests/test_canned_outputs.py
+    holds it to what that function prints."""
     return json.dumps({"readyToJoinAt": READY_TO_JOIN_AT}) + "\n"
 
 
 def _kubeconfig_stdout(args: MockResourceArgs) -> str:
-    """What read-kubeconfig.sh prints: an admin kubeconfig with fake, recognisable credentials
-    (tests look for FAKE-TEST-ADMIN-KEY in plain inputs and outputs to catch a leak)."""
+    """Stands for what components/hosts/scripts/read-kubeconfig.sh prints
+    (`print_kubeconfig`): the admin.conf kubeadm 1.35 writes (cmd/kubeadm/app/phases/kubeconfig,
+    client-go tools/clientcmd `Write`) with its server rewritten, then "# ca-cert-hash:
+    sha256:<64 hex>"; here with fake, recognisable credentials (tests look for
+    FAKE-TEST-ADMIN-KEY in plain inputs and outputs to catch a leak).
+    tests/test_canned_outputs.py holds its shape to that script's output."""
     fake = base64.b64encode(f"FAKE-TEST-ADMIN-KEY for {args.name}".encode()).decode()
     ca = base64.b64encode(b"FAKE-TEST-CA").decode()
     return (

@@ -35,7 +35,7 @@ read_server_version() {
   local body version
   body="$(kubectl --kubeconfig="${ADMIN_CONF}" --request-timeout=30s get --raw /version)" ||
     fatal "the API server did not answer 'kubectl get --raw /version' on this host"
-  version="$(sed -nE 's/.*"gitVersion": *"v([0-9]+\.[0-9]+)\.[^"]*".*/\1/p' <<<"${body}" | head -n 1)"
+  version="$(version_minor_of "${body}")"
   [[ "${version}" =~ ^1\.[0-9]+$ ]] ||
     fatal "no gitVersion in the API server's /version answer"
   SERVER_MINOR="${version}"

@@ -835,7 +835,22 @@ api_server_minor() {
   local body
   body="$(kubectl --kubeconfig="$1" --request-timeout=30s get --raw /version)" ||
     fatal "the API server did not answer 'kubectl get --raw /version' (kubeconfig $1)"
-  sed -nE 's/.*"gitVersion": *"v([0-9]+\.[0-9]+)\.[^"]*".*/\1/p' <<<"${body}" | head -n 1
+  version_minor_of "${body}"
+}
+
+# version_minor_of <body>: the minor of gitVersion ("v1.35.1" -> 1.35) in an API server's
+# /version answer, read as the JSON it is (k8s.io/apimachinery pkg/version Info) with python3's
+# json module (Ubuntu's cloud images ship python3: cloud-init runs on it); empty when the body is
+# not that JSON (a proxy's page) or has no such version.
+version_minor_of() {
+  python3 -c '
+import json, re, sys
+try:
+    version = json.load(sys.stdin).get("gitVersion")
+except (ValueError, AttributeError):
+    version = None
+match = re.fullmatch(r"v(1\.[0-9]+)\.[0-9]+\S*", version if isinstance(version, str) else "")
+print(match.group(1) if match else "")' <<<"$1"
 }
 
 # check_one_minor_step <running minor> <what runs it>: KUBERNETES_MINOR may be the running minor
