@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -70,6 +70,10 @@ def _kubelet_may_set(key: str, namespace: str) -> bool:
 
 
 class NodePool(Model):
+    # How the settings tell the two pool kinds apart (components/settings/model.py).
+    union_tag: ClassVar[str] = "instances"
+    kind: ClassVar[str] = "a pool of EC2 instances"
+
     name: DnsLabel = Field(
         description="Pool name, part of node names (<clusterName>-<name>-<index>)"
     )
