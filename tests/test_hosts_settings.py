@@ -266,6 +266,9 @@ def test_a_network_key_of_a_stack_that_launches_nothing_is_refused():
     found = problems(network={"create": True, "sshAllowedCidrs": ["10.0.0.0/8"]})
     assert "launches no EC2 machine" in found["network.create"], found
     assert "launches no EC2 machine" in found["network.sshAllowedCidrs"], found
+    control_plane = dict(CONTROL_PLANE, securityGroupId="sg-0a1b2c3d4e5f60799")
+    found = problems(controlPlane=control_plane)
+    assert "no security group" in found["controlPlane.securityGroupId"], found
     # Pulumi.yaml's default network.cidr reaches every stack from the CLI: not a mistake.
     assert settings(network={"cidr": "10.42.0.0/16"}).network.cidr == "10.42.0.0/16"
 

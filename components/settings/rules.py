@@ -386,23 +386,33 @@ _AWS_NETWORK_KEYS = (
 )
 
 
+# The existing control plane's keys that shape the EC2 nodes' security groups.
+_AWS_CONTROL_PLANE_KEYS = ("security_group_id", "pod_network_ports")
+
+
 def network_only_with_machines(settings: Settings) -> list[Found]:
     """A stack that launches no EC2 machine (an existing control plane, only hosts pools)
-    creates and reads no network: a network key that would shape one is a mistake, said."""
+    creates and reads no network: a key that would shape one is a mistake, said."""
     if settings.launches_machines:
         return []
-    network = settings.network
-    return [
-        (
-            f"network.{Network.model_fields[name].alias}",
-            getattr(network, name),
-            "unset: this stack launches no EC2 machine (its control plane is existing and its "
-            "pools name hosts), so it creates and reads no network; the hosts are reached at "
-            "their addresses (through network.bastion when set)",
-        )
+    why = (
+        "unset: this stack launches no EC2 machine (its control plane is existing and its "
+        "pools name hosts), so it creates and reads no network and no security group; the "
+        "hosts are reached at their addresses (through network.bastion when set), and their "
+        "own firewalls admit the cluster"
+    )
+    network, cp = settings.network, settings.control_plane
+    found: list[Found] = [
+        (f"network.{Network.model_fields[name].alias}", getattr(network, name), why)
         for name in _AWS_NETWORK_KEYS
         if name in network.model_fields_set
     ]
+    found += [
+        (f"controlPlane.{ExistingControlPlane.model_fields[name].alias}", getattr(cp, name), why)
+        for name in _AWS_CONTROL_PLANE_KEYS
+        if name in cp.model_fields_set
+    ]
+    return found
 
 
 def host_pools_join_an_existing_cluster(settings: Settings) -> list[Found]:
