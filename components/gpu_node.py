@@ -23,15 +23,14 @@ import pulumi_command as command
 from components.aws import fabric, machines
 from components.aws.network import KUBELET_PORT, Network, tcp_port_rule
 from components.catalog import GpuInstanceType
-from components.hosts import host_keys, pins, rolling, steps
-from components.hosts.remote import Host, Login, machine_host, run_step
+from components.hosts import pins, rolling, steps
+from components.hosts.remote import Host, Login, run_step
 from components.hosts.rolling import DELETE_DRAIN_TIMEOUT_SECONDS
 from components.kube import bootstrap_token
 from components.kube.manifests import DEVICE_PLUGIN_NAMESPACE
 from components.kube.validation import expected_allocatable
-from components.labels import POOL_LABEL
-from components.node_inputs import install_steps, join_params, labels_and_taints, provider_id
-from components.node_machine import NodeMachine, existing_host
+from components.node_inputs import install_steps, join_params, labels_and_taints
+from components.node_machine import Launch, NodeMachine, existing_host, launched
 from components.settings import NodePool, Settings
 from components.settings.hosts_pool import ExistingHost, HostsNodePool
 
@@ -40,8 +39,6 @@ if TYPE_CHECKING:
 
 # The NVIDIA Container Toolkit the nodes get (a baked image is keyed by it too).
 NVIDIA_CTK_VERSION = pins.NVIDIA_CTK_VERSION
-# The Instance input of its type, as the engine and replace_on_changes name it.
-INSTANCE_TYPE_INPUT = "instanceType"
 # How long the join waits for the Node to register and be Ready.
 NODE_READY_TIMEOUT_SECONDS = 600
 
@@ -219,21 +216,6 @@ class GpuNodePool(pulumi.ComponentResource):
 
 
 @dataclass(frozen=True)
-class Launch:
-    """How an EC2 node's machine is launched: what it shares with the pool's (image, key,
-    security groups), its own subnet, its addresses and tags, and the pool's EFA fabric."""
-
-    image: machines.MachineImage
-    key_name: pulumi.Input[str]
-    subnet_id: pulumi.Input[str]
-    security_group_ids: Sequence[pulumi.Input[str]]
-    assigns_public_ips: bool  # the instance gets a public address (network.publicIps)
-    dials_public_ips: bool  # steps dial the public address (no bastion relays)
-    tags: Mapping[str, str]
-    efa: fabric.EfaFabric | None = None  # the pool uses EFA: its placement group and group
-
-
-@dataclass(frozen=True)
 class GpuNodeArgs:
     """What one node uses: its pool's section, its machine (launched, or an existing host), the
     Kubernetes minor, the validation bound, the control plane it joins and how steps log in."""
@@ -312,87 +294,17 @@ class GpuNode(pulumi.ComponentResource):
         self.node_name = node_name
         self.pool = args.pool
         self.gpu_type = args.pool.gpu_type
-        self.instance = None
-        self.efa_interfaces = []
         if isinstance(args.machine, ExistingHost):
             self.machine = existing_host(node_name, args.machine, args.login, parent=self)
         else:
-            self.machine = self._launched(args.machine, args.login)
+            assert isinstance(args.pool, NodePool)
+            self.machine = launched(node_name, args.pool, args.machine, args.login, parent=self)
+        self.instance = self.machine.instance
+        self.efa_interfaces = list(self.machine.efa_interfaces)
         self.host = self.machine.host
         chain = self._bootstrap(args)
         self.join, self.change = chain.join, chain.change
         self.register_outputs({"nodeName": node_name, **self.machine.outputs})
-
-    def _launched(self, args: Launch, login: Login) -> NodeMachine:
-        """The node's EC2 machine: its host key, EFA interfaces, instance and the first contact
-        that rotates the key it booted with."""
-        node_name, pool = self.node_name, self.pool
-        assert isinstance(pool, NodePool)
-        host_key = host_keys.generate(node_name, parent=self)
-        if args.efa is not None:
-            self.efa_interfaces = fabric.node_interfaces(
-                node_name,
-                pool,
-                args.tags,
-                args.efa,
-                args.security_group_ids,
-                parent=self,
-            )
-        instance = self._instance(args, host_key)
-        self.instance = instance
-        public_ip = instance.public_ip
-        if self.efa_interfaces and args.assigns_public_ips:
-            public_ip = fabric.public_address(
-                node_name, pool, args.tags, self.efa_interfaces[0], instance, parent=self
-            )
-        address = public_ip if args.dials_public_ips else instance.private_ip
-        host = machine_host(node_name, instance, address, login, boot_key=host_key, parent=self)
-        return NodeMachine(
-            id=instance.id,
-            host=host,
-            provider_id=provider_id(instance),
-            deleted_with=instance,
-            first={steps.INSTANCE: instance},
-            outputs={"instanceId": instance.id, "privateIp": instance.private_ip},
-        )
-
-    def _instance(self, args: Launch, host_key: host_keys.HostKey) -> aws.ec2.Instance:
-        pool, name = self.pool, self.node_name
-        assert isinstance(pool, NodePool)
-        # Only what a pool configures is passed: an input a running machine never had would
-        # change it (and replace it, for network interfaces and the placement group).
-        placement: machines.Placing = machines.Placement(
-            subnet_id=args.subnet_id,
-            security_group_ids=args.security_group_ids,
-            public_ip=args.assigns_public_ips,
-        )
-        if args.efa is not None:
-            placement = fabric.EfaPlacement(args.efa, self.efa_interfaces, pool.gpu_type)
-        return machines.machine(
-            name,
-            machines.MachineArgs(
-                image=args.image,
-                instance_type=pool.instance_type,
-                key_name=args.key_name,
-                placement=placement,
-                root_volume_gib=pool.root_volume_gib,
-                tags={**args.tags, POOL_LABEL: pool.name, "Name": name},
-                tag_root_volume=True,
-                metadata_hop_limit=pool.metadata_hop_limit,
-                spot=pool.market == "spot",
-                user_data=host_key.user_data,
-                launch_only=fabric.reservation_args(pool),
-                launch_only_inputs=fabric.LAUNCH_ONLY_INPUTS,
-                delete_before_replace=True,
-                # The provider changes a type in place by stopping and starting the machine
-                # (terraform-provider-aws ec2_instance.go, resourceInstanceUpdate:
-                # modifyInstanceAttributeWithStopStart): the node went down undrained, with the
-                # GPU count of the old type, and AWS refuses to stop a one-time spot machine.
-                # Replaced instead, it is drained and reset first, then boots as the new type.
-                replace_on_changes=[INSTANCE_TYPE_INPUT],
-            ),
-            parent=self,
-        )
 
     def _bootstrap(self, args: GpuNodeArgs) -> NodeChain:
         """The node's rows of the step table (Part.NODE), in table order, each after the rows

@@ -488,21 +488,13 @@ def _tag_value(value: str) -> str:
 TagKey = Annotated[str, AfterValidator(_tag_key)]
 TagValue = Annotated[str, AfterValidator(_tag_value)]
 
-
-# ---------------------------------------------------------------- existing hosts
-
-_NODE_NAME_PART = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-
-
-def _node_name_part(value: str) -> str:
-    if len(value) > 40 or not _NODE_NAME_PART.match(value):
-        raise PydanticCustomError(
-            "node_name_part",
-            "a lowercase name of letters, digits and '-', starting and ending with a letter or "
-            "digit, at most 40 characters (it ends the node's name <clusterName>-<pool>-<name>)",
-        )
-    return value
-
-
-# The last part of a node's name, <clusterName>-<pool>-<this>: a host's key in its pool.
-NodeNamePart = Annotated[str, AfterValidator(_node_name_part)]
+# Existing hosts: the last part of a node's name <clusterName>-<pool>-<this>, a host's key.
+NodeNamePart = Annotated[
+    str,
+    _pattern(
+        re.compile(r"^(?=.{1,40}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?$"),
+        "node_name_part",
+        "a lowercase name of letters, digits and '-', starting and ending with a letter or "
+        "digit, at most 40 characters (it ends the node's name)",
+    ),
+]
