@@ -34,7 +34,9 @@ settings = load_settings()
 # A control plane whose size the sizing table cannot check: said on every preview and up.
 warn_unchecked_size(settings)
 
-network = Network("network", NetworkArgs.of(settings))
+# A stack that launches no EC2 machine (an existing control plane, pools of existing hosts) has
+# no network of its own: it registers no AWS resource and calls no AWS API.
+network = Network("network", NetworkArgs.of(settings)) if settings.launches_machines else None
 control_plane = ControlPlane(
     settings.cluster_name,
     ControlPlaneArgs.of(settings, network, image_ami=baked_control_plane_image(settings, network)),
@@ -57,7 +59,7 @@ GpuNodeAddons(
         pool_taints=tuple(taint for pool in settings.node_pools for taint in pool.taints),
     ),
 )
-spot_pools = [pool.name for pool in settings.node_pools if pool.market == "spot" and pool.count]
+spot_pools = [pool.name for pool in settings.instance_pools if pool.market == "spot" and pool.count]
 if spot_pools:
     # Spot nodes are cordoned and drained on their two-minute interruption notice.
     SpotTerminationHandler(
@@ -79,8 +81,12 @@ if settings.feature_discovery.enabled:
             pool_taints=tuple(taint for pool in settings.node_pools for taint in pool.taints),
         ),
     )
-images = baked_images(
-    settings, network, install_steps=install_steps, container_toolkit=NVIDIA_CTK_VERSION
+images = (
+    baked_images(
+        settings, network, install_steps=install_steps, container_toolkit=NVIDIA_CTK_VERSION
+    )
+    if network is not None
+    else {}
 )
 pools = [
     GpuNodePool(
@@ -145,7 +151,12 @@ pulumi.export(
     {
         node.node_name: {
             "pool": pool.pool.name,
-            "instanceType": node.gpu_type.name,
+            # An EC2 node's instance type; an existing host's address and identity.
+            **(
+                {"instanceType": node.gpu_type.name}
+                if node.instance is not None
+                else {key: node.machine.outputs[key] for key in ("address", "hostId")}
+            ),
             "gpuModel": node.gpu_type.gpu.name,
             "gpuCount": node.gpu_type.gpu_count,
             "validated": validations[node.node_name].passed

@@ -1,9 +1,10 @@
-"""The EC2 GPU instance types gpu-cluster knows, and what each one carries.
+"""The EC2 GPU instance types gpu-cluster knows, and what each one carries; and the GPU models an
+existing server of a hosts pool may name (`GPU_MODELS`, `GpuServer`).
 
 The GPU count here is the contract the whole chain is checked against: `nvidia-smi` on the host
 must list it, the node must report it as allocatable `nvidia.com/gpu`, and the validation Job
-requests all of it. An instance type missing from this table is a configuration error, never a
-guess.
+requests all of it. An instance type or GPU model missing from this table is a configuration
+error, never a guess.
 """
 
 from __future__ import annotations
@@ -127,8 +128,48 @@ class GpuInstanceType:
         )
 
     @property
+    def nvlink(self) -> bool:
+        """The GPUs talk over NVLink (all P types), not PCIe: the NCCL check's floor and hint."""
+        return self.family in NVLINK_FAMILIES
+
+    @property
     def nccl_floor(self) -> NcclFloor:
         return NcclFloor.for_type(self)
+
+
+@dataclass(frozen=True)
+class GpuServer(GpuInstanceType):
+    """The GPUs of every existing server of a hosts pool (`gpu: {model, count, nvswitch}`), in
+    the shape the chain reads from an instance type. No EC2 family's rule applies: GSP firmware
+    stays the driver's default (on), no EFA, and NVSwitch alone means the fabric manager and
+    NVLink bandwidth. Why: docs/decisions/054-machines-the-stack-did-not-create.md."""
+
+    nvswitch: bool = False
+
+    @classmethod
+    def of(cls, model: str, count: int, *, nvswitch: bool) -> GpuServer:
+        gpu = GPU_MODELS[model]
+        joined = " over NVSwitch" if nvswitch else ""
+        return cls(
+            name=f"a server of {count} {gpu.name}{joined}",
+            gpu=gpu,
+            gpu_count=count,
+            needs_fabric_manager=nvswitch,
+            efa_interfaces=0,
+            nvswitch=nvswitch,
+        )
+
+    @property
+    def family(self) -> str:
+        return ""  # no EC2 family
+
+    @property
+    def gsp_firmware(self) -> bool:
+        return True
+
+    @property
+    def nvlink(self) -> bool:
+        return self.nvswitch
 
 
 T4 = GpuModel("NVIDIA T4", TURING, 16, min_driver_branch=418)
@@ -251,7 +292,7 @@ class NcclFloor:
     def for_type(gpu_type: GpuInstanceType) -> NcclFloor:
         if gpu_type.gpu_count < 2:
             node = 0.0
-        elif gpu_type.family in NVLINK_FAMILIES:
+        elif gpu_type.nvlink:
             node = _NVLINK_FLOOR[gpu_type.gpu.architecture]
         else:
             node = _PCIE_FLOOR
@@ -274,6 +315,34 @@ _EFA_FLOOR = {
     "p6-b200": 160.0,
 }
 _EFA_OPT_IN_FLOOR = 5.0
+
+
+# The GPU models a hosts pool may name (`gpu.model`), by NVIDIA's short product name: the catalog's
+# own models (their architecture and driver branches). Memory is informational (see GpuModel):
+# A100 and V100 servers come with either size, and GPU Feature Discovery labels the real one.
+GPU_MODELS: dict[str, GpuModel] = {
+    "T4": T4,
+    "A10G": A10G,
+    "L4": L4,
+    "L40S": L40S,
+    "V100": V100_32,
+    "A100": A100_80,
+    "H100": H100,
+    "H200": H200,
+    "B200": B200,
+}
+# The models NVIDIA builds NVSwitch boards of (HGX, DGX) that the catalog's NVSwitch types carry:
+# the ones whose servers need the fabric manager with `nvswitch: true`.
+NVSWITCH_MODELS = tuple(
+    sorted(
+        {
+            short
+            for short, model in GPU_MODELS.items()
+            for t in CATALOG.values()
+            if t.needs_fabric_manager and t.gpu.name == model.name
+        }
+    )
+)
 
 
 def lookup(instance_type: str) -> GpuInstanceType:

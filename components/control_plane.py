@@ -45,13 +45,14 @@ CA_HASH_PREFIX = "# ca-cert-hash: "
 @dataclass(frozen=True)
 class ControlPlaneArgs:
     """What the control plane uses: its mode's section, the cluster's name, Kubernetes minor and
-    tags, the network it sits in, how steps log in, the operators' kubeconfig identity, and the
-    baked image's AMI id for a managed control plane with `image: baked`."""
+    tags, the network it sits in (None for an existing one in a stack that launches no EC2
+    machine), how steps log in, the operators' kubeconfig identity, and the baked image's AMI id
+    for a managed control plane with `image: baked`."""
 
     cluster_name: str
     kubernetes_version: str
     config: ManagedControlPlane | ExistingControlPlane
-    network: Network
+    network: Network | None
     login: Login
     assigns_public_ips: bool  # the managed machine gets a public address (network.publicIps)
     dials_public_ips: bool  # steps dial public addresses (no bastion relays)
@@ -62,7 +63,10 @@ class ControlPlaneArgs:
 
     @classmethod
     def of(
-        cls, settings: Settings, network: Network, image_ami: pulumi.Input[str] | None = None
+        cls,
+        settings: Settings,
+        network: Network | None,
+        image_ami: pulumi.Input[str] | None = None,
     ) -> ControlPlaneArgs:
         return cls(
             image_ami=image_ami,
@@ -183,6 +187,7 @@ class ControlPlane(pulumi.ComponentResource):
 
     def _managed(self, config: ManagedControlPlane) -> ControlPlaneCore:
         name, args, network = self._name, self._args, self._args.network
+        assert network is not None  # a managed control plane launches a machine in it
         machine = f"{name}-control-plane"
         api_group = self._api_security_group(config)
         image = self._machine_image(config)
@@ -302,6 +307,7 @@ class ControlPlane(pulumi.ComponentResource):
         """The API port from inside the VPC (nodes) and from `apiAllowedCidrs` (operators); etcd
         from this group itself, which only control-plane machines carry."""
         args, network = self._args, self._args.network
+        assert network is not None
         ingress = [
             aws.ec2.SecurityGroupIngressArgs(
                 description="etcd client and peer from the control plane only",
@@ -351,9 +357,13 @@ class ControlPlane(pulumi.ComponentResource):
         source = config.kubelet_client_address
         if source is not None:
             kubelet_client_cidrs = pulumi.Output.from_input([f"{source}/32"])
-        else:
+        elif args.network is not None:
             # Only DNS names: the control plane lives somewhere in the VPC.
             kubelet_client_cidrs = args.network.vpc_cidr.apply(lambda cidr: [cidr])
+        else:
+            # No EC2 pool, so no security group reads it: existing hosts' own firewalls admit
+            # the control plane to their kubelets (docs/operations.md).
+            kubelet_client_cidrs = pulumi.Output.from_input([])
         skew = self._step(
             host,
             steps.CP_VERSION_SKEW,

@@ -1,11 +1,13 @@
-"""GPU node pools: EC2 GPU instances bootstrapped over SSH, step by step, into joined Nodes.
+"""GPU node pools: EC2 GPU instances, or existing servers, bootstrapped over SSH, step by step,
+into joined Nodes.
 
 Each GpuNode builds its rows of the step table (components/hosts/steps.py, Part.NODE) in table
 order, each after the rows it follows: a new step is a new row plus its script. Nodes never wait
 on each other, so the time to a joined node does not grow with the pool size. A step is replaced
 only when its identity changes (docs/decisions/ on day two); a disruptive change rolls
 (components/hosts/rolling.py). On delete the control plane drains and deletes the Node, then the
-instance terminates; nothing dials the node on delete, so a dead machine never blocks.
+instance terminates (an existing host is left as it is); nothing dials the node on delete, so a
+dead machine never blocks. What the chain needs of its machine: components/node_machine.py.
 """
 
 from __future__ import annotations
@@ -21,23 +23,22 @@ import pulumi_command as command
 from components.aws import fabric, machines
 from components.aws.network import KUBELET_PORT, Network, tcp_port_rule
 from components.catalog import GpuInstanceType
-from components.hosts import host_keys, pins, rolling, steps
-from components.hosts.remote import Host, Login, machine_host, run_step
+from components.hosts import pins, rolling, steps
+from components.hosts.remote import Host, Login, run_step
 from components.hosts.rolling import DELETE_DRAIN_TIMEOUT_SECONDS
 from components.kube import bootstrap_token
 from components.kube.manifests import DEVICE_PLUGIN_NAMESPACE
 from components.kube.validation import expected_allocatable
-from components.labels import POOL_LABEL
-from components.node_inputs import install_steps, join_params, labels_and_taints, provider_id
+from components.node_inputs import install_steps, join_params, labels_and_taints
+from components.node_machine import Launch, NodeMachine, existing_host, launched
 from components.settings import NodePool, Settings
+from components.settings.hosts_pool import ExistingHost, HostsNodePool
 
 if TYPE_CHECKING:
     from components.control_plane import ControlPlane
 
 # The NVIDIA Container Toolkit the nodes get (a baked image is keyed by it too).
 NVIDIA_CTK_VERSION = pins.NVIDIA_CTK_VERSION
-# The Instance input of its type, as the engine and replace_on_changes name it.
-INSTANCE_TYPE_INPUT = "instanceType"
 # How long the join waits for the Node to register and be Ready.
 NODE_READY_TIMEOUT_SECONDS = 600
 
@@ -61,7 +62,7 @@ class NodeChecks:
             enabled=settings.validation.enabled,
         )
 
-    def expected_gpus(self, pool: NodePool) -> str:
+    def expected_gpus(self, pool: NodePool | HostsNodePool) -> str:
         """EXPECTED_GPUS for join-node.sh: every share of every GPU, or "" (no check)."""
         if not self.enabled:
             return ""
@@ -71,14 +72,15 @@ class NodeChecks:
 @dataclass(frozen=True)
 class GpuNodePoolArgs:
     """What a pool uses: its section, the cluster's name, Kubernetes minor and tags, the
-    validation bound (a roll's slot outlasts it), the network and control plane, how steps log
-    in, and the baked image's AMI id for `image: baked`."""
+    validation bound (a roll's slot outlasts it), the network (None when the stack launches no
+    EC2 machine) and control plane, how steps log in, and the baked image's AMI id for
+    `image: baked`."""
 
-    pool: NodePool
+    pool: NodePool | HostsNodePool
     cluster_name: str
     kubernetes_version: str
     validation_timeout_seconds: int
-    network: Network
+    network: Network | None
     control_plane: ControlPlane
     login: Login
     assigns_public_ips: bool  # the instances get a public address (network.publicIps)
@@ -91,9 +93,9 @@ class GpuNodePoolArgs:
     def of(
         cls,
         settings: Settings,
-        pool: NodePool,
+        pool: NodePool | HostsNodePool,
         *,
-        network: Network,
+        network: Network | None,
         control_plane: ControlPlane,
         device_plugin: pulumi.Resource,
         image_ami: pulumi.Input[str] | None = None,
@@ -116,58 +118,75 @@ class GpuNodePoolArgs:
 
 class GpuNodePool(pulumi.ComponentResource):
     """`pool.count` GpuNodes of one instance type, spread over the network's subnets, sharing a
-    key pair and a security group (kubelet only from the control plane).
+    key pair and a security group (kubelet only from the control plane); or, for a pool of
+    existing hosts, one GpuNode per host and nothing of AWS.
 
-    Outputs: `pool` (its section) and `nodes` (its GpuNodes, in index order).
+    Outputs: `pool` (its section) and `nodes` (its GpuNodes, in index order, or in the order of
+    its hosts).
     """
 
-    pool: NodePool
+    pool: NodePool | HostsNodePool
     nodes: list[GpuNode]
 
     def __init__(
         self, name: str, args: GpuNodePoolArgs, opts: pulumi.ResourceOptions | None = None
     ):
         super().__init__("gpu-cluster:index:GpuNodePool", name, None, opts)
-        pool, network = args.pool, args.network
-        self.pool = pool
+        self.pool = args.pool
+        if isinstance(args.pool, HostsNodePool):
+            self.nodes = self._host_nodes(args.pool, args)
+        else:
+            self.nodes = self._instance_nodes(name, args.pool, args)
+        self.register_outputs({"nodeNames": [node.node_name for node in self.nodes]})
+
+    def _host_nodes(self, pool: HostsNodePool, args: GpuNodePoolArgs) -> list[GpuNode]:
+        """One GpuNode per existing host, named by its key in the pool (never its position)."""
+        return [
+            GpuNode(
+                f"{args.cluster_name}-{pool.name}-{host.key}",
+                GpuNodeArgs.of(args, host),
+                pulumi.ResourceOptions(parent=self),
+            )
+            for host in pool.hosts
+        ]
+
+    def _instance_nodes(self, name: str, pool: NodePool, args: GpuNodePoolArgs) -> list[GpuNode]:
+        """`pool.count` EC2 machines with what they share: a key pair, security groups, the
+        pool's EFA fabric and its image."""
+        network = args.network
+        assert network is not None  # a pool of instances: the stack has its network
         key = machines.key_pair(name, args.login.ssh.public_key, args.tags, parent=self)
         security_groups = [network.cluster_security_group_id, self._security_group(name, args).id]
         efa = None
         if pool.uses_efa:
             efa = fabric.pool_fabric(name, pool, args.tags, network, parent=self)
             security_groups.append(efa.security_group.id)
-        self.nodes = []
+        nodes = []
         # An empty pool boots nothing, so it looks up no image (gpu_image.baked_images builds
         # none for it either): scaling a baked pool to 0 is a plan, not an error.
         if pool.count:
-            image = self._image(args)
+            image = self._image(pool, args)
             for index in range(pool.count):
+                launch = Launch(
+                    image=image,
+                    key_name=key.key_name,
+                    subnet_id=network.subnet_ids[index % len(network.subnet_ids)],
+                    security_group_ids=security_groups,
+                    assigns_public_ips=args.assigns_public_ips,
+                    dials_public_ips=args.dials_public_ips,
+                    tags=args.tags,
+                    efa=efa,
+                )
                 node = GpuNode(
                     f"{args.cluster_name}-{pool.name}-{index}",
-                    GpuNodeArgs(
-                        pool=pool,
-                        image=image,
-                        key_name=key.key_name,
-                        subnet_id=network.subnet_ids[index % len(network.subnet_ids)],
-                        security_group_ids=security_groups,
-                        assigns_public_ips=args.assigns_public_ips,
-                        dials_public_ips=args.dials_public_ips,
-                        tags=args.tags,
-                        kubernetes_version=args.kubernetes_version,
-                        validation_timeout_seconds=args.validation_timeout_seconds,
-                        control_plane=args.control_plane,
-                        login=args.login,
-                        checks=args.checks,
-                        efa=efa,
-                    ),
+                    GpuNodeArgs.of(args, launch),
                     pulumi.ResourceOptions(parent=self),
                 )
-                self.nodes.append(node)
-        self.register_outputs({"nodeNames": [node.node_name for node in self.nodes]})
+                nodes.append(node)
+        return nodes
 
-    def _image(self, args: GpuNodePoolArgs) -> machines.MachineImage:
+    def _image(self, pool: NodePool, args: GpuNodePoolArgs) -> machines.MachineImage:
         """What the pool's machines boot from: its baked image, its amiId or Canonical's."""
-        pool = args.pool
         if pool.image != "baked":
             return machines.machine_image(pool.os_version, pool.ami_id, parent=self)
         if args.image_ami is None:
@@ -179,6 +198,7 @@ class GpuNodePool(pulumi.ComponentResource):
     def _security_group(self, name: str, args: GpuNodePoolArgs) -> aws.ec2.SecurityGroup:
         """Kubelet (:10250) from the control plane only. SSH (from network.sshAllowedCidrs or the
         bastion), node-to-node CNI traffic and egress come from the shared cluster group."""
+        assert args.network is not None
         return aws.ec2.SecurityGroup(
             f"{name}-nodes",
             description=f"{name}: kubelet API from the control plane",
@@ -197,24 +217,28 @@ class GpuNodePool(pulumi.ComponentResource):
 
 @dataclass(frozen=True)
 class GpuNodeArgs:
-    """What one node uses: its pool's section, what its machine shares with the pool's (image,
-    key, security groups) and its own subnet, the Kubernetes minor, the validation bound, the
-    control plane it joins and how steps log in."""
+    """What one node uses: its pool's section, its machine (launched, or an existing host), the
+    Kubernetes minor, the validation bound, the control plane it joins and how steps log in."""
 
-    pool: NodePool
-    image: machines.MachineImage
-    key_name: pulumi.Input[str]
-    subnet_id: pulumi.Input[str]
-    security_group_ids: Sequence[pulumi.Input[str]]
-    assigns_public_ips: bool  # the instance gets a public address (network.publicIps)
-    dials_public_ips: bool  # steps dial the public address (no bastion relays)
-    tags: Mapping[str, str]
+    pool: NodePool | HostsNodePool
+    machine: Launch | ExistingHost
     kubernetes_version: str
     validation_timeout_seconds: int
     control_plane: ControlPlane
     login: Login
     checks: NodeChecks
-    efa: fabric.EfaFabric | None = None  # the pool uses EFA: its placement group and group
+
+    @classmethod
+    def of(cls, pool: GpuNodePoolArgs, machine: Launch | ExistingHost) -> GpuNodeArgs:
+        return cls(
+            pool=pool.pool,
+            machine=machine,
+            kubernetes_version=pool.kubernetes_version,
+            validation_timeout_seconds=pool.validation_timeout_seconds,
+            control_plane=pool.control_plane,
+            login=pool.login,
+            checks=pool.checks,
+        )
 
 
 @dataclass(frozen=True)
@@ -238,20 +262,24 @@ class _ChainContext:
 
 
 class GpuNode(pulumi.ComponentResource):
-    """One GPU instance and its bootstrap chain, ending in a Ready Node named `node_name`.
+    """One GPU machine (an EC2 instance, or an existing host) and its bootstrap chain, ending in
+    a Ready Node named `node_name`.
 
     The component itself is registered as `<node>-node` so that `<node>` names exactly one
-    resource, the instance (as the interface contract and the tests look it up).
+    resource, the instance (as the interface contract and the tests look it up); an existing
+    host has none.
 
-    Outputs: `node_name`, `pool`, `gpu_type` (the catalog entry of its instance type),
-    `instance`, `host` (SSH to it), `join` (joined, Ready, its GPUs allocatable), `change`
-    (digest of what its disruptive steps install), and after `finish_roll`, `uncordon`.
+    Outputs: `node_name`, `pool`, `gpu_type` (the catalog entry of its instance type, or its
+    pool's GPUs), `machine` (its identity, how to reach it), `instance` (None for an existing
+    host), `host` (SSH to it), `join` (joined, Ready, its GPUs allocatable), `change` (digest of
+    what its disruptive steps install), and after `finish_roll`, `uncordon`.
     """
 
     node_name: str
     gpu_type: GpuInstanceType
-    pool: NodePool
-    instance: aws.ec2.Instance
+    pool: NodePool | HostsNodePool
+    machine: NodeMachine
+    instance: aws.ec2.Instance | None
     efa_interfaces: list[aws.ec2.NetworkInterface]
     host: Host
     join: command.remote.Command
@@ -266,73 +294,17 @@ class GpuNode(pulumi.ComponentResource):
         self.node_name = node_name
         self.pool = args.pool
         self.gpu_type = args.pool.gpu_type
-        host_key = host_keys.generate(node_name, parent=self)
-        self.efa_interfaces: list[aws.ec2.NetworkInterface] = []
-        if args.efa is not None:
-            self.efa_interfaces = fabric.node_interfaces(
-                node_name,
-                args.pool,
-                args.tags,
-                args.efa,
-                args.security_group_ids,
-                parent=self,
-            )
-        self.instance = self._instance(args, host_key)
-        public_ip = self.instance.public_ip
-        if self.efa_interfaces and args.assigns_public_ips:
-            public_ip = fabric.public_address(
-                node_name, args.pool, args.tags, self.efa_interfaces[0], self.instance, parent=self
-            )
-        address = public_ip if args.dials_public_ips else self.instance.private_ip
-        self.host = machine_host(
-            node_name, self.instance, address, args.login, boot_key=host_key, parent=self
-        )
+        if isinstance(args.machine, ExistingHost):
+            self.machine = existing_host(node_name, args.machine, args.login, parent=self)
+        else:
+            assert isinstance(args.pool, NodePool)
+            self.machine = launched(node_name, args.pool, args.machine, args.login, parent=self)
+        self.instance = self.machine.instance
+        self.efa_interfaces = list(self.machine.efa_interfaces)
+        self.host = self.machine.host
         chain = self._bootstrap(args)
         self.join, self.change = chain.join, chain.change
-        self.register_outputs(
-            {
-                "nodeName": node_name,
-                "instanceId": self.instance.id,
-                "privateIp": self.instance.private_ip,
-            }
-        )
-
-    def _instance(self, args: GpuNodeArgs, host_key: host_keys.HostKey) -> aws.ec2.Instance:
-        pool, name = self.pool, self.node_name
-        # Only what a pool configures is passed: an input a running machine never had would
-        # change it (and replace it, for network interfaces and the placement group).
-        placement: machines.Placing = machines.Placement(
-            subnet_id=args.subnet_id,
-            security_group_ids=args.security_group_ids,
-            public_ip=args.assigns_public_ips,
-        )
-        if args.efa is not None:
-            placement = fabric.EfaPlacement(args.efa, self.efa_interfaces, pool.gpu_type)
-        return machines.machine(
-            name,
-            machines.MachineArgs(
-                image=args.image,
-                instance_type=pool.instance_type,
-                key_name=args.key_name,
-                placement=placement,
-                root_volume_gib=pool.root_volume_gib,
-                tags={**args.tags, POOL_LABEL: pool.name, "Name": name},
-                tag_root_volume=True,
-                metadata_hop_limit=pool.metadata_hop_limit,
-                spot=pool.market == "spot",
-                user_data=host_key.user_data,
-                launch_only=fabric.reservation_args(pool),
-                launch_only_inputs=fabric.LAUNCH_ONLY_INPUTS,
-                delete_before_replace=True,
-                # The provider changes a type in place by stopping and starting the machine
-                # (terraform-provider-aws ec2_instance.go, resourceInstanceUpdate:
-                # modifyInstanceAttributeWithStopStart): the node went down undrained, with the
-                # GPU count of the old type, and AWS refuses to stop a one-time spot machine.
-                # Replaced instead, it is drained and reset first, then boots as the new type.
-                replace_on_changes=[INSTANCE_TYPE_INPUT],
-            ),
-            parent=self,
-        )
+        self.register_outputs({"nodeName": node_name, **self.machine.outputs})
 
     def _bootstrap(self, args: GpuNodeArgs) -> NodeChain:
         """The node's rows of the step table (Part.NODE), in table order, each after the rows
@@ -345,11 +317,11 @@ class GpuNode(pulumi.ComponentResource):
         }
         efa = pins.efa_params(pool.gpu_type.efa_interfaces) if pool.uses_efa else None
         # The node's own root volume (its image builder's is another): wait-ready grows the
-        # filesystem into a larger rootVolumeGiB, which the provider applies in place.
-        wait_ready = {
-            **installs[steps.WAIT_READY.suffix],
-            "ROOT_VOLUME_GIB": str(pool.root_volume_gib),
-        }
+        # filesystem into a larger rootVolumeGiB, which the provider applies in place. An
+        # existing host's disk is its own.
+        wait_ready = dict(installs[steps.WAIT_READY.suffix])
+        if isinstance(pool, NodePool):
+            wait_ready["ROOT_VOLUME_GIB"] = str(pool.root_volume_gib)
         context = _ChainContext(
             args=args,
             params={**installs, steps.WAIT_READY.suffix: wait_ready, steps.EFA.suffix: efa or {}},
@@ -358,7 +330,7 @@ class GpuNode(pulumi.ComponentResource):
         )
         registered = steps.node_rows(efa=pool.uses_efa, validation=True)
         built: dict[str, pulumi.Resource] = {
-            steps.INSTANCE: self.instance,
+            **self.machine.first,
             **self.host.first_contact(self),
         }
         for row in steps.node_rows(efa=pool.uses_efa, validation=True, part=steps.Part.NODE):
@@ -376,7 +348,8 @@ class GpuNode(pulumi.ComponentResource):
         built: Mapping[str, pulumi.Resource],
     ) -> pulumi.Resource:
         """One node row of the step table as a resource: on the node, on the control plane about
-        this node (its instance id, and the cluster, as identity), or through the Kubernetes API."""
+        this node (its machine's identity, and the cluster, as identity), or through the
+        Kubernetes API."""
         args, name, pool = context.args, self.node_name, self.pool
         control_plane = args.control_plane
         if row is steps.DRAIN:
@@ -391,11 +364,11 @@ class GpuNode(pulumi.ComponentResource):
                 params=rolling.drain_params(name, pool, context.timing, context.change),
                 delete_params={
                     "NODE_NAME": name,
-                    "INSTANCE_ID": self.instance.id,
+                    "INSTANCE_ID": self.machine.id,
                     "DRAIN_TIMEOUT_SECONDS": str(DELETE_DRAIN_TIMEOUT_SECONDS),
                 },
                 identity={
-                    steps.Identity.HOST: self.instance.id,
+                    steps.Identity.HOST: self.machine.id,
                     steps.Identity.ENDPOINT: control_plane.endpoint,
                 },
                 after=after,
@@ -406,7 +379,9 @@ class GpuNode(pulumi.ComponentResource):
                 # skips the drain, from the options the next `up` stores (an option change
                 # alone is a `same` step: nothing dials), docs/decisions/
                 # 031-an-unreachable-control-plane-dials-nothing-on-delete.md.
-                deleted_with=self.instance if control_plane.unreachable else control_plane.machine,
+                deleted_with=self.machine.deleted_with
+                if control_plane.unreachable
+                else control_plane.machine,
                 # It continues the node-ready step of earlier releases, with the same triggers,
                 # so that step's stored drain hook never runs (an update, not a delete).
                 aliases=[pulumi.Alias(name=f"{name}-node-ready")],
@@ -425,7 +400,7 @@ class GpuNode(pulumi.ComponentResource):
                 cluster=pulumi.Output.concat(
                     control_plane.endpoint, "/", control_plane.ca_cert_hash
                 ),
-                machine=self.instance.id,
+                machine=self.machine.id,
                 kube_tools_stdout=kube_tools.stdout,
                 provider=control_plane.provider,
                 parent=self,
@@ -439,8 +414,8 @@ class GpuNode(pulumi.ComponentResource):
                 name,
                 host=self.host,
                 params={
-                    **join_params(name, pool, args.kubernetes_version, self.instance.id),
-                    "PROVIDER_ID": provider_id(self.instance),
+                    **join_params(name, pool, args.kubernetes_version, self.machine.id),
+                    "PROVIDER_ID": self.machine.provider_id,
                     "API_ENDPOINT": control_plane.endpoint,
                     "CA_CERT_HASH": control_plane.ca_cert_hash,
                     "EXPECTED_GPUS": checks.expected_gpus(pool),
@@ -476,9 +451,9 @@ class GpuNode(pulumi.ComponentResource):
             host=control_plane.host,
             params={
                 **rolling.uncordon_params(self.node_name, self.pool, self.change),
-                **labels_and_taints(self.pool, self.instance.id),
+                **labels_and_taints(self.pool, self.machine.id),
             },
-            identity={steps.Identity.HOST: self.instance.id},
+            identity={steps.Identity.HOST: self.machine.id},
             after=[self.join, *after],
             parent=self,
         )

@@ -601,8 +601,8 @@ def test_drain_refuses_an_instance_id_that_is_not_one_before_acting(cluster):
     result = cluster.run("drain-node.sh", {"NODE_NAME": NODE, "INSTANCE_ID": "dev-gpu-a10g-0"})
     assert result.returncode == 1, result.stderr
     assert (
-        "FAILED: INSTANCE_ID must be an EC2 instance id (i-...), got 'dev-gpu-a10g-0'"
-        in result.stderr
+        "FAILED: INSTANCE_ID must be an EC2 instance id (i-...) or an existing host's id "
+        "(host-...), got 'dev-gpu-a10g-0'" in result.stderr
     ), result.stderr
     assert result.calls == [], result.commands()
 

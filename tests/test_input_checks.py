@@ -313,6 +313,7 @@ CASES: list[Case] = [
     bad("wait-ready.sh", "SSHD_MAX_STARTUPS", "100", "SSHD_MAX_STARTUPS must be start:rate:full"),
     bad("wait-ready.sh", "SSHD_MAX_STARTUPS", "300:30:200", "expected 1 <= start <= full and"),
     bad("wait-ready.sh", "ROOT_VOLUME_GIB", "200G", "ROOT_VOLUME_GIB must be a size in GiB"),
+    bad("wait-ready.sh", "OS_VERSION", "20.04", "OS_VERSION must be one of 22.04 24.04"),
     *missing("wait-ready.sh", "SSH_USER", "AUTHORIZED_KEYS"),
     bad("wait-ready.sh", "AUTHORIZED_KEYS", "not a key", "AUTHORIZED_KEYS: a line is not an"),
     bad(

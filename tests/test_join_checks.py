@@ -134,7 +134,9 @@ def test_a_node_never_registered_is_named_as_such(host):
     line = failure_line(result.output)
     assert (
         f"[join] FAILED: after 0s: Node {NODE} is not registered: the kubelet never reached "
-        "the API server; look at 'journalctl -u kubelet' on this host" in line
+        "the API server, or registered another name (a host joined before under another node "
+        "name: remove that node's entry, run 'sudo kubeadm reset -f' on the host, then add it); "
+        "look at 'journalctl -u kubelet' on this host" in line
     ), line
 
 
@@ -294,7 +296,8 @@ def test_an_api_error_is_not_blamed_on_the_node(host, breakage, expected):
         ),
         (
             {**ONCE, "PROVIDER_ID": INSTANCE_ID},
-            f"PROVIDER_ID must be aws:///<zone>/<instance id>, got '{INSTANCE_ID}'",
+            "PROVIDER_ID must be aws:///<zone>/<instance id> or gpu-cluster:///host-<hex>, "
+            f"got '{INSTANCE_ID}'",
         ),
         (
             {**ONCE, "NODE_NAME": "Dev_GPU-0"},

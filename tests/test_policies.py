@@ -347,6 +347,22 @@ def test_join_depends_on_driver_and_runtime():
     )
 
 
+def test_a_launched_machines_join_needs_its_host_key_rotation_an_existing_hosts_does_not():
+    """A machine the stack launched (an EC2 instance of the node's name) booted with a key
+    others could read: its join waits for the rotation. An existing host (no instance) booted
+    with none of the stack's: its key is pinned from config, and the join needs no rotation."""
+    spec = policy("join-after-driver-and-runtime")
+    node = "dev-gpu-a10g-0"
+    instance = resource(v.INSTANCE, node, {"instanceType": "g5.xlarge"})
+    unrotated = [r for r in chain(node) if not r.name.endswith("-host-key-rotation")]
+    found = spec.check([instance, *unrotated], spec.config())
+    join = next(r for r in unrotated if r.name.endswith("-join"))
+    assert [urn for urn, _ in found] == [join.urn], found
+    assert f"has no '{node}-host-key-rotation' step" in found[0][1], found
+    assert spec.check(unrotated, spec.config()) == [], "an existing host asked for a rotation"
+    assert spec.check([instance, *chain(node)], spec.config()) == []
+
+
 def test_every_policy_is_mandatory_with_a_schema_default_for_each_setting():
     names = [p.name for p in v.POLICIES]
     assert len(names) == len(set(names)), f"duplicate policy names: {names}"

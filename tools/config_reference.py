@@ -30,6 +30,7 @@ from pydantic_core import PydanticUndefined
 
 from components import catalog, settings
 from components.settings import PROJECT, Settings
+from components.settings.hosts_pool import HostGpus, HostsNodePool
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "docs" / "configuration.md"
@@ -45,6 +46,9 @@ _FIELD_RULES: dict[tuple[type[BaseModel], str], str] = {
     + ", ".join(catalog.families()),
     (settings.NodePool, "driver_version"): ", ".join(settings.SUPPORTED_DRIVER_BRANCHES)
     + " (supported by the pool's GPU)",
+    (HostsNodePool, "driver_version"): ", ".join(settings.SUPPORTED_DRIVER_BRANCHES)
+    + " (supported by the pool's GPU)",
+    (HostGpus, "model"): "a catalog GPU model: " + ", ".join(catalog.GPU_MODELS),
     (settings.DevicePlugin, "version"): "a release tag vX.Y.Z",
     (settings.Network, "cidr"): "IPv4 CIDR block, /16 to /24",
     (Settings, "ssh_private_key"): "an unencrypted PEM/OpenSSH private key",
@@ -234,11 +238,15 @@ def rows(model: type[BaseModel] = Settings, prefix: str = "", note: str = "") ->
         if variants:
             yield from _union_rows(key, variants)
         elif _is_model(annotation):
-            yield from rows(annotation, f"{key}.")
+            yield from rows(annotation, f"{key}.", note=note)
         elif typing.get_origin(annotation) is list:
             item = _strip_annotated(typing.get_args(annotation)[0])[0]
-            if _is_model(item):
-                yield from rows(item, f"{key}[].")
+            if _model_variants(item):
+                # A list of either kind (node pools): each kind's keys, said whose they are.
+                for variant in _model_variants(item):
+                    yield from rows(variant, f"{key}[].", note=f"({variant.kind}) ")
+            elif _is_model(item):
+                yield from rows(item, f"{key}[].", note=note)
 
 
 def _union_rows(key: str, variants: list[type[BaseModel]]) -> Iterator[Row]:

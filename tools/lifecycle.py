@@ -425,7 +425,8 @@ def _node_impacts(
 ) -> dict[str, NodeImpact]:
     """Per GPU node: drained (a stored drain hook runs: its step is deleted or replaced, and not
     with the control plane it would drain on), reset and re-joined (its machine or join
-    replaced), the disruptive steps that re-run, and its GPU Jobs run again in service."""
+    replaced; an existing host's join replaced), the disruptive steps that re-run, and its GPU
+    Jobs run again in service."""
     by_name = {c.name: c for c in changes}
     gone = (Action.REPLACE, Action.DELETE)
     old_urn = {c.urn: taken.get(c.urn, c.urn) for c in changes}
@@ -442,7 +443,12 @@ def _node_impacts(
             )
             instance = by_name.get(node)
             join = by_name.get(steps.JOIN.resource_name(node))
-            impact.reset = any(c is not None and c.action in gone for c in (instance, join))
+            if instance is not None:
+                impact.reset = any(c is not None and c.action in gone for c in (instance, join))
+            else:
+                # An existing host (no instance of the node's name): nothing resets it, and
+                # only a replaced join (a new host key: a new machine) joins it again.
+                impact.reset = join is not None and join.action is Action.REPLACE
             impact.rejoined = node in node_names(after) and impact.reset
             for step in (*steps.disruptive_steps(), steps.EFA):
                 change = by_name.get(step.resource_name(node))

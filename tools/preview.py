@@ -148,8 +148,11 @@ def node_names(graph: Graph) -> list[str]:
 def chain_of(graph: Graph, node_name: str) -> list[Resource]:
     """The longest dependency path through the node's own resources (`<node>`, `<node>-*`)
     from its instance on: what the instance is made from (its generated host key) comes before
-    the chain, as the pool's key pair and security group do."""
-    before = graph.ancestors(graph.named(node_name))
+    the chain, as the pool's key pair and security group do. An existing host's chain starts at
+    the copy of its scripts."""
+    # An existing host has no resource of the node's own name: its chain starts at its scripts.
+    machine = graph.find(lambda r: r.name == node_name)
+    before = graph.ancestors(machine[0]) if machine else set()
     members = {
         r.urn: r
         for r in graph
@@ -499,7 +502,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    if not (ROOT / f"Pulumi.{args.stack}.yaml").is_file():
+    if not stacks.stack_path(args.stack).is_file():
         print(f"error: no stack file Pulumi.{args.stack}.yaml in {ROOT}", file=sys.stderr)
         return 1
     overrides: dict[str, Any] = {}

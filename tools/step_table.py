@@ -67,6 +67,9 @@ def policy_chain() -> str:
         for row in (*steps.FIRST_CONTACT, *steps.NODE_STEPS[: steps.NODE_STEPS.index(join)])
         if row.runs_on in on_the_node and row.when is steps.When.EVERY_NODE
     ]
+    launched_only = [
+        row.suffix for row in steps.FIRST_CONTACT if row not in steps.PINNED_FIRST_CONTACT
+    ]
     secret = sorted({row.suffix for row in steps.ALL_STEPS if row.secret_stdout})
     return (
         '"""Names of the node chain, generated from components/hosts/steps.py by\n'
@@ -76,6 +79,9 @@ def policy_chain() -> str:
         "# The node's own steps its join waits for, in chain order: its first contact (host-key\n"
         "# rotation, scripts' copy), then the steps on the node.\n"
         f"{_assign('JOIN_FOLLOWS', before_join)}"
+        "# Of those, the steps only a machine the stack launched has (its boot host key is\n"
+        "# rotated); an existing host is pinned from config and has none.\n"
+        f"{_assign('LAUNCHED_ONLY', launched_only)}"
         f"{_assign('VALIDATION_JOB', steps.VALIDATION_JOB.suffix)}"
         "# Steps whose stdout is a credential (a token, a kubeconfig).\n"
         f"{_assign('SECRET_OUTPUT', secret)}"

@@ -186,6 +186,7 @@ class Login:
     def wait_ready_params(self) -> dict[str, str]:
         """What wait-ready.sh writes into the login user's authorized_keys: ssh.publicKey and
         the key the steps log in with, so a rotated key reaches running machines."""
+        assert self.ssh.public_key is not None  # settings: required with machines launched
         return {
             "SSH_USER": self.ssh.user,
             "AUTHORIZED_KEYS": authorized_keys(self.ssh.public_key, self.private_key),
@@ -229,10 +230,12 @@ def ssh_host(
     user: str | None = None,
     role: Where = Where.NODE,
     rotation: pulumi.Resource | None = None,
+    port: int | None = None,
 ) -> Host:
     """How to reach `name` at `address`, a host of `role` (which scripts it gets); `host_key`
     (an authorized_keys line) is the key it must present, None only where none is known (a
-    warning says so); `rotation`: the first contact that read that key, if any."""
+    warning says so); `rotation`: the first contact that read that key, if any; `user` and
+    `port` when the host has its own (else ssh.user, ssh.port)."""
     ssh = login.ssh
     private_key = pulumi.Output.secret(login.private_key.get_secret_value())
     bastion = login.bastion
@@ -248,7 +251,7 @@ def ssh_host(
             proxy["host_key"] = bastion.host_key
     connection = {
         "host": address,
-        "port": ssh.port,
+        "port": ssh.port if port is None else port,
         "user": user or ssh.user,
         "private_key": private_key,
         "per_dial_timeout": PER_DIAL_TIMEOUT,

@@ -95,7 +95,8 @@ MINUTE = 60
 # ---------------------------------------------------------------- first contact, in order
 # Every machine the stack creates runs these after its instance and before any row of its role
 # (components/hosts/remote.py `machine_host`, `Host.scripts`). Hosts it did not create (an
-# existing control plane) are pinned from config and get only the copy.
+# existing control plane, the servers of a hosts pool) are pinned from config and get only the
+# copy (PINNED_FIRST_CONTACT).
 
 HOST_KEY_ROTATION = Step(
     "host-key-rotation",
@@ -117,6 +118,7 @@ SCRIPTS = Step(
     summary="the host's scripts, copied once over SFTP; each step runs its own by digest",
 )
 FIRST_CONTACT: tuple[Step, ...] = (HOST_KEY_ROTATION, SCRIPTS)
+PINNED_FIRST_CONTACT: tuple[Step, ...] = (SCRIPTS,)
 
 # ---------------------------------------------------------------- GPU node chain, in order
 
@@ -368,7 +370,7 @@ def node_rows(*, efa: bool, validation: bool, part: Part | None = None) -> tuple
 def follows(step: Step, registered: tuple[Step, ...]) -> tuple[str, ...]:
     """The suffixes (or INSTANCE) of the registered rows `step` waits for: its `after`, each row
     that is not registered replaced by what that row follows in turn. The first-contact rows
-    are always registered: every node is a machine the stack creates."""
+    count as registered: a node row follows the copy of the scripts, which every host has."""
     present = {row.suffix for row in (*FIRST_CONTACT, *registered)}
     by_suffix = {row.suffix: row for row in (*FIRST_CONTACT, *NODE_ROWS)}
     found: list[str] = []

@@ -146,7 +146,7 @@ def baked_images(
     earlier image meanwhile when there is one."""
     site = BuildSite.of(settings, network)
     by_key: dict[GpuImageKey, list[NodePool]] = {}
-    for pool in settings.node_pools:
+    for pool in settings.instance_pools:
         if pool.image == "baked" and pool.count:
             by_key.setdefault(image_key(pool, settings, container_toolkit), []).append(pool)
     amis: dict[str, pulumi.Output[str]] = {}

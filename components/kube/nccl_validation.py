@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.catalog import NVLINK_FAMILIES, GpuInstanceType
+from components.catalog import GpuInstanceType
 from components.kube import manifests
 from components.settings import Settings, Taint
 
@@ -48,7 +48,7 @@ def all_reduce_command(*, node_name: str, gpu_type: GpuInstanceType) -> str:
     floor, fail naming node, stage and fix (also into the termination message)."""
     gpus = gpu_type.gpu_count
     floor = gpu_type.nccl_floor.node
-    if gpu_type.family in NVLINK_FAMILIES:
+    if gpu_type.nvlink:
         look = (
             "NVLink and the fabric manager: nvidia-smi nvlink -s, nvidia-smi topo -m, "
             "systemctl status nvidia-fabricmanager on the node"

@@ -81,7 +81,7 @@ def validation_job(
             # the old run standing as the result), under the same name, so delete first.
             replace_on_changes=["spec"],
             delete_before_replace=True,
-            replacement_trigger=pulumi.Output.all(node.instance.id, control_plane.endpoint),
+            replacement_trigger=pulumi.Output.all(node.machine.id, control_plane.endpoint),
             ignore_changes=[
                 f'spec.template.metadata.annotations["{key}"]'
                 for key in manifests.RETIRED_TEMPLATE_ANNOTATIONS

@@ -50,8 +50,8 @@ def host_key_needed(host: str | None, port: int = 22) -> str:
     return (
         f"the host's SSH host public key line, like 'ssh-ed25519 AAAA...': run `{scan}`, "
         "drop the host name, and check its fingerprint (`ssh-keygen -lf`) against the host's "
-        "own (`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` on its console or through "
-        "AWS Systems Manager), never only over the connection you want to check; without it "
+        "own (`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` on its console: a BMC's, or "
+        "AWS Systems Manager on EC2), never only over the connection you want to check; without it "
         "every SSH connection would accept any host"
     )
 
@@ -77,23 +77,25 @@ class Bastion(Model):
 
     @model_validator(mode="after")
     def _pinned(self) -> Bastion:
-        found: list[Found] = []
         if self.host_key is None:
-            found.append(("hostKey", None, host_key_needed(self.host, self.port)))
-        if self.security_group_id is None and not _private_ipv4(self.host):
-            found.append(
-                (
-                    "securityGroupId",
-                    None,
-                    f"the bastion's security group, like sg-0123456789abcdef0: SSH to the hosts "
-                    f"is admitted from it only. {self.host} is not the private IPv4 address the "
-                    "bastion's traffic into the VPC comes from, so a /32 of it would admit "
-                    "nothing (or set host to the bastion's private address)",
-                )
-            )
-        if found:
-            raise problems(found)
+            raise problems([("hostKey", None, host_key_needed(self.host, self.port))])
         return self
+
+    def admission_problems(self) -> list[Found]:
+        """What the EC2 machines' security group needs to admit SSH from this bastion (a
+        stack that launches none has no group: components/settings/rules.py asks only then)."""
+        if self.security_group_id is not None or _private_ipv4(self.host):
+            return []
+        return [
+            (
+                "securityGroupId",
+                None,
+                f"the bastion's security group, like sg-0123456789abcdef0: SSH to the hosts "
+                f"is admitted from it only. {self.host} is not the private IPv4 address the "
+                "bastion's traffic into the VPC comes from, so a /32 of it would admit "
+                "nothing (or set host to the bastion's private address)",
+            )
+        ]
 
 
 # Addresses a VPC can hold (RFC 1918, and RFC 6598's shared space): a bastion named by one is
@@ -189,22 +191,34 @@ class Network(Model):
             # Each zone names its subnet (components/aws/network.py).
             found.append(("availabilityZones", self.availability_zones, "each zone once"))
         found += world_problems("sshAllowedCidrs", list(self.ssh_allowed_cidrs), "SSH (22)")
-        if self.bastion is not None and self.creates_vpc:
+        if found:
+            raise problems(found)
+        return self
+
+    def bastion_problems(self) -> list[Found]:
+        """A bastion relays to the EC2 machines' private addresses: it needs a VPC it sits in
+        (or is routed into) and their security group must admit it. Asked only of a stack
+        that launches machines (components/settings/rules.py)."""
+        if self.bastion is None:
+            return []
+        found: list[Found] = [
+            (("bastion", *_parts(key)), given, accepted)
+            for key, given, accepted in self.bastion.admission_problems()
+        ]
+        if self.creates_vpc:
             # Through a bastion the hosts are dialled on their private addresses, and SSH is
             # open to the VPC's own block only (components/aws/network.py): a bastion must sit in
             # the VPC or be routed into it, which a VPC this stack is about to create is not.
             found.append(
                 (
-                    "bastion",
+                    ("bastion",),
                     {"host": self.bastion.host},
                     "no bastion with a VPC the stack creates (its hosts get public addresses "
                     "and are reached on them): remove bastion, or give vpcId + subnetIds of an "
                     "existing VPC the bastion reaches",
                 )
             )
-        if found:
-            raise problems(found)
-        return self
+        return found
 
     @property
     def creates_vpc(self) -> bool:
@@ -221,12 +235,19 @@ class Network(Model):
         return self.bastion is None and self.assigns_public_ips
 
 
+def _parts(key: str) -> tuple[str, ...]:
+    return tuple(key.split("."))
+
+
 class Ssh(Model):
     user: UnixUser = Field(
         default="ubuntu", description="Login user on the hosts (the AMI's default user)"
     )
-    public_key: SshPublicKey = Field(
-        description="OpenSSH public key installed on every host; its private key is sshPrivateKey"
+    public_key: SshPublicKey | None = Field(
+        default=None,
+        description="OpenSSH public key the EC2 machines the stack launches boot with and keep "
+        "in the login user's authorized_keys (required when it launches any); its private key "
+        "is sshPrivateKey. Existing hosts and an existing control plane keep the keys they have",
     )
     port: int = Field(
         default=22,

@@ -86,8 +86,8 @@ _REQUIRED_HINTS = {
     "sshPrivateKey": "the SSH private key matching ssh.publicKey, set as a secret: "
     "`pulumi config set --secret gpu-cluster:sshPrivateKey < ~/.ssh/id_ed25519`",
     "clusterName": "a cluster name: `pulumi config set gpu-cluster:clusterName dev-gpu`",
-    "ssh": "an ssh section with at least publicKey (an OpenSSH public key line)",
-    "nodePools": "a list of node pools, each with name, instanceType and count",
+    "nodePools": "a list of node pools, each with name, instanceType and count (EC2 "
+    "instances) or name, hosts and gpu (existing servers)",
 }
 
 
@@ -128,6 +128,7 @@ def _path_parts(loc: tuple) -> tuple[str | int, ...]:
             continue
         inner = _field_type(model, item) if model is not None else None
         if inner is _TAG:
+            model = _variant(model, item)
             continue
         parts.append(item)
         model = inner
@@ -142,11 +143,8 @@ def _field_type(annotation: Any, item: str | int) -> Any:
     annotation = _unwrap(annotation)
     variants = _union_variants(annotation)
     if variants:
-        for variant in variants:
-            if isinstance(variant, type) and issubclass(variant, BaseModel):
-                mode = variant.model_fields.get("mode")
-                if mode is not None and item in typing.get_args(mode.annotation):
-                    return _TAG
+        if any(item in _tags(variant) for variant in variants):
+            return _TAG
         for variant in variants:
             found = _field_type(variant, item)
             if found is not None:
@@ -172,9 +170,28 @@ def _unwrap(annotation: Any) -> Any:
 
 
 def _union_variants(annotation: Any) -> tuple:
+    annotation = _unwrap(annotation)
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         return tuple(_unwrap(a) for a in typing.get_args(annotation) if a is not type(None))
     return ()
+
+
+def _tags(variant: Any) -> tuple[str, ...]:
+    """The tags pydantic puts in an error's `loc` for a variant of a tagged union: its `mode`
+    (the control plane's), or its `union_tag` (a node pool's kind)."""
+    if not (isinstance(variant, type) and issubclass(variant, BaseModel)):
+        return ()
+    mode = variant.model_fields.get("mode")
+    if mode is not None:
+        return typing.get_args(mode.annotation)
+    tag = getattr(variant, "union_tag", None)
+    return (tag,) if isinstance(tag, str) else ()
+
+
+def _kind(variant: Any) -> str:
+    """How a message names a union's variant: `mode: existing`, `a pool of existing hosts`."""
+    kind = getattr(variant, "kind", None)
+    return kind if isinstance(kind, str) else f"mode: {_tags(variant)[0]}"
 
 
 def aliases(model: type[BaseModel]) -> list[str]:
@@ -199,8 +216,7 @@ def unknown_key(loc: tuple) -> Problem:
     hint = f" (did you mean {close[0]!r}?)" if close else ""
     for sibling in _union_variants(_unwrap(union)) if union is not None else ():
         if sibling is not parent and name in aliases(sibling):
-            modes = typing.get_args(sibling.model_fields["mode"].annotation)
-            hint = f" ({name!r} is a key of mode: {modes[0]} only)"
+            hint = f" ({name!r} is a key of {_kind(sibling)} only)"
     return Problem(
         _format_path(_path_parts(loc)), "an unknown key", f"one of: {', '.join(accepted)}{hint}"
     )
@@ -208,8 +224,7 @@ def unknown_key(loc: tuple) -> Problem:
 
 def _variant(union: Any, tag: str) -> Any:
     for variant in _union_variants(_unwrap(union)):
-        mode = variant.model_fields.get("mode")
-        if mode is not None and tag in typing.get_args(mode.annotation):
+        if tag in _tags(variant):
             return variant
     return None
 

@@ -487,3 +487,14 @@ def _tag_value(value: str) -> str:
 
 TagKey = Annotated[str, AfterValidator(_tag_key)]
 TagValue = Annotated[str, AfterValidator(_tag_value)]
+
+# Existing hosts: the last part of a node's name <clusterName>-<pool>-<this>, a host's key.
+NodeNamePart = Annotated[
+    str,
+    _pattern(
+        re.compile(r"^(?=.{1,40}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?$"),
+        "node_name_part",
+        "a lowercase name of letters, digits and '-', starting and ending with a letter or "
+        "digit, at most 40 characters (it ends the node's name)",
+    ),
+]

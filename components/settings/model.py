@@ -8,9 +8,9 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Discriminator, Field, SecretStr, Tag, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from components.settings.constants import MAX_TAGS, PROGRAM_TAGS, SUPPORTED_KUBERNETES_MINORS
@@ -25,6 +25,7 @@ from components.settings.fields import (
     control_characters,
     problems,
 )
+from components.settings.hosts_pool import HostsNodePool
 from components.settings.node_pool import NodePool
 from components.settings.rules import CROSS_SECTION_RULES
 from components.settings.sections import (
@@ -67,6 +68,21 @@ def _encrypted_private_key(text: str) -> bool:
     return cipher != b"none"
 
 
+def _pool_kind(value: Any) -> str:
+    """Which kind of pool a `nodePools` item is: one that names `hosts` is a pool of existing
+    servers, any other one of EC2 instances (as every pool was before hosts pools)."""
+    if isinstance(value, dict):
+        return HostsNodePool.union_tag if "hosts" in value else NodePool.union_tag
+    return getattr(value, "union_tag", NodePool.union_tag)
+
+
+AnyNodePool = Annotated[
+    Annotated[NodePool, Tag(NodePool.union_tag)]
+    | Annotated[HostsNodePool, Tag(HostsNodePool.union_tag)],
+    Discriminator(_pool_kind),
+]
+
+
 class Settings(Model):
     cluster_name: DnsLabel = Field(
         description="Cluster name, the prefix of every resource and node name"
@@ -82,13 +98,15 @@ class Settings(Model):
     network: Network = Field(
         default=Network(), description="Where the machines live: a created VPC or existing subnets"
     )
-    ssh: Ssh = Field(description="How the program reaches the hosts over SSH")
+    ssh: Ssh = Field(default=Ssh(), description="How the program reaches the hosts over SSH")
     ssh_private_key: SecretStr = Field(
         description="Private key matching ssh.publicKey, set as a secret: "
         "pulumi config set --secret gpu-cluster:sshPrivateKey < ~/.ssh/id_ed25519"
     )
-    node_pools: list[NodePool] = Field(
-        min_length=1, description="GPU node pools, each a number of identical GPU nodes"
+    node_pools: list[AnyNodePool] = Field(
+        min_length=1,
+        description="GPU node pools: each a number of identical EC2 instances (instanceType, "
+        "count) or a list of existing servers (hosts, gpu)",
     )
     device_plugin: DevicePlugin = Field(
         default=DevicePlugin(), description="The NVIDIA device plugin DaemonSet"
@@ -191,7 +209,9 @@ class Settings(Model):
 
     @field_validator("node_pools")
     @classmethod
-    def _unique_pool_names(cls, pools: list[NodePool]) -> list[NodePool]:
+    def _unique_pool_names(
+        cls, pools: list[NodePool | HostsNodePool]
+    ) -> list[NodePool | HostsNodePool]:
         found: list[Found] = []
         seen: dict[str, int] = {}
         for index, pool in enumerate(pools):
@@ -215,6 +235,23 @@ class Settings(Model):
         if found:
             raise problems(found)
         return self
+
+    @property
+    def instance_pools(self) -> list[NodePool]:
+        """The pools of EC2 instances the stack launches (an empty one too: it holds a key pair
+        and a security group)."""
+        return [pool for pool in self.node_pools if isinstance(pool, NodePool)]
+
+    @property
+    def host_pools(self) -> list[HostsNodePool]:
+        """The pools of existing servers."""
+        return [pool for pool in self.node_pools if isinstance(pool, HostsNodePool)]
+
+    @property
+    def launches_machines(self) -> bool:
+        """The stack creates EC2 machines (a managed control plane, a pool of instances), and
+        with them its network. Without: no AWS resource, no AWS call, no `aws:region`."""
+        return isinstance(self.control_plane, ManagedControlPlane) or bool(self.instance_pools)
 
     @property
     def stack_tags(self) -> dict[str, str]:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AfterValidator, BeforeValidator, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from components import catalog
@@ -35,6 +35,27 @@ class Taint(Model):
     )
 
 
+def _driver_branch(value: str) -> str:
+    if value not in SUPPORTED_DRIVER_BRANCHES:
+        raise PydanticCustomError(
+            "driver_branch",
+            "an NVIDIA driver branch, one of {branches} (the branch number, not a full version)",
+            {"branches": ", ".join(SUPPORTED_DRIVER_BRANCHES)},
+        )
+    return value
+
+
+def _branch_number(value: Any) -> Any:
+    # `driverVersion: 580` unquoted is a YAML number; the branch is meant either way.
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+# A pool's NVIDIA driver branch (EC2 and hosts pools alike).
+DriverBranch = Annotated[str, BeforeValidator(_branch_number), AfterValidator(_driver_branch)]
+
+
 def _kubernetes_namespace(namespace: str) -> bool:
     return namespace in ("kubernetes.io", "k8s.io") or namespace.endswith(
         (".kubernetes.io", ".k8s.io")
@@ -49,6 +70,10 @@ def _kubelet_may_set(key: str, namespace: str) -> bool:
 
 
 class NodePool(Model):
+    # How the settings tell the two pool kinds apart (components/settings/model.py).
+    union_tag: ClassVar[str] = "instances"
+    kind: ClassVar[str] = "a pool of EC2 instances"
+
     name: DnsLabel = Field(
         description="Pool name, part of node names (<clusterName>-<name>-<index>)"
     )
@@ -67,7 +92,7 @@ class NodePool(Model):
             "a Lease on the control plane, until it is validated and uncordoned again"
         ),
     )
-    driver_version: str = Field(
+    driver_version: DriverBranch = Field(
         default="580",
         description="NVIDIA driver branch (the branch number, not a full version)",
     )
@@ -144,26 +169,6 @@ class NodePool(Model):
             )
         return value
 
-    @field_validator("driver_version")
-    @classmethod
-    def _driver_branch(cls, value: str) -> str:
-        if value not in SUPPORTED_DRIVER_BRANCHES:
-            raise PydanticCustomError(
-                "driver_branch",
-                "an NVIDIA driver branch, one of {branches} "
-                "(the branch number, not a full version)",
-                {"branches": ", ".join(SUPPORTED_DRIVER_BRANCHES)},
-            )
-        return value
-
-    @field_validator("driver_version", mode="before")
-    @classmethod
-    def _branch_number(cls, value: Any) -> Any:
-        # `driverVersion: 580` unquoted is a YAML number; the branch is meant either way.
-        if isinstance(value, int) and not isinstance(value, bool):
-            return str(value)
-        return value
-
     @model_validator(mode="after")
     def _consistent(self) -> NodePool:
         """Every cross-field problem of the pool at once: each check below adds its own, none
@@ -179,68 +184,13 @@ class NodePool(Model):
         return self
 
     def _label_problems(self) -> list[Found]:
-        found: list[Found] = []
-        for key, value in self.labels.items():
-            namespace = key.rpartition("/")[0]
-            if key in PROGRAM_NODE_LABELS:
-                found.append(
-                    (
-                        ("labels", key),
-                        value,
-                        "a label the program does not set itself: it sets "
-                        f"{', '.join(PROGRAM_NODE_LABELS)} on GPU nodes (the device plugins "
-                        "selects on them); remove this one",
-                    )
-                )
-            elif _kubernetes_namespace(namespace) and not _kubelet_may_set(key, namespace):
-                found.append(
-                    (
-                        ("labels", key),
-                        value,
-                        "a label the kubelet may set on its own Node: in the kubernetes.io and "
-                        f"k8s.io namespaces only {', '.join(KUBELET_LABEL_NAMESPACES)} "
-                        "(and their subdomains) or a well-known key like "
-                        "topology.kubernetes.io/zone; the kubelet refuses to start with others "
-                        "(set node-role.kubernetes.io/* with kubectl label after the join)",
-                    )
-                )
-        return found
+        return label_problems(self.labels)
 
     def _gpu_problems(self) -> list[Found]:
         """The driver branch, kernel modules and EFA against what the instance type has."""
-        found: list[Found] = []
-        gpu = catalog.CATALOG[self.instance_type].gpu
-        branch = int(self.driver_version)
-        if branch < gpu.min_driver_branch or (
-            gpu.max_driver_branch is not None and branch > gpu.max_driver_branch
-        ):
-            newest = f" to {gpu.max_driver_branch}" if gpu.max_driver_branch else " or newer"
-            found.append(
-                (
-                    "driverVersion",
-                    self.driver_version,
-                    f"a branch that supports the {gpu.name} of {self.instance_type}: "
-                    f"{gpu.min_driver_branch}{newest}",
-                )
-            )
-        arch = gpu.arch
-        allowed = self.gpu_type.kernel_modules
-        if self.kernel_modules is not None and self.kernel_modules not in allowed:
-            only = " or ".join(allowed)
-            why = (
-                f"{arch.name} GPUs are driven by the {only} kernel modules only"
-                if self.gpu_type.gsp_firmware
-                else f"{self.gpu_type.family} runs with GSP firmware off, which only the "
-                "proprietary modules can"
-            )
-            found.append(
-                (
-                    "kernelModules",
-                    self.kernel_modules,
-                    f"{only} for the {gpu.name} of {self.instance_type}: {why}; set {only} or "
-                    "leave it unset",
-                )
-            )
+        found = gpu_problems(
+            self.gpu_type, self.driver_version, self.kernel_modules, f"of {self.instance_type}"
+        )
         if self.efa and not self.gpu_type.efa_interfaces:
             found.append(
                 (
@@ -272,12 +222,7 @@ class NodePool(Model):
                     "capacity)",
                 )
             )
-        taint_keys = [(t.key, t.effect) for t in self.taints]
-        if len(set(taint_keys)) != len(taint_keys):
-            found.append(
-                ("taints", [t.model_dump() for t in self.taints], "each key/effect pair once")
-            )
-        return found
+        return found + taint_problems(self.taints)
 
     @property
     def gpu_type(self) -> catalog.GpuInstanceType:
@@ -295,6 +240,85 @@ class NodePool(Model):
         if self.efa is None:
             return self.gpu_type.efa_by_default
         return self.efa and self.gpu_type.efa_interfaces > 0
+
+
+def label_problems(labels: dict[str, str]) -> list[Found]:
+    """A pool's labels that the program sets itself, or that the kubelet refuses to set."""
+    found: list[Found] = []
+    for key, value in labels.items():
+        namespace = key.rpartition("/")[0]
+        if key in PROGRAM_NODE_LABELS:
+            found.append(
+                (
+                    ("labels", key),
+                    value,
+                    "a label the program does not set itself: it sets "
+                    f"{', '.join(PROGRAM_NODE_LABELS)} on GPU nodes (the device plugins "
+                    "selects on them); remove this one",
+                )
+            )
+        elif _kubernetes_namespace(namespace) and not _kubelet_may_set(key, namespace):
+            found.append(
+                (
+                    ("labels", key),
+                    value,
+                    "a label the kubelet may set on its own Node: in the kubernetes.io and "
+                    f"k8s.io namespaces only {', '.join(KUBELET_LABEL_NAMESPACES)} "
+                    "(and their subdomains) or a well-known key like "
+                    "topology.kubernetes.io/zone; the kubelet refuses to start with others "
+                    "(set node-role.kubernetes.io/* with kubectl label after the join)",
+                )
+            )
+    return found
+
+
+def taint_problems(taints: list[Taint]) -> list[Found]:
+    """Each key/effect pair of a pool's taints once."""
+    keys = [(t.key, t.effect) for t in taints]
+    if len(set(keys)) == len(keys):
+        return []
+    return [("taints", [t.model_dump() for t in taints], "each key/effect pair once")]
+
+
+def gpu_problems(
+    gpu_type: catalog.GpuInstanceType,
+    driver_version: str,
+    kernel_modules: str | None,
+    of: str,
+) -> list[Found]:
+    """The driver branch and kernel module type against the GPUs a pool's machines carry
+    (`of`: "of g5.xlarge", "of the pool's hosts")."""
+    found: list[Found] = []
+    gpu = gpu_type.gpu
+    branch = int(driver_version)
+    if branch < gpu.min_driver_branch or (
+        gpu.max_driver_branch is not None and branch > gpu.max_driver_branch
+    ):
+        newest = f" to {gpu.max_driver_branch}" if gpu.max_driver_branch else " or newer"
+        found.append(
+            (
+                "driverVersion",
+                driver_version,
+                f"a branch that supports the {gpu.name} {of}: {gpu.min_driver_branch}{newest}",
+            )
+        )
+    allowed = gpu_type.kernel_modules
+    if kernel_modules is not None and kernel_modules not in allowed:
+        only = " or ".join(allowed)
+        why = (
+            f"{gpu.arch.name} GPUs are driven by the {only} kernel modules only"
+            if gpu_type.gsp_firmware
+            else f"{gpu_type.family} runs with GSP firmware off, which only the proprietary "
+            "modules can"
+        )
+        found.append(
+            (
+                "kernelModules",
+                kernel_modules,
+                f"{only} for the {gpu.name} {of}: {why}; set {only} or leave it unset",
+            )
+        )
+    return found
 
 
 def _with_efa(family: str) -> str:

@@ -18,17 +18,22 @@ from components.settings.constants import (
     SUBNETS_IN_NEW_VPC,
 )
 from components.settings.fields import Found
-from components.settings.sections import ExistingControlPlane, ManagedControlPlane
+from components.settings.hosts_pool import HostsNodePool
+from components.settings.node_pool import NodePool
+from components.settings.sections import ExistingControlPlane, ManagedControlPlane, Network
 
 if TYPE_CHECKING:
     from components.settings.model import Settings
-    from components.settings.node_pool import NodePool
 
 
 def node_names_fit(settings: Settings) -> list[Found]:
-    """Node names <clusterName>-<pool>-<index> are label values: at most 63 characters."""
+    """Node names <clusterName>-<pool>-<index> (or -<host name>) are label values: at most 63
+    characters."""
     found: list[Found] = []
     for index, pool in enumerate(settings.node_pools):
+        if isinstance(pool, HostsNodePool):
+            found += _host_names_fit(settings.cluster_name, index, pool)
+            continue
         longest = f"{settings.cluster_name}-{pool.name}-{pool.count - 1}"
         if pool.count and len(longest) > MAX_NODE_NAME_LENGTH:
             found.append(
@@ -38,6 +43,23 @@ def node_names_fit(settings: Settings) -> list[Found]:
                     f"a shorter pool name: node names <clusterName>-<name>-<index> must fit "
                     f"in {MAX_NODE_NAME_LENGTH} characters (a Kubernetes label value), and "
                     f"{longest!r} has {len(longest)}",
+                )
+            )
+    return found
+
+
+def _host_names_fit(cluster: str, index: int, pool: HostsNodePool) -> list[Found]:
+    found: list[Found] = []
+    for position, host in enumerate(pool.hosts):
+        node = f"{cluster}-{pool.name}-{host.key}"
+        if len(node) > MAX_NODE_NAME_LENGTH:
+            found.append(
+                (
+                    f"nodePools[{index}].hosts[{position}].name",
+                    host.name,
+                    f"a shorter name for the host: its node's name <clusterName>-<pool>-<name> "
+                    f"must fit in {MAX_NODE_NAME_LENGTH} characters (a Kubernetes label value), "
+                    f"and {node!r} has {len(node)}",
                 )
             )
     return found
@@ -94,19 +116,19 @@ def room_in_created_subnets(settings: Settings) -> list[Found]:
     """The first subnet of a created VPC holds the managed control plane and the most nodes:
     it fills up first."""
     network = settings.network
-    if not network.creates_vpc:
+    if not network.creates_vpc or not settings.launches_machines:
         return []
     zones = len(network.availability_zones) or SUBNETS_IN_NEW_VPC
     prefix = ipaddress.ip_network(network.cidr).prefixlen + SUBNET_PREFIX_DIFF
     usable = 2 ** (32 - prefix) - AWS_RESERVED_PER_SUBNET
-    nodes = sum(pool.count for pool in settings.node_pools)
+    nodes = sum(pool.count for pool in settings.instance_pools)
     first = sum(
-        _addresses_in_first_subnet(pool, zones) for pool in settings.node_pools
+        _addresses_in_first_subnet(pool, zones) for pool in settings.instance_pools
     ) + isinstance(settings.control_plane, ManagedControlPlane)
     if first <= usable:
         return []
     efa = ""
-    if any(pool.uses_efa and pool.count for pool in settings.node_pools):
+    if any(pool.uses_efa and pool.count for pool in settings.instance_pools):
         efa = " (an EFA pool puts every node there, one address per EFA interface)"
     return [
         (
@@ -126,7 +148,7 @@ def canonical_machines_use_port_22(settings: Settings) -> list[Found]:
     canonical = [
         f"nodePools[{index}]"
         for index, pool in enumerate(settings.node_pools)
-        if pool.count and pool.ami_id is None
+        if isinstance(pool, NodePool) and pool.count and pool.ami_id is None
     ]
     cp = settings.control_plane
     if isinstance(cp, ManagedControlPlane) and cp.ami_id is None:
@@ -148,7 +170,11 @@ def canonical_machines_use_port_22(settings: Settings) -> list[Found]:
 def public_hosts_name_ssh_sources(settings: Settings) -> list[Found]:
     """Hosts reached on public addresses need the operator's range in sshAllowedCidrs."""
     network = settings.network
-    if not network.connects_to_public_ips or network.ssh_allowed_cidrs:
+    if (
+        not settings.launches_machines
+        or not network.connects_to_public_ips
+        or network.ssh_allowed_cidrs
+    ):
         return []
     return [
         (
@@ -185,7 +211,7 @@ def public_api_names_its_sources(settings: Settings) -> list[Found]:
 def created_vpc_gives_public_ips(settings: Settings) -> list[Found]:
     """A created VPC has no NAT gateway: its hosts need public addresses to download."""
     network = settings.network
-    if not network.creates_vpc or network.public_ips is not False:
+    if not settings.launches_machines or not network.creates_vpc or network.public_ips is not False:
         return []
     return [
         (
@@ -210,7 +236,12 @@ def existing_control_plane_reachable_from_created_vpc(settings: Settings) -> lis
     route table: the VPC's block, then the internet gateway; components/aws/network.py), so they
     cannot join an existing control plane at a private address."""
     cp, network = settings.control_plane, settings.network
-    if not isinstance(cp, ExistingControlPlane) or not network.creates_vpc or not cp.endpoint:
+    if (
+        not isinstance(cp, ExistingControlPlane)
+        or not settings.instance_pools
+        or not network.creates_vpc
+        or not cp.endpoint
+    ):
         return []
     host = cp.endpoint_host
     try:
@@ -317,6 +348,133 @@ def a_roll_fits_the_deploy_job(settings: Settings) -> list[Found]:
     ]
 
 
+def launched_machines_have_a_login_key(settings: Settings) -> list[Found]:
+    """EC2 machines boot with ssh.publicKey (their key pair) and keep it in authorized_keys;
+    existing hosts and an existing control plane keep the keys they have."""
+    if not settings.launches_machines or settings.ssh.public_key is not None:
+        return []
+    return [
+        (
+            "ssh.publicKey",
+            None,
+            "an OpenSSH ED25519 or RSA public key line like 'ssh-ed25519 AAAA... ops@example' "
+            "(the public half of sshPrivateKey): the EC2 machines the stack launches boot with it",
+        )
+    ]
+
+
+def bastion_reaches_the_machines(settings: Settings) -> list[Found]:
+    """A bastion relays to the EC2 machines in an existing VPC, whose security group admits
+    it (network.Network.bastion_problems); with no machine launched it only relays."""
+    if not settings.launches_machines:
+        return []
+    return [
+        (("network", *key), given, accepted)
+        for key, given, accepted in settings.network.bastion_problems()
+    ]
+
+
+# The network keys that shape what the stack creates in AWS (cidr, a default of Pulumi.yaml that
+# the CLI hands every stack, and bastion, which relays to any host, are left out).
+_AWS_NETWORK_KEYS = (
+    "create",
+    "vpc_id",
+    "subnet_ids",
+    "availability_zones",
+    "ssh_allowed_cidrs",
+    "public_ips",
+)
+
+
+# The existing control plane's keys that shape the EC2 nodes' security groups.
+_AWS_CONTROL_PLANE_KEYS = ("security_group_id", "pod_network_ports")
+
+
+def network_only_with_machines(settings: Settings) -> list[Found]:
+    """A stack that launches no EC2 machine (an existing control plane, only hosts pools)
+    creates and reads no network: a key that would shape one is a mistake, said."""
+    if settings.launches_machines:
+        return []
+    why = (
+        "unset: this stack launches no EC2 machine (its control plane is existing and its "
+        "pools name hosts), so it creates and reads no network and no security group; the "
+        "hosts are reached at their addresses (through network.bastion when set), and their "
+        "own firewalls admit the cluster"
+    )
+    network, cp = settings.network, settings.control_plane
+    found: list[Found] = [
+        (f"network.{Network.model_fields[name].alias}", getattr(network, name), why)
+        for name in _AWS_NETWORK_KEYS
+        if name in network.model_fields_set
+    ]
+    found += [
+        (f"controlPlane.{ExistingControlPlane.model_fields[name].alias}", getattr(cp, name), why)
+        for name in _AWS_CONTROL_PLANE_KEYS
+        if name in cp.model_fields_set
+    ]
+    return found
+
+
+def host_pools_join_an_existing_cluster(settings: Settings) -> list[Found]:
+    """Hosts pools join an existing control plane: a managed one's API, kubelet and pod
+    network are open to its own VPC only (components/aws/network.py), which servers the stack
+    did not create are not in."""
+    if not isinstance(settings.control_plane, ManagedControlPlane):
+        return []
+    return [
+        (
+            f"nodePools[{index}].hosts",
+            [host.address for host in pool.hosts],
+            "hosts with controlPlane.mode: existing only: a managed control plane admits its "
+            "nodes from its own VPC, where existing servers are not; join them to an existing "
+            "kubeadm cluster (controlPlane.mode: existing), or use instanceType and count",
+        )
+        for index, pool in enumerate(settings.node_pools)
+        if isinstance(pool, HostsNodePool)
+    ]
+
+
+def each_host_once(settings: Settings) -> list[Found]:
+    """An existing server is in one pool once: its address and its host key (its identity:
+    components/node_machine.py) name no other host, nor the existing control plane."""
+    found: list[Found] = []
+    cp = settings.control_plane
+    seen_address: dict[str, str] = {}
+    seen_key: dict[str, str] = {}
+    if isinstance(cp, ExistingControlPlane) and cp.host and cp.host_key:
+        seen_address[cp.host] = "controlPlane.host"
+        seen_key[cp.host_key] = "controlPlane.hostKey"
+    for index, pool in enumerate(settings.node_pools):
+        if not isinstance(pool, HostsNodePool):
+            continue
+        for position, host in enumerate(pool.hosts):
+            where = f"nodePools[{index}].hosts[{position}]"
+            earlier = seen_address.setdefault(host.address, f"{where}.address")
+            if earlier != f"{where}.address":
+                found.append(
+                    (
+                        f"{where}.address",
+                        host.address,
+                        f"an address no other host has ({earlier} is also {host.address}): a "
+                        "server joins one pool once",
+                    )
+                )
+            if host.host_key is None:
+                continue
+            earlier = seen_key.setdefault(host.host_key, f"{where}.hostKey")
+            if earlier != f"{where}.hostKey":
+                found.append(
+                    (
+                        f"{where}.hostKey",
+                        host.host_key,
+                        f"the host's own key ({earlier} has this one): a host key is a "
+                        "machine's identity; two machines with one key are clones, give each "
+                        "its own (on the clone: remove /etc/ssh/ssh_host_*, ssh-keygen -A)",
+                    )
+                )
+    return found
+
+
 CROSS_SECTION_RULES: tuple[Callable[[Settings], list[Found]], ...] = (
     node_names_fit,
     cluster_blocks_outside_created_vpc,
@@ -331,4 +489,9 @@ CROSS_SECTION_RULES: tuple[Callable[[Settings], list[Found]], ...] = (
     device_plugin_release_runs_here,
     device_plugin_digest_known,
     a_roll_fits_the_deploy_job,
+    launched_machines_have_a_login_key,
+    bastion_reaches_the_machines,
+    network_only_with_machines,
+    host_pools_join_an_existing_cluster,
+    each_host_once,
 )

@@ -14,6 +14,9 @@ JOIN_FOLLOWS = (
     "runtime",
     "kube-tools",
 )
+# Of those, the steps only a machine the stack launched has (its boot host key is
+# rotated); an existing host is pinned from config and has none.
+LAUNCHED_ONLY = ("host-key-rotation",)
 VALIDATION_JOB = "validation-job"
 # Steps whose stdout is a credential (a token, a kubeconfig).
 SECRET_OUTPUT = ("join-token", "kubeconfig", "operator-kubeconfig")

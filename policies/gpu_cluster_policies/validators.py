@@ -748,7 +748,9 @@ def check_join_ordering(resources: Sequence[Resource], config: Config) -> list[t
     before it in the chain (`chain.JOIN_FOLLOWS`: its host-key rotation, a local command, and
     its scripts' copy first, the driver and runtime among the rest): joining a node whose GPUs
     or runtime are not ready admits a broken node, and one whose boot host key is still in
-    place hands the token to whoever holds that key."""
+    place hands the token to whoever holds that key. A node with no machine of its name (an
+    existing host, `chain.LAUNCHED_ONLY` aside) booted with no key of the stack's: its key is
+    pinned from config, which check_remote_host_keys holds every connection to."""
     by_urn = {r.urn: r for r in resources}
     commands = {
         r.name: r
@@ -766,16 +768,21 @@ def check_join_ordering(resources: Sequence[Resource], config: Config) -> list[t
                     stack.append(by_urn[urn])
         return seen
 
+    # The machines the stack launched, by name: a GPU node's instance is named as its node.
+    launched = {r.name for r in resources if r.resource_type == "aws:ec2/instance:Instance"}
     found = []
     for name, join in sorted(commands.items()):
         if join.resource_type != REMOTE_COMMAND or not name.endswith(f"-{chain.JOIN}"):
             continue
         node = name.removesuffix(f"-{chain.JOIN}")
         upstream = ancestors(join)
-        absent = [step for step in chain.JOIN_FOLLOWS if f"{node}-{step}" not in commands]
+        follows = chain.JOIN_FOLLOWS
+        if node not in launched:
+            follows = tuple(step for step in follows if step not in chain.LAUNCHED_ONLY)
+        absent = [step for step in follows if f"{node}-{step}" not in commands]
         early = [
             step
-            for step in chain.JOIN_FOLLOWS
+            for step in follows
             if f"{node}-{step}" in commands and commands[f"{node}-{step}"].urn not in upstream
         ]
         if absent:

@@ -56,10 +56,24 @@ MINIMAL_STACK = {
 }
 
 
+# Stacks the tests and the offline tools run but nobody deploys (no workflow reads this folder):
+# `onprem`, a stack of existing hosts on an existing control plane.
+TEST_STACKS_DIR = ROOT / "tests" / "stacks"
+
+
+def stack_path(stack: str) -> Path:
+    """Pulumi.<stack>.yaml: a deployed stack's at the top, else a test stack's."""
+    name = f"Pulumi.{stack}.yaml"
+    top = ROOT / name
+    return (
+        top if top.is_file() or not (TEST_STACKS_DIR / name).is_file() else TEST_STACKS_DIR / name
+    )
+
+
 @cache
 def stack_file(stack: str) -> dict[str, Any]:
     """The `config:` of Pulumi.<stack>.yaml, as written."""
-    data = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())
+    data = yaml.safe_load(stack_path(stack).read_text())
     return dict(data.get("config") or {})
 
 

@@ -6,14 +6,18 @@
 # its pods are deleted without eviction (--force --disable-eviction), so a dead host never blocks.
 #
 # It acts only on the Node its own machine registered: a Node named NODE_NAME that a later
-# machine registered (after the first was lost and replaced, `pulumi refresh` then `up`) carries
-# that machine's instance id (label gpu-cluster.io/instance-id, spec.providerID) and is left
-# alone. A Node with neither was registered before nodes carried them: it is this machine's.
+# machine registered (after the first was lost and replaced, `pulumi refresh` then `up`; an
+# existing host with a new host key) carries that machine's identity (label
+# gpu-cluster.io/instance-id, spec.providerID) and is left alone. A Node with neither was
+# registered before nodes carried them: it is this machine's. An existing host is left as it is:
+# its kubelet keeps running and registers the Node again when it restarts, until the host is
+# reset (`sudo kubeadm reset -f`; docs/operations.md).
 #
 # Inputs:
 #   NODE_NAME              the Node to remove (required)
-#   INSTANCE_ID            the EC2 instance this step was made for (optional for steps made
-#                          before nodes carried it: then the Node is taken by its name)
+#   INSTANCE_ID            the machine this step was made for: an EC2 instance id (i-...) or an
+#                          existing host's id (host-<hex>) (optional for steps made before nodes
+#                          carried it: then the Node is taken by its name)
 #   DRAIN_TIMEOUT_SECONDS  bound on the drain (default 300)
 set -Eeuo pipefail
 
@@ -30,8 +34,9 @@ check_inputs() {
   require_node_name
   [[ "${DRAIN_TIMEOUT_SECONDS:-300}" =~ ^[0-9]+$ ]] ||
     fatal "DRAIN_TIMEOUT_SECONDS must be a number of seconds, got '${DRAIN_TIMEOUT_SECONDS}'"
-  [[ -z "${INSTANCE_ID:-}" || "${INSTANCE_ID}" =~ ^i-[0-9a-f]+$ ]] ||
-    fatal "INSTANCE_ID must be an EC2 instance id (i-...), got '${INSTANCE_ID}'"
+  [[ -z "${INSTANCE_ID:-}" || "${INSTANCE_ID}" =~ ^(i|host)-[0-9a-f]+$ ]] ||
+    fatal "INSTANCE_ID must be an EC2 instance id (i-...) or an existing host's id" \
+      "(host-...), got '${INSTANCE_ID}'"
 }
 
 # registered_by_this_machine: the Node NODE_NAME is the one INSTANCE_ID registered (or

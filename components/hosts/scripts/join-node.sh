@@ -9,8 +9,9 @@
 #   KUBERNETES_MINOR  e.g. 1.35; the installed kubeadm must match (required)
 #   NODE_LABELS       comma-separated key=value labels (optional)
 #   NODE_TAINTS       comma-separated key=value:Effect or key:Effect taints (optional)
-#   PROVIDER_ID       the kubelet's --provider-id, aws:///<zone>/<instance id> (optional): the
-#                     Node's spec.providerID, which a drain on delete checks it acts on
+#   PROVIDER_ID       the kubelet's --provider-id (optional): aws:///<zone>/<instance id> for an
+#                     EC2 machine, gpu-cluster:///host-<hex> for an existing host; the Node's
+#                     spec.providerID, which a drain on delete checks it acts on
 #   EXPECTED_GPUS     allocatable nvidia.com/gpu the Node must reach (optional: no capacity check
 #                     when empty, validation.enabled false)
 #   READY_TIMEOUT_SECONDS     how long to wait for the Node to register and be Ready (default 600)
@@ -58,8 +59,10 @@ check_inputs() {
     fatal "CA_CERT_HASH must be sha256:<64 hex digits>, got '${CA_CERT_HASH}'"
   [[ "${KUBERNETES_MINOR}" =~ ^1\.[0-9]+$ ]] ||
     fatal "KUBERNETES_MINOR must be a minor version like 1.35, got '${KUBERNETES_MINOR}'"
-  [[ -z "${PROVIDER_ID:-}" || "${PROVIDER_ID}" =~ ^aws:///[a-z0-9-]+/i-[0-9a-f]+$ ]] ||
-    fatal "PROVIDER_ID must be aws:///<zone>/<instance id>, got '${PROVIDER_ID}'"
+  [[ -z "${PROVIDER_ID:-}" || "${PROVIDER_ID}" =~ ^aws:///[a-z0-9-]+/i-[0-9a-f]+$ ||
+    "${PROVIDER_ID}" =~ ^gpu-cluster:///host-[0-9a-f]+$ ]] ||
+    fatal "PROVIDER_ID must be aws:///<zone>/<instance id> or gpu-cluster:///host-<hex>," \
+      "got '${PROVIDER_ID}'"
   local name
   for name in EXPECTED_GPUS READY_TIMEOUT_SECONDS CAPACITY_TIMEOUT_SECONDS; do
     [[ -z "${!name:-}" || "${!name}" =~ ^[0-9]+$ ]] ||
@@ -191,13 +194,14 @@ leave_other_cluster() {
 
 join_cluster() {
   if [[ -f "${KUBELET_KUBECONFIG}" ]]; then
-    if systemctl is-active --quiet kubelet; then
-      log "already joined (${KUBELET_KUBECONFIG} exists, kubelet active), skipping"
-    else
+    if ! systemctl is-active --quiet kubelet; then
       # Joined before, kubelet stopped since: kubeadm join would refuse the existing file.
       log "already joined but kubelet is not running, starting it"
       systemctl start kubelet
+      return 0
     fi
+    ALREADY_JOINED=true
+    log "already joined (${KUBELET_KUBECONFIG} exists, kubelet active), skipping"
     return 0
   fi
   check_kubeadm_version
@@ -233,6 +237,8 @@ verify_joined() {
 GPU_RESOURCE="nvidia.com/gpu"
 # One look: the Ready condition and the allocatable GPUs, tab-separated (either may be empty).
 NODE_FIELDS='{.status.conditions[?(@.type=="Ready")].status}{"\t"}{.status.allocatable.nvidia\.com/gpu}'
+ALREADY_JOINED=false # joined before this run, kubelet active
+KUBELET_RESTARTED=false
 NODE_STATE=""  # not-found | not-ready | no-gpus | too-few | too-many | ok | api-error
 NODE_READY=""
 NODE_GPUS=""
@@ -283,7 +289,7 @@ describe_state() {
   plugin_pods="kubectl -n ${ns} get pods -o wide --field-selector spec.nodeName=${NODE_NAME}"
   case "${NODE_STATE}" in
     not-found)
-      echo "Node ${NODE_NAME} is not registered: the kubelet never reached the API server; look at 'journalctl -u kubelet' on this host"
+      echo "Node ${NODE_NAME} is not registered: the kubelet never reached the API server, or registered another name (a host joined before under another node name: remove that node's entry, run 'sudo kubeadm reset -f' on the host, then add it); look at 'journalctl -u kubelet' on this host"
       ;;
     not-ready)
       echo "Node ${NODE_NAME} is not Ready (Ready=${NODE_READY:-none}): look at 'kubectl describe node ${NODE_NAME}' (the CNI pod on it, kubelet conditions) and 'journalctl -u kubelet' on this host"
@@ -303,6 +309,19 @@ describe_state() {
   esac
 }
 
+# A kubelet registers its Node once, when it starts (kubernetes pkg/kubelet/
+# kubelet_node_status.go registerWithAPIServer): on a host joined before, whose Node a drain
+# deleted since (a host whose key changed is drained as a new machine), only a restart registers
+# it again. True when it restarted the kubelet (once).
+register_again_when_deleted() {
+  [[ "${NODE_STATE}" == not-found && "${ALREADY_JOINED}" == true &&
+    "${KUBELET_RESTARTED}" == false ]] || return 1
+  log "this host is joined, but Node ${NODE_NAME} is gone (deleted by a drain): restarting" \
+    "kubelet, which registers it again"
+  systemctl restart kubelet
+  KUBELET_RESTARTED=true
+}
+
 # wait_for <states that end the wait> <seconds> <what>: look until the Node reaches one.
 wait_for_node() {
   local wanted="$1" limit="$2" deadline last="" now
@@ -311,6 +330,9 @@ wait_for_node() {
     observe_node
     if [[ " ${wanted} " == *" ${NODE_STATE} "* ]]; then
       return 0
+    fi
+    if register_again_when_deleted; then
+      continue
     fi
     now="${NODE_STATE}/${NODE_READY}/${NODE_GPUS}"
     if [[ "${now}" != "${last}" ]]; then

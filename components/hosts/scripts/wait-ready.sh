@@ -23,6 +23,8 @@
 #   ROOT_GROW_TIMEOUT_SECONDS   how long to wait for the disk to show that size (default 600)
 #   SSHD_MAX_STARTUPS  a managed control plane only: sshd's MaxStartups (start:rate:full), the
 #                    SSH connections of its fleet's steps it takes at once
+#   OS_VERSION       the Ubuntu release the host must run, 22.04 or 24.04 (optional: an existing
+#                    host's pool names it, and its packages are pinned for it)
 #
 # Checks: cloud-init finished; the OS is Ubuntu 22.04 or 24.04; the first-boot apt-daily and
 # apt-daily-upgrade (unattended-upgrades) runs are over; the package lists are fresh. Then the
@@ -51,6 +53,8 @@ check_inputs() {
   [[ "${KERNEL_WITH_DRIVER:-false}" == true || "${KERNEL_WITH_DRIVER:-false}" == false ]] ||
     fatal "KERNEL_WITH_DRIVER must be true or false, got '${KERNEL_WITH_DRIVER}'"
   check_max_startups
+  [[ -z "${OS_VERSION:-}" || " ${SUPPORTED_UBUNTU} " == *" ${OS_VERSION} "* ]] ||
+    fatal "OS_VERSION must be one of ${SUPPORTED_UBUNTU}, got '${OS_VERSION}'"
   [[ -z "${ROOT_VOLUME_GIB:-}" || "${ROOT_VOLUME_GIB}" =~ ^[1-9][0-9]*$ ]] ||
     fatal "ROOT_VOLUME_GIB must be a size in GiB, got '${ROOT_VOLUME_GIB}'"
   [[ -z "${SSH_USER:-}${AUTHORIZED_KEYS:-}" ]] && return 0
@@ -97,6 +101,10 @@ check_operating_system() {
   version="$(os_release_field VERSION_ID "${file}")"
   if [[ "${id}" != ubuntu || " ${SUPPORTED_UBUNTU} " != *" ${version} "* ]]; then
     fatal "unsupported OS: ${id:-unknown} ${version:-unknown}; expected Ubuntu ${SUPPORTED_UBUNTU// / or }"
+  fi
+  if [[ -n "${OS_VERSION:-}" && "${version}" != "${OS_VERSION}" ]]; then
+    fatal "Ubuntu ${OS_VERSION} expected (the pool's osVersion, whose packages the next steps" \
+      "install), this host runs Ubuntu ${version}; set osVersion: \"${version}\" on its pool"
   fi
   log "Ubuntu ${version}"
 }
