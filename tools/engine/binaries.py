@@ -56,7 +56,9 @@ BINARIES: tuple[Binary, ...] = (
         package="github.com/pulumi/pulumi/pkg/v3/cmd/pulumi",
         requires="github.com/pulumi/pulumi/pkg/v3",
         version=_PULUMI_VERSION,
-        ldflags=(f"-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version={_PULUMI_VERSION}",),
+        ldflags=(
+            f"-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version={_PULUMI_VERSION}",
+        ),
         tags=("osusergo", "grpcnotrace"),
     ),
     # pulumi-kubernetes Makefile (target `provider`): the version stamp of pkg/version.
@@ -80,6 +82,14 @@ BINARIES: tuple[Binary, ...] = (
         name="kube-controller-manager",
         module="apiserver",
         package="k8s.io/kubernetes/cmd/kube-controller-manager",
+        requires="k8s.io/kubernetes",
+        version=_KUBERNETES,
+        ldflags=_kube_version_ldflags(_KUBERNETES),
+    ),
+    Binary(
+        name="kube-scheduler",
+        module="apiserver",
+        package="k8s.io/kubernetes/cmd/kube-scheduler",
         requires="k8s.io/kubernetes",
         version=_KUBERNETES,
         ldflags=_kube_version_ldflags(_KUBERNETES),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -35,6 +36,7 @@ class Built:
     path: Path
     seconds: float  # 0.0 when the stamp said it was built already
     size: int
+    cpu_seconds: float = 0.0  # user + system time of the go command and its children
 
 
 def go_command() -> str:
@@ -45,8 +47,9 @@ def go_command() -> str:
 
 
 def _go_version(go: str) -> str:
-    return subprocess.run([go, "env", "GOVERSION"], capture_output=True, text=True,
-                          check=True).stdout.strip()
+    return subprocess.run(
+        [go, "env", "GOVERSION"], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def _sources_digest(binary: Binary) -> str:
@@ -92,9 +95,7 @@ def is_current(binary: Binary, out: Path = BUILD_DIR, go_version: str | None = N
     return json.loads(stamp.read_text()) == stamp_of(binary, go_version)
 
 
-def build(
-    binaries: tuple[Binary, ...] = BINARIES, out: Path = BUILD_DIR, log=print
-) -> list[Built]:
+def build(binaries: tuple[Binary, ...] = BINARIES, out: Path = BUILD_DIR, log=print) -> list[Built]:
     """Build each of `binaries` not already current in `out`; raise BuildError on the first
     failure, with Go's output."""
     go = go_command()
@@ -109,6 +110,7 @@ def build(
             continue
         log(f"[engine] building {binary.name} {binary.version} ({binary.package})")
         started = time.monotonic()
+        cpu_before = _children_cpu()
         partial = out / f".{binary.name}.partial"
         result = subprocess.run(
             [go, *build_arguments(binary, partial)],
@@ -124,10 +126,16 @@ def build(
         partial.replace(target)
         _stamp_path(out, binary).parent.mkdir(exist_ok=True)
         _stamp_path(out, binary).write_text(json.dumps(stamp_of(binary, go_version), indent=1))
-        seconds = time.monotonic() - started
-        log(f"[engine] {binary.name}: {seconds:.0f} s, {target.stat().st_size / 2**20:.0f} MiB")
-        built.append(Built(binary.name, target, seconds, target.stat().st_size))
+        seconds, cpu = time.monotonic() - started, _children_cpu() - cpu_before
+        size = target.stat().st_size
+        log(f"[engine] {binary.name}: {seconds:.0f} s ({cpu:.0f} s of CPU), {size / 2**20:.0f} MiB")
+        built.append(Built(binary.name, target, seconds, size, cpu))
     return built
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def missing(out: Path = BUILD_DIR) -> list[str]:
