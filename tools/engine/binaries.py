@@ -22,6 +22,8 @@ class Binary:
     version: str
     ldflags: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()
+    generate: str | None = None  # a generator of tools/engine/generate.py, run before the build
+    generated_version: str | None = None  # the version the generator writes into the files
 
     @property
     def module_dir(self) -> Path:
@@ -65,10 +67,13 @@ BINARIES: tuple[Binary, ...] = (
     Binary(
         name="pulumi-resource-kubernetes",
         module="kubernetes",
-        package="github.com/pulumi/pulumi-kubernetes/provider/v4/cmd/pulumi-resource-kubernetes",
+        # Upstream's main package, copied with the files its build generates (generate.py).
+        package="gpu-cluster/tools/engine/kubernetes/generated/pulumi-resource-kubernetes",
         requires="github.com/pulumi/pulumi-kubernetes/provider/v4",
         version=_KUBERNETES_PROVIDER,
         ldflags=("-X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=4.25.0",),
+        generate="kubernetes-main",
+        generated_version="4.25.0",
     ),
     Binary(
         name="kube-apiserver",

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tools.engine.binaries import BINARIES, Binary
+from tools.engine.generate import GENERATED, GENERATORS
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_DIR = ROOT / "build" / "engine"
@@ -56,7 +57,11 @@ def _sources_digest(binary: Binary) -> str:
     """The module's go.mod and go.sum, and for a module with sources of its own, every file."""
     digest = hashlib.sha256()
     directory = binary.module_dir
-    files = sorted(p for p in directory.rglob("*") if p.is_file())
+    files = sorted(
+        p
+        for p in directory.rglob("*")
+        if p.is_file() and GENERATED not in p.relative_to(directory).parts
+    )
     for path in files:
         digest.update(str(path.relative_to(directory)).encode() + b"\0")
         digest.update(path.read_bytes() + b"\0")
@@ -112,6 +117,8 @@ def build(binaries: tuple[Binary, ...] = BINARIES, out: Path = BUILD_DIR, log=pr
         started = time.monotonic()
         cpu_before = _children_cpu()
         partial = out / f".{binary.name}.partial"
+        if binary.generate:
+            GENERATORS[binary.generate](go, binary.module_dir, binary.generated_version)
         result = subprocess.run(
             [go, *build_arguments(binary, partial)],
             cwd=binary.module_dir,

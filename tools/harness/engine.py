@@ -3,15 +3,12 @@ local `file://` backend, passphrase secrets, all in one temporary directory.
 
     stack = EngineStack.create(work_dir, program_dir, "test", binaries=build/engine)
     stack.set_config({"gpu-cluster:clusterName": "t"}, secrets={"gpu-cluster:sshPrivateKey": k})
-    result = stack.up()                      # Operation: exit code, output, engine events
-    stack.up(expect_no_changes=True)         # fails (result.ok False) if anything would change
+    stack.up(), stack.up(expect_no_changes=True), stack.refresh(), stack.destroy()
     stack.state()                            # `pulumi stack export`: the checkpoint, as a dict
 
-Each operation runs the CLI as a subprocess in the project directory (a copy of the program's
-Pulumi.yaml plus the stack's config file), with the program served by
-tools/harness/language_host.py (`--client`, as the Automation API runs inline programs). The
-engine's events come from `--event-log` (one JSON object per line, apitype.EngineEvent).
-Why this route: docs/decisions/052-the-real-engine-built-from-its-modules.md.
+The CLI runs as a subprocess in the project directory (the program's Pulumi.yaml and the
+stack's config file); the program is served by tools/harness/language_host.py (`--client`);
+events come from `--event-log`. Why: docs/decisions/052-the-real-engine-built-from-its-modules.md.
 """
 
 from __future__ import annotations
@@ -111,6 +108,8 @@ class EngineStack:
             "PULUMI_SKIP_UPDATE_CHECK": "true",
             "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
             "PULUMI_SKIP_CONFIRMATIONS": "true",
+            # Enables --event-log, as the Automation API does (automation/_stack.py).
+            "PULUMI_DEBUG_COMMANDS": "true",
             **self.extra_env,
         }
         env.pop("PULUMI_ACCESS_TOKEN", None)

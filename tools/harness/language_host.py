@@ -2,18 +2,13 @@
 
     python -m tools.harness.language_host PROGRAM_DIR    # prints the port, serves until stopped
 
-The Pulumi CLI normally starts `pulumi-language-python`, which runs `__main__.py` in a Python
-process. That binary's Go module is refused by the Go proxy here, so the harness uses the route
-the SDK's own Automation API takes for inline programs: the SDK's in-process `LanguageServer`
-(pulumi/automation/_server.py) serves the LanguageRuntime gRPC service, and the CLI connects to
-it with `--client=127.0.0.1:PORT` (pkg/cmd/pulumi/operations/io.go `readProjectForUpdate` sets
-the project's runtime to `client`; pkg/engine/plugin_host.go `connectToLanguageRuntime`).
-
-The program is the project's real `__main__.py`, run by `runpy` as `__main__` from its directory
-(as pulumi-language-python-exec does), in this process's working directory, which the harness
-sets to the project directory the CLI runs in, so relative asset paths mean the same to the
-program, the engine and the providers. Config and secrets come in the Run request, from the
-stack's config file decrypted by the CLI (LanguageServer.Run: set_all_config).
+pulumi-language-python cannot be built here, so the harness takes the Automation API's route for
+inline programs: the SDK's own `LanguageServer` (pulumi/automation/_server.py) serves the
+LanguageRuntime service and the CLI connects with `--client`. The program is the project's real
+`__main__.py`, run by `runpy` as `__main__` (as pulumi-language-python-exec does) in the CLI's
+project directory, so relative asset paths mean the same to program, engine and providers;
+config and secrets come in the Run request. Sources and limits:
+docs/decisions/052-the-real-engine-built-from-its-modules.md.
 """
 
 from __future__ import annotations
