@@ -12,8 +12,9 @@ import (
 )
 
 // Version is what the engine records for this plugin: pulumi-command's version with a
-// pre-release tag that says what it is.
-const Version = "1.2.1-standin"
+// build tag that says what it is (build metadata: the engine compares it equal to 1.2.1, so
+// it warns of no older plugin).
+const Version = "1.2.1+standin"
 
 func main() {
 	if err := provider.New().Run(context.Background(), "command", Version); err != nil {
