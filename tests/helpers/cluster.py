@@ -25,7 +25,7 @@ import requests
 import yaml
 
 SERVICE_CIDR = "10.96.0.0/12"
-READY_WITHIN_SECONDS = 120  # etcd and kube-apiserver on a busy 2-core machine
+READY_WITHIN_SECONDS = 300  # the control plane starting on a busy 2-core machine
 
 
 def free_port() -> int:
@@ -149,6 +149,9 @@ class Api:
     session: requests.Session = field(default_factory=requests.Session)
 
     def __post_init__(self) -> None:
+        # Not REQUESTS_CA_BUNDLE or proxies from the environment: requests lets those override
+        # a session's own CA (sessions.py, merge_environment_settings).
+        self.session.trust_env = False
         self.session.verify = str(self.pki / "ca.crt")
         self.session.cert = (str(self.pki / "admin.crt"), str(self.pki / "admin.key"))
 
@@ -329,9 +332,11 @@ def start(directory: Path, binaries: Path) -> Cluster:
             "kube-apiserver /readyz",
             lambda: api.session.get(cluster.server + "/readyz", timeout=5).status_code == 200,
         )
-        # kubeadm's controller set (`*,bootstrapsigner,tokencleaner`) without the node
-        # lifecycle controller: no kubelet renews the Nodes' leases here, and that controller
-        # would taint every Node unreachable after its grace period.
+        # kubeadm's controllers (`*,bootstrapsigner,tokencleaner`). The node lifecycle
+        # controller lifts the not-ready taint that the TaintNodesByCondition admission puts on
+        # every new Node (plugin/pkg/admission/nodetaint) once the Node is Ready; no kubelet
+        # renews the Nodes' leases here, so its grace period is an hour instead of 50 s, lest it
+        # taint every Node unreachable mid-test.
         _start(
             cluster,
             "kube-controller-manager",
@@ -350,7 +355,9 @@ def start(directory: Path, binaries: Path) -> Cluster:
                 "--leader-elect=false",
                 "--use-service-account-credentials=true",
                 "--controllers",
-                "*,bootstrapsigner,tokencleaner,-node-lifecycle-controller",
+                "*,bootstrapsigner,tokencleaner",
+                "--node-monitor-grace-period",
+                "1h",
                 "--root-ca-file",
                 str(pki / "ca.crt"),
                 "--cluster-signing-cert-file",
