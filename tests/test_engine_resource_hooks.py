@@ -92,7 +92,7 @@ def _hooks_in_state(stack: EngineStack) -> dict[str, dict]:
 
 def test_the_state_keeps_the_hook_names_of_a_resource(stack):
     assert stack.up().ok
-    assert list(_hooks_in_state(stack).values()) == [{"before_delete": ["drain"]}]
+    assert list(_hooks_in_state(stack).values()) == [{"BeforeDelete": ["drain"]}]
 
 
 def test_removing_the_resource_runs_its_hook_with_the_old_inputs_and_outputs(stack, kube_cluster):
