@@ -66,3 +66,22 @@ def test_a_binary_is_current_only_for_the_sources_it_was_built_from(tmp_path, mo
     assert not build.is_current(demo, out, "go1.26.9"), "another Go must rebuild"
     (module / "go.sum").write_text("demo v1 h1:x\n")
     assert not build.is_current(demo, out, "go1.26.8"), "a new go.sum must rebuild"
+
+
+def test_without_the_binaries_the_real_engine_tests_skip_naming_the_build(monkeypatch):
+    from tests.helpers import engine
+
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.setattr(build, "missing", lambda out=None: ["pulumi", "etcd"])
+    with pytest.raises(pytest.skip.Exception, match=r"pulumi, etcd.*python -m tools.engine build"):
+        engine.binaries()
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI must run this test"):
+        engine.binaries()
+
+
+def test_ci_builds_the_engine_and_runs_its_tests():
+    ci = (build.ROOT / ".ci" / "run").read_text()
+    assert build.BUILD_COMMAND in ci
+    assert "openssh-server" in ci, "the real-engine tests need sshd"
+    assert 'python -m pytest -m "not engine"' in ci and "python -m pytest -m engine" in ci
