@@ -122,7 +122,7 @@ def build(binaries: tuple[Binary, ...] = BINARIES, out: Path = BUILD_DIR, log=pr
         result = subprocess.run(
             [go, *build_arguments(binary, partial)],
             cwd=binary.module_dir,
-            env={**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=readonly"},
+            env={**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=readonly -buildvcs=false"},
             capture_output=True,
             text=True,
         )
