@@ -127,11 +127,11 @@ def pods_on(api: Api, node: str, namespace: str | None = None) -> list[dict[str,
 
 def finish_pod(api: Api, pod: dict[str, Any], exit_code: int = 0) -> dict[str, Any]:
     """Report a bound pod's containers as run to completion with `exit_code` (Succeeded or
-    Failed), as the status manager would after the containers exited."""
+    Failed; init containers, which ran first, exited 0), as the status manager would."""
     now = _now()
     spec = pod["spec"]
 
-    def terminated(container: dict[str, Any]) -> dict[str, Any]:
+    def terminated(container: dict[str, Any], exit_code: int) -> dict[str, Any]:
         return {
             "name": container["name"],
             "image": container["image"],
@@ -170,8 +170,8 @@ def finish_pod(api: Api, pod: dict[str, Any], exit_code: int = 0) -> dict[str, A
                 "lastTransitionTime": now,
             },
         ],
-        "initContainerStatuses": [terminated(c) for c in spec.get("initContainers", [])],
-        "containerStatuses": [terminated(c) for c in spec["containers"]],
+        "initContainerStatuses": [terminated(c, 0) for c in spec.get("initContainers", [])],
+        "containerStatuses": [terminated(c, exit_code) for c in spec["containers"]],
     }
     meta = pod["metadata"]
     return api.merge_patch(
