@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests import sandbox
+from tests.helpers import cluster, engine
 
 # The policy pack's modules import each other as `gpu_cluster_policies` (the pack runs from
 # policies/): a test module that imports them works alone too, not only after test_policies.py.
@@ -25,6 +26,11 @@ _not_run: list[str] = []
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "sandbox: runs host scripts in the script sandbox (tests/sandbox.py)"
+    )
+    config.addinivalue_line(
+        "markers",
+        "engine: runs the real Pulumi engine and providers built by `python -m tools.engine "
+        "build` (docs/decisions/055-the-real-engine-built-from-its-modules.md)",
     )
 
 
@@ -67,3 +73,17 @@ def ca_cert(tmp_path_factory) -> str:
         capture_output=True,
     )
     return (directory / "ca.crt").read_text()
+
+
+@pytest.fixture(scope="session")
+def engine_binaries() -> Path:
+    """build/engine/ with every real-engine binary built; else skip (fail under CI=true)."""
+    return engine.binaries()
+
+
+@pytest.fixture(scope="session")
+def kube_cluster(engine_binaries, tmp_path_factory):
+    """etcd, kube-apiserver, kube-controller-manager and kube-scheduler on loopback, shared by
+    the session's real-engine tests (each test uses namespaces and Nodes of its own)."""
+    with cluster.running(tmp_path_factory.mktemp("cluster"), engine_binaries) as running:
+        yield running
