@@ -10,6 +10,7 @@ instance terminates; nothing dials the node on delete, so a dead machine never b
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -85,6 +86,7 @@ class GpuNodePoolArgs:
     dials_public_ips: bool  # steps dial public addresses (no bastion relays)
     tags: Mapping[str, str]
     checks: NodeChecks
+    registered_at: datetime.datetime  # the program's clock, read once per run (join tokens)
     image_ami: pulumi.Input[str] | None = None
 
     @classmethod
@@ -96,6 +98,7 @@ class GpuNodePoolArgs:
         network: Network,
         control_plane: ControlPlane,
         device_plugin: pulumi.Resource,
+        registered_at: datetime.datetime,
         image_ami: pulumi.Input[str] | None = None,
     ) -> GpuNodePoolArgs:
         return cls(
@@ -110,6 +113,7 @@ class GpuNodePoolArgs:
             dials_public_ips=settings.network.connects_to_public_ips,
             tags=settings.stack_tags,
             checks=NodeChecks.of(settings, device_plugin),
+            registered_at=registered_at,
             image_ami=image_ami,
         )
 
@@ -137,6 +141,7 @@ class GpuNodePool(pulumi.ComponentResource):
             efa = fabric.pool_fabric(name, pool, args.tags, network, parent=self)
             security_groups.append(efa.security_group.id)
         self.nodes = []
+        token_seed = bootstrap_token.seed(name, parent=self)
         # An empty pool boots nothing, so it looks up no image (gpu_image.baked_images builds
         # none for it either): scaling a baked pool to 0 is a plan, not an error.
         if pool.count:
@@ -158,6 +163,8 @@ class GpuNodePool(pulumi.ComponentResource):
                         control_plane=args.control_plane,
                         login=args.login,
                         checks=args.checks,
+                        token_seed=token_seed,
+                        registered_at=args.registered_at,
                         efa=efa,
                     ),
                     pulumi.ResourceOptions(parent=self),
@@ -214,6 +221,8 @@ class GpuNodeArgs:
     control_plane: ControlPlane
     login: Login
     checks: NodeChecks
+    token_seed: pulumi.Output[str]  # the pool's join-token seed (bootstrap_token.seed)
+    registered_at: datetime.datetime  # the program's clock, read once per run
     efa: fabric.EfaFabric | None = None  # the pool uses EFA: its placement group and group
 
 
@@ -363,7 +372,7 @@ class GpuNode(pulumi.ComponentResource):
         }
         for row in steps.node_rows(efa=pool.uses_efa, validation=True, part=steps.Part.NODE):
             after = [built[name] for name in steps.follows(row, registered)]
-            built[row.suffix] = self._step(row, after, context, built)
+            built[row.suffix] = self._step(row, after, context)
         join = built[steps.JOIN.suffix]
         assert isinstance(join, command.remote.Command)
         return NodeChain(join=join, change=context.change)
@@ -373,7 +382,6 @@ class GpuNode(pulumi.ComponentResource):
         row: steps.Step,
         after: list[pulumi.Resource],
         context: _ChainContext,
-        built: Mapping[str, pulumi.Resource],
     ) -> pulumi.Resource:
         """One node row of the step table as a resource: on the node, on the control plane about
         this node (its instance id, and the cluster, as identity), or through the Kubernetes API."""
@@ -416,22 +424,18 @@ class GpuNode(pulumi.ComponentResource):
             # kubelet of this node is ever newer than the API server.
             after = [*after, control_plane.kubelet_gate]
         if row is steps.JOIN_TOKEN:
-            kube_tools = built[steps.KUBE_TOOLS.suffix]
-            assert isinstance(kube_tools, command.remote.Command)
             self._token = bootstrap_token.join_token(
                 row.resource_name(name),
                 node_name=name,
-                seed=args.login.private_key,
-                cluster=pulumi.Output.concat(
-                    control_plane.endpoint, "/", control_plane.ca_cert_hash
-                ),
+                seed_=args.token_seed,
+                cluster=[control_plane.endpoint, control_plane.ca_cert_hash],
                 machine=self.instance.id,
-                kube_tools_stdout=kube_tools.stdout,
-                provider=control_plane.provider,
+                kubeconfig=control_plane.kubeconfig,
+                registered_at=args.registered_at,
                 parent=self,
                 after=after,
             )
-            return self._token.secret
+            return self._token.record
         if row is steps.JOIN:
             checks = args.checks
             return run_step(
