@@ -86,6 +86,24 @@ TOOLS = (
         "tests/test_real_apt.py",
     ),
     Tool(
+        "dpkg",
+        "dpkg",
+        "1.22",
+        "1.21",
+        "dpkg src/main/configure.c (`deferred_configure`), lib/dpkg/dbmodify.c "
+        "(`modstatdb_lock`, `cleanupdates`: `--configure -a` after an interrupted run)",
+        "tests/test_real_apt.py (Debian 12's dpkg 1.21, under apt-get)",
+    ),
+    Tool(
+        "python3",
+        "python3 (python3-tomli on 22.04)",
+        "3.12",
+        "3.10",
+        "CPython Lib/tomllib/ (3.11 and later, PEP 680); 22.04 has none: tomli 1.2.2 of "
+        "python3-tomli (universe), tomli/_parser.py, the code tomllib was taken from",
+        "the stub runs the real one",
+    ),
+    Tool(
         "containerd",
         "containerd.io (Docker)",
         "2.2.1",
