@@ -20,7 +20,7 @@ from components.catalog import CATALOG
 from components.hosts import pins
 from tests.helpers import archive
 from tests.helpers import archive_packages as data
-from tests.helpers.real_apt import AptHost, machine_dpkg_fingerprint, require_real_apt, signing_key
+from tests.helpers.real_apt import AptHost, machine_dpkg_fingerprint, require_real_apt
 from tests.sandbox import Sandbox
 
 RELEASES = ("24.04", "22.04")
@@ -150,12 +150,8 @@ def runtime(release: str) -> dict[str, str]:
 
 
 def install_containerd(apt: AptHost) -> str:
-    """install_containerd as the step runs it, Docker's key being the test archive's."""
-    program = (
-        FAST
-        + CONTAINERD_VERSION_OUTPUT
-        + f"DOCKER_KEY_FINGERPRINT={signing_key().fingerprint}\ninstall_containerd\n"
-    )
+    """install_containerd as the step runs it."""
+    program = FAST + CONTAINERD_VERSION_OUTPUT + "install_containerd\n"
     return ok(apt.bash(RUNTIME, program, runtime(apt.release)))
 
 
@@ -227,8 +223,7 @@ def driver(instance_type: str, release: str) -> dict[str, str]:
 
 
 def install_driver(apt: AptHost, instance_type: str) -> str:
-    program = f"CUDA_KEY_FINGERPRINT={signing_key().fingerprint}\n" + DRIVER_STEPS
-    return apt.bash(DRIVER, program, driver(instance_type, apt.release))
+    return apt.bash(DRIVER, DRIVER_STEPS, driver(instance_type, apt.release))
 
 
 @pytest.mark.parametrize("host", RELEASES, indirect=True)
