@@ -51,7 +51,10 @@ from tests.helpers import archive_packages as data
 from tests.helpers.tools import require_tool
 
 METHOD = Path(__file__).with_name("apt_mirror_method.py")
-INSTALL = "apt-get install apt-utils gpg"  # apt-ftparchive, gpg (dpkg-deb, apt, gpgv: the base)
+# apt-ftparchive (apt-utils); gpg with the gpg-agent its key generation and signing run
+# through (gnupg: Debian 12's `gpg` package only recommends it). dpkg-deb, apt and gpgv come
+# with the base system.
+INSTALL = "apt-get install apt-utils gnupg"
 MAIN_CALL = 'main "$@"\n'
 
 
