@@ -46,8 +46,12 @@ def _join_token_stdout(args: MockResourceArgs) -> str:
 
 
 def _kube_tools_stdout(args: MockResourceArgs) -> str:
-    """What install-kube-tools.sh of earlier releases printed last: when the host was ready to
-    join (one JSON line; this version's script prints none, and its program reads none)."""
+    """Stands for what install-kube-tools.sh printed last in the releases before commit b78550f
+    (an earlier release: git show b78550f^:components/hosts/scripts/install-kube-tools.sh,
+    `print_ready_to_join`): one JSON line, {"readyToJoinAt": ...}, the time as GNU date
+    (coreutils 8.32 and 9.4, Ubuntu 22.04 and 24.04) prints `date -u +%Y-%m-%dT%H:%M:%SZ`.
+    This version's script prints nothing and its program reads nothing there; recorded graphs
+    of those releases run under these mocks too."""
     return json.dumps({"readyToJoinAt": READY_TO_JOIN_AT}) + "\n"
 
 
