@@ -11,3 +11,8 @@ INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 # Set at join on the nodes of pools that use EFA; the EFA device plugin selects on it.
 EFA_LABEL = "gpu-cluster.io/efa"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
+# A new GPU node registers with this taint (join-node.sh, the JoinConfiguration's
+# nodeRegistration.taints), which only the per-node system DaemonSets and the node's own checks
+# tolerate; the control plane removes it once those checks passed (components/kube/node_hooks.py).
+UNPROVEN_TAINT_KEY = "gpu-cluster.io/unproven"
+UNPROVEN_TAINT_EFFECT = "NoSchedule"
