@@ -24,7 +24,6 @@ from components.aws.network import KUBELET_PORT, Network, tcp_port_rule
 from components.catalog import GpuInstanceType
 from components.hosts import host_keys, pins, rolling, steps
 from components.hosts.remote import Host, Login, machine_host, run_step
-from components.hosts.roll_budget import READY_TIMEOUT_SECONDS
 from components.kube import bootstrap_token, node_hooks
 from components.kube.api.slots import Slots
 from components.kube.in_service import in_service
@@ -32,11 +31,10 @@ from components.kube.manifests import DEVICE_PLUGIN_NAMESPACE
 from components.kube.validation import expected_allocatable
 from components.labels import POOL_LABEL
 from components.node_inputs import (
+    in_service_environment,
     install_steps,
     join_params,
-    managed_labels,
     provider_id,
-    taint_list,
 )
 from components.settings import NodePool, Settings
 
@@ -486,16 +484,9 @@ class GpuNode(pulumi.ComponentResource):
         self.in_service = in_service(
             self.node_name,
             host=self.host,
-            environment={
-                "NODE_NAME": self.node_name,
-                "INSTANCE_ID": self.instance.id,
-                "POOL_NAME": self.pool.name,
-                "MAX_UNAVAILABLE": str(self.pool.max_unavailable),
-                "NODE_LABELS": self.instance.id.apply(lambda i: managed_labels(self.pool, i)),
-                "NODE_TAINTS": taint_list(self.pool.taints),
-                "CHANGE": self.change,
-                "READY_TIMEOUT_SECONDS": str(READY_TIMEOUT_SECONDS),
-            },
+            environment=in_service_environment(
+                self.node_name, self.pool, self.instance.id, self.change
+            ),
             hooks=self._hooks.in_service_binding(),
             after=[self.join, *after],
             parent=self,

@@ -15,6 +15,7 @@ import pulumi_aws as aws
 
 from components.hosts import pins, steps
 from components.hosts.remote import Login
+from components.hosts.roll_budget import READY_TIMEOUT_SECONDS
 from components.images.builder import InstallStep
 from components.labels import (
     EFA_LABEL,
@@ -54,6 +55,10 @@ def install_steps(pool: NodePool, kubernetes_version: str, login: Login) -> tupl
     return tuple(InstallStep(step, params[step]) for step in steps.INSTALL_STEPS)
 
 
+# The taint a Node registers with and keeps until its own checks passed.
+UNPROVEN_TAINT = Taint(key=UNPROVEN_TAINT_KEY, value="", effect=UNPROVEN_TAINT_EFFECT)
+
+
 def join_params(node_name: str, pool: NodePool, kubernetes_version: str) -> dict[str, str]:
     """What join-node.sh gets besides the cluster, the token and the checks: what the kubelet
     registers the Node with."""
@@ -65,8 +70,22 @@ def join_params(node_name: str, pool: NodePool, kubernetes_version: str) -> dict
     }
 
 
-# The taint a Node registers with and keeps until its own checks passed.
-UNPROVEN_TAINT = Taint(key=UNPROVEN_TAINT_KEY, value="", effect=UNPROVEN_TAINT_EFFECT)
+def in_service_environment(
+    node_name: str, pool: NodePool, instance_id: pulumi.Output[str], change: str
+) -> dict[str, pulumi.Input[str]]:
+    """What `<node>-in-service` carries for its hook (node_hooks.InServiceInputs reads it): the
+    Node and its machine, the labels and taints the control plane owns, the roll's change and
+    the pool's slots."""
+    return {
+        "NODE_NAME": node_name,
+        "INSTANCE_ID": instance_id,
+        "POOL_NAME": pool.name,
+        "MAX_UNAVAILABLE": str(pool.max_unavailable),
+        "NODE_LABELS": instance_id.apply(lambda machine: managed_labels(pool, machine)),
+        "NODE_TAINTS": taint_list(pool.taints),
+        "CHANGE": change,
+        "READY_TIMEOUT_SECONDS": str(READY_TIMEOUT_SECONDS),
+    }
 
 
 def provider_id(instance: aws.ec2.Instance) -> pulumi.Output[str]:
@@ -76,9 +95,9 @@ def provider_id(instance: aws.ec2.Instance) -> pulumi.Output[str]:
 
 def registration_labels(pool: NodePool) -> str:
     """NODE_LABELS for join-node.sh: only what the node's DaemonSets select on before it is
-    proven (the GPU label; the EFA label on pools that use EFA). The kubelet may set labels at
-    registration (NodeRestriction forbids only its own and unknown kubernetes.io keys), so none
-    of them steers a tenant: the control plane sets those (`managed_labels`)."""
+    proven (the GPU label; the EFA label on pools that use EFA). Whatever a kubelet may set, a
+    compromised one may set too, so no label that steers a tenant comes from here: the control
+    plane sets those (`managed_labels`)."""
     labels = {GPU_PRESENT_LABEL: "true"}
     if pool.uses_efa:
         labels[EFA_LABEL] = "true"

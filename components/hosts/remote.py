@@ -124,10 +124,13 @@ class Host:
         """Where the host is and the key it must present, no login key: the connection of a
         Command that runs no command (pulumi-command dials only to run one), so its state holds
         no credential (components/kube/in_service.py)."""
-        named = {k: v for k, v in self._connection.items() if k in ("host", "port", "user")}
-        if "host_key" in self._connection:
-            named["host_key"] = self._connection["host_key"]
-        return _settled(command.remote.ConnectionArgs(**named))
+        named = {k: v for k, v in self._connection.items() if k != "private_key"}
+        proxy = None
+        if self._proxy is not None:
+            proxy = command.remote.ProxyConnectionArgs(
+                **{k: v for k, v in self._proxy.items() if k != "private_key"}
+            )
+        return _settled(command.remote.ConnectionArgs(**named, proxy=proxy))
 
     def args(self, dial_error_limit: int) -> command.remote.ConnectionArgs:
         """The connection as pulumi-command's `ConnectionArgs` (its defaults filled in), Outputs

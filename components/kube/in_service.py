@@ -1,16 +1,12 @@
-"""`<node>-in-service`, the last row of a node: after its own checks (the join saw it Ready with
-every GPU, its validation Job and one-node NCCL Job passed), the control plane puts it in
-service through the API, in its hooks (components/kube/node_hooks.py `put_in_service`): the
-pool's labels and taints, the proof taint off, the roll's change recorded, uncordoned, the slot
-back. Its `environment` is what it sets, so `pulumi preview` shows a label change as a diff here.
+"""`<node>-in-service`, the last row of a node: after its own checks passed, its hooks put it in
+service through the API (components/kube/node_hooks.py `put_in_service`): the pool's labels and
+taints, the proof taint off, the roll's change recorded, uncordoned, the slot back. Its
+`environment` is what it sets, so a preview shows a label change as a diff here.
 
-It is a `command:remote:Command` that runs no command: pulumi-command dials only to run one
-(remote/commandController.go: `Create` returns at once without `create`, `Update` runs `update`
-or else `create`, `Delete` runs `delete` if stored), so it never dials and its connection holds
-no login key. Why a Command: it continues the state of `<node>-drain` (an alias), and an update
-of that state stores it without the `drain-node.sh` delete the state holds, dialling nothing
-(`triggers` ignored: a changed trigger would replace it and run that stored delete). Why:
-docs/decisions/052-a-node-leaves-through-the-api.md.
+A `command:remote:Command` that runs no command (pulumi-command dials only to run one), so it
+never dials and holds no login key. A Command because it continues `<node>-drain`'s state (an
+alias; `triggers` ignored): its update drops the stored `drain-node.sh` delete, dialling
+nothing. Why, with the sources: docs/decisions/052-a-node-leaves-through-the-api.md.
 """
 
 from __future__ import annotations

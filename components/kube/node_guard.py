@@ -1,16 +1,10 @@
 """No GPU node steers workloads to itself: a ValidatingAdmissionPolicy (admissionregistration.
-k8s.io/v1, GA and on by default since Kubernetes 1.30) refuses a request of one of the stack's
-GPU nodes (user `system:node:<cluster>-<pool>-...`) that
-- registers its Node without the proof taint, or with a label the control plane owns;
-- changes, adds or removes a label the control plane owns (the pools' `labels` keys, the pool
-  and instance labels);
-- deletes its own Node (the Node authorizer lets a kubelet delete it, and NodeRestriction checks
-  taints on update only: deleting and registering again would lift the proof taint).
-
-NodeRestriction already refuses a node's change of its taints after registration and its
-`node-restriction.kubernetes.io/` labels (plugin/pkg/admission/noderestriction/admission.go
-`admitNode`); everything else on its own Node it may change. The admin credential the program
-writes with is not a node's, so the policy never refuses the program. Why: docs/decisions/
+k8s.io/v1, GA since Kubernetes 1.30) refuses a request of one of the stack's GPU nodes (user
+`system:node:<cluster>-<pool>-...`) that registers its Node without the proof taint or with a
+label the control plane owns (the pools' `labels` keys, the pool and instance labels), changes
+such a label, or deletes its own Node (to register again untainted). NodeRestriction refuses
+only a node's taint change after registration and a few label namespaces. The program writes
+with the admin credential, which is no node's. Why, with the sources: docs/decisions/
 053-no-tenant-before-the-proof.md.
 """
 
@@ -113,7 +107,7 @@ class NodeGuardArgs:
         pools = list(settings.node_pools)
         return cls(
             name=f"gpu-cluster-{settings.cluster_name}-gpu-nodes",
-            node_prefixes=tuple(f"{settings.cluster_name}-{pool.name}-" for pool in pools),
+            node_prefixes=tuple(sorted(f"{settings.cluster_name}-{p.name}-" for p in pools)),
             managed_keys=managed_label_keys(pools),
             provider=provider,
         )

@@ -1,18 +1,12 @@
-"""A node's Kubernetes side, done by the program itself through the API with the credential it
-holds when it runs (`ClusterAccess`), from Pulumi resource hooks, never by a step that dials the
-control plane and never with a credential stored with a resource:
+"""A node's Kubernetes side, run by the program through the API with the credential it holds when
+a hook runs (`ClusterAccess`), never by a step that dials the control plane or a credential
+stored with a resource: `joins` (before a join: a dead machine's Node of the name goes), `leaves`
+(before a join's delete: its machine's Node drained and deleted), `take_out` (before a disruptive
+step's update on a joined node: slot, cordon, drain), `in_service` (after the node's checks:
+labels, taints, the proof taint off, uncordon, slot back).
 
-- `joins` (before `<node>-join` is created): a Node of the same name that another, dead machine
-  registered is drained without eviction and deleted, so kubeadm can join the new one;
-- `leaves` (before `<node>-join` is deleted or replaced): the Node its machine registered is
-  drained (bounded, PodDisruptionBudgets hold) and deleted, before the machine terminates;
-- `take_out` (before a disruptive step of a joined node is updated): a pool slot, cordon, drain;
-- `in_service` (before `<node>-in-service` is created or updated, after the node's checks): its
-  labels and taints set by the control plane, the proof taint off, the roll's change recorded,
-  uncordoned, the slot given back.
-
-The three shared hooks are registered under fixed names on every run, with or without nodes: the
-engine finds a delete hook by the name the state stored. Why and the engine's rules:
+The shared hooks are registered under fixed names on every run, with or without nodes: the
+engine finds a delete hook by the name the state stored. Why, with the engine's rules:
 docs/decisions/052-a-node-leaves-through-the-api.md, 053-no-tenant-before-the-proof.md.
 """
 
