@@ -149,21 +149,29 @@ def test_a_driver_change_updates_only_that_pools_driver_step(baseline):
         assert not (plan.nodes[node].reset or plan.nodes[node].rejoined), plan.nodes[node]
 
 
-def test_a_taint_change_warns_that_busy_nodes_are_re_validated_in_service(baseline):
-    """A new taint changes the GPU Jobs' tolerations, so each node's validation Job is replaced
-    at once, outside a roll, while the node runs work: the plan says so, for a reviewer to apply
-    it when the nodes are idle. Inside a roll (a driver change) it does not warn."""
-    taint = {"key": "team", "value": "ml", "effect": "NoSchedule"}
-    pools = copy.deepcopy(stack_file("prod")["gpu-cluster:nodePools"])
-    h100 = next(pool for pool in pools if pool["name"] == "h100")
-    h100["taints"] = [*h100.get("taints", []), taint]
-    after = run_program("prod", config={"nodePools": pools})
+def test_a_new_job_image_warns_that_busy_nodes_are_re_validated_in_service(baseline):
+    """A new validation image changes every GPU Job's pod template, so each node's validation
+    Job is replaced at once, outside a roll, while the node runs work: the plan says so, for a
+    reviewer to apply it when the nodes are idle. A new taint does not (a Job keeps the
+    tolerations it ran with, decision 053), and inside a roll (a driver change) it does not
+    warn."""
+    validation = dict(stack_file("prod")["gpu-cluster:validation"])
+    validation["image"] = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.1"
+    after = run_program("prod", config={"validation": validation})
     plan = lifecycle.plan(baseline["prod"], after)
-    nodes = [n for n in lifecycle.node_names(after) if "-h100-" in n]
+    nodes = lifecycle.node_names(after)
     for node in nodes:
         assert "validation-job" in plan.nodes[node].revalidated, plan.nodes[node]
     text = lifecycle.render(plan)
     assert f"Warning: {len(nodes)} node(s) in service re-run their GPU Jobs at once" in text, text
+    pools = copy.deepcopy(stack_file("prod")["gpu-cluster:nodePools"])
+    h100 = next(pool for pool in pools if pool["name"] == "h100")
+    h100["taints"] = [
+        *h100.get("taints", []),
+        {"key": "team", "value": "ml", "effect": "NoSchedule"},
+    ]
+    plan = lifecycle.plan(baseline["prod"], run_program("prod", config={"nodePools": pools}))
+    assert not any(impact.revalidated for impact in plan.nodes.values()), lifecycle.render(plan)
     rolled = run_program("prod", config=pools_with("prod", h100={"driverVersion": "570"}))
     plan = lifecycle.plan(baseline["prod"], rolled)
     assert not any(impact.revalidated for impact in plan.nodes.values()), lifecycle.render(plan)

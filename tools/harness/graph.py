@@ -107,7 +107,10 @@ def plain_strings(value: Any) -> Iterator[str]:
 
 
 def script_params(resource: Resource) -> dict[str, str]:
-    """The NAME='value' inputs of the script a host step renders on stdin (secrets unwrapped)."""
+    """The NAME='value' inputs of the script a host step renders on stdin (secrets unwrapped);
+    none for a Command that sends no stdin (`<node>-in-service` runs nothing)."""
+    if "stdin" not in resource.inputs:
+        return {}
     return program_params(unwrap(resource.inputs["stdin"]))
 
 
