@@ -571,7 +571,7 @@ def _login_key_only(change: Change) -> bool:
 def login_key_warning(changes: list[Change]) -> str:
     """The warning for steps that re-run only because `sshPrivateKey` changed: pulumi-command
     compares the connection like any input, and its `Update` runs `update` (here: the step's
-    script again), commandController.go."""
+    script again), commandController.go. No delete depends on the stored key (decision 052)."""
     install_runs = [
         c for c in changes if any(c.name.endswith(f"-{s.suffix}") for s in steps.INSTALL_STEPS)
     ]
@@ -579,9 +579,8 @@ def login_key_warning(changes: list[Change]) -> str:
         f"Warning: {len(changes)} step(s) re-run only because the login key changed "
         f"(sshPrivateKey), {len(install_runs)} of them install steps: each runs its script "
         "again on its host, which finds everything in place and installs and restarts nothing, "
-        "but dials every host and takes that long. The update stores the new key, which their "
-        "delete hooks dial with later, so it is not skipped. Rotate the key when a long `up` "
-        "is acceptable (docs/ssh-keys.md)."
+        "but dials every host and takes that long (pulumi-command compares the connection like "
+        "any input). Rotate the key when a long `up` is acceptable (docs/ssh-keys.md)."
     )
 
 
