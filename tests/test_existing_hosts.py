@@ -170,8 +170,10 @@ def test_every_step_on_a_host_pins_its_configured_key_at_its_address(node, host)
 def test_a_hosts_identity_is_its_host_keys_in_every_trigger_label_and_check(node, host):
     identity = host_id(host["hostKey"])
     found = node_steps(node)
-    for resource in found.values():
-        if resource.type != COMMAND:
+    for suffix, resource in found.items():
+        # The in-service row runs no command and ignores triggers (components/kube/in_service.py):
+        # its hook reads the machine from INSTANCE_ID, checked below.
+        if resource.type != COMMAND or suffix == steps.IN_SERVICE.suffix:
             continue
         triggers = unwrap(resource.inputs["triggers"])
         assert identity in triggers, f"{resource.urn}: triggers {triggers}"
@@ -268,9 +270,17 @@ def test_a_hosts_pool_beside_ec2_pools_changes_nothing_of_theirs():
     pools = [*stack_file("prod")["gpu-cluster:nodePools"], copy.deepcopy(POOLS[1])]
     after = run_program("prod", config={"nodePools": pools})
     plan = lifecycle.plan(before, after)
-    changed = [c.name for c in plan.changes if c.action is not Action.UNCHANGED]
+    # The node guard covers the new pool's node names too (components/kube/node_guard.py).
+    (guard,) = after.of_type("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy")
+    assert (
+        '"system:node:prod-gpu-l40s-"'
+        in unwrap(guard.inputs)["spec"]["matchConditions"][0]["expression"]
+    )
+    changes = [c for c in plan.changes if c.action is not Action.UNCHANGED and c.urn != guard.urn]
+    assert plan.named(guard.name).action is Action.UPDATE
+    changed = [c.name for c in changes]
     assert changed and all(name.startswith("prod-gpu-l40s") for name in changed), changed
-    assert {c.action for c in plan.changes if c.action is not Action.UNCHANGED} == {Action.CREATE}
+    assert {c.action for c in changes} == {Action.CREATE}
     assert not after.find(
         lambda r: r.name.startswith("prod-gpu-l40s") and r.type.startswith("aws:")
     )
