@@ -4,9 +4,10 @@ EC2 the stack creates, with a pinned CNI) or existing (a kubeadm cluster reached
 Both modes expose one interface, so node pools, the device plugin and validation never ask which
 mode is in use: `endpoint`, `kubeconfig` (secret), `ca_cert_hash`, `provider`, `host`, `ready`,
 `kubelet_gate`, `kubelet_client_cidrs` and `machine`. Per node, the Kubernetes side (its join
-token) goes through the provider, not through SSH; what stays on the control-plane host is the
-roll's drain and uncordon. What the stack exports is `operator_kubeconfig`, an identity of its
-own. Why: docs/decisions/019-one-control-plane-interface-for-both-modes.md and
+token through the provider; taking it out, putting it in service, its removal through the API
+with `kubeconfig`, components/kube/node_hooks.py) never dials the control-plane host. What the
+stack exports is `operator_kubeconfig`, an identity of its own. Why: docs/decisions/
+019-one-control-plane-interface-for-both-modes.md and
 020-the-exported-kubeconfig-is-its-own-certificate.md.
 """
 

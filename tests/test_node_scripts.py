@@ -1273,8 +1273,8 @@ def test_join_writes_the_join_configuration_and_removes_it(kube_host):
 
 @needs_sandbox
 def test_join_registers_the_node_with_its_machines_provider_id(kube_host):
-    """The kubelet's --provider-id: the Node's spec.providerID, which a delete's drain checks
-    it acts on (drain-node.sh), beside the labels."""
+    """The kubelet's --provider-id: the Node's spec.providerID, which the join's delete hook
+    checks it acts on (components/kube/node_hooks.py), beside the labels."""
     provider = "aws:///us-west-2a/i-0123456789abcdef0"
     result = kube_host.run("join-node.sh", {**JOIN, "PROVIDER_ID": provider})
     assert result.returncode == 0, result.stderr

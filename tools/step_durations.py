@@ -126,12 +126,10 @@ COMMON: dict[str, Duration] = {
         2.0, "assumption: one SSH round trip (kubeadm kubeconfig user signs locally)"
     ),
     "cp:upgrade": _d(2.0, "roll: no cluster yet on a first up, the script checks and skips"),
-    steps.DRAIN.suffix: _d(
-        3.0, "roll: SSH to the control plane, the Node is not registered yet: no slot, no drain"
-    ),
-    steps.ROLL_UNCORDON.suffix: _d(
-        4.0,
-        "assumption: SSH to the control plane, kubectl wait/label/taint/annotate, nothing cordoned",
+    steps.IN_SERVICE.suffix: _d(
+        1.0,
+        "assumption: its hook, through the API: /readyz, the Node read, one PUT, the pool's slot "
+        "Leases read (a few round trips to the API server, no SSH)",
     ),
     steps.JOIN_TOKEN.suffix: _d(
         1.0, "assumption: two API calls from its hook (the Node, the Secret)"
@@ -149,6 +147,12 @@ COMMON: dict[str, Duration] = {
         "SFTP of ~100 KB of scripts, ~2 s",
     ),
     "kubernetes:core/v1:Secret": _d(1.0, "assumption: one API call"),
+    "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy": _d(
+        1.0, "assumption: one API call (the node guard's policy)"
+    ),
+    "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding": _d(
+        1.0, "assumption: one API call (the node guard's binding)"
+    ),
     # Building a baked control-plane image (ControlPlaneImage): the control plane's own install
     # on a builder of its instance type, kubeadm's and flannel's images pulled, the snapshot.
     "cp-image:wait-ready": _d(

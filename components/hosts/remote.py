@@ -33,19 +33,14 @@ from components.hosts.steps import (
 )
 from components.settings import Bastion, Settings, Ssh
 
-# Fresh GPU instances can take minutes before sshd answers; a step without a delete hook keeps
-# dialling until its own timeout (custom_timeouts) ends the wait.
+# Fresh GPU instances can take minutes before sshd answers; a step keeps dialling until its own
+# timeout (custom_timeouts) ends the wait. No step dials on delete (none stores a `delete`).
 DIAL_FOREVER = -1
-# A step with a delete hook stores this limit with its connection, and `Delete` dials with what
-# is stored: a host that is gone costs at most this many dials of PER_DIAL_TIMEOUT seconds.
-DELETE_DIAL_ATTEMPTS = 5
 PER_DIAL_TIMEOUT = 30
 # The SSH dial and session set-up on top of a step's bound on the host.
 DIAL_MARGIN_SECONDS = 10 * 60
 # After the bound, `timeout` sends TERM; KILL follows this many seconds later.
 KILL_AFTER_SECONDS = 30
-DELETE_TIMEOUT_SECONDS = 10 * 60
-DELETE_MARKER = "GPU_CLUSTER_SCRIPT"
 NO_OP = "true"
 # The copy of a host's scripts (its first dial, on a host the stack did not create).
 COPY_TIMEOUT_SECONDS = SCRIPTS.timeout_seconds
@@ -124,6 +119,18 @@ class Host:
         now with `parent` if no step made it yet)."""
         found = {} if self.rotation is None else {HOST_KEY_ROTATION.suffix: self.rotation}
         return {**found, SCRIPTS.suffix: self.scripts(parent)}
+
+    def without_credential(self) -> pulumi.Output[Mapping[str, Any]]:
+        """Where the host is and the key it must present, no login key: the connection of a
+        Command that runs no command (pulumi-command dials only to run one), so its state holds
+        no credential (components/kube/in_service.py)."""
+        named = {k: v for k, v in self._connection.items() if k != "private_key"}
+        proxy = None
+        if self._proxy is not None:
+            proxy = command.remote.ProxyConnectionArgs(
+                **{k: v for k, v in self._proxy.items() if k != "private_key"}
+            )
+        return _settled(command.remote.ConnectionArgs(**named, proxy=proxy))
 
     def args(self, dial_error_limit: int) -> command.remote.ConnectionArgs:
         """The connection as pulumi-command's `ConnectionArgs` (its defaults filled in), Outputs
@@ -306,13 +313,11 @@ def bounded(command_line: str, seconds: int) -> str:
     return f"sudo timeout -k {KILL_AFTER_SECONDS} {seconds} {command_line}"
 
 
-def step_program(
-    script: str, params: Mapping[str, str], host: Host, *, also: Sequence[str] = ()
-) -> str:
+def step_program(script: str, params: Mapping[str, str], host: Host) -> str:
     """What a step sends on stdin: its parameters, then the run of its bundled program by
-    digest (lib/run-by-digest.sh), after checking it and any of `also` (the delete hook's
-    script) against their digests. Deterministic: the same inputs, the same bytes."""
-    digests = [bundle.digest(script), *(bundle.digest(name) for name in also)]
+    digest (lib/run-by-digest.sh), after checking it against its digest. Deterministic: the
+    same inputs, the same bytes."""
+    digests = [bundle.digest(script)]
     return "".join(
         [
             f"# {script}, by digest; runs as `sudo bash -s`.\n",
@@ -331,43 +336,21 @@ def _stdin(
     host: Host,
     params: dict[str, pulumi.Input[str]],
     secret_params: dict[str, pulumi.Input[str]],
-    also: Sequence[str],
 ) -> pulumi.Input[str]:
     """stdin now when every input is known, else once Output parameters resolve; secret
     parameters make it a secret."""
     if not secret_params and all(isinstance(v, str) for v in params.values()):
-        return step_program(script, params, host, also=also)  # type: ignore[arg-type]
+        return step_program(script, params, host)  # type: ignore[arg-type]
     names, secret_names = sorted(params), sorted(secret_params)
 
     def render(values: list[str]) -> str:
         rendered = dict(zip(names + secret_names, values, strict=True))
-        return step_program(script, rendered, host, also=also)
+        return step_program(script, rendered, host)
 
     stdin = pulumi.Output.all(
         *[params[n] for n in names], *[secret_params[n] for n in secret_names]
     ).apply(render)
     return pulumi.Output.secret(stdin) if secret_params else stdin
-
-
-def _delete_command(
-    script: str, host: Host, params: Mapping[str, pulumi.Input[str]]
-) -> pulumi.Input[str]:
-    """The delete hook: `script` by digest with `params`, as a bounded `bash -s` heredoc (the
-    stored command is all a delete has: it runs long after this program)."""
-
-    def command_line(values: Mapping[str, str]) -> str:
-        program = step_program(script, values, host)
-        return (
-            f"{bounded('bash -s', DELETE_TIMEOUT_SECONDS)} <<'{DELETE_MARKER}'\n"
-            f"{program}{DELETE_MARKER}"
-        )
-
-    if all(isinstance(v, str) for v in params.values()):
-        return command_line(params)  # type: ignore[arg-type]
-    names = sorted(params)
-    return pulumi.Output.all(*[params[n] for n in names]).apply(
-        lambda values: command_line(dict(zip(names, values, strict=True)))
-    )
 
 
 def run_step(
@@ -377,13 +360,12 @@ def run_step(
     host: Host,
     params: Mapping[str, pulumi.Input[str]] | None = None,
     secret_params: Mapping[str, pulumi.Input[str]] | None = None,
-    delete_params: Mapping[str, pulumi.Input[str]] | None = None,
     identity: Mapping[Identity, pulumi.Input[str]] | None = None,
     after: Sequence[pulumi.Resource] = (),
     parent: pulumi.Resource,
     timeout_seconds: int | None = None,
-    deleted_with: pulumi.Resource | None = None,
-    aliases: Sequence[pulumi.Input[str] | pulumi.Alias] = (),
+    hooks: pulumi.ResourceHookBinding | None = None,
+    delete_before_replace: bool = False,
 ) -> command.remote.Command:
     """The `remote.Command` of one row of the step table (components/hosts/steps.py), named
     `<owner>-<suffix>`, run on `host` after the host's scripts arrived, chained `after`
@@ -391,8 +373,8 @@ def run_step(
 
     `identity` gives the values of the row's identity (Identity.HOST defaults to the host's own;
     a control-plane step about a node passes the node's). `secret_params` are rendered into stdin
-    only and make it a secret. `deleted_with`: the engine skips the delete hook when that
-    resource is deleted in the same operation (nothing left to undo).
+    only and make it a secret. `hooks`: the row's resource hooks (components/kube/node_hooks.py),
+    which act through the Kubernetes API; no step dials anything on delete.
     """
     if step.script is None:
         raise ValueError(f"{step.suffix}: a {step.runs_on.value} row runs no script on a host")
@@ -400,22 +382,16 @@ def run_step(
     missing = [i.value for i in step.identity if i not in values]
     if missing:
         raise ValueError(f"{step.resource_name(owner)}: identity {missing} not given")
-    also = (step.delete_script,) if step.delete_script is not None else ()
-    stdin = _stdin(step.script, host, dict(params or {}), dict(secret_params or {}), also)
+    stdin = _stdin(step.script, host, dict(params or {}), dict(secret_params or {}))
     seconds = step.timeout_seconds if timeout_seconds is None else timeout_seconds
     create = bounded("bash -s", seconds)
-    delete = None
-    if step.delete_script is not None:
-        delete = _delete_command(step.delete_script, host, dict(delete_params or {}))
-    dial_limit = DIAL_FOREVER if delete is None else DELETE_DIAL_ATTEMPTS
     step_timeout = duration(seconds + DIAL_MARGIN_SECONDS)
     return command.remote.Command(
         step.resource_name(owner),
-        connection=host.connection(dial_limit),
+        connection=host.connection(DIAL_FOREVER),
         create=create,
         update=create if step.on_update is OnUpdate.RERUN else NO_OP,
         stdin=stdin,
-        delete=delete,
         triggers=[values[i] for i in step.identity],
         add_previous_output_in_env=False,
         logging=command.remote.Logging.NONE
@@ -424,19 +400,12 @@ def run_step(
         opts=pulumi.ResourceOptions(
             parent=parent,
             depends_on=[host.scripts(parent), *after],
-            custom_timeouts=pulumi.CustomTimeouts(
-                create=step_timeout,
-                update=step_timeout,
-                delete=duration(
-                    DELETE_TIMEOUT_SECONDS + DELETE_DIAL_ATTEMPTS * (PER_DIAL_TIMEOUT + 5)
-                ),
-            ),
+            custom_timeouts=pulumi.CustomTimeouts(create=step_timeout, update=step_timeout),
             additional_secret_outputs=["stdout", "stderr"] if step.secret_stdout else [],
-            # A step that undoes itself is replaced delete-first, so the undo (a drain) never
-            # hits the new work.
-            delete_before_replace=delete is not None,
-            deleted_with=deleted_with,
-            aliases=list(aliases),
+            # A step whose delete hook takes the Node away is replaced delete-first, so the old
+            # Node is gone before the new work registers one under the same name.
+            delete_before_replace=delete_before_replace,
+            hooks=hooks,
         ),
     )
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from components.kube.manifests import daemon_set_spec, tolerations
+from components.kube.manifests import daemon_set_spec, node_agent_tolerations
 from components.labels import EFA_LABEL, GPU_PRESENT_LABEL
 from components.settings import DcgmExporter, Taint
 
@@ -53,7 +53,7 @@ def efa_plugin_daemon_set_spec(*, pool_taints: Iterable[Taint] | None = None) ->
             "automountServiceAccountToken": False,
             "priorityClassName": "system-node-critical",
             "nodeSelector": {EFA_LABEL: "true"},
-            "tolerations": tolerations(pool_taints),
+            "tolerations": node_agent_tolerations(pool_taints),
             "hostNetwork": True,
             "containers": [
                 {
@@ -100,7 +100,7 @@ def dcgm_exporter_daemon_set_spec(
         {
             "automountServiceAccountToken": False,
             "nodeSelector": {GPU_PRESENT_LABEL: "true"},
-            "tolerations": tolerations(pool_taints),
+            "tolerations": node_agent_tolerations(pool_taints),
             "containers": [
                 {
                     "name": DCGM_EXPORTER_NAME,

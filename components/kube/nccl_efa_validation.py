@@ -173,10 +173,7 @@ class NcclEfaValidation(pulumi.ComponentResource):
                 replace_on_changes=["spec"],
                 # Run again when either node's CUDA validation runs again (new machine, driver).
                 replace_with=list(args.validation_jobs),
-                ignore_changes=[
-                    f'spec.template.metadata.annotations["{key}"]'
-                    for key in manifests.RETIRED_TEMPLATE_ANNOTATIONS
-                ],
+                ignore_changes=manifests.JOB_IGNORED_CHANGES,
                 delete_before_replace=True,
                 custom_timeouts=pulumi.CustomTimeouts(
                     create=job_timeout, update=job_timeout, delete="10m"

@@ -82,6 +82,8 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         self.record_inputs = record_inputs
         self.recorded: list[Resource] = []
         self.outputs_by_urn: dict[str, dict[str, Any]] = {}
+        self.hooks: list[str] = []
+        self.dry_run_hooks: list[str] = []
         # The SDK's MockMonitor keeps every resource's state (its inputs, for a mock that echoes
         # them) and the program keeps the outputs: without sharing, each stdin of every step
         # would be held a third time here (a third of the harness's memory at 1,000 nodes).
@@ -158,11 +160,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 deleted_with=request.deletedWith or None,
                 retain_on_delete=request.retainOnDelete,
                 id=response.id,
-                hooks={
-                    point: list(getattr(request.hooks, point))
-                    for point in HOOK_POINTS
-                    if getattr(request.hooks, point)
-                },
+                hooks=_hooks(request),
             )
         )
 
@@ -196,6 +194,21 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
     def RegisterResourceOutputs(self, request):
         self.outputs_by_urn[request.urn] = decode(request.outputs)
         return super().RegisterResourceOutputs(request)
+
+    def RegisterResourceHook(self, request):
+        with self.answering:
+            self.hooks.append(request.name)
+            if request.on_dry_run:
+                self.dry_run_hooks.append(request.name)
+        return super().RegisterResourceHook(request)
+
+
+def _hooks(request) -> dict[str, list[str]]:
+    """The request's hook binding by lifecycle point, as the engine stores it."""
+    if not request.HasField("hooks"):
+        return {}
+    binding = request.hooks
+    return {p: list(getattr(binding, p)) for p in HOOK_POINTS if getattr(binding, p)}
 
 
 def _trigger(request) -> Any:
@@ -286,5 +299,5 @@ def record(
     stack_urn = f"urn:pulumi:{stack}::{project}::{ROOT_STACK_TYPE}::{project}-{stack}"
     for resource in monitor.recorded:
         resource.outputs = monitor.outputs_by_urn.get(resource.urn, {})
-    graph = Graph(monitor.recorded, monitor.outputs_by_urn.get(stack_urn, {}))
+    graph = Graph(monitor.recorded, monitor.outputs_by_urn.get(stack_urn, {}), tuple(monitor.hooks))
     return graph
