@@ -136,10 +136,15 @@ COMMON: dict[str, Duration] = {
     steps.JOIN_TOKEN.suffix: _d(1.0, "assumption: one API call (a Secret)"),
     # Every created machine's first contact (the step table's FIRST_CONTACT rows), any role.
     steps.HOST_KEY_ROTATION.suffix: _d(
-        5.0,
+        4.0,
         "brevdev: boot->SSH 3.1 s after 'running' (a machine's first dial is this step's); "
-        "LIMITS ssh-handshake 0.5 s; assumption: the local script's start, ssh-keygen, sshd -t and "
-        "a reload on the host, ~1.5 s",
+        "LIMITS ssh-handshake 0.5 s; assumption: the local script's start and ssh-keygen on "
+        "the host, ~0.4 s",
+    ),
+    steps.HOST_KEY_SWITCH.suffix: _d(
+        2.5,
+        "LIMITS ssh-handshake 0.5 s, twice (the switch, then the dial that pins the new key "
+        "alone); assumption: sshd -t, two renames and a reload on the host, ~1.5 s",
     ),
     steps.SCRIPTS.suffix: _d(
         2.5,

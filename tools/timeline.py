@@ -100,10 +100,10 @@ def kind_of(resource: Resource) -> str:
     ):
         return steps.JOIN_TOKEN.suffix
     # A machine's first contact (the step table's FIRST_CONTACT rows), whatever its role.
-    if resource.type == "command:local:Command" and resource.name.endswith(
-        f"-{steps.HOST_KEY_ROTATION.suffix}"
-    ):
-        return steps.HOST_KEY_ROTATION.suffix
+    if resource.type == "command:local:Command":
+        for row in (steps.HOST_KEY_ROTATION, steps.HOST_KEY_SWITCH):
+            if resource.name.endswith(f"-{row.suffix}"):
+                return row.suffix
     if resource.type == "command:remote:CopyToRemote":
         return steps.SCRIPTS.suffix
     if resource.type == "command:remote:Command":

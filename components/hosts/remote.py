@@ -23,7 +23,6 @@ from components.aws.machines import authorized_keys
 from components.hosts import bundle, host_keys
 from components.hosts.rendering import render_inputs, stripped_script
 from components.hosts.steps import (
-    HOST_KEY_ROTATION,
     SCRIPTS,
     Identity,
     OnUpdate,
@@ -61,9 +60,9 @@ class Host:
     _connection: dict[str, Any] = field(repr=False)
     _proxy: dict[str, Any] | None = field(default=None, repr=False)
     role: Where = Where.NODE
-    # The first contact of a machine the stack created (`<host>-host-key-rotation`); None for
-    # a host pinned from config.
-    rotation: pulumi.Resource | None = field(default=None, repr=False, compare=False)
+    # The first contact of a machine the stack created (its resources by row suffix, in
+    # order); empty for a host pinned from config.
+    contact: Mapping[str, pulumi.Resource] = field(default_factory=dict, repr=False, compare=False)
     # The host's copy of its scripts, made with its first step (`scripts`).
     _copy: list[command.remote.CopyToRemote] = field(
         default_factory=list, repr=False, compare=False
@@ -120,10 +119,9 @@ class Host:
 
     def first_contact(self, parent: pulumi.Resource) -> dict[str, pulumi.Resource]:
         """The resources of the step table's first-contact rows on this host, by suffix: its
-        host-key rotation (a machine the stack created) and the copy of its scripts (made
-        now with `parent` if no step made it yet)."""
-        found = {} if self.rotation is None else {HOST_KEY_ROTATION.suffix: self.rotation}
-        return {**found, SCRIPTS.suffix: self.scripts(parent)}
+        host-key rotation and switch (a machine the stack created) and the copy of its scripts
+        (made now with `parent` if no step made it yet)."""
+        return {**self.contact, SCRIPTS.suffix: self.scripts(parent)}
 
     def args(self, dial_error_limit: int) -> command.remote.ConnectionArgs:
         """The connection as pulumi-command's `ConnectionArgs` (its defaults filled in), Outputs
@@ -228,11 +226,11 @@ def ssh_host(
     host_key: pulumi.Input[str | None] | None,
     user: str | None = None,
     role: Where = Where.NODE,
-    rotation: pulumi.Resource | None = None,
+    contact: Mapping[str, pulumi.Resource] | None = None,
 ) -> Host:
     """How to reach `name` at `address`, a host of `role` (which scripts it gets); `host_key`
     (an authorized_keys line) is the key it must present, None only where none is known (a
-    warning says so); `rotation`: the first contact that read that key, if any."""
+    warning says so); `contact`: the first contact that read that key, by row suffix, if any."""
     ssh = login.ssh
     private_key = pulumi.Output.secret(login.private_key.get_secret_value())
     bastion = login.bastion
@@ -261,7 +259,7 @@ def ssh_host(
         _connection=connection,
         _proxy=proxy,
         role=role,
-        rotation=rotation,
+        contact=dict(contact or {}),
     )
 
 
@@ -275,10 +273,9 @@ def machine_host(
     parent: pulumi.Resource,
     role: Where = Where.NODE,
 ) -> Host:
-    """How to reach a machine the stack created: its first contact
-    (`<name>-host-key-rotation`) checks the key it booted with and replaces it; every step
-    after it pins the key that contact read back, never the boot key."""
-    first = host_keys.pinned(instance, boot_key, login.host_keys)
+    """How to reach a machine the stack created: its first contact (`<name>-host-key-rotation`,
+    `<name>-host-key-switch`) checks the key it booted with (or `hostKeys.<instance id>`) and
+    replaces it; every step after it pins the key the switch saw served, never the boot key."""
     reach = host_keys.Reach(
         address=address,
         user=login.ssh.user,
@@ -286,15 +283,19 @@ def machine_host(
         private_key=pulumi.Output.secret(login.private_key.get_secret_value()),
         bastion=login.bastion,
     )
-    rotation = host_keys.rotated(name, instance, first, reach, parent=parent)
+    accepted = host_keys.first_keys(instance, boot_key, login.host_keys)
+    contact = host_keys.first_contact(name, instance, accepted, reach, parent=parent)
     return ssh_host(
         name,
         address,
         login,
         identity=instance.id,
-        host_key=rotation.public_key,
+        host_key=contact.public_key,
         role=role,
-        rotation=rotation.command,
+        contact={
+            host_keys.ROTATION: contact.rotation,
+            host_keys.SWITCH: contact.switch,
+        },
     )
 
 

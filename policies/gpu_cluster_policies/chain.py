@@ -7,6 +7,7 @@ JOIN = "join"
 # rotation, scripts' copy), then the steps on the node.
 JOIN_FOLLOWS = (
     "host-key-rotation",
+    "host-key-switch",
     "scripts",
     "wait-ready",
     "nouveau",

@@ -167,6 +167,23 @@ def stored_user_data(name: str, inputs: dict) -> str:
     return hashlib.sha1(user_data.encode()).hexdigest()
 
 
+def local_inputs(stdin: object) -> tuple[dict[str, list[str]], str]:
+    """A first contact's stdin as components/hosts/local/rotate-host-key.sh reads it: its
+    NAME=value lines (each name's values in order), and the host program after the line `---`."""
+    if isinstance(stdin, dict):  # a secret, as the mock monitor hands it over
+        stdin = stdin.get("value")
+    head, _, program = str(stdin or "").partition("\n---\n")
+    inputs: dict[str, list[str]] = {}
+    for line in head.splitlines():
+        key, _, value = line.partition("=")
+        inputs.setdefault(key, []).append(value)
+    return inputs, program
+
+
+def _local_input(stdin: object, name: str) -> str:
+    return local_inputs(stdin)[0].get(name, [""])[-1]
+
+
 # Images this account already holds (id, tags), for the `getAmiIds` look-up of baked images:
 # empty by default (a first build); tests and tools add one to stand for a build made earlier.
 EXISTING_IMAGES: list[tuple[str, dict[str, str]]] = []
@@ -256,9 +273,16 @@ class Mocks(pulumi.runtime.Mocks):
             triggers = json.dumps(args.inputs.get("triggers"), sort_keys=True, default=str)
             return fake_id("cmd-", f"{name}|{triggers}", 12), state
         if typ == "command:local:Command" and name.endswith("-host-key-rotation"):
-            # What scripts/rotate-host-key.sh prints last: the host's new public key (a real
-            # key, derived from the name, so it differs from the key the machine booted with).
+            # What scripts/rotate-host-key.sh prints last when it stages: the host's new public
+            # key (a real key, derived from the name, so it differs from the boot key).
             state["stdout"] = ed25519_key(f"{name} rotated")["publicKeyOpenssh"].strip()
+            state.setdefault("stderr", "")
+            triggers = json.dumps(args.inputs.get("triggers"), sort_keys=True, default=str)
+            return fake_id("cmd-", f"{name}|{triggers}", 12), state
+        if typ == "command:local:Command" and name.endswith("-host-key-switch"):
+            # What the local script prints after the switch: the key it then saw the machine
+            # serve, the one its inputs name (VERIFY_HOST_KEY).
+            state["stdout"] = _local_input(args.inputs.get("stdin"), "VERIFY_HOST_KEY")
             state.setdefault("stderr", "")
             triggers = json.dumps(args.inputs.get("triggers"), sort_keys=True, default=str)
             return fake_id("cmd-", f"{name}|{triggers}", 12), state
