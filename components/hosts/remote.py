@@ -78,9 +78,9 @@ class Host:
         is known only once the machine is): every step on the host sends this one Output.
 
         In a preview of a machine not yet created its connection is unknown as a whole; a host
-        key that resolves to none is left out rather than sent as null."""
+        key (or the bastion's) that resolves to none stops the `up` (`_settled`)."""
         if dial_error_limit not in self._built:
-            self._built[dial_error_limit] = _settled(self.args(dial_error_limit))
+            self._built[dial_error_limit] = _settled(self.name, self.args(dial_error_limit))
         return self._built[dial_error_limit]
 
     @property
@@ -136,10 +136,12 @@ class Host:
         )
 
 
-def _settled(args: command.remote.ConnectionArgs) -> pulumi.Output[Mapping[str, Any]]:
+def _settled(host: str, args: command.remote.ConnectionArgs) -> pulumi.Output[Mapping[str, Any]]:
     """`args` as a mapping by field name once every Output among its fields (its proxy's too)
-    has resolved: one `Output.all`, carrying their secrecy, dependencies and unknowns. A host
-    key that resolves to none is left out."""
+    has resolved: one `Output.all`, carrying their secrecy, dependencies and unknowns. Fails
+    closed: a host key (the host's, or its bastion's) that resolves to nothing stops the `up`
+    naming `host`, since pulumi-command accepts any host key without one (remote/connection.go
+    `SSHConfig`: `ssh.InsecureIgnoreHostKey()`)."""
     paths: list[tuple[str, ...]] = []
     outputs: list[pulumi.Output[Any]] = []
 
@@ -154,14 +156,16 @@ def _settled(args: command.remote.ConnectionArgs) -> pulumi.Output[Mapping[str, 
     find(args, ())
 
     def frozen(values: list[Any]) -> Mapping[str, Any]:
-        resolved = dict(zip(paths, values, strict=True))
-        omitted = {_HOST_KEY} if _HOST_KEY in resolved and not resolved[_HOST_KEY] else set()
-        return as_mapping(args, resolved, omitted)
+        mapping = as_mapping(args, dict(zip(paths, values, strict=True)))
+        for hop in (mapping, mapping.get("proxy")):
+            if hop is not None and not host_keys.key_line(hop.get("host_key")):
+                raise host_keys.UnpinnedHost(
+                    f"{host}: no host key to pin for {hop.get('host')}; nothing dials a host it "
+                    "cannot check (docs/ssh-keys.md, 'SSH host keys')."
+                )
+        return mapping
 
     return pulumi.Output.all(*outputs).apply(frozen)
-
-
-_HOST_KEY = ("host_key",)
 
 
 @dataclass(frozen=True)
@@ -193,20 +197,16 @@ class Login:
 def as_mapping(
     args: Any,
     resolved: Mapping[tuple[str, ...], Any] | None = None,
-    omitted: set[tuple[str, ...]] | frozenset[tuple[str, ...]] = frozenset(),
     path: tuple[str, ...] = (),
 ) -> Mapping[str, Any]:
     """The fields an args object (ConnectionArgs, ProxyConnectionArgs: the ones it was given and
     its defaults) holds, as a mapping by their Python names, nested args likewise. With
-    `resolved`, the value of each Output among them, by its path of names; the fields at a path
-    in `omitted` are left out."""
+    `resolved`, the value of each Output among them, by its path of names."""
     items = {}
     for name, value in vars(args).items():
         here = (*path, name)
-        if here in omitted:
-            continue
         if _is_args(value):
-            value = as_mapping(value, resolved, omitted, here)
+            value = as_mapping(value, resolved, here)
         elif resolved is not None and here in resolved:
             value = resolved[here]
         items[name] = value
@@ -223,36 +223,38 @@ def ssh_host(
     login: Login,
     *,
     identity: pulumi.Input[str],
-    host_key: pulumi.Input[str | None] | None,
+    host_key: pulumi.Input[str],
     user: str | None = None,
     role: Where = Where.NODE,
     contact: Mapping[str, pulumi.Resource] | None = None,
 ) -> Host:
     """How to reach `name` at `address`, a host of `role` (which scripts it gets); `host_key`
-    (an authorized_keys line) is the key it must present, None only where none is known (a
-    warning says so); `contact`: the first contact that read that key, by row suffix, if any."""
+    (an authorized_keys line) is the key it must present; `contact`: the first contact that
+    read that key, by row suffix, if any."""
+    if host_key is None:
+        raise ValueError(f"{name}: a host is reached only with its host key pinned")
     ssh = login.ssh
     private_key = pulumi.Output.secret(login.private_key.get_secret_value())
     bastion = login.bastion
     proxy = None
     if bastion is not None:
+        if bastion.host_key is None:
+            raise ValueError(f"{name}: the bastion {bastion.host} is reached only with its key")
         proxy = {
             "host": bastion.host,
             "port": bastion.port,
             "user": bastion.user or ssh.user,
             "private_key": private_key,
+            "host_key": bastion.host_key,
         }
-        if bastion.host_key is not None:
-            proxy["host_key"] = bastion.host_key
     connection = {
         "host": address,
         "port": ssh.port,
         "user": user or ssh.user,
         "private_key": private_key,
         "per_dial_timeout": PER_DIAL_TIMEOUT,
+        "host_key": host_key,
     }
-    if host_key is not None:
-        connection["host_key"] = host_key
     return Host(
         name=name,
         identity=identity,
