@@ -187,8 +187,7 @@ class ControlPlane(pulumi.ComponentResource):
         api_group = self._api_security_group(config)
         image = self._machine_image(config)
         key = machines.key_pair(machine, args.login.ssh.public_key, args.tags, parent=self)
-        host_key = host_keys.generate(machine, parent=self)
-        instance = machines.machine(
+        instance, host_key = host_keys.launch(
             machine,
             machines.MachineArgs(
                 image=image,
@@ -200,7 +199,6 @@ class ControlPlane(pulumi.ComponentResource):
                     public_ip=args.assigns_public_ips,
                 ),
                 root_volume_gib=config.root_volume_gib,
-                user_data=host_key.user_data,
                 tags={**args.tags, "Name": machine, "gpu-cluster:role": "control-plane"},
                 # Its loss is a new cluster: every node would have to re-join.
                 protect=config.protect,

@@ -266,7 +266,6 @@ class GpuNode(pulumi.ComponentResource):
         self.node_name = node_name
         self.pool = args.pool
         self.gpu_type = args.pool.gpu_type
-        host_key = host_keys.generate(node_name, parent=self)
         self.efa_interfaces: list[aws.ec2.NetworkInterface] = []
         if args.efa is not None:
             self.efa_interfaces = fabric.node_interfaces(
@@ -277,7 +276,7 @@ class GpuNode(pulumi.ComponentResource):
                 args.security_group_ids,
                 parent=self,
             )
-        self.instance = self._instance(args, host_key)
+        self.instance, host_key = self._instance(args)
         public_ip = self.instance.public_ip
         if self.efa_interfaces and args.assigns_public_ips:
             public_ip = fabric.public_address(
@@ -297,7 +296,8 @@ class GpuNode(pulumi.ComponentResource):
             }
         )
 
-    def _instance(self, args: GpuNodeArgs, host_key: host_keys.HostKey) -> aws.ec2.Instance:
+    def _instance(self, args: GpuNodeArgs) -> tuple[aws.ec2.Instance, host_keys.HostKey]:
+        """The node's machine and the host key it boots with (a new key for every launch)."""
         pool, name = self.pool, self.node_name
         # Only what a pool configures is passed: an input a running machine never had would
         # change it (and replace it, for network interfaces and the placement group).
@@ -308,7 +308,7 @@ class GpuNode(pulumi.ComponentResource):
         )
         if args.efa is not None:
             placement = fabric.EfaPlacement(args.efa, self.efa_interfaces, pool.gpu_type)
-        return machines.machine(
+        return host_keys.launch(
             name,
             machines.MachineArgs(
                 image=args.image,
@@ -320,7 +320,6 @@ class GpuNode(pulumi.ComponentResource):
                 tag_root_volume=True,
                 metadata_hop_limit=pool.metadata_hop_limit,
                 spot=pool.market == "spot",
-                user_data=host_key.user_data,
                 launch_only=fabric.reservation_args(pool),
                 launch_only_inputs=fabric.LAUNCH_ONLY_INPUTS,
                 delete_before_replace=True,

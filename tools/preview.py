@@ -449,7 +449,13 @@ def what_will_change(
         for run in recovery.hook_runs(plan, before, after)
     ]
     stored = ["Stored delete hooks (they run with the values they were stored with):", *hooks]
-    return header + lifecycle.render(plan) + ("\n".join(stored) + "\n" if hooks else "")
+    exposed = [f"WARNING: {line}" for line in recovery.exposed_boot_keys(plan)]
+    return (
+        header
+        + lifecycle.render(plan)
+        + ("\n".join(stored) + "\n" if hooks else "")
+        + "".join(f"{line}\n" for line in exposed)
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

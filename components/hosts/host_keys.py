@@ -13,6 +13,7 @@ Why: docs/decisions/002-ssh-host-keys-are-generated-and-pinned.md,
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
@@ -25,6 +26,7 @@ import pulumi_command as command
 import pulumi_tls as tls
 import yaml
 
+from components.aws import machines
 from components.hosts import steps
 from components.hosts.rendering import SCRIPTS_DIR, render_inputs, stripped_script
 
@@ -69,6 +71,18 @@ def generate(
         user_data=pulumi.Output.secret(user_data),
         resource=key,
     )
+
+
+def launch(
+    name: str, args: machines.MachineArgs, *, parent: pulumi.Resource
+) -> tuple[aws.ec2.Instance, HostKey]:
+    """The machine `name` booting with a host key of its own: the key is replaced when an input
+    that replaces the machine changes (`machines.replacing_inputs`), and the machine whenever the
+    key is (`pulumi up --replace <name>-host-key` replaces both), so no launch boots with a key
+    an earlier one exposed in its user data."""
+    key = generate(name, parent=parent, replacement_trigger=machines.replacing_inputs(args))
+    with_key = dataclasses.replace(args, user_data=key.user_data)
+    return machines.machine(name, with_key, parent=parent, boot_key=key.resource), key
 
 
 class _LiteralDumper(yaml.SafeDumper):

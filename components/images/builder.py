@@ -157,9 +157,8 @@ def build_image(name: str, build: Build, *, parent: pulumi.Resource) -> aws.ec2.
     site = build.site
     tags = {**site.tags, **build.key.tags(), BUILT_BY_TAG: site.built_by}
     key = machines.key_pair(name, site.login.ssh.public_key, site.tags, parent=parent)
-    host_key = host_keys.generate(f"{name}-builder", parent=parent)
     ubuntu = build.key.fields()["ubuntu"]
-    builder = machines.machine(
+    builder, host_key = host_keys.launch(
         f"{name}-builder",
         machines.MachineArgs(
             image=machines.machine_image(ubuntu, None, parent=parent),
@@ -171,7 +170,6 @@ def build_image(name: str, build: Build, *, parent: pulumi.Resource) -> aws.ec2.
                 public_ip=site.assigns_public_ips,
             ),
             root_volume_gib=build.root_volume_gib,
-            user_data=host_key.user_data,
             tags={**tags, "Name": f"{name}-builder"},
             # Powering off terminates it (power-off-builder.sh ends the build that way).
             one_shot=True,
