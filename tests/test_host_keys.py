@@ -292,3 +292,30 @@ def test_the_image_builder_boots_with_its_own_key_and_is_pinned():
         assert len(steps) >= 3, f"{builder.name}: install, prepare and power-off steps"
         for step in steps:
             assert connection(step).get("hostKey", "").strip() == expected, step.urn
+
+
+def test_no_text_says_a_replacement_inherits_ignored_inputs():
+    """Issue 40, finding 8: the CHANGELOG, decision 002 and `pinned()`'s docstring said the
+    engine gives a replacement the ignored `userData` of the machine it replaces, and that older
+    machines keep their unpinned connection; decision 030 shows the engine checks the
+    program's inputs for a replacement (step_generator.go `continueStepsFromDiff`)."""
+    from tools.harness.stacks import ROOT
+
+    wrong = (
+        "replacement inherits the ignored",
+        "gives a replacement the ignored",
+        "a replacement gets the ignored",
+        "keep their connection as it was",
+        "booted without user data again",
+    )
+    for path in ("CHANGELOG.md", "components/hosts/host_keys.py", *DECISIONS):
+        text = " ".join((ROOT / path).read_text().split())
+        for phrase in wrong:
+            assert phrase not in text, f"{path}: {phrase!r}"
+
+
+DECISIONS = (
+    "docs/decisions/002-ssh-host-keys-are-generated-and-pinned.md",
+    "docs/decisions/041-a-host-key-only-its-host-can-use.md",
+    "docs/ssh-keys.md",
+)
