@@ -25,7 +25,7 @@ from components.aws.network import Network, tcp_port_rule
 from components.hosts import fan_in, host_keys, pins, steps
 from components.hosts.remote import Host, Login, machine_host, run_step, ssh_host
 from components.images.control_plane_image import install_steps
-from components.kube import manifests
+from components.kube import certificates, manifests
 from components.settings import (
     SUPPORTED_KUBERNETES_MINORS,
     ExistingControlPlane,
@@ -272,7 +272,7 @@ class ControlPlane(pulumi.ComponentResource):
             after=[init],
         )
         api_server = pulumi.Output.concat("https://", reachable, f":{API_PORT}")
-        kubeconfig = step(steps.CP_KUBECONFIG, {"API_SERVER": api_server}, after=[cni])
+        kubeconfig = self._admin_kubeconfig(host, api_server, after=[cni], manages=True)
         return ControlPlaneCore(
             host=host,
             endpoint=endpoint,
@@ -362,7 +362,7 @@ class ControlPlane(pulumi.ComponentResource):
             },
         )
         api_server = pulumi.Output.from_input(f"https://{config.endpoint}")
-        kubeconfig = self._step(host, steps.CP_KUBECONFIG, {"API_SERVER": api_server}, after=[skew])
+        kubeconfig = self._admin_kubeconfig(host, api_server, after=[skew], manages=False)
         return ControlPlaneCore(
             host=host,
             endpoint=pulumi.Output.from_input(config.endpoint),
@@ -385,6 +385,29 @@ class ControlPlane(pulumi.ComponentResource):
         after: Sequence[pulumi.Resource] = (),
     ) -> command.remote.Command:
         return run_step(step, self._name, host=host, params=params, after=after, parent=self)
+
+    def _admin_kubeconfig(
+        self,
+        host: Host,
+        api_server: pulumi.Input[str],
+        *,
+        after: Sequence[pulumi.Resource],
+        manages: bool,
+    ) -> command.remote.Command:
+        """`<cluster>-certificates` (kubeadm's certificates renewed when they expire soon, once
+        per renewal period of the program's clock), then `<cluster>-kubeconfig`, which reads
+        admin.conf again whenever its certificate's expiry changed."""
+        renewal = self._step(
+            host,
+            steps.CP_CERTIFICATES,
+            certificates.renewal_params(manages_control_plane=manages),
+            after=after,
+        )
+        params = {
+            "API_SERVER": api_server,
+            "ADMIN_CERT_NOT_AFTER": renewal.stdout.apply(certificates.admin_not_after),
+        }
+        return self._step(host, steps.CP_KUBECONFIG, params, after=[renewal])
 
     def _operator_access(self, core: ControlPlaneCore) -> pulumi.Output[str]:
         """The operators' kubeconfig: its own identity, group-bound, with a bounded lifetime."""

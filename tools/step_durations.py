@@ -120,6 +120,11 @@ COMMON: dict[str, Duration] = {
     "cp:kube-tools": _d(30.0, "assumption: kubelet/kubeadm/kubectl from pkgs.k8s.io, ~30 s"),
     "cp:init": _d(60.0, "kubeadm: image pull (~200 MB) + static pods healthy; assumption 60 s"),
     "cp:cni": _d(30.0, "assumption: CNI manifest applied and its pods Ready, ~30 s"),
+    "cp:certificates": _d(
+        3.0,
+        "assumption: one SSH round trip and kubeadm certs check-expiration twice (local files); "
+        "a first up renews nothing, restarts nothing",
+    ),
     "cp:kubeconfig": _d(2.0, "assumption: one SSH round trip"),
     "cp:version-skew": _d(3.0, "assumption: one SSH round trip + kubectl version"),
     "cp:operator-kubeconfig": _d(

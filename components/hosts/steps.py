@@ -312,6 +312,15 @@ CP_VERSION_SKEW = Step(
     5 * MINUTE,
     summary="kubelets never newer than the API server",
 )
+# Once per renewal period of the program's clock (components/control_plane.py): kubeadm's
+# certificates and admin.conf, renewed before they expire when no upgrade renewed them.
+CP_CERTIFICATES = Step(
+    "certificates",
+    "renew-certificates.sh",
+    Where.CONTROL_PLANE,
+    15 * MINUTE,  # the renewals, and the static Pods restarted: the API down, then up again
+    summary="kubeadm's certificates renewed when they expire within 90 days; once a period",
+)
 CP_KUBECONFIG = Step(
     "kubeconfig",
     "read-kubeconfig.sh",
@@ -344,11 +353,13 @@ MANAGED_CONTROL_PLANE_STEPS: tuple[Step, ...] = (
     CP_KUBE_TOOLS,
     CP_INIT,
     CP_CNI,
+    CP_CERTIFICATES,
     CP_KUBECONFIG,
     CP_OPERATOR_KUBECONFIG,
 )
 EXISTING_CONTROL_PLANE_STEPS: tuple[Step, ...] = (
     CP_VERSION_SKEW,
+    CP_CERTIFICATES,
     CP_KUBECONFIG,
     CP_OPERATOR_KUBECONFIG,
 )

@@ -8,11 +8,14 @@ import contextlib
 import hashlib
 import json
 from collections.abc import Callable, Iterator
+from datetime import UTC, date, datetime, timedelta
 
 import pulumi.runtime
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from pulumi.runtime import MockCallArgs, MockResourceArgs
+
+from tools.harness.graph import program_params
 
 
 def fake_id(prefix: str, name: str, length: int = 17) -> str:
@@ -29,6 +32,13 @@ def fake_ip(prefix: str, name: str) -> str:
 CA_CERT_HASH = "sha256:" + hashlib.sha256(b"test cluster CA").hexdigest()
 # When the mocked kube-tools steps report the host ready to join (install-kube-tools.sh).
 READY_TO_JOIN_AT = "2026-01-01T00:00:00Z"
+# The program's clock in a run of the harness (components/clock.py), unless a test sets another.
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _plain(value: object) -> object:
+    """An input as the mock monitor hands it over, a secret unwrapped."""
+    return value.get("value") if isinstance(value, dict) else value
 
 
 def _join_token_stdout(args: MockResourceArgs) -> str:
@@ -46,8 +56,11 @@ def _kube_tools_stdout(args: MockResourceArgs) -> str:
 
 def _kubeconfig_stdout(args: MockResourceArgs) -> str:
     """What read-kubeconfig.sh prints: an admin kubeconfig with fake, recognisable credentials
-    (tests look for FAKE-TEST-ADMIN-KEY in plain inputs and outputs to catch a leak)."""
-    fake = base64.b64encode(f"FAKE-TEST-ADMIN-KEY for {args.name}".encode()).decode()
+    (tests look for FAKE-TEST-ADMIN-KEY in plain inputs and outputs to catch a leak), its
+    certificate the one valid until ADMIN_CERT_NOT_AFTER (a renewed one, a new kubeconfig)."""
+    stdin = _plain(args.inputs.get("stdin"))
+    until = program_params(str(stdin)).get("ADMIN_CERT_NOT_AFTER", "") if stdin else ""
+    fake = base64.b64encode(f"FAKE-TEST-ADMIN-KEY for {args.name}{until}".encode()).decode()
     ca = base64.b64encode(b"FAKE-TEST-CA").decode()
     return (
         "apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n"
@@ -60,11 +73,20 @@ def _kubeconfig_stdout(args: MockResourceArgs) -> str:
     )
 
 
+def _certificates_stdout(args: MockResourceArgs) -> str:
+    """What renew-certificates.sh prints last: admin.conf's certificate's expiry, a year after
+    the renewal period this run is for began (as if the period's check renewed it)."""
+    stdin = _plain(args.inputs.get("stdin"))
+    period = date.fromisoformat(program_params(str(stdin))["CHECK_PERIOD"])
+    return json.dumps({"adminConfNotAfter": f"{period + timedelta(days=365)}T00:00:00Z"}) + "\n"
+
+
 # Outputs of host steps whose stdout the program parses, keyed by the end of the resource name.
 COMMAND_STDOUT: dict[str, Callable[[MockResourceArgs], str]] = {
     "-join-token": _join_token_stdout,
     "-kubeconfig": _kubeconfig_stdout,
     "-kube-tools": _kube_tools_stdout,
+    "-certificates": _certificates_stdout,
 }
 
 

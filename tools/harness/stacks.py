@@ -12,6 +12,7 @@ import json
 import runpy
 import sys
 from collections.abc import Callable, Iterator, Mapping
+from datetime import datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -19,8 +20,9 @@ from typing import Any
 import yaml
 from pulumi.runtime import set_all_config
 
+from components import clock
 from tools.harness.graph import Graph
-from tools.harness.mocks import Mocks
+from tools.harness.mocks import NOW, Mocks
 from tools.harness.recorder import record
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -154,26 +156,28 @@ def run_program(
     secrets: Mapping[str, str] | None = None,
     program: Path | Callable[[], None] = PROGRAM,
     record_inputs: bool = True,
+    now: datetime | None = None,
 ) -> Graph:
     """Run the program for a stack file and return its registered graph.
 
     `config` overrides (or with `replace_config`, replaces) keys of Pulumi.<stack>.yaml; keys may
     be given without the `gpu-cluster:` prefix. `secrets` default to a test SSH key. Without
     `record_inputs` the graph's resources carry no inputs (tools.benchmark: see
-    recorder.RecordingMonitor).
+    recorder.RecordingMonitor). The program's clock reads `now` (default mocks.NOW).
     """
     set_stack_config(stack, config=config, replace_config=replace_config, secrets=secrets)
 
     def run_file() -> None:
         runpy.run_path(str(program), run_name="__main__")
 
-    return record(
-        program if callable(program) else run_file,
-        Mocks(),
-        project=PROJECT,
-        stack=stack,
-        record_inputs=record_inputs,
-    )
+    with clock.frozen(now or NOW):
+        return record(
+            program if callable(program) else run_file,
+            Mocks(),
+            project=PROJECT,
+            stack=stack,
+            record_inputs=record_inputs,
+        )
 
 
 @contextlib.contextmanager
