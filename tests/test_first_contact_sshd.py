@@ -277,3 +277,18 @@ def test_through_a_bastion_the_hop_pins_the_bastions_key(machine):
     )
     assert up.run(host_keys.ROTATION, None), up.runs[-1].stderr
     assert machine.host.exists(STAGED_PUB)
+
+
+def test_as_a_normal_user_the_real_sshd_tests_skip_saying_why_and_fail_in_ci(monkeypatch):
+    """A network namespace and a veth need root: a normal user's run skips these tests naming
+    why; with CI=true they fail instead (CI runs as root, .ci/run installs sshd and sudo)."""
+    from _pytest.outcomes import Failed, Skipped
+
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert sshd.problem() == "a real sshd in a network namespace needs root"
+    monkeypatch.delenv("CI", raising=False)
+    with pytest.raises(Skipped, match="needs root"):
+        sshd.require()
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(Failed, match="CI must run this test"):
+        sshd.require()
