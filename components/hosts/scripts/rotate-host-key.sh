@@ -161,12 +161,16 @@ switch() {
   announce "$(key_line "${LIVE}.pub")"
 }
 
-check_inputs
-remove_leftovers
-case "${PHASE}" in
-  stage)
-    stage
-    key_line "${STAGED}.pub"
-    ;;
-  switch) switch ;;
-esac
+main() {
+  check_inputs
+  remove_leftovers
+  case "${PHASE}" in
+    stage)
+      stage
+      key_line "${STAGED}.pub"
+      ;;
+    switch) switch ;;
+  esac
+}
+
+main "$@"
