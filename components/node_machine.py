@@ -81,8 +81,14 @@ def existing_host(
     """The machine of a node of a hosts pool: reached at its address (through the bastion when
     the stack has one) as its own user and port, pinning its configured host key on every
     connection (no rotation: the stack did not give it that key). Its first contact is the copy
-    of its scripts, made here with `parent`."""
-    assert host.host_key is not None  # settings: required
+    of its scripts, made here with `parent`. Fails closed: no key, no host (settings require
+    one)."""
+    if not host_keys.key_line(host.host_key):
+        raise host_keys.UnpinnedHost(
+            f"{node_name}: no host key to pin for {host.address}; nothing dials a host it "
+            "cannot check (docs/ssh-keys.md, 'SSH host keys')."
+        )
+    assert host.host_key is not None
     identity = host_id(host.host_key)
     reach = ssh_host(
         node_name,
