@@ -251,8 +251,9 @@ class MachineArgs:
 # internal/service/ec2/ec2_instance.go, ResourceInstance schema: ForceNew on ami,
 # associate_public_ip_address, availability_zone, key_name, subnet_id, private_ip,
 # placement_group, tenancy, security_groups, ebs_optimized, hibernation, launch_template and on
-# every field of network_interface; instance_market_options, as tools/lifecycle.py's FORCE_NEW
-# lists it). instance_type and vpc_security_group_ids are updated in place.
+# every field of network_interface; instance_market_options: a market change needs a new
+# instance). instance_type and vpc_security_group_ids are updated in place. tools/lifecycle.py
+# plans with this list.
 FORCE_NEW_INPUTS = frozenset(
     {
         "ami",
