@@ -34,7 +34,8 @@ from components.settings.control_plane_size import warn_unchecked_size
 from components.settings.load import load_settings
 
 settings = load_settings()
-# The program's clock, read once: a join token registered in this run is identified by it.
+# The program's clock, read once: a join token registered in this run is identified by it, and
+# the control plane's certificates are checked once per renewal period it falls in.
 run_at = bootstrap_token.now()
 # A control plane whose size the sizing table cannot check: said on every preview and up.
 warn_unchecked_size(settings)
@@ -44,7 +45,12 @@ warn_unchecked_size(settings)
 network = Network("network", NetworkArgs.of(settings)) if settings.launches_machines else None
 control_plane = ControlPlane(
     settings.cluster_name,
-    ControlPlaneArgs.of(settings, network, image_ami=baked_control_plane_image(settings, network)),
+    ControlPlaneArgs.of(
+        settings,
+        network,
+        run_at=run_at,
+        image_ami=baked_control_plane_image(settings, network),
+    ),
 )
 device_plugin = NvidiaDevicePlugin(
     "nvidia-device-plugin",

@@ -34,6 +34,7 @@ MANAGED_CHAIN = (
     "kube-tools",
     "init",
     "cni",
+    "certificates",
     "kubeconfig",
 )
 KUBECONFIG_LEAK_MARKER = "RkFLRS1URVNULUFETUlOLUtFWQ"  # base64 of "FAKE-TEST-ADMIN-KEY"
@@ -106,6 +107,7 @@ def test_managed_chain_runs_in_order_on_the_control_plane_machine():
         "kube-tools": "install-kube-tools.sh",
         "init": "init-control-plane.sh",
         "cni": "install-cni.sh",
+        "certificates": "renew-certificates.sh",
         "kubeconfig": "read-kubeconfig.sh",
     }
     for step, script in expected_scripts.items():
@@ -456,9 +458,11 @@ def test_provider_is_built_from_the_secret_kubeconfig(stack):
     assert provider.type == K8S_PROVIDER, f"{provider.urn}: type {provider.type}"
     kubeconfig = provider.inputs["kubeconfig"]
     assert isinstance(kubeconfig, Secret), f"{provider.urn}: kubeconfig is not a secret input"
-    expected = COMMAND_STDOUT["-kubeconfig"](_Args(f"{cluster}-kubeconfig"))
-    assert kubeconfig.value == expected, f"{provider.urn}: kubeconfig is not the step's stdout"
     step = graph.named(f"{cluster}-kubeconfig")
+    read = _Args(step.name)
+    read.inputs = {"stdin": unwrap(step.inputs["stdin"])}
+    expected = COMMAND_STDOUT["-kubeconfig"](read)
+    assert kubeconfig.value == expected, f"{provider.urn}: kubeconfig is not the step's stdout"
     assert step.urn in graph.direct_dependencies(provider), f"{provider.urn}: not after {step.urn}"
     for daemonset in graph.of_type(DAEMONSET):
         assert daemonset.provider_urn == provider.urn, f"{daemonset.urn}: another provider"

@@ -137,13 +137,32 @@ def node_steps(node: str) -> dict[str, Resource]:
 def test_each_host_runs_the_node_rows_in_order_after_the_copy_of_its_scripts(node):
     found = node_steps(node)
     assert not graph().find(lambda r: r.name == node), f"{node}: a resource of the node's name"
-    assert "host-key-rotation" not in found and "host-key" not in found, sorted(found)
+    # No boot key, rotation or switch: the host came with its key, which its scripts' copy pins.
+    pinned = steps.PINNED_FIRST_CONTACT
+    launched_only = {"host-key", *(r.suffix for r in steps.FIRST_CONTACT if r not in pinned)}
+    assert launched_only == {"host-key", "host-key-rotation", "host-key-switch"}
+    assert not launched_only & set(found), sorted(found)
     for earlier, later in itertools.pairwise(HOST_CHAIN):
         assert graph().depends_on(found[later], found[earlier]), (
             f"{found[later].urn}: does not wait for {found[earlier].urn}"
         )
     assert graph().depends_on(found["validation-job"], found["join"])
     assert graph().depends_on(found["in-service"], found["validation-job"])
+
+
+def test_a_host_without_its_key_is_never_dialled():
+    """Fail closed past the settings too (they require the key): a host of a pool whose key is
+    empty gets no connection, naming the node, before anything is registered for it."""
+    from components.hosts.host_keys import UnpinnedHost
+    from components.hosts.remote import Login
+    from components.node_machine import existing_host
+    from components.settings.hosts_pool import ExistingHost
+    from tools.harness.stacks import load_stack_settings
+
+    settings = load_stack_settings(STACK)
+    keyless = ExistingHost.model_construct(address=HGX_A["address"], host_key="")
+    with pytest.raises(UnpinnedHost, match=f"^{NODE_A}: no host key to pin for"):
+        existing_host(NODE_A, keyless, Login.of(settings), parent=None)  # type: ignore[arg-type]
 
 
 def test_nodes_of_hosts_never_wait_on_each_other():

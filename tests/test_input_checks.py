@@ -85,6 +85,12 @@ BASE: dict[str, dict[str, str]] = {
     "prepare-image.sh": {"IMAGE_DIGEST": "ab" * 32, "SSH_USER": "ubuntu"},
     "pull-images.sh": {"IMAGES": "registry.k8s.io/pause:3.10.1", "KUBEADM_IMAGES": "false"},
     "read-kubeconfig.sh": {"API_SERVER": "https://10.42.3.7:6443"},
+    "renew-certificates.sh": {
+        "CHECK_PERIOD": "2026-12-27",
+        "RENEW_WITHIN_DAYS": "90",
+        "RENEW_CONTROL_PLANE": "true",
+    },
+    "rotate-host-key.sh": {"PHASE": "switch", "NEW_HOST_KEY": " ".join(KEY.split()[:2])},
     "upgrade-control-plane.sh": {"KUBERNETES_MINOR": "1.35"},
     "user-kubeconfig.sh": {
         "API_SERVER": "https://10.42.3.7:6443",
@@ -99,6 +105,7 @@ FILES = {
     "check-version-skew.sh": (ADMIN_CONF,),
     "install-cni.sh": (ADMIN_CONF,),
     "read-kubeconfig.sh": (ADMIN_CONF, CA_CERT),
+    "renew-certificates.sh": (ADMIN_CONF,),
     "user-kubeconfig.sh": (ADMIN_CONF,),
 }
 MISSING = None  # an input left out
@@ -250,6 +257,20 @@ CASES: list[Case] = [
     bad("read-kubeconfig.sh", "API_SERVER", "10.42.3.7:6443", "API_SERVER must be https://"),
     Case("read-kubeconfig.sh", {}, f"{ADMIN_CONF} not found on this host", (ADMIN_CONF,)),
     Case("read-kubeconfig.sh", {}, f"{CA_CERT} not found on this host", (CA_CERT,)),
+    bad(
+        "read-kubeconfig.sh",
+        "ADMIN_CERT_NOT_AFTER",
+        "2027-01-01",
+        "ADMIN_CERT_NOT_AFTER must be a UTC time (RFC 3339)",
+    ),
+    *missing("renew-certificates.sh", "CHECK_PERIOD", "RENEW_WITHIN_DAYS", "RENEW_CONTROL_PLANE"),
+    bad("renew-certificates.sh", "CHECK_PERIOD", "2026-12", "CHECK_PERIOD must be a date"),
+    bad("renew-certificates.sh", "RENEW_WITHIN_DAYS", "90d", "RENEW_WITHIN_DAYS must be a number"),
+    bad("renew-certificates.sh", "RENEW_CONTROL_PLANE", "1", "RENEW_CONTROL_PLANE must be true"),
+    Case("renew-certificates.sh", {}, f"{ADMIN_CONF} not found on this host", (ADMIN_CONF,)),
+    bad("rotate-host-key.sh", "PHASE", "rotate", "PHASE must be stage or switch, got 'rotate'"),
+    bad("rotate-host-key.sh", "NEW_HOST_KEY", "", "NEW_HOST_KEY is required with PHASE=switch"),
+    bad("rotate-host-key.sh", "NEW_HOST_KEY", KEY, "NEW_HOST_KEY must be one ssh-ed25519 public"),
     *missing("upgrade-control-plane.sh", "KUBERNETES_MINOR"),
     bad("upgrade-control-plane.sh", "KUBERNETES_MINOR", "1", "KUBERNETES_MINOR must be a minor"),
     *missing("user-kubeconfig.sh", "API_SERVER", "CLIENT_NAME", "GROUP", "VALIDITY_HOURS"),

@@ -6,11 +6,9 @@ source of that behaviour (TOOLS; tests/test_stub_sources.py holds each stub's he
     python -m tools.host_matrix --write    # rewrite docs/host-matrix.md's generated table
     python -m tools.host_matrix --check    # exit 1 when that table is out of date
 
-From the parameters the program renders (components/hosts/pins.py `driver_params`,
-`runtime_params`) and the package names install-driver.sh and install-runtime.sh derive from
-them; tests/test_host_matrix.py runs both scripts in the sandbox for every row and keeps the
-table equal to what they install. Why: docs/decisions/048-a-host-matrix-checked-by-the-scripts.md.
-"""
+From the parameters the program renders (components/hosts/pins.py) and the package names the
+driver and runtime scripts derive from them; tests/test_host_matrix.py runs both scripts for
+every row. Why: docs/decisions/048-a-host-matrix-checked-by-the-scripts.md."""
 
 from __future__ import annotations
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from components.aws import machines
 from components.hosts import steps
 from tools.harness import identity
 from tools.harness.graph import Graph, Resource, script_params, unwrap
@@ -36,31 +37,11 @@ NO_OP_UPDATE = "true"
 
 # Inputs whose change makes the provider replace the resource. Only what this program sets.
 FORCE_NEW: Mapping[str, frozenset[str]] = {
-    # terraform-provider-aws internal/service/ec2/ec2_instance.go, ResourceInstance schema:
-    # ForceNew on ami, associate_public_ip_address, availability_zone, key_name, subnet_id,
-    # private_ip, placement_group, tenancy, security_groups, ebs_optimized, hibernation,
-    # launch_template; root_block_device.encrypted/kms_key_id (root volume size/type are
-    # modified in place); instance_type and vpc_security_group_ids are updated in place.
-    # instance_market_options is listed as well: a market change needs a new instance.
-    "aws:ec2/instance:Instance": frozenset(
-        {
-            "ami",
-            "associatePublicIpAddress",
-            "availabilityZone",
-            "keyName",
-            "subnetId",
-            "privateIp",
-            "placementGroup",
-            "tenancy",
-            "securityGroups",
-            "ebsOptimized",
-            "hibernation",
-            "launchTemplate",
-            "rootBlockDevice.encrypted",
-            "rootBlockDevice.kmsKeyId",
-            "instanceMarketOptions",
-        }
-    ),
+    # The program's own list (components/aws/machines.py FORCE_NEW_INPUTS, with its source),
+    # and root_block_device.encrypted/kms_key_id (ForceNew; root volume size and type are
+    # modified in place).
+    "aws:ec2/instance:Instance": machines.FORCE_NEW_INPUTS
+    | frozenset({"rootBlockDevice.encrypted", "rootBlockDevice.kmsKeyId"}),
     # terraform-provider-aws internal/service/ec2/ec2_key_pair.go: key_name, key_name_prefix and
     # public_key are ForceNew; Update handles tags only. Pulumi auto-names `keyName`, so the
     # replacement has a new name.

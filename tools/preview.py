@@ -446,7 +446,8 @@ def what_will_change(
         "rules of tools/lifecycle.py):\n"
     )
     runs = recovery.render_runs(recovery.hook_runs(plan, before, after))
-    return header + lifecycle.render(plan) + runs
+    exposed = "".join(f"WARNING: {line}\n" for line in recovery.exposed_boot_keys(plan))
+    return header + lifecycle.render(plan) + runs + exposed
 
 
 def main(argv: Sequence[str] | None = None) -> int:

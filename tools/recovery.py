@@ -278,3 +278,37 @@ def destroyed(state: Graph) -> Plan:
     """`pulumi destroy` of `state`: every resource deleted, with its stored inputs and options
     (the program does not run)."""
     return lifecycle.plan(state, Graph([], {}))
+
+
+# ---------------------------------------------------------------- boot keys of new launches
+
+
+HOST_KEY_TYPE = "tls:index/privateKey:PrivateKey"
+
+
+def exposed_boot_keys(plan: Plan) -> list[str]:
+    """Machines the planned `up` launches (created, or replaced) with a boot key it keeps: the
+    key an earlier launch of that machine exposed in its user data (readable with
+    ec2:DescribeInstanceAttribute). A replacement the program decides replaces the key too (its
+    `replacement_trigger`, components/aws/machines.py `replacing_inputs`); a `--replace` of the
+    instance alone, or a machine created again after a refresh, does not: the engine cannot
+    replace what the instance's inputs were computed from before the instance was registered.
+    Each message names the `--replace` that gives the launch a key of its own (the instance
+    follows its key: `replace_with`)."""
+    launched = {
+        c.name
+        for c in plan.changes
+        if c.type == "aws:ec2/instance:Instance" and c.action in (Action.CREATE, Action.REPLACE)
+    }
+    found = []
+    for change in plan.changes:
+        machine = change.name.removesuffix("-host-key")
+        if change.type != HOST_KEY_TYPE or machine not in launched:
+            continue
+        if change.action in (Action.CREATE, Action.REPLACE):
+            continue
+        found.append(
+            f"{machine} launches with the boot key {change.name} an earlier launch exposed in "
+            f"its user data: add `--replace '{change.urn}'` (the machine is replaced with it)"
+        )
+    return found

@@ -120,6 +120,11 @@ COMMON: dict[str, Duration] = {
     "cp:kube-tools": _d(30.0, "assumption: kubelet/kubeadm/kubectl from pkgs.k8s.io, ~30 s"),
     "cp:init": _d(60.0, "kubeadm: image pull (~200 MB) + static pods healthy; assumption 60 s"),
     "cp:cni": _d(30.0, "assumption: CNI manifest applied and its pods Ready, ~30 s"),
+    "cp:certificates": _d(
+        3.0,
+        "assumption: one SSH round trip and kubeadm certs check-expiration twice (local files); "
+        "a first up renews nothing, restarts nothing",
+    ),
     "cp:kubeconfig": _d(2.0, "assumption: one SSH round trip"),
     "cp:version-skew": _d(3.0, "assumption: one SSH round trip + kubectl version"),
     "cp:operator-kubeconfig": _d(
@@ -136,10 +141,15 @@ COMMON: dict[str, Duration] = {
     ),
     # Every created machine's first contact (the step table's FIRST_CONTACT rows), any role.
     steps.HOST_KEY_ROTATION.suffix: _d(
-        5.0,
+        4.0,
         "brevdev: boot->SSH 3.1 s after 'running' (a machine's first dial is this step's); "
-        "LIMITS ssh-handshake 0.5 s; assumption: the local script's start, ssh-keygen, sshd -t and "
-        "a reload on the host, ~1.5 s",
+        "LIMITS ssh-handshake 0.5 s; assumption: the local script's start and ssh-keygen on "
+        "the host, ~0.4 s",
+    ),
+    steps.HOST_KEY_SWITCH.suffix: _d(
+        2.5,
+        "LIMITS ssh-handshake 0.5 s, twice (the switch, then the dial that pins the new key "
+        "alone); assumption: sshd -t, two renames and a reload on the host, ~1.5 s",
     ),
     steps.SCRIPTS.suffix: _d(
         2.5,

@@ -23,7 +23,6 @@ from components.aws.machines import authorized_keys
 from components.hosts import bundle, host_keys
 from components.hosts.rendering import render_inputs, stripped_script
 from components.hosts.steps import (
-    HOST_KEY_ROTATION,
     SCRIPTS,
     Identity,
     OnUpdate,
@@ -56,9 +55,9 @@ class Host:
     _connection: dict[str, Any] = field(repr=False)
     _proxy: dict[str, Any] | None = field(default=None, repr=False)
     role: Where = Where.NODE
-    # The first contact of a machine the stack created (`<host>-host-key-rotation`); None for
-    # a host pinned from config.
-    rotation: pulumi.Resource | None = field(default=None, repr=False, compare=False)
+    # The first contact of a machine the stack created (its resources by row suffix, in
+    # order); empty for a host pinned from config.
+    contact: Mapping[str, pulumi.Resource] = field(default_factory=dict, repr=False, compare=False)
     # The host's copy of its scripts, made with its first step (`scripts`).
     _copy: list[command.remote.CopyToRemote] = field(
         default_factory=list, repr=False, compare=False
@@ -74,9 +73,9 @@ class Host:
         is known only once the machine is): every step on the host sends this one Output.
 
         In a preview of a machine not yet created its connection is unknown as a whole; a host
-        key that resolves to none is left out rather than sent as null."""
+        key (or the bastion's) that resolves to none stops the `up` (`_settled`)."""
         if dial_error_limit not in self._built:
-            self._built[dial_error_limit] = _settled(self.args(dial_error_limit))
+            self._built[dial_error_limit] = _settled(self.name, self.args(dial_error_limit))
         return self._built[dial_error_limit]
 
     @property
@@ -115,10 +114,9 @@ class Host:
 
     def first_contact(self, parent: pulumi.Resource) -> dict[str, pulumi.Resource]:
         """The resources of the step table's first-contact rows on this host, by suffix: its
-        host-key rotation (a machine the stack created) and the copy of its scripts (made
-        now with `parent` if no step made it yet)."""
-        found = {} if self.rotation is None else {HOST_KEY_ROTATION.suffix: self.rotation}
-        return {**found, SCRIPTS.suffix: self.scripts(parent)}
+        host-key rotation and switch (a machine the stack created) and the copy of its scripts
+        (made now with `parent` if no step made it yet)."""
+        return {**self.contact, SCRIPTS.suffix: self.scripts(parent)}
 
     def without_credential(self) -> pulumi.Output[Mapping[str, Any]]:
         """Where the host is and the key it must present, no login key: the connection of a
@@ -130,7 +128,7 @@ class Host:
             proxy = command.remote.ProxyConnectionArgs(
                 **{k: v for k, v in self._proxy.items() if k != "private_key"}
             )
-        return _settled(command.remote.ConnectionArgs(**named, proxy=proxy))
+        return _settled(self.name, command.remote.ConnectionArgs(**named, proxy=proxy))
 
     def args(self, dial_error_limit: int) -> command.remote.ConnectionArgs:
         """The connection as pulumi-command's `ConnectionArgs` (its defaults filled in), Outputs
@@ -145,10 +143,12 @@ class Host:
         )
 
 
-def _settled(args: command.remote.ConnectionArgs) -> pulumi.Output[Mapping[str, Any]]:
+def _settled(host: str, args: command.remote.ConnectionArgs) -> pulumi.Output[Mapping[str, Any]]:
     """`args` as a mapping by field name once every Output among its fields (its proxy's too)
-    has resolved: one `Output.all`, carrying their secrecy, dependencies and unknowns. A host
-    key that resolves to none is left out."""
+    has resolved: one `Output.all`, carrying their secrecy, dependencies and unknowns. Fails
+    closed: a host key (the host's, or its bastion's) that resolves to nothing stops the `up`
+    naming `host`, since pulumi-command accepts any host key without one (remote/connection.go
+    `SSHConfig`: `ssh.InsecureIgnoreHostKey()`)."""
     paths: list[tuple[str, ...]] = []
     outputs: list[pulumi.Output[Any]] = []
 
@@ -163,14 +163,16 @@ def _settled(args: command.remote.ConnectionArgs) -> pulumi.Output[Mapping[str, 
     find(args, ())
 
     def frozen(values: list[Any]) -> Mapping[str, Any]:
-        resolved = dict(zip(paths, values, strict=True))
-        omitted = {_HOST_KEY} if _HOST_KEY in resolved and not resolved[_HOST_KEY] else set()
-        return as_mapping(args, resolved, omitted)
+        mapping = as_mapping(args, dict(zip(paths, values, strict=True)))
+        for hop in (mapping, mapping.get("proxy")):
+            if hop is not None and not host_keys.key_line(hop.get("host_key")):
+                raise host_keys.UnpinnedHost(
+                    f"{host}: no host key to pin for {hop.get('host')}; nothing dials a host it "
+                    "cannot check (docs/ssh-keys.md, 'SSH host keys')."
+                )
+        return mapping
 
     return pulumi.Output.all(*outputs).apply(frozen)
-
-
-_HOST_KEY = ("host_key",)
 
 
 @dataclass(frozen=True)
@@ -203,20 +205,16 @@ class Login:
 def as_mapping(
     args: Any,
     resolved: Mapping[tuple[str, ...], Any] | None = None,
-    omitted: set[tuple[str, ...]] | frozenset[tuple[str, ...]] = frozenset(),
     path: tuple[str, ...] = (),
 ) -> Mapping[str, Any]:
     """The fields an args object (ConnectionArgs, ProxyConnectionArgs: the ones it was given and
     its defaults) holds, as a mapping by their Python names, nested args likewise. With
-    `resolved`, the value of each Output among them, by its path of names; the fields at a path
-    in `omitted` are left out."""
+    `resolved`, the value of each Output among them, by its path of names."""
     items = {}
     for name, value in vars(args).items():
         here = (*path, name)
-        if here in omitted:
-            continue
         if _is_args(value):
-            value = as_mapping(value, resolved, omitted, here)
+            value = as_mapping(value, resolved, here)
         elif resolved is not None and here in resolved:
             value = resolved[here]
         items[name] = value
@@ -233,45 +231,47 @@ def ssh_host(
     login: Login,
     *,
     identity: pulumi.Input[str],
-    host_key: pulumi.Input[str | None] | None,
+    host_key: pulumi.Input[str],
     user: str | None = None,
     role: Where = Where.NODE,
-    rotation: pulumi.Resource | None = None,
+    contact: Mapping[str, pulumi.Resource] | None = None,
     port: int | None = None,
 ) -> Host:
     """How to reach `name` at `address`, a host of `role` (which scripts it gets); `host_key`
-    (an authorized_keys line) is the key it must present, None only where none is known (a
-    warning says so); `rotation`: the first contact that read that key, if any; `user` and
-    `port` when the host has its own (else ssh.user, ssh.port)."""
+    (an authorized_keys line) is the key it must present; `contact`: the first contact that
+    read that key, by row suffix, if any; `user` and `port` when the host has its own (else
+    ssh.user, ssh.port)."""
+    if host_key is None:
+        raise ValueError(f"{name}: a host is reached only with its host key pinned")
     ssh = login.ssh
     private_key = pulumi.Output.secret(login.private_key.get_secret_value())
     bastion = login.bastion
     proxy = None
     if bastion is not None:
+        if bastion.host_key is None:
+            raise ValueError(f"{name}: the bastion {bastion.host} is reached only with its key")
         proxy = {
             "host": bastion.host,
             "port": bastion.port,
             "user": bastion.user or ssh.user,
             "private_key": private_key,
+            "host_key": bastion.host_key,
         }
-        if bastion.host_key is not None:
-            proxy["host_key"] = bastion.host_key
     connection = {
         "host": address,
         "port": ssh.port if port is None else port,
         "user": user or ssh.user,
         "private_key": private_key,
         "per_dial_timeout": PER_DIAL_TIMEOUT,
+        "host_key": host_key,
     }
-    if host_key is not None:
-        connection["host_key"] = host_key
     return Host(
         name=name,
         identity=identity,
         _connection=connection,
         _proxy=proxy,
         role=role,
-        rotation=rotation,
+        contact=dict(contact or {}),
     )
 
 
@@ -285,10 +285,9 @@ def machine_host(
     parent: pulumi.Resource,
     role: Where = Where.NODE,
 ) -> Host:
-    """How to reach a machine the stack created: its first contact
-    (`<name>-host-key-rotation`) checks the key it booted with and replaces it; every step
-    after it pins the key that contact read back, never the boot key."""
-    first = host_keys.pinned(instance, boot_key, login.host_keys)
+    """How to reach a machine the stack created: its first contact (`<name>-host-key-rotation`,
+    `<name>-host-key-switch`) checks the key it booted with (or `hostKeys.<instance id>`) and
+    replaces it; every step after it pins the key the switch saw served, never the boot key."""
     reach = host_keys.Reach(
         address=address,
         user=login.ssh.user,
@@ -296,15 +295,19 @@ def machine_host(
         private_key=pulumi.Output.secret(login.private_key.get_secret_value()),
         bastion=login.bastion,
     )
-    rotation = host_keys.rotated(name, instance, first, reach, parent=parent)
+    accepted = host_keys.first_keys(instance, boot_key, login.host_keys)
+    contact = host_keys.first_contact(name, instance, accepted, reach, parent=parent)
     return ssh_host(
         name,
         address,
         login,
         identity=instance.id,
-        host_key=rotation.public_key,
+        host_key=contact.public_key,
         role=role,
-        rotation=rotation.command,
+        contact={
+            host_keys.ROTATION: contact.rotation,
+            host_keys.SWITCH: contact.switch,
+        },
     )
 
 

@@ -4,12 +4,12 @@ pools only, with validation), after which rows, what replaces it (`identity`: it
 what an update does, what its hooks do through the API (taking a node out, in, away), and
 whether it disrupts GPU work.
 
-Every machine the stack creates starts with the first-contact rows (its host-key rotation, then
-the copy of its scripts); GpuNode and the validation build the node rows after them
+Every machine the stack creates starts with the first-contact rows (its host-key rotation in two
+phases, then the copy of its scripts); GpuNode and the validation build the node rows after them
 (`<owner>-<suffix>`); the timeline, the policy pack's generated copy, the README's chain and the
 tests read them. A new step is a new row plus its script. Why: docs/decisions/004-steps-are-
-replaced-only-by-identity.md, 041-a-host-key-only-its-host-can-use.md.
-"""
+replaced-only-by-identity.md, 041-a-host-key-only-its-host-can-use.md, 064-a-first-contact-that-
+can-be-redone.md."""
 
 from __future__ import annotations
 
@@ -118,17 +118,26 @@ HOST_KEY_ROTATION = Step(
     # Its update repeats the key it read (PULUMI_COMMAND_STDOUT) and dials nothing: the boot
     # key is never offered again (components/hosts/host_keys.py).
     on_update=OnUpdate.NOTHING,
-    summary="the first dial checks the boot host key and replaces it; later steps pin the new one",
+    summary="the first dial checks the boot host key and stages a new one beside it",
+)
+HOST_KEY_SWITCH = Step(
+    "host-key-switch",
+    "rotate-host-key.sh",  # its second phase, from the same local Command script
+    Where.MACHINE,
+    10 * MINUTE,  # the machine answers already; the dial budget covers sshd's reload
+    after=(HOST_KEY_ROTATION.suffix,),
+    on_update=OnUpdate.NOTHING,
+    summary="the staged key made the live one, the boot key gone; seen served before it is pinned",
 )
 SCRIPTS = Step(
     "scripts",
     None,  # a CopyToRemote of the host's bundle (components/hosts/bundle.py)
     Where.MACHINE,
     30 * MINUTE,
-    after=(HOST_KEY_ROTATION.suffix,),
+    after=(HOST_KEY_SWITCH.suffix,),
     summary="the host's scripts, copied once over SFTP; each step runs its own by digest",
 )
-FIRST_CONTACT: tuple[Step, ...] = (HOST_KEY_ROTATION, SCRIPTS)
+FIRST_CONTACT: tuple[Step, ...] = (HOST_KEY_ROTATION, HOST_KEY_SWITCH, SCRIPTS)
 PINNED_FIRST_CONTACT: tuple[Step, ...] = (SCRIPTS,)
 
 # ---------------------------------------------------------------- GPU node chain, in order
@@ -306,6 +315,15 @@ CP_VERSION_SKEW = Step(
     5 * MINUTE,
     summary="kubelets never newer than the API server",
 )
+# Once per renewal period of the program's clock (components/control_plane.py): kubeadm's
+# certificates and admin.conf, renewed before they expire when no upgrade renewed them.
+CP_CERTIFICATES = Step(
+    "certificates",
+    "renew-certificates.sh",
+    Where.CONTROL_PLANE,
+    15 * MINUTE,  # the renewals, and the static Pods restarted: the API down, then up again
+    summary="kubeadm's certificates renewed when they expire within 90 days; once a period",
+)
 CP_KUBECONFIG = Step(
     "kubeconfig",
     "read-kubeconfig.sh",
@@ -338,11 +356,13 @@ MANAGED_CONTROL_PLANE_STEPS: tuple[Step, ...] = (
     CP_KUBE_TOOLS,
     CP_INIT,
     CP_CNI,
+    CP_CERTIFICATES,
     CP_KUBECONFIG,
     CP_OPERATOR_KUBECONFIG,
 )
 EXISTING_CONTROL_PLANE_STEPS: tuple[Step, ...] = (
     CP_VERSION_SKEW,
+    CP_CERTIFICATES,
     CP_KUBECONFIG,
     CP_OPERATOR_KUBECONFIG,
 )

@@ -1,15 +1,8 @@
-"""The Kubernetes objects of the GPU node add-ons, as plain data: the AWS EFA device plugin and
-the NVIDIA DCGM exporter (with its Service and, optionally, a Prometheus operator ServiceMonitor).
+"""The GPU node add-ons' Kubernetes objects as plain data (pure functions, as in
+components/kube/manifests.py): the AWS EFA device plugin and the NVIDIA DCGM exporter with its
+Service and optional ServiceMonitor. Each follows its upstream manifest with named changes.
 
-Pure functions, no Pulumi, like components/kube/manifests.py: the components pass these
-dicts to typed pulumi-kubernetes resources, and tests validate the same data against the
-Kubernetes JSON schemas. Each follows its upstream manifest (the aws/eks-charts EFA device plugin
-chart, NVIDIA/dcgm-exporter's manifests), with named changes: the EFA plugin selects nodes by the
-EFA label the program sets, pulls from the public mirror and runs unprivileged as the chart runs
-it on GPU types (its `securityContext`; `privilegedSecurityContext` is for inf1/trn only); the
-DCGM exporter runs privileged, pulled by digest, so it sees every GPU without taking any.
-
-Why: docs/decisions/012-manifests-follow-upstream-with-named-changes.md
+Why: docs/decisions/012-manifests-follow-upstream-with-named-changes.md ("The add-ons")
 """
 
 from __future__ import annotations

@@ -9,11 +9,13 @@ subclass of the SDK's `MockMonitor` that answers as the SDK does and keeps each
 
 from __future__ import annotations
 
+import gc
 import math
 import threading
 from collections.abc import Callable, Collection
 from typing import Any
 
+import pulumi
 from google.protobuf import json_format, struct_pb2
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
@@ -295,7 +297,18 @@ def record(
         if root is not None and getattr(root, "outputs", None):
             root.register_outputs(massage(root.outputs, []))
 
-    _sync_await(run_pulumi_func(main))
+    failure: BaseException | None = None
+    try:
+        _sync_await(run_pulumi_func(main))
+    except pulumi.RunError as error:  # the program stopped itself (a user's mistake)
+        failure = error
+    if failure is not None:
+        # Finalize the stopped run's futures here: one collected later, while CPython 3.11
+        # builds an AST (pytest rewriting a module), breaks that build ("AST constructor
+        # recursion depth mismatch", cpython#106905). Its traceback holds them: drop it.
+        failure.__traceback__ = failure.__cause__ = failure.__context__ = None
+        gc.collect()
+        raise failure
     stack_urn = f"urn:pulumi:{stack}::{project}::{ROOT_STACK_TYPE}::{project}-{stack}"
     for resource in monitor.recorded:
         resource.outputs = monitor.outputs_by_urn.get(resource.urn, {})
