@@ -55,7 +55,7 @@ _VALIDATOR_RULES = {
     "_dns_label": "lowercase DNS label, at most 40 characters",
     "_host": "IP address or DNS name",
     "_host_key": "SSH host public key line, ssh-ed25519 or ecdsa-sha2-nistp*",
-    "_login_key": "OpenSSH public key line, ssh-ed25519 or ssh-rsa",
+    "_login_key": "OpenSSH public key line, ssh-ed25519 or ssh-rsa of at least 3072 bits",
     "_own_group": "not a system: group",
     "_ports_in_range": "ports from 1 to 65535",
     "_endpoint": "host:port",

@@ -360,6 +360,11 @@ SshHostKey = Annotated[str, AfterValidator(_one_line), AfterValidator(_host_key)
 # would pass here and fail at `pulumi up`, after the network exists.
 _LOGIN_KEY_SHAPES = {"ssh-ed25519": 2, "ssh-rsa": 3}  # type, then its key fields (RFC 4253 6.6)
 _ED25519_KEY_BYTES = 32  # RFC 8709, section 4
+# An RSA login key's modulus has at least this many bits: NIST SP 800-57 Part 1 Rev. 5, table 2,
+# gives 2048-bit RSA 112 bits of security, acceptable only through 2030, and 3072 bits 128, as
+# ed25519 has (RFC 8032, section 1). Measured on the modulus the key holds (the `n` mpint of
+# RFC 4253 6.6), not on the length of its text: leading zero bytes add nothing.
+MIN_RSA_LOGIN_KEY_BITS = 3072
 
 
 def _login_key(value: str) -> str:
@@ -367,8 +372,9 @@ def _login_key(value: str) -> str:
     whose key decodes whole: a line cut short in a copy and paste fails here, not at AWS. The
     value is kept as given: the key pairs are created from it."""
     expected = (
-        "an OpenSSH ED25519 or RSA public key line like 'ssh-ed25519 AAAA... ops@example', "
-        "as in ~/.ssh/id_ed25519.pub (EC2 key pairs take only those two types)"
+        "an OpenSSH ED25519 (or RSA, at least 3072 bits) public key line like "
+        "'ssh-ed25519 AAAA... ops@example', as in ~/.ssh/id_ed25519.pub (EC2 key pairs take "
+        "only those two types)"
     )
     key = _public_key(value, tuple(_LOGIN_KEY_SHAPES))
     if key is None:
@@ -378,6 +384,16 @@ def _login_key(value: str) -> str:
         key_type == "ssh-ed25519" and len(parts[1]) != _ED25519_KEY_BYTES
     ):
         raise PydanticCustomError("ssh_public_key", expected)
+    if key_type == "ssh-rsa":
+        bits = int.from_bytes(parts[2], "big").bit_length()  # the modulus n (mpint)
+        if bits < MIN_RSA_LOGIN_KEY_BITS:
+            raise PydanticCustomError(
+                "ssh_public_key_strength",
+                "an ED25519 key, or an RSA key of at least {minimum} bits (this one has {bits}): "
+                "make one with `ssh-keygen -t ed25519` and set ssh.publicKey and sshPrivateKey "
+                "to it",
+                {"minimum": MIN_RSA_LOGIN_KEY_BITS, "bits": bits},
+            )
     return value
 
 
