@@ -652,7 +652,7 @@ def test_user_spreads_small_pools_that_all_start_in_the_first_subnet():
     ids=["bastion", "control-plane"],
 )
 def test_user_names_a_login_user_that_is_no_unix_user(key, config, stack):
-    assert "Unix user name" in _problem(key, stack=stack, config=config)
+    assert "a login name like ubuntu" in _problem(key, stack=stack, config=config)
 
 
 def test_user_brings_an_existing_vpc_with_one_subnet():

@@ -53,7 +53,7 @@ _FIELD_RULES: dict[tuple[type[BaseModel], str], str] = {
 _VALIDATOR_RULES = {
     "_cidr": "CIDR block like 203.0.113.0/24",
     "_dns_label": "lowercase DNS label, at most 40 characters",
-    "_host": "IP address or DNS name",
+    "_host": "IP address without a zone index, or DNS name",
     "_host_key": "SSH host public key line, ssh-ed25519 or ecdsa-sha2-nistp*",
     "_login_key": "OpenSSH public key line, ssh-ed25519 or ssh-rsa of at least 3072 bits",
     "_own_group": "not a system: group",

@@ -8,6 +8,7 @@ import base64
 import binascii
 import ipaddress
 import re
+import socket
 import unicodedata
 from typing import Annotated, Any
 
@@ -26,10 +27,16 @@ PROBLEMS_ERROR_TYPE = "gpu_cluster_problems"
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_HOSTNAME = re.compile(
-    r"^(?=.{1,253}$)[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*$"
-)
-_UNIX_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+# One label of a DNS name (RFC 1123, section 2.1: letters, digits and '-', not first or last,
+# at most 63 characters; RFC 1035, section 2.3.4 caps the name at 253 characters as written).
+_DNS_NAME_LABEL = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?")
+_DNS_NAME_MAX = 253
+# A login name by the rules of both useradd and Debian's adduser, less their extensions: shadow-
+# utils `is_valid_user_name` (lib/chkname.c: `[a-zA-Z0-9_.][a-zA-Z0-9_.-]*$?`, not all digits,
+# no leading '-') and adduser's SYS_NAME_REGEX (`^[A-Za-z_][-A-Za-z0-9_]*\$?$`) and default
+# NAME_REGEX (`^[a-z][-a-z0-9_]*\$?$`), lowercase, without the trailing '$' of Samba machine
+# accounts (a shell metacharacter) and at most 32 characters (utmp's ut_user).
+_UNIX_USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 # An availability zone's name: its region (us-west-2, us-gov-west-1, cn-north-1,
 # eusc-de-east-1), then a letter, or for a Local or Wavelength Zone a dash and the zone's own
 # part (us-west-2-lax-1a, us-east-1-wl1-bos-wlz-1). Not a zone id (usw2-az1): the subnets take
@@ -136,14 +143,43 @@ def _dns_label(value: str) -> str:
 DnsLabel = Annotated[str, AfterValidator(_dns_label)]
 
 
-def _host(value: str) -> str:
+def dns_name(value: str) -> bool:
+    """A DNS name of RFC 1123 labels that no resolver reads as an address: its last label is not
+    all digits (RFC 3696, section 2) and glibc's `inet_aton`, which `getaddrinfo` and so ssh use,
+    does not take it for one ('10.1' is 10.0.0.1 to it, '0x7f000001' is 127.0.0.1)."""
+    labels = value.split(".")
+    if len(value) > _DNS_NAME_MAX or not all(_DNS_NAME_LABEL.fullmatch(x) for x in labels):
+        return False
+    if labels[-1].isdigit():
+        return False
+    try:
+        socket.inet_aton(value)
+    except OSError:
+        return True
+    return False
+
+
+def host_problem(value: str) -> str | None:
+    """Why `value` cannot name a host a connection dials, or None: it must be an IP address in
+    its plain form, with no IPv6 zone index ('%eth0': an interface of the machine that dials,
+    and text of any kind after the '%'), or a DNS name (`dns_name`)."""
+    accepted = (
+        "an IPv4 or IPv6 address without a zone index ('%...'), or a DNS name of letters, "
+        "digits, '-' and '.', like 10.0.1.10 or bastion.example.com"
+    )
+    if "%" in value:
+        return f"{accepted}: a zone index names an interface of the machine that dials"
     try:
         ipaddress.ip_address(value)
-        return value
     except ValueError:
-        pass
-    if not _HOSTNAME.match(value):
-        raise PydanticCustomError("host", "an IP address or DNS name, like 10.0.1.10")
+        return None if dns_name(value) else accepted
+    return None
+
+
+def _host(value: str) -> str:
+    found = host_problem(value)
+    if found is not None:
+        raise PydanticCustomError("host", found)
     return value
 
 
@@ -169,13 +205,9 @@ def _endpoint(value: str) -> str:
     bracketed = host.startswith("[") and host.endswith("]")
     if bracketed:
         host = host[1:-1]
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        address = None
-    if (address is not None and address.version == 6) != bracketed or not (
-        address is not None or _HOSTNAME.match(host)
-    ):
+    if host_problem(host) is not None:
+        raise PydanticCustomError("endpoint", expected)
+    if is_ipv6(host) != bracketed:
         raise PydanticCustomError("endpoint", expected)
     return value
 
@@ -210,7 +242,7 @@ Endpoint = Annotated[str, AfterValidator(_endpoint)]
 
 def _pattern(regex: re.Pattern[str], error_type: str, expected: str):
     def check(value: str) -> str:
-        if not regex.match(value):
+        if not regex.fullmatch(value):
             raise PydanticCustomError(error_type, expected)
         return value
 
@@ -297,7 +329,15 @@ VpcId = Annotated[str, _pattern(_VPC_ID, "vpc_id", "a VPC id like vpc-0123456789
 SubnetId = Annotated[
     str, _pattern(_SUBNET_ID, "subnet_id", "a subnet id like subnet-0123456789abcdef0")
 ]
-UnixUser = Annotated[str, _pattern(_UNIX_USER, "unix_user", "a Unix user name like ubuntu")]
+UnixUser = Annotated[
+    str,
+    _pattern(
+        _UNIX_USER,
+        "unix_user",
+        "a login name like ubuntu: a lowercase letter or '_', then lowercase letters, digits, "
+        "'_' or '-', at most 32 characters (useradd's and adduser's rules)",
+    ),
+]
 AvailabilityZone = Annotated[
     str,
     _pattern(ZONE_NAME, "availability_zone", "an availability zone name like us-west-2a"),
