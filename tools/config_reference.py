@@ -30,6 +30,7 @@ from pydantic_core import PydanticUndefined
 
 from components import catalog, settings
 from components.settings import PROJECT, Settings
+from components.settings.addresses import CNI_PORTS
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "docs" / "configuration.md"
@@ -57,7 +58,8 @@ _VALIDATOR_RULES = {
     "_host_key": "SSH host public key line, ssh-ed25519 or ecdsa-sha2-nistp*",
     "_login_key": "OpenSSH public key line, ssh-ed25519 or ssh-rsa of at least 3072 bits",
     "_own_group": "not a system: group",
-    "_ports_in_range": "ports from 1 to 65535",
+    "_private_cidr": "private (RFC 1918 or 6598)",
+    "_cni_port": "one CNI port: " + ", ".join(CNI_PORTS),
     "_endpoint": "host:port",
     "_image": "image pinned to a version tag or digest",
     "_label_key": "Kubernetes label key",

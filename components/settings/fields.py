@@ -16,6 +16,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
+from components.settings.addresses import CNI_PORTS, is_private
 from components.settings.constants import PROGRAM_TAGS
 
 # A problem as a rule reports it: (key relative to the model that reports it, what was given,
@@ -128,6 +129,21 @@ def _cidr(value: str) -> str:
 
 
 Cidr = Annotated[str, AfterValidator(_cidr)]
+
+
+def _private_cidr(value: str) -> str:
+    if not is_private(ipaddress.ip_network(value)):
+        raise PydanticCustomError(
+            "cidr_private",
+            "a private block: inside 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16 (RFC 1918) or "
+            "100.64.0.0/10 (RFC 6598), never link-local (169.254.0.0/16) or public (a public "
+            "block would send the cluster's own traffic, and rules that admit it, to the "
+            "internet's owners of those addresses)",
+        )
+    return value
+
+
+PrivateCidr = Annotated[str, AfterValidator(_cidr), AfterValidator(_private_cidr)]
 
 
 def _dns_label(value: str) -> str:
@@ -268,22 +284,18 @@ SecurityGroupId = Annotated[
 ]
 
 
-def _ports_in_range(value: str) -> str:
-    low, _sep, high = value.partition("/")[2].partition("-")
-    if not 0 < int(low) <= int(high or low) <= 65535:
-        raise PydanticCustomError("port_span", "ports from 1 to 65535, low-high")
+def _cni_port(value: str) -> str:
+    if value not in CNI_PORTS:
+        raise PydanticCustomError(
+            "cni_port",
+            "one port a CNI sends between machines, as protocol/port: {ports}; one port each, "
+            "never a range, SSH (22), the API (6443), etcd (2379-2380) or the kubelet (10250)",
+            {"ports": ", ".join(f"{port} ({what})" for port, what in CNI_PORTS.items())},
+        )
     return value
 
 
-PortSpan = Annotated[
-    str,
-    _pattern(
-        re.compile(r"^(tcp|udp)/[0-9]{1,5}(-[0-9]{1,5})?$"),
-        "port_span",
-        "protocol/port or protocol/low-high, like udp/8472",
-    ),
-    AfterValidator(_ports_in_range),
-]
+CniPort = Annotated[str, AfterValidator(_cni_port)]
 _RBAC_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9:._-]{0,61}[A-Za-z0-9])?$")
 
 

@@ -285,6 +285,82 @@ def world_covered(sources: Iterable[Any]) -> list[str]:
     return covered
 
 
+# Sources no internet packet carries (IANA's special-purpose IPv4 blocks that are not globally
+# reachable; for IPv6 only 2000::/3 less 2001:db8::/32 is global unicast), and the most public
+# addresses one rule set may admit: a /16 of IPv4, a /48 of IPv6. The same as the settings'
+# (components/settings/addresses.py; tests/test_policy_ranges.py keeps them equal).
+NOT_PUBLIC_V4 = (
+    "0.0.0.0/8",
+    "10.0.0.0/8",
+    "100.64.0.0/10",
+    "127.0.0.0/8",
+    "169.254.0.0/16",
+    "172.16.0.0/12",
+    "192.0.0.0/24",
+    "192.0.2.0/24",
+    "192.168.0.0/16",
+    "198.18.0.0/15",
+    "198.51.100.0/24",
+    "203.0.113.0/24",
+    "224.0.0.0/4",
+    "240.0.0.0/4",
+)
+GLOBAL_V6 = "2000::/3"
+NOT_PUBLIC_V6 = ("2001:db8::/32",)
+MAX_PUBLIC_SOURCES = {4: 2**16, 6: 2**80}
+_PREFIX_OF_MAX = {4: "/16", 6: "/48"}
+
+
+def _overlap(a: Any, b: Any) -> int:
+    if a.version != b.version or not a.overlaps(b):
+        return 0
+    return min(a.num_addresses, b.num_addresses)
+
+
+def public_addresses(sources: Iterable[Any]) -> dict[int, int]:
+    """How many public addresses (IPv4, IPv6) the union of these CIDR ranges holds: merged
+    first, so overlaps count once, without the addresses no internet packet comes from."""
+    networks: dict[int, list[Any]] = {4: [], 6: []}
+    for source in sources:
+        if not isinstance(source, str):
+            continue
+        try:
+            network = ipaddress.ip_network(source.strip(), strict=False)
+        except ValueError:
+            continue
+        networks[network.version].append(network)
+    not_public = [ipaddress.ip_network(b) for b in (*NOT_PUBLIC_V4, *NOT_PUBLIC_V6)]
+    global_v6 = ipaddress.ip_network(GLOBAL_V6)
+    counts = {}
+    for version in (4, 6):
+        total = 0
+        for network in ipaddress.collapse_addresses(networks[version]):
+            size = network.num_addresses if version == 4 else _overlap(network, global_v6)
+            total += size - sum(_overlap(network, block) for block in not_public)
+        counts[version] = total
+    return counts
+
+
+def too_open(sources: Iterable[Any]) -> list[str]:
+    """What the union of these CIDR ranges admits beyond the bound, one phrase per IP version:
+    "0.0.0.0/0" or "::/0" when it is the whole internet, else "N public IPv4 addresses (more
+    than a /16's 65,536)"; [] when each version stays within MAX_PUBLIC_SOURCES. So the
+    internet split in halves, or less one /32 in 32 pieces, is caught."""
+    sources = list(sources)
+    world = world_covered(sources)
+    found = []
+    for version, count in public_addresses(sources).items():
+        whole = "0.0.0.0/0" if version == 4 else "::/0"
+        if whole in world:
+            found.append(whole)
+        elif count > MAX_PUBLIC_SOURCES[version]:
+            found.append(
+                f"{count:,} public IPv{version} addresses (more than a "
+                f"{_PREFIX_OF_MAX[version]}'s {MAX_PUBLIC_SOURCES[version]:,})"
+            )
+    return found
+
+
 def _ingress_rules(resource: Resource) -> list[tuple[str, Any, Any, Any, list[str]]]:
     """(where, protocol, fromPort, toPort, CIDR sources) of each ingress rule a resource holds."""
     props = resource.props
@@ -325,8 +401,9 @@ def _protected_ports(config: Config) -> list[int]:
 
 
 def check_no_world_ingress(resource: Resource, config: Config) -> list[str]:
-    """No ingress from the whole internet (the union of the rules' ranges covering 0.0.0.0/0 or
-    ::/0) to SSH, the Kubernetes API or the kubelet, within one security group or rule."""
+    """No ingress to SSH, the Kubernetes API or the kubelet from ranges that together admit
+    more public addresses than MAX_PUBLIC_SOURCES (the whole internet, however split, among
+    them), within one security group or rule."""
     protected = _protected_ports(config)
     by_port: dict[int, list[tuple[str, list[str]]]] = {}
     for where, protocol, from_port, to_port, sources in _ingress_rules(resource):
@@ -337,7 +414,7 @@ def check_no_world_ingress(resource: Resource, config: Config) -> list[str]:
     # Ports opened to the internet by the same rules are reported in one message.
     reports: dict[tuple[tuple[str, ...], tuple[str, ...]], list[int]] = {}
     for port, opened in sorted(by_port.items()):
-        world = world_covered(s for _where, sources in opened for s in sources)
+        world = too_open(s for _where, sources in opened for s in sources)
         if world:
             reports.setdefault((tuple(w for w, _s in opened), tuple(world)), []).append(port)
     found = []
@@ -345,7 +422,7 @@ def check_no_world_ingress(resource: Resource, config: Config) -> list[str]:
         ranges = sorted({s for w, sources in by_port[ports[0]] if w in wheres for s in sources})
         how = " and ".join(world)
         if not set(ranges) <= set(WORLD):
-            how += f" (together {', '.join(ranges)} cover it)"
+            how += f" (together {', '.join(ranges)} admit it)"
         found.append(
             f"{_label(resource)}: {' + '.join(wheres)} opens port {_describe_ports(ports)} "
             f"to {how}. {_WORLD_FIX}"
@@ -356,9 +433,9 @@ def check_no_world_ingress(resource: Resource, config: Config) -> list[str]:
 def check_no_world_ingress_across_rules(
     resources: Sequence[Resource], config: Config
 ) -> list[tuple[str, str]]:
-    """Standalone ingress rules of one security group whose ranges together cover the whole
-    internet for an admin port, though no single rule does (each rule is its own resource, so
-    the per-resource policy cannot see the union)."""
+    """Standalone ingress rules of one security group whose ranges together admit too much of
+    the internet (`too_open`) to an admin port, though no single rule does (each rule is its own
+    resource, so the per-resource policy cannot see the union)."""
     protected = _protected_ports(config)
     groups: dict[str, dict[int, list[tuple[Resource, list[str]]]]] = {}
     for resource in resources:
@@ -373,9 +450,9 @@ def check_no_world_ingress_across_rules(
     found = []
     for group, ports in sorted(groups.items()):
         for port, opened in sorted(ports.items()):
-            if any(world_covered(sources) for _r, sources in opened):
-                continue  # a single rule already covers it: reported by the resource policy
-            world = world_covered(s for _r, sources in opened for s in sources)
+            if any(too_open(sources) for _r, sources in opened):
+                continue  # a single rule already opens too much: reported by the resource policy
+            world = too_open(s for _r, sources in opened for s in sources)
             if not world:
                 continue
             rules = sorted({r.name for r, _s in opened})
@@ -392,14 +469,15 @@ def check_no_world_ingress_across_rules(
 
 
 def check_no_world_ingress_other_ports(resource: Resource, config: Config) -> list[str]:
-    """No ingress rule whose ranges cover the whole internet on any other port or protocol
-    either (the admin ports are the policy above's): the cluster opens nothing to the world.
+    """No ingress rule whose ranges admit too much of the internet (`too_open`) on any other
+    port or protocol either (the admin ports are the policy above's): the cluster opens nothing
+    to the world.
     `allowedWorldPorts` lists TCP/UDP ports a stack may open on purpose."""
     skipped = {int(p) for p in (config.get("protectedPorts") or PORT_NAMES)}
     allowed = {int(p) for p in (config.get("allowedWorldPorts") or [])}
     found = []
     for where, protocol, from_port, to_port, sources in _ingress_rules(resource):
-        world = world_covered(sources)
+        world = too_open(sources)
         if not world:
             continue
         kind = str(protocol).lower() if protocol is not None else ""
@@ -843,8 +921,9 @@ POLICIES: tuple[PolicySpec, ...] = (
     ),
     PolicySpec(
         "no-world-ingress-to-admin-ports",
-        "No security group ingress from ranges that cover 0.0.0.0/0 or ::/0 (address ranges, "
-        "not strings) to SSH (22), the Kubernetes API (6443) or the kubelet (10250).",
+        "No security group ingress from ranges that together admit more than a /16 of public "
+        "IPv4 or a /48 of IPv6 (the whole internet, however split, among them) to SSH (22), the "
+        "Kubernetes API (6443) or the kubelet (10250).",
         check_no_world_ingress,
         config_schema={
             "protectedPorts": {
@@ -857,8 +936,9 @@ POLICIES: tuple[PolicySpec, ...] = (
     ),
     PolicySpec(
         "no-world-ingress-across-rules",
-        "No set of a security group's separate ingress rules whose ranges together cover "
-        "0.0.0.0/0 or ::/0 for SSH (22), the Kubernetes API (6443) or the kubelet (10250).",
+        "No set of a security group's separate ingress rules whose ranges together admit more "
+        "than a /16 of public IPv4 or a /48 of IPv6 to SSH (22), the Kubernetes API (6443) or "
+        "the kubelet (10250).",
         check_no_world_ingress_across_rules,
         stack=True,
         config_schema={
@@ -872,8 +952,9 @@ POLICIES: tuple[PolicySpec, ...] = (
     ),
     PolicySpec(
         "no-world-ingress-to-any-port",
-        "No security group ingress from ranges that cover 0.0.0.0/0 or ::/0 to any other port "
-        "or protocol either, unless listed in allowedWorldPorts.",
+        "No security group ingress from ranges that together admit more than a /16 of public "
+        "IPv4 or a /48 of IPv6 to any other port or protocol either, unless listed in "
+        "allowedWorldPorts.",
         check_no_world_ingress_other_ports,
         config_schema={
             "protectedPorts": {
