@@ -268,6 +268,8 @@ class ControlPlane(pulumi.ComponentResource):
             {
                 "FLANNEL_VERSION": pins.FLANNEL_VERSION,
                 "FLANNEL_MANIFEST_SHA256": pins.FLANNEL_MANIFEST_SHA256,
+                "FLANNEL_IMAGE": pins.FLANNEL_IMAGE,
+                "FLANNEL_CNI_PLUGIN_IMAGE": pins.FLANNEL_CNI_PLUGIN_IMAGE,
                 "POD_SUBNET": config.pod_cidr,
                 "NODE_NAME": machine,
             },

@@ -188,6 +188,94 @@ def test_cni_applies_the_pinned_manifest_with_the_pod_cidr_and_waits(flannel):
     assert "flannel v0.27.4 already applied" in second.stderr
 
 
+def _image_lines(text: str) -> list[str]:
+    return [line.split("image:", 1)[1].strip() for line in text.splitlines() if "image:" in line]
+
+
+def test_cni_runs_flannels_images_by_digest(flannel):
+    """Issue 41, finding 6: the checksum-verified manifest names its images by tag; what is
+    applied names each by digest (the CNI plugin's binary runs as root on every node)."""
+    result = flannel.run("install-cni.sh", CNI)
+    assert result.returncode == 0, result.stderr
+    applied = (flannel.state_dir / "kubectl/applied/kube-flannel.yml").read_text()
+    pinned = (CNI["FLANNEL_IMAGE"], CNI["FLANNEL_CNI_PLUGIN_IMAGE"])
+    assert sorted(_image_lines(applied)) == sorted([pinned[0], pinned[1], pinned[0]]), applied
+    assert sorted(_image_lines(FLANNEL_MANIFEST)) != sorted(_image_lines(applied))
+
+
+def test_cni_cluster_running_flannel_by_tag_gets_the_digests(flannel):
+    """A cluster made before the digests runs the release by tag: applied again, once."""
+    tagged = _image_lines(FLANNEL_MANIFEST)  # kube-flannel, then the two init containers
+    flannel.state(
+        "kubectl/daemonsets/kube-flannel/kube-flannel-ds.json",
+        json.dumps(
+            {
+                "metadata": {"name": "kube-flannel-ds", "namespace": "kube-flannel"},
+                "spec": {
+                    "template": {
+                        "spec": {
+                            "initContainers": [{"image": i} for i in tagged[1:]],
+                            "containers": [{"image": tagged[0]}],
+                        }
+                    }
+                },
+            }
+        ),
+    )
+    result = flannel.run("install-cni.sh", CNI)
+    assert result.returncode == 0, result.stderr
+    assert [c for c in result.commands() if " apply " in c], "left flannel running by tag"
+    again = flannel.run("install-cni.sh", CNI)
+    assert not [c for c in again.commands() if " apply " in c], "applied the digests twice"
+
+
+@pytest.mark.parametrize(
+    ("edit", "why"),
+    [
+        (lambda m: m + "---\nkind: DaemonSet\nspec:\n  containers:\n  - image: evil:1\n", "other"),
+        (
+            lambda m: m.replace(
+                "flannel:v0.27.4\n        name: install-cni",
+                "flannel:v0.27.3\n        name: install-cni",
+            ),
+            "another release",
+        ),
+        (
+            lambda m: m.replace(
+                "        image: ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1\n", ""
+            ),
+            "no plugin",
+        ),
+    ],
+    ids=["another image", "flannel at another release", "no CNI plugin"],
+)
+def test_cni_manifest_naming_other_images_is_not_applied(flannel, edit, why):
+    other = edit(FLANNEL_MANIFEST)
+    assert other != FLANNEL_MANIFEST, why
+    flannel.state("curl.body.kube-flannel.yml", other)
+    pinned = hashlib.sha256(other.encode()).hexdigest()
+    result = flannel.run("install-cni.sh", {**CNI, "FLANNEL_MANIFEST_SHA256": pinned})
+    assert result.returncode != 0
+    assert "changed shape" in result.stderr, result.stderr
+    assert not [c for c in result.commands() if " apply " in c], "applied an image by tag"
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("FLANNEL_IMAGE", "ghcr.io/flannel-io/flannel:v0.27.4"),
+        ("FLANNEL_IMAGE", "ghcr.io/flannel-io/flannel:v0.27.3@sha256:" + "f" * 64),
+        ("FLANNEL_IMAGE", "docker.io/evil/flannel:v0.27.4@sha256:" + "f" * 64),
+        ("FLANNEL_CNI_PLUGIN_IMAGE", "ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1"),
+        ("FLANNEL_CNI_PLUGIN_IMAGE", "ghcr.io/flannel-io/flannel:v0.27.4@sha256:" + "f" * 64),
+    ],
+)
+def test_cni_refuses_an_image_not_by_digest(flannel, name, value):
+    result = flannel.run("install-cni.sh", {**CNI, name: value})
+    assert result.returncode != 0 and f"{name} must be" in result.stderr, result.stderr
+    assert not result.called("curl"), "downloaded before checking its inputs"
+
+
 def test_cni_download_retries_then_works(flannel):
     flannel.state("curl.fail", 2)
     result = flannel.run("install-cni.sh", CNI)
@@ -626,7 +714,11 @@ def test_drain_refuses_an_instance_id_that_is_not_one_before_acting(cluster):
     ("script", "required"),
     [
         ("init-control-plane.sh", "CLUSTER_NAME NODE_NAME KUBERNETES_MINOR"),
-        ("install-cni.sh", "FLANNEL_VERSION FLANNEL_MANIFEST_SHA256 POD_SUBNET NODE_NAME"),
+        (
+            "install-cni.sh",
+            "FLANNEL_VERSION FLANNEL_MANIFEST_SHA256 FLANNEL_IMAGE FLANNEL_CNI_PLUGIN_IMAGE "
+            "POD_SUBNET NODE_NAME",
+        ),
         ("read-kubeconfig.sh", "API_SERVER"),
         ("check-version-skew.sh", "KUBERNETES_MINOR"),
         ("drain-node.sh", "NODE_NAME"),

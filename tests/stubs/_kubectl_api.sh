@@ -3,16 +3,23 @@
 # answers and exits, or returns so the stub's Node handling runs.
 
 # _ds_json <manifest>: the first DaemonSet of a manifest as "<ns>/<name> <json>", from the
-# metadata and the first image under `containers:` (initContainers are skipped, as in kubectl's
-# containers[0]).
+# metadata and the images of its pod template's `initContainers:` and `containers:` lists, in
+# their order (kubectl reads the YAML; this stub reads only the lines of those fields, as
+# kustomize writes them: one `image:` per container, under the list it belongs to).
 _ds_json() {
   awk '
+    function list(items, n,   i, text) {
+      text = ""
+      for (i = 1; i <= n; i++) text = text (i > 1 ? ", " : "") "{\"image\": \"" items[i] "\"}"
+      return "[" text "]"
+    }
     function flush() {
       if (kind == "DaemonSet" && name != "") {
         printf "%s/%s {\"metadata\": {\"name\": \"%s\", \"namespace\": \"%s\"}, ", ns, name, name, ns
-        printf "\"spec\": {\"template\": {\"spec\": {\"containers\": [{\"image\": \"%s\"}]}}}}\n", image
+        printf "\"spec\": {\"template\": {\"spec\": {\"initContainers\": %s, ", list(init, ni)
+        printf "\"containers\": %s}}}}\n", list(main, nm)
       }
-      kind = ""; name = ""; ns = "default"; image = ""; in_meta = 0; in_containers = 0
+      kind = ""; name = ""; ns = "default"; in_meta = 0; section = ""; ni = 0; nm = 0
     }
     BEGIN { flush() }
     /^---/ { flush(); next }
@@ -21,8 +28,12 @@ _ds_json() {
     /^[^ ]/ { in_meta = 0 }
     in_meta && /^  name: / { name = $2 }
     in_meta && /^  namespace: / { ns = $2 }
-    /^ +containers:/ { in_containers = 1 }
-    in_containers && image == "" && /^ +(- )?image: / { sub(/^ +(- )?image: /, ""); image = $0 }
+    /^ +containers:/ { section = "main"; next }
+    /^ +initContainers:/ { section = "init"; next }
+    section != "" && /^ +(- )?image: / {
+      sub(/^ +(- )?image: /, "")
+      if (section == "init") init[++ni] = $0; else main[++nm] = $0
+    }
     END { flush() }
   ' "$1"
 }
