@@ -24,7 +24,7 @@ from components.catalog import GpuInstanceType
 from components.hosts import host_keys, pins, rolling, steps
 from components.hosts.remote import Host, Login, machine_host, run_step
 from components.hosts.rolling import DELETE_DRAIN_TIMEOUT_SECONDS
-from components.kube import bootstrap_token
+from components.kube import bootstrap_token, kubelet_serving
 from components.kube.manifests import DEVICE_PLUGIN_NAMESPACE
 from components.kube.validation import expected_allocatable
 from components.labels import POOL_LABEL
@@ -257,6 +257,7 @@ class GpuNode(pulumi.ComponentResource):
     join: command.remote.Command
     change: str  # digest of what the disruptive steps install (components/hosts/rolling.py)
     uncordon: command.remote.Command
+    serving_names: pulumi.Output[str]  # what its kubelet may serve as (kube/kubelet_serving.py)
     _token: bootstrap_token.JoinToken  # made with the join-token row
 
     def __init__(self, name: str, args: GpuNodeArgs, opts: pulumi.ResourceOptions | None = None):
@@ -287,6 +288,18 @@ class GpuNode(pulumi.ComponentResource):
         self.host = machine_host(
             node_name, self.instance, address, args.login, boot_key=host_key, parent=self
         )
+        self.serving_names = kubelet_serving.serving_names(
+            node_name, self.instance.private_dns, self.instance.private_ip
+        )
+        if args.control_plane.machine is not None:
+            # The managed control plane's approver reads them (init-control-plane.sh).
+            kubelet_serving.record(
+                node_name,
+                node_name,
+                self.serving_names,
+                provider=args.control_plane.provider,
+                parent=self,
+            )
         chain = self._bootstrap(args)
         self.join, self.change = chain.join, chain.change
         self.register_outputs(
@@ -477,6 +490,7 @@ class GpuNode(pulumi.ComponentResource):
             params={
                 **rolling.uncordon_params(self.node_name, self.pool, self.change),
                 **labels_and_taints(self.pool, self.instance.id),
+                "SERVING_NAMES": self.serving_names,
             },
             identity={steps.Identity.HOST: self.instance.id},
             after=[self.join, *after],

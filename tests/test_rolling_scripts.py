@@ -47,6 +47,7 @@ def uncordon_params(node: str, max_unavailable: int = 1) -> dict[str, str]:
         # No kubelet serving certificate request to wait for here (tests/test_uncordon_script.py
         # has them).
         "CSR_WAIT_SECONDS": "0",
+        "SERVING_NAMES": f"DNS:{node}\nIP Address:10.42.9.9",
     }
 
 

@@ -18,6 +18,7 @@ import json
 
 import pytest
 
+from tests.helpers import csr
 from tests.sandbox import Sandbox, needs_sandbox
 
 pytestmark = needs_sandbox
@@ -48,6 +49,7 @@ POOL = {
     "POLL_SECONDS": "0",
     "NODE_LABELS": "gpu-cluster.io/pool=a10g,nvidia.com/gpu.present=true,team=ml",
     "NODE_TAINTS": "nvidia.com/gpu=true:NoSchedule,dedicated:NoExecute",
+    "SERVING_NAMES": csr.serving_names(NODE, "ip-10-42-9-9.ec2.internal", "10.42.9.9"),
 }
 # roll-uncordon.sh's steps, as its log and failures number them.
 STEPS = 9
@@ -313,11 +315,13 @@ def test_an_api_error_fails_the_step_naming_it_and_remembers_nothing(cluster, ve
 
 
 def test_the_nodes_serving_certificate_is_approved_once(cluster):
+    own = csr.kubelet_request(NODE, POOL["SERVING_NAMES"])
+    csr.file_request(cluster, "csr-gpu", NODE, own)
+    csr.file_request(cluster, "csr-other", OTHER, csr.request(OTHER, dns=[OTHER]))
     cluster.state(
         "kubectl/csrs",
-        f"csr-gpu system:node:{NODE} {SERVING} \n"
-        f"csr-other system:node:{OTHER} {SERVING} \n"
-        f"csr-client system:node:{NODE} kubernetes.io/kube-apiserver-client-kubelet \n",
+        cluster.state("kubectl/csrs")
+        + f"csr-client system:node:{NODE} kubernetes.io/kube-apiserver-client-kubelet \n",
     )
     result = cluster.run(SCRIPT, POOL)
     assert result.returncode == 0, result.stderr
@@ -327,6 +331,17 @@ def test_the_nodes_serving_certificate_is_approved_once(cluster):
     again = cluster.run(SCRIPT, POOL)
     assert again.returncode == 0, again.stderr
     assert not [c for c in again.commands() if "approve" in c], "approved twice"
+
+
+def test_a_request_for_names_not_the_nodes_stays_pending_and_says_why(cluster):
+    """Issue 41, finding 3: the node asks for the API server's service name too."""
+    bad = csr.request(NODE, dns=[NODE, "kubernetes.default.svc"], ips=["10.42.9.9"])
+    csr.file_request(cluster, "csr-gpu", NODE, bad)
+    result = cluster.run(SCRIPT, POOL)
+    assert result.returncode == 0, result.stderr
+    assert not [c for c in result.commands() if " certificate approve " in c], "approved"
+    assert "not approving kubelet serving certificate request csr-gpu" in result.stderr
+    assert "it names DNS:kubernetes.default.svc" in result.stderr, result.stderr
 
 
 def test_without_a_request_it_says_how_to_approve_later(cluster):

@@ -138,6 +138,10 @@ kubectl_api() {
           ;;
         *) echo "Error from server (NotFound): the server could not find ${raw}" >&2 && exit 1 ;;
       esac
+      if [[ "${args[1]:-}" =~ ^(configmap|configmaps|cm)$ ]]; then
+        _get_object "kubectl/configmaps/${namespace}/${args[2]}.json" \
+          "configmaps \"${args[2]}\"" "${all[@]}"
+      fi
       if [[ "${args[1]:-}" =~ ^(lease|leases)$ ]]; then
         _get_object "kubectl/leases/${namespace}/${args[2]}.json" \
           "leases.coordination.k8s.io \"${args[2]}\"" "${all[@]}"
@@ -153,7 +157,8 @@ kubectl_api() {
       fi
       if [[ "${args[1]:-}" =~ ^(csr|csrs|certificatesigningrequests)$ ]]; then
         # state kubectl/csrs: one "<name> <username> <signerName> <condition>" line per request
-        # (condition empty while pending), served as CertificateSigningRequest objects.
+        # (condition empty while pending), served as CertificateSigningRequest objects, with
+        # spec.usages and spec.request from state kubectl/csr-specs/<name>.json where given.
         if state_has kubectl/csrs-at && ! past "$(state_get kubectl/csrs-at)"; then
           echo '{"kind": "List", "items": []}' | _render_list "${all[@]}"
           exit 0

@@ -3,7 +3,8 @@
 `{.a.b}`, escaped dots (`{.allocatable.nvidia\\.com/gpu}`), filters (`[?(@.type=="Ready")]`,
 `[?(@.spec.signerName=="...")]`), indexes (`[0]`), `[*]`, quoted literals (`{"\\t"}`) and
 `{range <path>}...{end}` (the template between them once per item, its paths read from the
-item). A missing field prints nothing, as kubectl's `get` does.
+item; ranges nest, and `{@}` is the item itself). A missing field prints nothing, as
+kubectl's `get` does.
 Usage: python3 _kubectl_jsonpath.py '<template>' < object.json
 """
 
@@ -27,6 +28,8 @@ def _lookup(value, dotted: str):
 
 
 def evaluate(path: str, document):
+    if path == "@":  # the current item of a range
+        return [document]
     values = [document]
     position = 0
     while position < len(path):

@@ -16,6 +16,9 @@
 #   CHANGE                 digest of the disruptive steps; a new one re-runs this step (required)
 #   NODE_LABELS            comma-separated key=value labels the pool wants (may be empty)
 #   NODE_TAINTS            comma-separated key=value:Effect or key:Effect taints (may be empty)
+#   SERVING_NAMES          the names the node's kubelet may serve as, one a line, as openssl
+#                          prints them ("DNS:<node name>", "DNS:<private DNS name>",
+#                          "IP Address:<private IP>"): the program's, not the kubelet's (required)
 #   CSR_WAIT_SECONDS       how long to look for the kubelet's serving certificate request
 #                          (default 10: a Ready kubelet has filed it already)
 set -Eeuo pipefail
@@ -28,8 +31,9 @@ fi
 ADMIN_CONF=/etc/kubernetes/admin.conf
 
 check_inputs() {
-  require_vars POOL_NAME MAX_UNAVAILABLE READY_TIMEOUT_SECONDS CHANGE
+  require_vars POOL_NAME MAX_UNAVAILABLE READY_TIMEOUT_SECONDS CHANGE SERVING_NAMES
   require_node_name
+  require_serving_names
   [[ "${MAX_UNAVAILABLE}" =~ ^[1-9][0-9]*$ ]] ||
     fatal "MAX_UNAVAILABLE must be a whole number of at least 1, got '${MAX_UNAVAILABLE}'"
   [[ "${READY_TIMEOUT_SECONDS}" =~ ^[0-9]+$ ]] ||
@@ -149,7 +153,9 @@ remember_labels_and_taints() {
 }
 
 approve_serving_certificate() {
-  approve_kubelet_serving_csr "${NODE_NAME}" "${CSR_WAIT_SECONDS:-10}"
+  local -a names
+  mapfile -t names <<<"${SERVING_NAMES}"
+  approve_kubelet_serving_csr "${NODE_NAME}" "${CSR_WAIT_SECONDS:-10}" "${names[@]}"
 }
 
 # Earlier releases minted a token per join that never expired (kubeadm token create --ttl 0s)
