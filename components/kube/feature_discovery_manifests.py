@@ -4,12 +4,8 @@
 - GFD runs from the device plugin's own image at its release, as NVIDIA's chart deploys it, and
   publishes through NFD's NodeFeature API: no NFD worker, no host directory.
 - The NFD master (pinned to the release NVIDIA's chart depends on) labels the Nodes, admitting
-  the `nvidia.com` namespace; it runs unprivileged at Pod Security `restricted`, on the control
-  plane only (its token may patch every Node: never on a GPU node), reads NodeFeature objects of
-  GFD's namespace only and never overwrites a label it did not set.
-- A ValidatingAdmissionPolicy lets a pod's service account write only NodeFeature objects of
-  the node that pod runs on (its token's `authentication.kubernetes.io/node-name`), so GFD's
-  token on one GPU node cannot label another.
+  `nvidia.com`; unprivileged, on the control plane only, reading GFD's namespace only.
+- A ValidatingAdmissionPolicy lets a pod write only its own node's NodeFeature object.
 - The NFD API's three CustomResourceDefinitions, whose schemas accept any fields.
 
 Why: docs/decisions/013-gpu-feature-discovery-through-the-nodefeature-api.md
