@@ -399,3 +399,27 @@ def run_local_command(
         timeout=timeout,
         check=False,
     )
+
+
+def runs_nothing(graph: Graph, workdir: Path) -> int:
+    """Assert that no hostile value of `graph` runs: each shell text holding a canary-carrying
+    value holds it in a step program's parameters only, which run in `workdir` without effect;
+    a local Command's environment holds it as plain words only; no other shell text holds it.
+    Returns how many texts held one."""
+    held = 0
+    for text in shell_texts(graph):
+        if MARKER not in text.text:
+            continue
+        held += 1
+        where = f"{text.resource} {text.where}"
+        if text.where in ("stdin", "delete"):
+            block = inputs_block(text.text)
+            assert MARKER not in text.text.replace(block, "", 1), f"{where}: outside the inputs"
+            ran = run_inputs(text.text, workdir)
+            assert ran.returncode == 0, (where, ran.stderr)
+        elif text.where.startswith("environment."):
+            assert shell_word(text.text), f"{where}: {text.text!r} reaches a local shell"
+        else:
+            raise AssertionError(f"{where}: a hostile value in a shell text: {text.text[:200]!r}")
+    assert not canary_path(workdir).exists(), "a hostile value ran"
+    return held
