@@ -102,9 +102,9 @@ pin_images() {
     { print > out }
     END { printf "%d %d%s\n", f, p, other }' "${file}")"
   [[ "${counts}" == "2 1" ]] ||
-    fatal "expected the flannel ${FLANNEL_VERSION} manifest to run ${FLANNEL_REPOSITORY}:" \
-      "${FLANNEL_VERSION} twice and ${CNI_PLUGIN_REPOSITORY} once and nothing else; found" \
-      "'${counts}' (flannel, plugin, others); $(manifest_url) changed shape"
+    fatal "expected the flannel ${FLANNEL_VERSION} manifest to run" \
+      "${FLANNEL_REPOSITORY}:${FLANNEL_VERSION} twice and ${CNI_PLUGIN_REPOSITORY} once and" \
+      "nothing else; found '${counts}' (flannel, plugin, others); $(manifest_url) changed shape"
   mv "${pinned}" "${file}"
   log "flannel's images pinned by digest: ${FLANNEL_IMAGE}, ${FLANNEL_CNI_PLUGIN_IMAGE}"
 }
