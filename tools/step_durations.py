@@ -94,6 +94,12 @@ COMMON: dict[str, Duration] = {
     "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole": _d(1.0, "assumption: one API call"),
     "kubernetes:rbac.authorization.k8s.io/v1:Role": _d(1.0, "assumption: one API call"),
     "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding": _d(1.0, "assumption: one API call"),
+    "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy": _d(
+        1.0, "assumption: one API call"
+    ),
+    "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding": _d(
+        1.0, "assumption: one API call"
+    ),
     "kubernetes:apiextensions.k8s.io/v1:CustomResourceDefinition": _d(
         2.0, "pulumi-k8s-await: the CRD's Established condition; assumption 2 s"
     ),
