@@ -72,7 +72,11 @@ def test_an_existing_host_registers_with_its_host_id(gpu_host):
     assert result.returncode == 0, result.output
     node = json.loads(gpu_host.state(f"kubectl/nodes/{NODE}.json"))
     assert node["spec"]["providerID"] == f"gpu-cluster:///{HOST_ID}", node
-    assert node["metadata"]["labels"]["gpu-cluster.io/instance-id"] == HOST_ID, node
+    # Its identity is the providerID (what the node hooks read, nodes.machine_of); the
+    # instance-id label is the control plane's to set once the node is proven (decision 059).
+    assert "gpu-cluster.io/instance-id" not in node["metadata"].get("labels", {}), node
+    taints = {(t["key"], t["effect"]) for t in node["spec"].get("taints", [])}
+    assert ("gpu-cluster.io/unproven", "NoSchedule") in taints, node
 
 
 @pytest.mark.parametrize(
