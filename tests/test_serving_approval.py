@@ -237,3 +237,20 @@ def test_an_existing_hosts_names_are_its_node_and_its_configured_address():
 @pytest.fixture(scope="module")
 def dev_graph():
     return run_program("dev")
+
+
+def test_a_request_cut_anywhere_is_refused_never_a_traceback():
+    """Each prefix of a good request's DER (and a body of base64 that is no DER at all) gives a
+    problem, not an exception: the hook must say why, whatever a node files."""
+    import base64
+
+    pem = base64.b64decode(csr.kubelet_request(NODE, NAMES)).decode()
+    der = base64.b64decode("".join(pem.strip().splitlines()[1:-1]))
+    known = certificates.known_names(NAMES)
+    for end in range(len(der)):
+        body = base64.b64encode(der[:end]).decode()
+        text = f"-----BEGIN CERTIFICATE REQUEST-----\n{body}\n-----END CERTIFICATE REQUEST-----\n"
+        spec = {"usages": csr.USAGES, "request": base64.b64encode(text.encode()).decode()}
+        assert certificates.serving_problem({"spec": spec}, NODE, known), end
+    whole = {"usages": csr.USAGES, "request": csr.kubelet_request(NODE, NAMES)}
+    assert certificates.serving_problem({"spec": whole}, NODE, known) == ""

@@ -145,6 +145,8 @@ def parse(request_b64: str) -> Request:
             continue
         for _seq2, extension in _items(_one(values, 0x30)):
             parts = _items(extension)
+            if len(parts) not in (2, 3) or parts[0][0] != 0x06:
+                raise Malformed("an extension is not (id, [critical], value)")
             extension_id = _oid(parts[0][1])
             if extension_id != _SUBJECT_ALT_NAME:
                 other.append(f"extension {extension_id}")
