@@ -27,7 +27,7 @@ from components.aws.network import Network, tcp_port_rule
 from components.hosts import fan_in, host_keys, pins, steps
 from components.hosts.remote import Host, Login, machine_host, run_step, ssh_host
 from components.images.control_plane_image import install_steps
-from components.kube import certificates, manifests
+from components.kube import certificates, kubelet_serving, manifests
 from components.settings import (
     SUPPORTED_KUBERNETES_MINORS,
     ExistingControlPlane,
@@ -180,6 +180,18 @@ class ControlPlane(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(self.ready)),
         )
         self.operator_kubeconfig = self._operator_access(core)
+        if core.machine is not None:
+            # The names its own kubelet renews its serving certificate for (the timer reads
+            # them; init approved the first request with the same names).
+            kubelet_serving.record(
+                f"{name}-control-plane",
+                f"{name}-control-plane",
+                kubelet_serving.serving_names(
+                    f"{name}-control-plane", core.machine.private_dns, core.machine.private_ip
+                ),
+                provider=self.provider,
+                parent=self,
+            )
         self.register_outputs(
             {
                 "endpoint": self.endpoint,
@@ -269,6 +281,9 @@ class ControlPlane(pulumi.ComponentResource):
                 "POD_SUBNET": config.pod_cidr,
                 "SERVICE_SUBNET": config.service_cidr,
                 "CERT_SANS": cert_sans,
+                "SERVING_NAMES": kubelet_serving.serving_names(
+                    machine, instance.private_dns, private_ip
+                ),
             },
             after=[kube_tools],
         )
@@ -277,6 +292,8 @@ class ControlPlane(pulumi.ComponentResource):
             {
                 "FLANNEL_VERSION": pins.FLANNEL_VERSION,
                 "FLANNEL_MANIFEST_SHA256": pins.FLANNEL_MANIFEST_SHA256,
+                "FLANNEL_IMAGE": pins.FLANNEL_IMAGE,
+                "FLANNEL_CNI_PLUGIN_IMAGE": pins.FLANNEL_CNI_PLUGIN_IMAGE,
                 "POD_SUBNET": config.pod_cidr,
                 "NODE_NAME": machine,
             },

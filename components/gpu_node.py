@@ -326,6 +326,7 @@ class GpuNode(pulumi.ComponentResource):
     change: str  # digest of what the disruptive steps install (components/hosts/rolling.py)
     in_service: command.remote.Command
     _hooks: node_hooks.NodeHooks
+    _records_serving_names: bool  # the put in service records them (a managed control plane)
     _token: bootstrap_token.JoinToken  # made with the join-token row
 
     def __init__(self, name: str, args: GpuNodeArgs, opts: pulumi.ResourceOptions | None = None):
@@ -344,6 +345,10 @@ class GpuNode(pulumi.ComponentResource):
         self.instance = self.machine.instance
         self.efa_interfaces = list(self.machine.efa_interfaces)
         self.host = self.machine.host
+        # A managed control plane's approver timer reads the names the kubelet may serve as
+        # when it renews its certificate: the put in service records them (kube/api/
+        # certificates.py `record`).
+        self._records_serving_names = args.control_plane.machine is not None
         chain = self._bootstrap(args)
         self.join, self.change = chain.join, chain.change
         self.register_outputs({"nodeName": node_name, **self.machine.outputs})
@@ -470,7 +475,12 @@ class GpuNode(pulumi.ComponentResource):
             self.node_name,
             host=self.host,
             environment=in_service_environment(
-                self.node_name, self.pool, self.machine.id, self.change
+                self.node_name,
+                self.pool,
+                self.machine.id,
+                self.change,
+                self.machine.serving_names,
+                records_serving_names=self._records_serving_names,
             ),
             hooks=self._hooks.in_service_binding(),
             after=[self.join, *after],

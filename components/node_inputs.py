@@ -90,10 +90,15 @@ def in_service_environment(
     pool: NodePool | HostsNodePool,
     machine_id: pulumi.Input[str],
     change: str,
+    serving_names: pulumi.Input[str],
+    *,
+    records_serving_names: bool,
 ) -> dict[str, pulumi.Input[str]]:
     """What `<node>-in-service` carries for its hook (node_hooks.InServiceInputs reads it): the
     Node and its machine (an instance id, or an existing host's id), the labels and taints the
-    control plane owns, the roll's change and the pool's slots."""
+    control plane owns, the roll's change, the pool's slots, the names its kubelet may serve as
+    (components/kube/kubelet_serving.py) and whether the hook records them for a managed
+    control plane's approver."""
     return {
         "NODE_NAME": node_name,
         "INSTANCE_ID": machine_id,
@@ -105,6 +110,8 @@ def in_service_environment(
         "NODE_TAINTS": taint_list(pool.taints),
         "CHANGE": change,
         "READY_TIMEOUT_SECONDS": str(READY_TIMEOUT_SECONDS),
+        "SERVING_NAMES": serving_names,
+        "RECORD_SERVING_NAMES": "true" if records_serving_names else "false",
     }
 
 

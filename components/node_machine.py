@@ -25,6 +25,7 @@ import pulumi_aws as aws
 from components.aws import fabric, machines
 from components.hosts import host_keys, steps
 from components.hosts.remote import Host, Login, machine_host, ssh_host
+from components.kube import kubelet_serving
 from components.labels import POOL_LABEL
 from components.node_inputs import provider_id
 from components.settings import NodePool
@@ -51,12 +52,14 @@ class NodeMachine:
     `first` maps step-table names to what the first rows follow (`steps.INSTANCE`: the EC2
     instance; nothing for an existing host); `deleted_with` goes when the node goes (a drain's
     delete hook is skipped with it while the control plane is unreachable); `outputs` are what
-    GpuNode registers about it; `instance` and `efa_interfaces` are an EC2 machine's."""
+    GpuNode registers about it; `instance` and `efa_interfaces` are an EC2 machine's;
+    `serving_names` what its kubelet may serve as (components/kube/kubelet_serving.py)."""
 
     id: pulumi.Input[str]
     host: Host
     provider_id: pulumi.Input[str]
     deleted_with: pulumi.Resource
+    serving_names: pulumi.Input[str]
     first: Mapping[str, pulumi.Resource] = field(default_factory=dict)
     outputs: Mapping[str, Any] = field(default_factory=dict)
     instance: aws.ec2.Instance | None = None
@@ -105,6 +108,7 @@ def existing_host(
         host=reach,
         provider_id=host_provider_id(identity),
         deleted_with=reach.scripts(parent),
+        serving_names=kubelet_serving.host_serving_names(node_name, host.address),
         outputs={"hostId": identity, "address": host.address},
     )
 
@@ -148,6 +152,9 @@ def launched(
         host=host,
         provider_id=provider_id(instance),
         deleted_with=instance,
+        serving_names=kubelet_serving.serving_names(
+            node_name, instance.private_dns, instance.private_ip
+        ),
         first={steps.INSTANCE: instance},
         outputs={"instanceId": instance.id, "privateIp": instance.private_ip},
         instance=instance,

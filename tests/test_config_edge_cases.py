@@ -652,7 +652,7 @@ def test_user_spreads_small_pools_that_all_start_in_the_first_subnet():
     ids=["bastion", "control-plane"],
 )
 def test_user_names_a_login_user_that_is_no_unix_user(key, config, stack):
-    assert "Unix user name" in _problem(key, stack=stack, config=config)
+    assert "a login name like ubuntu" in _problem(key, stack=stack, config=config)
 
 
 def test_user_brings_an_existing_vpc_with_one_subnet():
@@ -733,12 +733,46 @@ def test_user_sets_a_passphrase_protected_key(key):
     assert key.splitlines()[1] not in str(caught.value), "key material in the message"
 
 
-# Public keys as `ssh-keygen -t rsa` and `-t ed25519` print them (comments with spaces kept).
+# Public keys as `ssh-keygen -t rsa -b 3072` and `-t ed25519` print them (comments with spaces
+# kept).
 RSA_PUBLIC_KEY = (
+    "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABgQCXt9QvEort5DnifkhiUVVsurOqNp3u+ULu3KwSeSsPNCspWpnPK5dX"
+    "r26wH7GmBRE37saSCA+acINd11JQU6AOT/4wH5j6dqOwCUi9ebYFaHyTqnBwkGK1+83BlGB40gBSbg5xAiM0AtN/lXZ3"
+    "ncFCwHK/OYaT4NQ4JpHZQsb72fS427UBNztJQLKCtvAos1U9r+zNESalZvmLGEt98pMiVO2jzU9s0kfWtkj3476Z8rWZ"
+    "A0zOZfrUL2gsNdbaPkLI9EFiyjU2sIIj1CfRFTOjtZA1MO3hlHSngyrp7qJsOX0MP0LszVtJSSvCST5JpOV0VgM670We"
+    "tdyLlPalP2kSgBNNOVvogwD/oT34s9Th0R//rVNKBVM1sL6IRzpSVxfbWc67LDyEJkgsI18ywYYsTruWticsOjpswsUS"
+    "9hShiq3dDj2pMNHo2lzMVK1yrOkN1N8m4hhzCQilLe2sergqvmsE3OTx+1wpLZBXEo+MxTu2I3n+GJlcdzOxvGEOWp8= "
+    "ops team@laptop"
+)
+# `ssh-keygen -t rsa -b 2048` and `-b 1024`: RSA keys below 3072 bits.
+RSA_2048_PUBLIC_KEY = (
+    "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQD1MSJeau0vilHhFGuo8X67lBiBADnJWpFhJS45nkNo3RY5K1QoMZPMa"
+    "1RoYQ9utdZfZ1deNyx1BpYMPEJs2cZ+P2Unug+GzbRSgj3cYnKZQH04D5JCtPztuIjGJp9RG01iKFHZBfT+Wp1jhFaH5"
+    "JxMLeGTcvwG7VII6dEdMEVhJ1GTub9Xjz3XGS5gkQtirqml1iRbEGHBPUq9d3CViTTmCbt2Gbi5VlEonjul9dHZp9ndK"
+    "SujoniIi5IN1/X25Xg+w/nDzW18w6q2IJchbd+sV/TSbil0YeXZTVhd7sDXHOTh/N/emDiQJETtaoqAop+oGzu2K5Qjq"
+    "I7ei1u99V3n ops@example"
+)
+RSA_1024_PUBLIC_KEY = (
     "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAAAgQDXTNs8HIeyub2cbnGotZOReeOKtAyHDZI0ON/uQuXYvj267EsDM1Uf"
     "Zjz6e+h/rsD6qqjUV3CXz7unCPJ8beapIloK1M0Qx1wTbusMqQDSTMzWAKovxFHgywb3ZvN4iA4fs7IVr9W5/PN261p"
     "xQuuqPY98ms5QKy/MQzAREt0UhQ== ops team@laptop"
 )
+
+
+def _padded_rsa_key(public_key: str, zeros: int) -> str:
+    """`public_key` (ssh-rsa) with its modulus mpint led by `zeros` zero bytes: as long as a
+    larger key, the same number."""
+    blob = base64.b64decode(public_key.split()[1])
+    fields, at = [], 0
+    while at < len(blob):
+        length = int.from_bytes(blob[at : at + 4], "big")
+        fields.append(blob[at + 4 : at + 4 + length])
+        at += 4 + length
+    fields[2] = b"\0" * zeros + fields[2]
+    padded = b"".join(len(f).to_bytes(4, "big") + f for f in fields)
+    return f"ssh-rsa {base64.b64encode(padded).decode()} ops@example"
+
+
 ED25519_PUBLIC_KEY = (
     "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAINs2Dxzfq9kRrQHiqtRbPBP2tOjA6R6zrl7yywi4+pz1 ops@example"
 )
@@ -750,6 +784,21 @@ def test_user_sets_a_login_key_ec2_imports(key):
     replace them."""
     ssh = {"user": "ubuntu", "publicKey": key}
     assert load_stack_settings(config={"ssh": ssh}).ssh.public_key == key
+
+
+@pytest.mark.parametrize(
+    ("key", "bits"),
+    [
+        (RSA_2048_PUBLIC_KEY, 2048),
+        (RSA_1024_PUBLIC_KEY, 1024),
+        (_padded_rsa_key(RSA_1024_PUBLIC_KEY, 300), 1024),
+    ],
+    ids=["rsa-2048", "rsa-1024", "rsa-1024-padded-to-3072-bits-of-text"],
+)
+def test_user_sets_an_rsa_login_key_under_3072_bits(key, bits):
+    """Judged by the modulus the key holds, not by the length of its text."""
+    expected = _problem("ssh.publicKey", config={"ssh": {"user": "ubuntu", "publicKey": key}})
+    assert f"at least 3072 bits (this one has {bits})" in expected, expected
 
 
 def test_user_pastes_the_public_key_as_the_private_key():

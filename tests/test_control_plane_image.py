@@ -6,6 +6,8 @@ and builds nothing."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from components import gpu_node
@@ -207,8 +209,22 @@ def test_gpu_images_of_a_managed_stack_hold_flannel_and_of_an_existing_one_not()
         assert all((ref in key.images) is holds for ref in pins.FLANNEL_IMAGES), (stack, key)
 
 
-def test_flannel_images_are_the_pinned_release():
-    assert f"ghcr.io/flannel-io/flannel:{pins.FLANNEL_VERSION}" in pins.FLANNEL_IMAGES
+def test_flannel_images_are_the_pinned_release_by_digest():
+    """Issue 41, finding 6: what the control plane's CNI runs (and the images hold) is named by
+    digest, the flannel image at the release whose manifest is pinned."""
+    assert pins.FLANNEL_IMAGE.startswith(f"ghcr.io/flannel-io/flannel:{pins.FLANNEL_VERSION}@")
+    assert pins.FLANNEL_CNI_PLUGIN_IMAGE.startswith("ghcr.io/flannel-io/flannel-cni-plugin:")
+    for ref in pins.FLANNEL_IMAGES:
+        assert re.fullmatch(r"[a-z0-9./-]+:[A-Za-z0-9._-]+@sha256:[0-9a-f]{64}", ref), ref
+
+
+def test_the_control_planes_cni_step_gets_flannels_digests():
+    graph = run_program("dev")
+    (cni,) = [r for r in graph.of_type("command:remote:Command") if r.name.endswith("-cni")]
+    assert param_line(cni, "FLANNEL_IMAGE") == f"FLANNEL_IMAGE={pins.FLANNEL_IMAGE}", cni.urn
+    assert param_line(cni, "FLANNEL_CNI_PLUGIN_IMAGE") == (
+        f"FLANNEL_CNI_PLUGIN_IMAGE={pins.FLANNEL_CNI_PLUGIN_IMAGE}"
+    ), cni.urn
 
 
 def test_both_images_pass_the_policy_pack():

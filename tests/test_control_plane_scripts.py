@@ -13,13 +13,16 @@ import base64
 import hashlib
 import json
 import re
+import shlex
 import stat
 from pathlib import Path
 
 import pytest
 import yaml
 
+from components.hosts.rendering import SCRIPTS_DIR
 from components.settings import SUPPORTED_KUBERNETES_MINORS
+from tests.helpers import csr
 from tests.helpers.control_plane_host import (
     ADMIN_KEY,
     ADMIN_KUBECONFIG,
@@ -174,6 +177,94 @@ def test_cni_applies_the_pinned_manifest_with_the_pod_cidr_and_waits(flannel):
     assert not second.called("curl"), "downloaded the manifest again"
     assert not [c for c in second.commands() if " apply " in c], "applied again"
     assert "flannel v0.27.4 already applied" in second.stderr
+
+
+def _image_lines(text: str) -> list[str]:
+    return [line.split("image:", 1)[1].strip() for line in text.splitlines() if "image:" in line]
+
+
+def test_cni_runs_flannels_images_by_digest(flannel):
+    """Issue 41, finding 6: the checksum-verified manifest names its images by tag; what is
+    applied names each by digest (the CNI plugin's binary runs as root on every node)."""
+    result = flannel.run("install-cni.sh", CNI)
+    assert result.returncode == 0, result.stderr
+    applied = (flannel.state_dir / "kubectl/applied/kube-flannel.yml").read_text()
+    pinned = (CNI["FLANNEL_IMAGE"], CNI["FLANNEL_CNI_PLUGIN_IMAGE"])
+    assert sorted(_image_lines(applied)) == sorted([pinned[0], pinned[1], pinned[0]]), applied
+    assert sorted(_image_lines(FLANNEL_MANIFEST)) != sorted(_image_lines(applied))
+
+
+def test_cni_cluster_running_flannel_by_tag_gets_the_digests(flannel):
+    """A cluster made before the digests runs the release by tag: applied again, once."""
+    tagged = _image_lines(FLANNEL_MANIFEST)  # kube-flannel, then the two init containers
+    flannel.state(
+        "kubectl/daemonsets/kube-flannel/kube-flannel-ds.json",
+        json.dumps(
+            {
+                "metadata": {"name": "kube-flannel-ds", "namespace": "kube-flannel"},
+                "spec": {
+                    "template": {
+                        "spec": {
+                            "initContainers": [{"image": i} for i in tagged[1:]],
+                            "containers": [{"image": tagged[0]}],
+                        }
+                    }
+                },
+            }
+        ),
+    )
+    result = flannel.run("install-cni.sh", CNI)
+    assert result.returncode == 0, result.stderr
+    assert [c for c in result.commands() if " apply " in c], "left flannel running by tag"
+    again = flannel.run("install-cni.sh", CNI)
+    assert not [c for c in again.commands() if " apply " in c], "applied the digests twice"
+
+
+@pytest.mark.parametrize(
+    ("edit", "why"),
+    [
+        (lambda m: m + "---\nkind: DaemonSet\nspec:\n  containers:\n  - image: evil:1\n", "other"),
+        (
+            lambda m: m.replace(
+                "flannel:v0.27.4\n        name: install-cni",
+                "flannel:v0.27.3\n        name: install-cni",
+            ),
+            "another release",
+        ),
+        (
+            lambda m: m.replace(
+                "        image: ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1\n", ""
+            ),
+            "no plugin",
+        ),
+    ],
+    ids=["another image", "flannel at another release", "no CNI plugin"],
+)
+def test_cni_manifest_naming_other_images_is_not_applied(flannel, edit, why):
+    other = edit(FLANNEL_MANIFEST)
+    assert other != FLANNEL_MANIFEST, why
+    flannel.state("curl.body.kube-flannel.yml", other)
+    pinned = hashlib.sha256(other.encode()).hexdigest()
+    result = flannel.run("install-cni.sh", {**CNI, "FLANNEL_MANIFEST_SHA256": pinned})
+    assert result.returncode != 0
+    assert "changed shape" in result.stderr, result.stderr
+    assert not [c for c in result.commands() if " apply " in c], "applied an image by tag"
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("FLANNEL_IMAGE", "ghcr.io/flannel-io/flannel:v0.27.4"),
+        ("FLANNEL_IMAGE", "ghcr.io/flannel-io/flannel:v0.27.3@sha256:" + "f" * 64),
+        ("FLANNEL_IMAGE", "docker.io/evil/flannel:v0.27.4@sha256:" + "f" * 64),
+        ("FLANNEL_CNI_PLUGIN_IMAGE", "ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1"),
+        ("FLANNEL_CNI_PLUGIN_IMAGE", "ghcr.io/flannel-io/flannel:v0.27.4@sha256:" + "f" * 64),
+    ],
+)
+def test_cni_refuses_an_image_not_by_digest(flannel, name, value):
+    result = flannel.run("install-cni.sh", {**CNI, name: value})
+    assert result.returncode != 0 and f"{name} must be" in result.stderr, result.stderr
+    assert not result.called("curl"), "downloaded before checking its inputs"
 
 
 def test_cni_download_retries_then_works(flannel):
@@ -471,7 +562,11 @@ def test_skew_with_the_api_down_fails_clearly(cluster):
     ("script", "required"),
     [
         ("init-control-plane.sh", "CLUSTER_NAME NODE_NAME KUBERNETES_MINOR"),
-        ("install-cni.sh", "FLANNEL_VERSION FLANNEL_MANIFEST_SHA256 POD_SUBNET NODE_NAME"),
+        (
+            "install-cni.sh",
+            "FLANNEL_VERSION FLANNEL_MANIFEST_SHA256 FLANNEL_IMAGE FLANNEL_CNI_PLUGIN_IMAGE "
+            "POD_SUBNET NODE_NAME",
+        ),
         ("read-kubeconfig.sh", "API_SERVER"),
         ("check-version-skew.sh", "KUBERNETES_MINOR"),
     ],
@@ -609,13 +704,11 @@ def _csrs(*lines: str) -> str:
 
 
 def test_init_approves_only_its_own_kubelets_serving_certificate(sandbox):
-    sandbox.state(
-        "kubectl/csrs",
-        _csrs(
-            f"csr-own system:node:{CP_NAME} {SERVING} ",
-            f"csr-other system:node:{NODE} {SERVING} ",
-            f"csr-client system:node:{CP_NAME} kubernetes.io/kube-apiserver-client-kubelet ",
-        ),
+    own = csr.kubelet_request(CP_NAME, INIT["SERVING_NAMES"])
+    csr.file_request(sandbox, "csr-own", CP_NAME, own)
+    csr.file_request(sandbox, "csr-other", NODE, own)
+    csr.file_request(
+        sandbox, "csr-client", CP_NAME, own, usages=["digital signature", "client auth"]
     )
     result = sandbox.run("init-control-plane.sh", INIT)
     assert result.returncode == 0, result.stderr
@@ -624,13 +717,52 @@ def test_init_approves_only_its_own_kubelets_serving_certificate(sandbox):
     states = dict(line.split(" ", 1) for line in sandbox.state("kubectl/csrs").splitlines())
     assert states["csr-own"].endswith("Approved") and not states["csr-other"].endswith("Approved")
     # A re-run of an initialized cluster neither waits for nor approves anything.
-    sandbox.state("kubectl/csrs", _csrs(f"csr-later system:node:{CP_NAME} {SERVING} "))
+    sandbox.state("kubectl/csrs", "")
+    csr.file_request(sandbox, "csr-later", CP_NAME, own)
     again = sandbox.run("init-control-plane.sh", {**INIT, "CSR_WAIT_SECONDS": "600"})
     assert again.returncode == 0, again.stderr
     assert not [c for c in again.commands() if "certificate approve" in c], again.commands()
     assert not again.called(
         "kubectl", "--kubeconfig=/etc/kubernetes/admin.conf", "--request-timeout=30s", "get", "csr"
     )
+
+
+# Requests a compromised node could file, with what makes each one not its own (issue 41,
+# finding 3): a cluster-CA-signed serverAuth certificate for any of these names would let it
+# stand in for the API server or another node.
+COMMON = SCRIPTS_DIR / "lib" / "common.sh"
+NODE_DNS = "ip-10-42-9-9.us-west-2.compute.internal"
+NODE_IP = "10.42.9.9"
+NODE_NAMES = csr.serving_names(NODE, NODE_DNS, NODE_IP)
+HOSTILE_REQUESTS = csr.hostile_requests(NODE, NODE_IP, PRIVATE_IP)
+
+
+def _run_check(sandbox: Sandbox, request: str, usages=csr.USAGES) -> str:
+    """What lib/common.sh's kubelet_serving_problem says of a request of NODE."""
+    names = " ".join(shlex.quote(n) for n in NODE_NAMES.splitlines())
+    program = (
+        f"source {shlex.quote(str(COMMON))}\n"
+        f"kubelet_serving_problem {NODE} {shlex.quote(','.join(usages) + ',')} "
+        f"{shlex.quote(request)} {names}\n"
+    )
+    result = sandbox.run_text(program)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def test_the_request_check_takes_the_nodes_own_request(sandbox):
+    good = csr.request(NODE, dns=[NODE, NODE_DNS], ips=[NODE_IP])
+    assert _run_check(sandbox, good) == ""
+    assert _run_check(sandbox, csr.request(NODE, dns=[NODE], ips=[NODE_IP])) == ""
+    rsa = ["digital signature", "key encipherment", "server auth"]
+    assert _run_check(sandbox, good, rsa) == ""
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_REQUESTS))
+def test_the_request_check_refuses_what_is_not_the_nodes_own(sandbox, case):
+    request, usages = HOSTILE_REQUESTS[case]
+    problem = _run_check(sandbox, request, usages or csr.USAGES)
+    assert problem, f"{case}: would be approved"
 
 
 APPROVER = "/usr/local/sbin/gpu-cluster-approve-kubelet-serving"
@@ -656,22 +788,38 @@ def test_init_installs_a_timer_that_approves_the_serving_certificates_of_nodes(s
     assert not again.called("systemctl", "enable"), again.commands()
 
 
-def test_the_timer_approves_pending_serving_requests_of_registered_nodes_only(sandbox):
+def _record_names(sandbox: Sandbox, node: str, names: str) -> None:
+    """The ConfigMap the program writes for a machine (components/kube/kubelet_serving.py)."""
+    sandbox.state(
+        f"kubectl/configmaps/kube-system/gpu-cluster-serving-{node}.json",
+        json.dumps(
+            {
+                "metadata": {"name": f"gpu-cluster-serving-{node}", "namespace": "kube-system"},
+                "data": {"subjectAltNames": names},
+            }
+        ),
+    )
+
+
+def test_the_timer_approves_pending_serving_requests_for_the_recorded_names_only(sandbox):
     """Each request made by a Node's own identity (system:node:<name>) for a kubelet serving
-    certificate, pending, of a Node that is registered: approved. Not a client certificate, not
-    a request of a name no Node has (anyone holding a bootstrap token could ask as any name),
-    not one approved already, not one of another user."""
+    certificate, pending, for the names the program recorded for that machine: approved. Not a
+    client certificate, not a request of a name with no record (anyone holding a bootstrap
+    token could ask as any name), not one for another name, not one approved already, not one
+    of another user; each one left pending says why."""
     assert sandbox.run("init-control-plane.sh", INIT).returncode == 0
-    sandbox.state(f"kubectl/nodes/{NODE}.json", node_json(NODE, "True"))
+    _record_names(sandbox, NODE, NODE_NAMES)
+    sandbox.state("kubectl/csrs", "")
+    own = csr.request(NODE, dns=[NODE], ips=[NODE_IP])
+    csr.file_request(sandbox, "csr-gpu", NODE, own)
+    csr.file_request(sandbox, "csr-ghost", "dev-gpu-a10g-9", csr.request("dev-gpu-a10g-9"))
+    csr.file_request(sandbox, "csr-api", NODE, HOSTILE_REQUESTS["the API's address"][0])
+    csr.file_request(sandbox, "csr-client", NODE, own, usages=["digital signature", "client auth"])
     sandbox.state(
         "kubectl/csrs",
-        _csrs(
-            f"csr-gpu system:node:{NODE} {SERVING} ",
-            f"csr-ghost system:node:dev-gpu-a10g-9 {SERVING} ",
-            f"csr-client system:node:{NODE} kubernetes.io/kube-apiserver-client-kubelet ",
-            f"csr-done system:node:{CP_NAME} {SERVING} Approved",
-            f"csr-user alice {SERVING} ",
-        ),
+        sandbox.state("kubectl/csrs")
+        + csr.line("csr-done", CP_NAME, "Approved")
+        + f"csr-user alice {csr.SERVING} \n",
     )
     result = sandbox.run_text(f"{APPROVER}\n")
     assert result.returncode == 0, result.stderr
@@ -679,7 +827,13 @@ def test_the_timer_approves_pending_serving_requests_of_registered_nodes_only(sa
     assert [a.rsplit(" ", 1)[1] for a in approvals] == ["csr-gpu"], result.commands()
     states = dict(line.split(" ", 1) for line in sandbox.state("kubectl/csrs").splitlines())
     assert states["csr-gpu"].endswith("Approved"), states
-    assert not states["csr-ghost"].endswith("Approved"), states
+    for pending in ("csr-ghost", "csr-api", "csr-client"):
+        assert not states[pending].endswith("Approved"), states
+    assert "not approving csr-ghost of dev-gpu-a10g-9: no record of its names" in result.stdout
+    assert f"not approving csr-api of {NODE}, it stays pending: it names IP Address:" in (
+        result.stdout
+    )
+    assert "not approving csr-client" in result.stdout, result.stdout
     again = sandbox.run_text(f"{APPROVER}\n")
     assert again.returncode == 0, again.stderr
     assert not [c for c in again.commands() if " certificate approve " in c], "approved twice"

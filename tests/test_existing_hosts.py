@@ -290,7 +290,13 @@ def test_a_hosts_pool_beside_ec2_pools_changes_nothing_of_theirs():
     after = run_program("prod", config={"nodePools": pools})
     plan = lifecycle.plan(before, after)
     # The node guard covers the new pool's node names too (components/kube/node_guard.py).
-    (guard,) = after.of_type("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy")
+    (guard,) = [
+        p
+        for p in after.of_type(
+            "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
+        )
+        if unwrap(p.inputs)["metadata"]["name"] == "gpu-cluster-prod-gpu-gpu-nodes"
+    ]
     assert (
         '"system:node:prod-gpu-l40s-"'
         in unwrap(guard.inputs)["spec"]["matchConditions"][0]["expression"]

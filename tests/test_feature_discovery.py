@@ -10,6 +10,7 @@ master-clusterrole.yaml`; nfd-master `-extra-label-ns`)."""
 
 from __future__ import annotations
 
+import json
 import re
 from functools import cache
 from pathlib import Path
@@ -81,6 +82,172 @@ def test_nfd_master_is_pinned_unprivileged_and_admits_the_gfd_label_namespace(st
     # It has a node before any GPU node joins: the control plane.
     assert fd.CONTROL_PLANE_TOLERATION in spec["tolerations"], master.urn
     only_on_the_provider(g, master)
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_nfd_master_runs_on_the_control_plane_only(stack):
+    """Issue 41, finding 7: its token may patch every Node, so it never lands on a GPU node:
+    selected to the control plane, tolerating no pool's taint (prod's pools taint NoExecute)."""
+    master = graph(stack).named(MASTER)
+    spec = master.plain_inputs()["spec"]["template"]["spec"]
+    assert spec["nodeSelector"] == {"node-role.kubernetes.io/control-plane": ""}, master.urn
+    assert spec["tolerations"] == [fd.CONTROL_PLANE_TOLERATION], master.urn
+
+
+def test_nfd_master_reads_gfds_namespace_only_and_overwrites_no_label():
+    """nfd-master's restrictions (NFD v0.19 nfd-master.go `Restrictions`): NodeFeature objects
+    of the device plugin's namespace only, and no label it did not set replaced."""
+    container = graph("prod").named(MASTER).plain_inputs()["spec"]["template"]["spec"]
+    args = container["containers"][0]["args"]
+    (options,) = [a.removeprefix("-options=") for a in args if a.startswith("-options=")]
+    restrictions = json.loads(options)["restrictions"]
+    assert restrictions == {
+        "nodeFeatureNamespaceSelector": {
+            "matchLabels": {"kubernetes.io/metadata.name": km.DEVICE_PLUGIN_NAMESPACE}
+        },
+        "allowOverwrite": False,
+    }, restrictions
+
+
+def test_gfd_gets_creates_and_updates_node_features_only():
+    """What GFD's writer does (k8s-device-plugin internal/lm/output.go: Get, then Create or
+    Update): no list, no watch, no delete of NodeFeature objects."""
+    rules = graph("dev").named("gpu-feature-discovery-role").plain_inputs()["rules"]
+    nfd = [r for r in rules if fd.NFD_GROUP in r["apiGroups"]]
+    assert nfd == [
+        {
+            "apiGroups": [fd.NFD_GROUP],
+            "resources": ["nodefeatures"],
+            "verbs": ["get", "create", "update"],
+        }
+    ], rules
+
+
+# ------------------------------------------------------- NodeFeature objects of one's own node
+
+GFD_ACCOUNT = f"system:serviceaccount:{km.DEVICE_PLUGIN_NAMESPACE}:{fd.GFD_NAME}"
+
+
+def _feature(node: str | None) -> dict:
+    labels = {fd.NODE_NAME_LABEL: node} if node is not None else {}
+    return {
+        "apiVersion": f"{fd.NFD_API_VERSION}",
+        "kind": "NodeFeature",
+        "metadata": {"name": f"nvidia-features-for-{node}", "labels": labels},
+        "spec": {"labels": {"nvidia.com/gpu.product": "NVIDIA-A10G"}},
+    }
+
+
+def _request(operation: str, user: str, token_node: str | None, obj, old) -> dict:
+    extra = {fd.TOKEN_NODE_NAME: [token_node]} if token_node is not None else {}
+    return {
+        "operation": operation,
+        "resource": {"group": fd.NFD_GROUP, "resource": "nodefeatures"},
+        "userInfo": {"username": user, "extra": extra},
+        "object": obj,
+        "oldObject": old,
+    }
+
+
+def admitted(policy: dict, request: dict) -> bool:
+    """The ValidatingAdmissionPolicy's verdict, as kube-apiserver reaches it (plugin/policy/
+    validating: the request in matchConstraints, every matchCondition true, then every
+    validation true), its CEL evaluated by cel-python."""
+    import celpy
+
+    rule = policy["matchConstraints"]["resourceRules"][0]
+    if request["operation"] not in rule["operations"] or (
+        request["resource"]["resource"] not in rule["resources"]
+    ):
+        return True
+    environment = celpy.Environment()
+    activation = {
+        "request": celpy.json_to_cel(request),
+        "object": celpy.json_to_cel(request["object"]),
+        "oldObject": celpy.json_to_cel(request["oldObject"]),
+    }
+
+    def holds(expression: str) -> bool:
+        program = environment.program(environment.compile(expression))
+        return bool(program.evaluate(activation))
+
+    if not all(holds(c["expression"]) for c in policy.get("matchConditions", [])):
+        return True
+    return all(holds(v["expression"]) for v in policy["validations"])
+
+
+NODEFEATURE_CASES = [
+    ("GFD on a-0 creates a-0's object", "CREATE", GFD_ACCOUNT, "a-0", _feature("a-0"), None, True),
+    (
+        "GFD on a-0 updates a-0's object",
+        "UPDATE",
+        GFD_ACCOUNT,
+        "a-0",
+        _feature("a-0"),
+        _feature("a-0"),
+        True,
+    ),
+    ("GFD on a-0 creates a-1's object", "CREATE", GFD_ACCOUNT, "a-0", _feature("a-1"), None, False),
+    (
+        "GFD on a-0 takes over a-1's object",
+        "UPDATE",
+        GFD_ACCOUNT,
+        "a-0",
+        _feature("a-0"),
+        _feature("a-1"),
+        False,
+    ),
+    ("GFD on a-0 deletes a-1's object", "DELETE", GFD_ACCOUNT, "a-0", None, _feature("a-1"), False),
+    ("GFD on a-0 deletes a-0's object", "DELETE", GFD_ACCOUNT, "a-0", None, _feature("a-0"), True),
+    ("an object without a node label", "CREATE", GFD_ACCOUNT, "a-0", _feature(None), None, False),
+    ("a token bound to no node", "CREATE", GFD_ACCOUNT, None, _feature("a-0"), None, False),
+    (
+        "another service account on a-0 for a-1",
+        "CREATE",
+        "system:serviceaccount:team-a:builder",
+        "a-0",
+        _feature("a-1"),
+        None,
+        False,
+    ),
+    (
+        "an administrator for any node",
+        "CREATE",
+        "kubernetes-admin",
+        None,
+        _feature("a-1"),
+        None,
+        True,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("case", "operation", "user", "token_node", "obj", "old", "allowed"),
+    NODEFEATURE_CASES,
+    ids=[c[0] for c in NODEFEATURE_CASES],
+)
+def test_a_pod_writes_the_nodefeature_object_of_its_own_node_only(
+    case, operation, user, token_node, obj, old, allowed
+):
+    """Issue 41, finding 7: a NodeFeature object may name any node and nfd-master applies it;
+    GFD's token is on every GPU node. The policy as registered decides each request."""
+    g = graph("dev")
+    policy = g.named("gpu-feature-discovery-nodefeature-policy").plain_inputs()["spec"]
+    request = _request(operation, user, token_node, obj, old)
+    assert admitted(policy, request) is allowed, case
+
+
+def test_the_nodefeature_policy_is_bound_and_gfd_starts_after_it():
+    g = graph("dev")
+    policy = g.named("gpu-feature-discovery-nodefeature-policy")
+    binding = g.named("gpu-feature-discovery-nodefeature-policy-binding")
+    assert binding.plain_inputs()["spec"] == {
+        "policyName": policy.plain_inputs()["metadata"]["name"],
+        "validationActions": ["Deny"],
+    }
+    assert policy.plain_inputs()["spec"]["failurePolicy"] == "Fail"
+    assert g.depends_on(g.named(GFD), binding), "GFD may write before the policy holds"
 
 
 def test_pod_security_levels_privileged_only_where_host_access_is_needed():
@@ -186,7 +353,19 @@ def test_feature_discovery_builders_validate_for_every_supported_minor(minor):
             "apiVersion": "apps/v1",
             "kind": "Deployment",
             "metadata": meta,
-            "spec": fd.nfd_master_deployment_spec(pool_taints=taints),
+            "spec": fd.nfd_master_deployment_spec(),
+        },
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": fd.NODEFEATURE_POLICY},
+            "spec": fd.nodefeature_policy(),
+        },
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": fd.NODEFEATURE_POLICY},
+            "spec": fd.nodefeature_policy_binding(),
         },
         *(
             {

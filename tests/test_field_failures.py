@@ -27,6 +27,7 @@ INIT = {
     "POD_SUBNET": "10.244.0.0/16",
     "SERVICE_SUBNET": "10.96.0.0/12",
     "CERT_SANS": PRIVATE_IP,
+    "SERVING_NAMES": f"DNS:dev-gpu-control-plane\nIP Address:{PRIVATE_IP}",
     "API_WAIT_SECONDS": "1",
     "CSR_WAIT_SECONDS": "0",  # the kubeadm stub's kubelet files no serving certificate request
     **FAST,
@@ -256,5 +257,6 @@ def test_cni_manifest_with_another_flannel_image_is_not_applied(control_plane_ho
     pinned = {**CNI, "FLANNEL_MANIFEST_SHA256": hashlib.sha256(other.encode()).hexdigest()}
     result = control_plane_host.run("install-cni.sh", pinned)
     assert result.returncode == 1, result.stderr
-    assert "FAILED: the v0.27.4 manifest does not use the flannel:v0.27.4 image" in result.stderr
+    assert "to run ghcr.io/flannel-io/flannel:v0.27.4 twice" in result.stderr, result.stderr
+    assert "ghcr.io/flannel-io/flannel:v0.26.0" in result.stderr, result.stderr
     assert not [c for c in result.commands() if " apply " in c], result.commands()

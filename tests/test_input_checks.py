@@ -39,11 +39,14 @@ BASE: dict[str, dict[str, str]] = {
         "POD_SUBNET": "10.244.0.0/16",
         "SERVICE_SUBNET": "10.96.0.0/12",
         "CERT_SANS": "10.42.3.7,api.example.com",
+        "SERVING_NAMES": "DNS:dev-gpu-control-plane\nIP Address:10.42.3.7",
     },
     "install-cni.sh": {
         "FLANNEL_VERSION": "v0.27.4",
         # The hash of the manifest the sandbox's curl serves (issue 34).
         "FLANNEL_MANIFEST_SHA256": CNI["FLANNEL_MANIFEST_SHA256"],
+        "FLANNEL_IMAGE": CNI["FLANNEL_IMAGE"],
+        "FLANNEL_CNI_PLUGIN_IMAGE": CNI["FLANNEL_CNI_PLUGIN_IMAGE"],
         "POD_SUBNET": "10.244.0.0/16",
         "NODE_NAME": "dev-gpu-control-plane",
     },
@@ -161,6 +164,7 @@ CASES: list[Case] = [
         "POD_SUBNET",
         "SERVICE_SUBNET",
         "CERT_SANS",
+        "SERVING_NAMES",
     ),
     bad("init-control-plane.sh", "KUBERNETES_MINOR", "v1.35", "KUBERNETES_MINOR must be a minor"),
     bad("init-control-plane.sh", "CONTROL_PLANE_ENDPOINT", "10.42.3.7", "must be host:port"),
@@ -169,8 +173,20 @@ CASES: list[Case] = [
     bad("init-control-plane.sh", "SERVICE_SUBNET", "10.96/12", "SERVICE_SUBNET must be a CIDR"),
     bad("init-control-plane.sh", "NODE_NAME", "CP_1", "NODE_NAME must be a lowercase DNS name"),
     bad("init-control-plane.sh", "CERT_SANS", "10.42.3.7,a b", "CERT_SANS: 'a b' is not an IP"),
+    bad(
+        "init-control-plane.sh",
+        "SERVING_NAMES",
+        "DNS:cp\nkubernetes.default.svc",
+        "SERVING_NAMES: 'kubernetes.default.svc' is not 'DNS:<name>'",
+    ),
     *missing(
-        "install-cni.sh", "FLANNEL_VERSION", "FLANNEL_MANIFEST_SHA256", "POD_SUBNET", "NODE_NAME"
+        "install-cni.sh",
+        "FLANNEL_VERSION",
+        "FLANNEL_MANIFEST_SHA256",
+        "FLANNEL_IMAGE",
+        "FLANNEL_CNI_PLUGIN_IMAGE",
+        "POD_SUBNET",
+        "NODE_NAME",
     ),
     bad(
         "install-cni.sh",
@@ -179,6 +195,18 @@ CASES: list[Case] = [
         "FLANNEL_MANIFEST_SHA256 must be 64 hex digits",
     ),
     bad("install-cni.sh", "FLANNEL_VERSION", "0.27.4", "FLANNEL_VERSION must be a release tag"),
+    bad(
+        "install-cni.sh",
+        "FLANNEL_IMAGE",
+        "ghcr.io/flannel-io/flannel:v0.27.4",
+        "FLANNEL_IMAGE must be ghcr.io/flannel-io/flannel:v0.27.4@sha256:",
+    ),
+    bad(
+        "install-cni.sh",
+        "FLANNEL_CNI_PLUGIN_IMAGE",
+        "ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1",
+        "FLANNEL_CNI_PLUGIN_IMAGE must be ghcr.io/flannel-io/flannel-cni-plugin:<tag>@sha256:",
+    ),
     bad("install-cni.sh", "POD_SUBNET", "10.244.0.0/x", "POD_SUBNET must be a CIDR"),
     Case("install-cni.sh", {}, f"{ADMIN_CONF} not found; run init-control-plane.sh", (ADMIN_CONF,)),
     *missing("install-driver.sh", "DRIVER_BRANCH", "GPU_COUNT", "NEEDS_FABRIC_MANAGER"),

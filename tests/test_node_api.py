@@ -6,7 +6,6 @@ inputs the program registered."""
 
 from __future__ import annotations
 
-import datetime
 import json
 
 import pulumi
@@ -18,30 +17,13 @@ from components.kube.api import drain, nodes, slots
 from components.kube.api.client import ApiError, KubeApi, KubeconfigError, credential_of
 from components.kube.node_hooks import ClusterAccess
 from components.labels import UNPROVEN_TAINT_KEY
-from tests.helpers.fake_kube_api import FakeApiServer, make_pki, run_async
+from tests.helpers.fake_kube_api import FakeApiServer, FakeClock, make_pki, run_async
 
 MACHINE = "i-0a1b2c3d4e5f60718"
 OTHER = "i-0ffffffffffffffff"
 NODE = "dev-gpu-a10g-0"
 UNPROVEN = {"key": UNPROVEN_TAINT_KEY, "effect": "NoSchedule"}
 GPU = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
-
-
-class FakeClock(nodes.Clock):
-    """A clock whose sleeps pass at once and move it on: a bounded wait of hours in no time."""
-
-    def __init__(self):
-        self.seconds = 0.0
-        self.start = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
-        object.__setattr__(self, "now", lambda: self.seconds)
-        object.__setattr__(
-            self, "utc", lambda: self.start + datetime.timedelta(seconds=self.seconds)
-        )
-
-        async def sleep(seconds: float) -> None:
-            self.seconds += seconds
-
-        object.__setattr__(self, "sleep", sleep)
 
 
 @pytest.fixture
@@ -145,6 +127,8 @@ def test_in_service_lifts_the_proof_taint_and_sets_the_control_planes_labels(api
             "POOL_NAME": "a10g",
             "MAX_UNAVAILABLE": "1",
             "READY_TIMEOUT_SECONDS": "600",
+            "SERVING_NAMES": f"DNS:{NODE}",
+            "RECORD_SERVING_NAMES": "false",
         }
     )
     _said, say = said()

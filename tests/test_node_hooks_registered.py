@@ -51,9 +51,13 @@ def test_no_hook_runs_in_a_preview():
 @pytest.mark.parametrize("stack", STACKS)
 def test_the_node_guard_holds_the_control_planes_label_keys_for_this_stacks_nodes(stack):
     graph = run_program(stack)
-    (policy,) = graph.of_type(
-        "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
-    )
+    (policy,) = [
+        p
+        for p in graph.of_type(
+            "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
+        )
+        if unwrap(p.inputs)["metadata"]["name"] == f"gpu-cluster-{stack}-gpu-gpu-nodes"
+    ]
     spec = unwrap(policy.inputs)["spec"]
     pools = stack_file(stack)["gpu-cluster:nodePools"]
     cluster = stack_file(stack)["gpu-cluster:clusterName"]
@@ -70,9 +74,13 @@ def test_the_node_guard_holds_the_control_planes_label_keys_for_this_stacks_node
         assert f'"{key}"' not in managed["expression"], "a label the kubelet registers with"
     operations = spec["matchConstraints"]["resourceRules"][0]["operations"]
     assert set(operations) == {"CREATE", "UPDATE", "DELETE"}, operations
-    (binding,) = graph.of_type(
-        "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"
-    )
+    (binding,) = [
+        b
+        for b in graph.of_type(
+            "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"
+        )
+        if unwrap(b.inputs)["metadata"]["name"] == unwrap(policy.inputs)["metadata"]["name"]
+    ]
     assert unwrap(binding.inputs)["spec"] == {
         "policyName": unwrap(policy.inputs)["metadata"]["name"],
         "validationActions": ["Deny"],

@@ -509,8 +509,25 @@ def test_world_ingress_on_any_other_port_is_refused():
     )
 
 
-def daemon_set(name: str, pod: dict[str, Any]) -> v.Resource:
-    return resource("kubernetes:apps/v1:DaemonSet", name, {"spec": {"template": {"spec": pod}}})
+def daemon_set(
+    name: str,
+    pod: dict[str, Any],
+    *,
+    namespace: str = "nvidia-device-plugin",
+    metadata_name: str = "nvidia-device-plugin",
+    type_: str = "kubernetes:apps/v1:DaemonSet",
+) -> v.Resource:
+    return resource(
+        type_,
+        name,
+        {
+            "metadata": {"name": metadata_name, "namespace": namespace},
+            "spec": {"template": {"spec": pod}},
+        },
+    )
+
+
+PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.20.0@sha256:" + "a" * 64
 
 
 HARDENED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
@@ -538,7 +555,7 @@ HARDENED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}
     ids=["privileged", "escalation", "capability", "no-drop", "hostPID", "hostNetwork", "hostPath"],
 )
 def test_host_access_outside_the_system_daemonsets_is_refused(change, says):
-    container = {"name": "c", "image": "nvcr.io/nvidia/x:1", "securityContext": HARDENED}
+    container = {"name": "c", "image": PLUGIN_IMAGE, "securityContext": HARDENED}
     if "securityContext" in change:
         container = {**container, "securityContext": change["securityContext"]}
     pod = {"containers": [container], **change.get("pod", {})}
@@ -546,16 +563,69 @@ def test_host_access_outside_the_system_daemonsets_is_refused(change, says):
     messages = check("host-access-only-for-system-daemonsets", unsafe)
     assert_names_resource_and_fix(messages, unsafe)
     assert says in messages[0], messages
-    # The same pod as a system DaemonSet (the device plugin) is allowed; a DaemonSet named
-    # otherwise is not.
-    assert (
-        check(
-            "host-access-only-for-system-daemonsets",
-            daemon_set("nvidia-device-plugin-daemonset", pod),
-        )
-        == []
+    # The same pod as a system DaemonSet (the device plugin: its namespace, its name, its
+    # image) is allowed; a DaemonSet named otherwise is not.
+    assert check("host-access-only-for-system-daemonsets", daemon_set("anything", pod)) == []
+    assert check(
+        "host-access-only-for-system-daemonsets",
+        daemon_set("debug-agent", pod, metadata_name="debug-agent"),
     )
-    assert check("host-access-only-for-system-daemonsets", daemon_set("debug-agent", pod))
+
+
+def _root_pod(image: str = PLUGIN_IMAGE) -> dict[str, Any]:
+    """hostPID, hostPath /, privileged: the pod of issue 41's finding 2."""
+    return {
+        "hostPID": True,
+        "volumes": [{"name": "root", "hostPath": {"path": "/"}}],
+        "containers": [{"name": "c", "image": image, "securityContext": {"privileged": True}}],
+    }
+
+
+@pytest.mark.parametrize(
+    "unsafe",
+    [
+        daemon_set("tenant-dcgm-exporter", _root_pod(), namespace="tenant", metadata_name="x"),
+        daemon_set(
+            "gpu-node-addons-dcgm-exporter",
+            _root_pod("nvcr.io/nvidia/k8s/dcgm-exporter:4.5.3-4.8.2-distroless"),
+            namespace="tenant",
+            metadata_name="dcgm-exporter",
+        ),
+        daemon_set(
+            "dcgm-exporter", _root_pod("evil.example.com/x:1"), metadata_name="dcgm-exporter"
+        ),
+        daemon_set(
+            "nvidia-device-plugin-daemonset",
+            _root_pod(),
+            type_="kubernetes:apps/v1:DaemonSetPatch",
+        ),
+        daemon_set("agent", _root_pod(), type_="kubernetes:apps/v1:DeploymentPatch"),
+        daemon_set("rc", _root_pod(), type_="kubernetes:core/v1:ReplicationController"),
+        resource("kubernetes:core/v1:PodTemplate", "tpl", {"template": {"spec": _root_pod()}}),
+        resource(
+            "kubernetes:argoproj.io/v1alpha1:Workflow",
+            "wf",
+            {"spec": {"templates": [{"name": "t", "podSpecPatch": "", "x": _root_pod()}]}},
+        ),
+    ],
+    ids=[
+        "named like a system DaemonSet",
+        "a system name in another namespace",
+        "a system name with a foreign image",
+        "a patch of the device plugin",
+        "a Deployment patch",
+        "a ReplicationController",
+        "a PodTemplate",
+        "a custom resource embedding a pod spec",
+    ],
+)
+def test_host_access_cannot_be_named_around(unsafe):
+    """Issue 41, finding 2: a privileged, hostPID, hostPath / DaemonSet named
+    `tenant-dcgm-exporter` passed the name-suffix check; patches, ReplicationControllers and
+    PodTemplates were not checked at all."""
+    messages = check("host-access-only-for-system-daemonsets", unsafe)
+    assert any("is privileged" in m for m in messages), messages
+    assert any("hostPID" in m for m in messages) and any("hostPath (/)" in m for m in messages)
 
 
 def test_a_hardened_workload_passes_the_host_access_policy():
@@ -759,7 +829,10 @@ def test_enforcement_and_settings_come_from_the_policy_config():
         ),
         None,
     )
-    bad = instance(metadataOptions={"httpTokens": "optional"}, rootBlockDevice={"volumeSize": 200})
+    bad = instance(
+        metadataOptions={"httpTokens": "optional", "httpPutResponseHopLimit": 1},
+        rootBlockDevice={"volumeSize": 200},
+    )
     response = servicer.Analyze(analyzer_resource(bad, analyzer_pb2.AnalyzeRequest), None)
     found = {d.policyName: (d.enforcementLevel, d.message) for d in response.diagnostics}
     assert sorted(found) == ["imdsv2-required", "required-tags"], f"{bad.urn}: {found}"

@@ -1,8 +1,11 @@
-"""The no-world-ingress policies reason about address ranges, not strings: ranges whose union
-is the whole internet (IPv4 or IPv6) are the internet, in one rule, across the rules of one
-security group, and across separate rule resources of one group."""
+"""The no-world-ingress policies reason about the public addresses rules admit, not strings:
+ranges whose union is the whole internet (IPv4 or IPv6), or more than a /16 (a /48) of it, are
+caught in one rule, across the rules of one security group, and across separate rule resources
+of one group."""
 
 from __future__ import annotations
+
+import ipaddress
 
 import pytest
 
@@ -82,17 +85,67 @@ def _ingress_rule(name: str, cidr: str, group: str = "sg-0123456789abcdef0") -> 
     )
 
 
-def test_split_world_across_separate_rule_resources_is_caught_by_the_stack_policy():
+def test_ranges_across_separate_rule_resources_are_summed_by_the_stack_policy():
+    """Three /17s of public addresses, one rule each: each within the bound, together not."""
     spec = next(p for p in v.POLICIES if p.name == "no-world-ingress-across-rules")
-    rules = [_ingress_rule("ssh-low", SPLIT_V4[0]), _ingress_rule("ssh-high", SPLIT_V4[1])]
+    pieces = ["52.0.0.0/17", "52.0.128.0/17", "52.1.0.0/17"]
+    rules = [_ingress_rule(f"ssh-{i}", cidr) for i, cidr in enumerate(pieces)]
     assert all(check("no-world-ingress-to-admin-ports", r) == [] for r in rules)
     found = spec.check(rules, spec.config())
     assert len(found) == 1, found
     urn, message = found[0]
-    assert urn == rules[0].urn and "ssh-high" in message and "ssh-low" in message, message
-    assert "Fix:" in message, message
-    other_group = [rules[0], _ingress_rule("ssh-high", SPLIT_V4[1], group="sg-0fedcba987654321f")]
+    assert urn == rules[0].urn and "ssh-0" in message and "ssh-2" in message, message
+    assert "98,304 public IPv4 addresses" in message and "Fix:" in message, message
+    other_group = [*rules[:2], _ingress_rule("ssh-2", pieces[2], group="sg-0fedcba987654321f")]
     assert spec.check(other_group, spec.config()) == [], "rules of two groups were merged"
+
+
+def test_half_the_world_in_one_rule_resource_is_a_violation():
+    (message,) = check("no-world-ingress-to-admin-ports", _ingress_rule("ssh", "0.0.0.0/1"))
+    assert "public IPv4 addresses (more than a /16's 65,536)" in message, message
+
+
+# The internet less one /32, in the 32 ranges that leave it out.
+WORLD_LESS_ONE = [
+    str(n)
+    for n in ipaddress.ip_network("0.0.0.0/0").address_exclude(
+        ipaddress.ip_network("203.0.113.7/32")
+    )
+]
+
+
+@pytest.mark.parametrize(
+    ("sources", "too_much"),
+    [
+        (WORLD_LESS_ONE, True),
+        (["0.0.0.0/1"], True),
+        (["52.0.0.0/8"], True),
+        (["52.0.0.0/16"], False),  # exactly the bound
+        (["52.0.0.0/16", "52.0.0.0/17"], False),  # an overlap counts once
+        (["52.0.0.0/16", "52.1.0.0/24"], True),
+        (["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10"], False),
+        (["169.254.0.0/16", "224.0.0.0/3"], False),  # no internet packet comes from these
+        (["2600:1f00::/32"], True),  # 2**96 global IPv6 addresses
+        (["2600:1f00::/48"], False),
+        (["fc00::/7", "fe80::/10", "2001:db8::/32"], False),
+    ],
+)
+def test_rules_are_judged_by_the_public_addresses_they_admit(sources, too_much):
+    rule = ssh_rule()
+    rule["cidrBlocks"] = [s for s in sources if ":" not in s]
+    rule["ipv6CidrBlocks"] = [s for s in sources if ":" in s]
+    messages = check("no-world-ingress-to-admin-ports", security_group(rule))
+    assert bool(messages) == too_much, (sources, messages)
+
+
+def test_the_pack_counts_as_the_settings_do():
+    """The pack runs without the program's modules: its copy of the bound and of the blocks
+    that are not public is the settings' own."""
+    from components.settings import addresses
+
+    assert v.MAX_PUBLIC_SOURCES == addresses.MAX_PUBLIC_SOURCES
+    for sources in (WORLD_LESS_ONE, ["52.0.0.0/16", "10.0.0.0/8"], ["2600::/20", "fc00::/7"]):
+        assert v.public_addresses(sources) == addresses.public_addresses(sources), sources
 
 
 def test_dev_with_ssh_open_to_the_split_world_fails_the_pack():

@@ -25,9 +25,11 @@ import pytest
 
 from components.hosts import pins
 from components.hosts.rendering import SCRIPTS_DIR
+from tests.helpers import csr
 from tests.helpers.control_plane_host import CNI, FLANNEL_MANIFEST
 from tests.helpers.scripts import header_inputs, host_steps, step_program
 from tests.sandbox import Sandbox, needs_sandbox
+from tools.harness.graph import program_params
 from tools.harness.stacks import run_program
 
 SCRIPTS = SCRIPTS_DIR
@@ -282,8 +284,10 @@ def approved(result) -> list[str]:
     return [c[-1] for c in result.called("kubectl") if c[-3:-1] == ["certificate", "approve"]]
 
 
-def csr_line(name: str, node: str) -> str:
-    return f"{name} system:node:{node} kubernetes.io/kubelet-serving \n"
+def file_kubelet_request(sb: Sandbox, name: str, node: str, program: str) -> None:
+    """The request the node's kubelet files for the names its step's program passes."""
+    names = program_params(program)["SERVING_NAMES"]
+    csr.file_request(sb, name, node, csr.kubelet_request(node, names))
 
 
 @needs_sandbox
@@ -294,7 +298,7 @@ def test_init_waits_out_a_control_plane_that_takes_its_time(dev, tmp_path):
     sb = with_kube_packages(scaled_host(tmp_path))
     sb.state("kubeadm.seconds.init", 15)
     sb.state("kubeadm.api-start-seconds", 15)
-    sb.state("kubectl/csrs", csr_line("csr-cp", CP))
+    file_kubelet_request(sb, "csr-cp", CP, step_program(dev, "dev-gpu-init"))
     sb.state("kubectl/csrs-at", f"{time.time() + 4.5:.3f}")
     result = sb.run_registered(step_program(dev, "dev-gpu-init"), timeout=120)
     assert result.returncode == 0, result.stderr

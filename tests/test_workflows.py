@@ -42,7 +42,7 @@ PINNED_LINE = re.compile(
 )
 USES_LINE = re.compile(r"^\s*(-\s+)?uses:\s+(?P<ref>\S+)")
 # The GitHub environment of each stack's jobs: its credentials and protection rules. The drift
-# check runs in `<environment>-drift` (main only, no reviewers, a read-only AWS role).
+# check runs in `<environment>-drift` (main only, the deploy's reviewers, a read-only AWS role).
 STACK_ENVIRONMENTS = {"dev": "dev", "staging": "staging", "prod": "production"}
 DRIFT_WORKFLOW = "drift.yml"
 # The environment that publishes the policy pack: a Pulumi token only, no stack, no AWS role.
@@ -451,6 +451,59 @@ def test_the_policy_pack_is_enforced_where_a_pull_request_cannot_reach():
     assert {"/policies/", "/.github/"} <= guarded, guarded
 
 
+def _concurrency_group(workflow: str, job: dict[str, Any]) -> str:
+    """The concurrency group a caller's job runs the reusable workflow's job in: its inputs
+    (defaults filled in) put into the group's expression."""
+    called = load(ROOT / job["uses"])
+    inputs = {
+        name: spec.get("default") for name, spec in called["on"]["workflow_call"]["inputs"].items()
+    }
+    inputs.update(job.get("with") or {})
+    group = next(iter(called["jobs"].values()))["concurrency"]["group"]
+    return re.sub(r"\$\{\{ inputs\.([\w-]+) \}\}", lambda m: str(inputs[m.group(1)]), group)
+
+
+def test_a_drift_check_never_shares_a_deploys_concurrency_group():
+    """Issue 41, finding 9: GitHub keeps one pending run per concurrency group and cancels the
+    older one, so a drift check queued in the deploy's group cancelled the pending deploy."""
+    deploy = {
+        job["with"]["stack"]: _concurrency_group("deploy.yml", job)
+        for job in load(WORKFLOWS / "deploy.yml")["jobs"].values()
+    }
+    drift = {
+        job["with"]["stack"]: _concurrency_group(DRIFT_WORKFLOW, job)
+        for job in load(WORKFLOWS / DRIFT_WORKFLOW)["jobs"].values()
+    }
+    assert set(deploy) == set(drift) == set(STACKS)
+    assert not set(deploy.values()) & set(drift.values()), (deploy, drift)
+    assert len(set(deploy.values())) == len(STACKS), "two stacks' deploys share a group"
+
+
+def test_code_owners_cover_the_whole_repository():
+    """Issue 41, finding 9: the stack files, components/hosts/local/ and the tools credentialed
+    jobs run had no owner. The first rule covers every path and no later one clears owners."""
+    rules = [
+        line.split()
+        for line in (ROOT / ".github" / "CODEOWNERS").read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    assert rules[0][0] == "*" and len(rules[0]) > 1, rules[0]
+    assert all(len(rule) > 1 for rule in rules), [r for r in rules if len(r) == 1]
+
+
+def test_a_drift_environment_has_its_deploys_protections():
+    """Issue 41, finding 9: a drift check's Pulumi token decrypts the stack's state (the admin
+    kubeconfig of the provider, the SSH key in every step's connection), as a deploy's does; its
+    environment is protected as the deploy's is (decision 063)."""
+    environments = json.loads(
+        (ROOT / "docs" / "trust-policies" / "github-environments.json").read_text()
+    )
+    for environment in STACK_ENVIRONMENTS.values():
+        deploy, drift = environments[environment], environments[f"{environment}-drift"]
+        assert drift == deploy, environment
+    assert environments["production-drift"]["environment"]["reviewers"]
+
+
 def test_drift_is_looked_for_daily_on_every_stack():
     """Issue 36: `pulumi preview --refresh --expect-no-changes` per stack, on a schedule, on the
     deploy side (pulumi-up.yml from main, each stack's runner), leaving out by name only what
@@ -487,8 +540,8 @@ def test_least_privilege_permissions(path: Path):
     )
     for name, job in workflow["jobs"].items():
         for scope, level in (job.get("permissions") or {}).items():
-            assert scope in {"contents", "id-token", "pull-requests"} and (
-                level == "read" or scope != "contents"
+            assert scope in {"contents", "id-token", "pull-requests", "actions"} and (
+                level == "read" or scope not in ("contents", "actions")
             ), f"{path.name} job {name}: permission {scope}: {level}"
 
 
@@ -503,10 +556,42 @@ def test_pull_requests_run_tests_then_preview_every_stack_offline():
     preview = jobs["preview"]
     assert preview["needs"] == "test", f"{path.name}: previews do not wait for the tests"
     assert preview["strategy"]["matrix"]["stack"] == list(STACKS), f"{path.name}: stacks"
-    assert preview["permissions"] == {"contents": "read", "pull-requests": "write"}, preview
+    # Issue 41, finding 9: it held pull-requests: write while running the pull request's code.
+    assert preview["permissions"] == {"contents": "read"}, preview
     runs = " ".join(str(step.get("run", "")) for step in preview["steps"])
     assert 'python -m tools.preview "$STACK" --against "$BASE"' in runs, runs
     assert 'exit "$status"' in runs, f"{path.name}: a policy violation would not fail the job"
+    assert "gh " not in runs and "GH_TOKEN" not in json.dumps(preview), "it writes on GitHub"
+    (upload,) = steps_using(preview, "actions/upload-artifact")
+    assert upload["with"]["name"] == "preview-${{ matrix.stack }}", upload
+    assert upload["if"] == "${{ !cancelled() }}", "a failing plan would not be posted"
+
+
+def test_the_preview_comment_runs_nothing_of_the_pull_request():
+    """preview-comment.yml posts the plans with the one write token it needs: it runs from main
+    on workflow_run, checks nothing out, runs nothing it downloaded, and finds the pull request
+    from the run's head commit (GitHub's), not from the artifact."""
+    workflow = load(WORKFLOWS / "preview-comment.yml")
+    assert workflow["on"] == {
+        "workflow_run": {
+            "workflows": [load(WORKFLOWS / "pull-request.yml")["name"]],
+            "types": ["completed"],
+        }
+    }, workflow["on"]
+    (job,) = workflow["jobs"].values()
+    assert job["permissions"] == {"actions": "read", "pull-requests": "write"}, job
+    assert job["if"] == "github.event.workflow_run.event == 'pull_request'", job
+    assert not steps_using(job, "actions/checkout"), "it checks out the pull request's code"
+    assert not job.get("environment") and not _holds_credentials(job), job
+    (download,) = steps_using(job, "actions/download-artifact")
+    assert download["with"]["run-id"] == "${{ github.event.workflow_run.id }}", download
+    (comment,) = [s for s in job["steps"] if "run" in s]
+    assert comment["env"]["HEAD_SHA"] == "${{ github.event.workflow_run.head_sha }}", comment
+    script = comment["run"]
+    assert "select(.headRefOid == env.HEAD_SHA)" in script and "=~ ^[0-9]+$" in script, script
+    assert "--body-file body.md" in script and "head -c 60000" in script, script
+    for runs_data in ("bash previews", "source previews", "sh previews", ". previews", "eval"):
+        assert runs_data not in script, f"it runs what it downloaded: {runs_data}"
 
 
 def test_merges_deploy_dev_then_staging_then_prod_behind_approval():
@@ -539,7 +624,7 @@ def test_merges_deploy_dev_then_staging_then_prod_behind_approval():
     )
     assert up["runs-on"] == "${{ fromJSON(inputs.runs-on) }}", f"{up_path.name}: runs-on"
     assert up["concurrency"] == {
-        "group": "pulumi-up-${{ inputs.stack }}",
+        "group": "pulumi-${{ inputs.operation }}-${{ inputs.stack }}",
         "cancel-in-progress": False,
     }, f"{up_path.name}: concurrency {up['concurrency']}"
     actions = [s for s in steps_using(up, "pulumi/actions") if s.get("with", {}).get("command")]

@@ -30,6 +30,7 @@ from pydantic_core import PydanticUndefined
 
 from components import catalog, settings
 from components.settings import PROJECT, Settings
+from components.settings.addresses import CNI_PORTS
 from components.settings.hosts_pool import HostGpus, HostsNodePool
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,11 +58,12 @@ _FIELD_RULES: dict[tuple[type[BaseModel], str], str] = {
 _VALIDATOR_RULES = {
     "_cidr": "CIDR block like 203.0.113.0/24",
     "_dns_label": "lowercase DNS label, at most 40 characters",
-    "_host": "IP address or DNS name",
+    "_host": "IP address without a zone index, or DNS name",
     "_host_key": "SSH host public key line, ssh-ed25519 or ecdsa-sha2-nistp*",
-    "_login_key": "OpenSSH public key line, ssh-ed25519 or ssh-rsa",
+    "_login_key": "OpenSSH public key line, ssh-ed25519 or ssh-rsa of at least 3072 bits",
     "_own_group": "not a system: group",
-    "_ports_in_range": "ports from 1 to 65535",
+    "_private_cidr": "private (RFC 1918 or 6598)",
+    "_cni_port": "one CNI port: " + ", ".join(CNI_PORTS),
     "_endpoint": "host:port",
     "_image": "image pinned to a version tag or digest",
     "_label_key": "Kubernetes label key",

@@ -71,15 +71,33 @@ PAUSE_IMAGES = {
 # | sha256sum`). A new FLANNEL_VERSION needs its own.
 FLANNEL_VERSION = "v0.27.4"
 FLANNEL_MANIFEST_SHA256 = "f17c57f82ffef1d53dbf558ac30755241980563044622778a15df339e4346c57"
-# The images that manifest runs (flannel-io/flannel v0.27.4: the release's kube-flannel.yml is
-# `make release-manifest`, `kubectl kustomize Documentation/kustomization/kube-flannel/`, whose
-# kube-flannel.yml names ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1 for the
-# install-cni-plugin init container and ghcr.io/flannel-io/flannel for install-cni and
-# kube-flannel, tagged FLANNEL_VERSION by its kustomization.yaml). Baked images hold them.
-FLANNEL_IMAGES = (
-    f"ghcr.io/flannel-io/flannel:{FLANNEL_VERSION}",
-    "ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1",
+# The images that manifest runs, pinned by digest (install-cni.sh rewrites its image lines to
+# these, and applies nothing that names another image). flannel-io/flannel v0.27.4's
+# kube-flannel.yml (`make release-manifest`: `kubectl kustomize Documentation/kustomization/
+# kube-flannel/`) runs ghcr.io/flannel-io/flannel:v0.27.4 in install-cni and kube-flannel, and
+# ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1 in install-cni-plugin. No registry is
+# reachable where this is written, so each digest is one a public source records:
+# - flannel:v0.27.4: sha256:2ff3c5cb... as randomcoww/homelab's Renovate-maintained
+#   `container_images` pin it (the same digest in every version of that file from October 2025
+#   to January 2026).
+# - the CNI plugin: v1.7.1-flannel1, the plugin of flannel v0.27.0 to v0.27.3's manifests (git
+#   show v0.27.3:Documentation/kube-flannel.yml), at sha256:cb3176a2..., the digest three
+#   independent transcripts record (`kubectl describe` Image ID, a pod's status.imageID and
+#   containerd's "repo digest" log line). No public source records v1.8.0-flannel1's digest;
+#   flannel-io/cni-plugin v1.7.1-flannel1..v1.8.0-flannel1 changes one error message in
+#   flannel.go and bumps dependencies (containernetworking/plugins 1.7.1 -> 1.8.0, Go 1.24.3),
+#   so the binary root runs is the same plugin. Check one with `crane digest <image:tag>`.
+# docs/decisions/039-what-runs-as-root-is-pinned-by-digest.md
+FLANNEL_IMAGE = (
+    f"ghcr.io/flannel-io/flannel:{FLANNEL_VERSION}"
+    "@sha256:2ff3c5cb44d0e27b09f27816372084c98fa12486518ca95cb4a970f4a1a464c4"
 )
+FLANNEL_CNI_PLUGIN_IMAGE = (
+    "ghcr.io/flannel-io/flannel-cni-plugin:v1.7.1-flannel1"
+    "@sha256:cb3176a2c9eae5fa0acd7f45397e706eacb4577dac33cad89f93b775ff5611df"
+)
+# Baked images hold them.
+FLANNEL_IMAGES = (FLANNEL_IMAGE, FLANNEL_CNI_PLUGIN_IMAGE)
 
 
 # The EFA installer's own bound: under the `efa` step's 30-minute host-side bound

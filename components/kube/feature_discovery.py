@@ -56,7 +56,10 @@ class GpuFeatureDiscovery(pulumi.ComponentResource):
         ]
         after_crds = pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=crds))
         self.master = self._master(name, args, child, after_crds)
-        self.daemon_set = self._gfd(name, args, child, after_crds)
+        policy = self._nodefeature_policy(name, child)
+        self.daemon_set = self._gfd(
+            name, args, child, pulumi.ResourceOptions.merge(after_crds, policy)
+        )
         self.register_outputs({"daemonSet": self.daemon_set.metadata.name})
 
     def _master(
@@ -105,11 +108,30 @@ class GpuFeatureDiscovery(pulumi.ComponentResource):
         return k8s.apps.v1.Deployment(
             f"{name}-nfd-master",
             metadata=metadata,
-            spec=manifests.nfd_master_deployment_spec(pool_taints=args.pool_taints),
+            spec=manifests.nfd_master_deployment_spec(),
             opts=pulumi.ResourceOptions.merge(
                 after_crds, pulumi.ResourceOptions(depends_on=[binding])
             ),
         )
+
+    def _nodefeature_policy(
+        self, name: str, child: pulumi.ResourceOptions
+    ) -> pulumi.ResourceOptions:
+        """The policy that keeps each GFD pod to its own node's NodeFeature object, and its
+        binding: GFD starts after both (ResourceOptions to depend on them)."""
+        policy = k8s.admissionregistration.v1.ValidatingAdmissionPolicy(
+            f"{name}-nodefeature-policy",
+            metadata={"name": manifests.NODEFEATURE_POLICY, "labels": MANAGED_BY},
+            spec=manifests.nodefeature_policy(),
+            opts=child,
+        )
+        binding = k8s.admissionregistration.v1.ValidatingAdmissionPolicyBinding(
+            f"{name}-nodefeature-policy-binding",
+            metadata={"name": manifests.NODEFEATURE_POLICY, "labels": MANAGED_BY},
+            spec=manifests.nodefeature_policy_binding(),
+            opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[policy])),
+        )
+        return pulumi.ResourceOptions(depends_on=[policy, binding])
 
     def _gfd(
         self,

@@ -3,11 +3,13 @@ a hook runs (`ClusterAccess`), never by a step that dials the control plane or a
 stored with a resource: `joins` (before a join: a dead machine's Node of the name goes), `leaves`
 (before a join's delete: its machine's Node drained and deleted), `take_out` (before a disruptive
 step's update on a joined node: slot, cordon, drain), `in_service` (after the node's checks:
-labels, taints, the proof taint off, uncordon, slot back).
+its kubelet's serving certificate request approved for the names the program knows, labels,
+taints, the proof taint off, uncordon, slot back).
 
 The shared hooks are registered under fixed names on every run, with or without nodes: the
 engine finds a delete hook by the name the state stored. Why, with the engine's rules:
-docs/decisions/058-a-node-leaves-through-the-api.md, 059-no-tenant-before-the-proof.md.
+docs/decisions/058-a-node-leaves-through-the-api.md, 059-no-tenant-before-the-proof.md,
+061-kubelet-serving-certificates-for-the-names-the-program-knows.md.
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ import pulumi
 
 from components.hosts import steps
 from components.hosts.roll_budget import API_WAIT_SECONDS
+from components.kube.api import certificates, nodes, slots
 from components.kube.api import drain as drains
-from components.kube.api import nodes, slots
 from components.kube.api.client import ApiError, AsyncKubeApi, KubeApi, credential_of
 from components.kube.api.nodes import Api, Clock, Say
 
@@ -36,6 +38,9 @@ LEAVE_DRAIN_SECONDS = 300
 API_POLL_SECONDS = 5
 # What a node's machine is called: an EC2 instance id, or an existing host's (node_machine.py).
 MACHINE_ID = re.compile(r"(i|host)-[0-9a-f]+")
+# How long the put in service looks for the kubelet's serving certificate request (a Ready
+# kubelet has filed it already).
+CSR_WAIT_SECONDS = 10
 # How long the kubeconfig may take to resolve (its step ran long before any hook).
 KUBECONFIG_WAIT_SECONDS = 60
 
@@ -101,11 +106,13 @@ def node_of_join(name: str) -> str:
 
 
 async def leave(api: Api, node_name: str, machine: str, clock: Clock, say: Say) -> None:
-    """Drain and delete the Node `machine` registered; another machine's is left alone."""
+    """Drain and delete the Node `machine` registered, and the record of its serving names;
+    another machine's Node (and record) is left alone."""
     await answering(api, clock)
     node = await nodes.read_node(api, node_name)
     if node is None:
         say(f"Node {node_name} not registered: nothing to drain")
+        await certificates.forget(api, node_name)
         return
     if not nodes.registered_by(node, machine):
         say(
@@ -122,6 +129,7 @@ async def leave(api: Api, node_name: str, machine: str, clock: Clock, say: Say) 
         say=say,
     )
     await nodes.delete_node(api, node, say)
+    await certificates.forget(api, node_name)
 
 
 async def join(api: Api, node_name: str, machine: str, clock: Clock, say: Say) -> None:
@@ -191,6 +199,8 @@ class InServiceInputs:
     wanted: nodes.InService
     slots: slots.Slots
     ready_seconds: int
+    serving_names: str  # what its kubelet may serve as (SERVING_NAMES)
+    records_names: bool  # for the managed control plane's approver (its renewals)
 
     @classmethod
     def of(cls, environment: Mapping[str, str]) -> InServiceInputs:
@@ -211,12 +221,16 @@ class InServiceInputs:
                 wait_seconds=0,
             ),
             ready_seconds=int(environment["READY_TIMEOUT_SECONDS"]),
+            serving_names=environment["SERVING_NAMES"],
+            records_names=environment["RECORD_SERVING_NAMES"] == "true",
         )
 
 
 async def put_in_service(api: Api, inputs: InServiceInputs, clock: Clock, say: Say) -> None:
-    """After the node's own checks: wait for Ready, then one write sets what the control plane
-    owns on it and lifts the proof taint (and the roll's cordon); then the slot goes back."""
+    """After the node's own checks: wait for Ready, approve its kubelet's serving certificate
+    request for the names the program knows it by (never the names the kubelet asks for), then
+    one write sets what the control plane owns on it and lifts the proof taint (and the roll's
+    cordon); then the slot goes back."""
     await answering(api, clock)
     deadline = clock.now() + inputs.ready_seconds
     while True:
@@ -235,6 +249,10 @@ async def put_in_service(api: Api, inputs: InServiceInputs, clock: Clock, say: S
                 f"{inputs.node_name}' and 'journalctl -u kubelet' on the node"
             )
         await clock.sleep(API_POLL_SECONDS)
+    known = certificates.known_names(inputs.serving_names)
+    await certificates.approve_serving(api, inputs.node_name, known, clock, say, CSR_WAIT_SECONDS)
+    if inputs.records_names:
+        await certificates.record(api, inputs.node_name, inputs.serving_names, say)
     await nodes.update_node(api, inputs.node_name, lambda n: nodes.put_in_service(n, inputs.wanted))
     say(f"Node {inputs.node_name} in service: labels {inputs.wanted.labels or 'none'}")
     await slots.release(api, inputs.slots, clock, say)

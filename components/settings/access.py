@@ -1,6 +1,7 @@
 """The stack configuration's reach: the network the hosts live in (a created VPC or given
 subnets), the bastion that relays to private hosts, and how steps log in over SSH. Hosts the
-stack did not create are pinned (hostKey), and no source range may cover the whole internet."""
+stack did not create are pinned (hostKey), and source ranges are judged by the public addresses
+they admit."""
 
 from __future__ import annotations
 
@@ -9,12 +10,14 @@ import ipaddress
 from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
+from components.settings.addresses import PRIVATE_IPV4_BLOCKS, too_public
 from components.settings.fields import (
     AvailabilityZone,
     Cidr,
     Found,
     Host,
     Model,
+    PrivateCidr,
     SecurityGroupId,
     SshHostKey,
     SshPublicKey,
@@ -25,18 +28,20 @@ from components.settings.fields import (
 )
 
 
-def world_problems(key: str, cidrs: list[str], port: str) -> list[Found]:
-    """A list of source ranges whose union is the whole IPv4 internet (0.0.0.0/0, or halves that
-    add up to it) would open `port` on every host to anyone: refused, naming the key."""
-    merged = ipaddress.collapse_addresses(ipaddress.ip_network(c) for c in cidrs)
-    if not any(net.prefixlen == 0 for net in merged):
+def too_public_problems(key: str, cidrs: list[str], port: str) -> list[Found]:
+    """Source ranges that together admit more of the internet than one organisation's egress
+    (components/settings/addresses.py MAX_PUBLIC_SOURCES), however they are split, would open
+    `port` on every host to strangers: refused, naming the key and how much they admit."""
+    found = too_public(cidrs)
+    if not found:
         return []
     return [
         (
             key,
             cidrs,
-            f"the operators' own ranges, not ones that together cover 0.0.0.0/0: that would open "
-            f"{port} to the whole internet (reach private hosts through network.bastion instead)",
+            f"the operators' own ranges: these admit {' and '.join(found)}, which would open "
+            f"{port} to much of the internet (a world split into pieces is still the world; "
+            "reach private hosts through network.bastion instead)",
         )
     ]
 
@@ -98,20 +103,14 @@ class Bastion(Model):
         ]
 
 
-# Addresses a VPC can hold (RFC 1918, and RFC 6598's shared space): a bastion named by one is
-# inside the VPC (or routed into it), and that is the address its SSH comes from.
-_VPC_BLOCKS = tuple(
-    ipaddress.ip_network(block)
-    for block in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10")
-)
-
-
 def _private_ipv4(host: str) -> bool:
+    """An address a VPC can hold (RFC 1918, RFC 6598): a bastion named by one is inside the VPC
+    (or routed into it), and that is the address its SSH comes from."""
     try:
         address = ipaddress.ip_address(host)
     except ValueError:
         return False
-    return any(address in block for block in _VPC_BLOCKS)
+    return any(address in block for block in PRIVATE_IPV4_BLOCKS)
 
 
 class Network(Model):
@@ -120,8 +119,9 @@ class Network(Model):
         description="true: create a small VPC for the cluster; false: use vpcId + subnetIds "
         "(unset: create unless vpcId/subnetIds are given)",
     )
-    cidr: Cidr = Field(
-        default="10.42.0.0/16", description="IPv4 block of the created VPC, /16 to /24"
+    cidr: PrivateCidr = Field(
+        default="10.42.0.0/16",
+        description="IPv4 block of the created VPC, /16 to /24, private (RFC 1918 or 6598)",
     )
     vpc_id: VpcId | None = Field(
         default=None, description="Id of the existing VPC (with create: false)"
@@ -190,7 +190,7 @@ class Network(Model):
         if len(set(self.availability_zones)) != len(self.availability_zones):
             # Each zone names its subnet (components/aws/network.py).
             found.append(("availabilityZones", self.availability_zones, "each zone once"))
-        found += world_problems("sshAllowedCidrs", list(self.ssh_allowed_cidrs), "SSH (22)")
+        found += too_public_problems("sshAllowedCidrs", list(self.ssh_allowed_cidrs), "SSH (22)")
         if found:
             raise problems(found)
         return self

@@ -4,18 +4,24 @@ from, and `problem(s)`, which a rule raises so each problem names the exact key 
 
 from __future__ import annotations
 
-import base64
-import binascii
 import ipaddress
 import re
-import unicodedata
+import socket
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
+from components.settings.addresses import CNI_PORTS, is_private
 from components.settings.constants import PROGRAM_TAGS
+from components.settings.keys import (  # noqa: F401 (the settings' field types, in one place)
+    MIN_RSA_LOGIN_KEY_BITS,
+    SshHostKey,
+    SshPublicKey,
+    _one_line,
+    control_characters,
+)
 
 # A problem as a rule reports it: (key relative to the model that reports it, what was given,
 # what is accepted). The key is a dotted path (`timeSlicing.replicas`, `[1].name`) or a tuple of
@@ -26,10 +32,16 @@ PROBLEMS_ERROR_TYPE = "gpu_cluster_problems"
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_HOSTNAME = re.compile(
-    r"^(?=.{1,253}$)[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?(\.[A-Za-z0-9]([-A-Za-z0-9]*[A-Za-z0-9])?)*$"
-)
-_UNIX_USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+# One label of a DNS name (RFC 1123, section 2.1: letters, digits and '-', not first or last,
+# at most 63 characters; RFC 1035, section 2.3.4 caps the name at 253 characters as written).
+_DNS_NAME_LABEL = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?")
+_DNS_NAME_MAX = 253
+# A login name by the rules of both useradd and Debian's adduser, less their extensions: shadow-
+# utils `is_valid_user_name` (lib/chkname.c: `[a-zA-Z0-9_.][a-zA-Z0-9_.-]*$?`, not all digits,
+# no leading '-') and adduser's SYS_NAME_REGEX (`^[A-Za-z_][-A-Za-z0-9_]*\$?$`) and default
+# NAME_REGEX (`^[a-z][-a-z0-9_]*\$?$`), lowercase, without the trailing '$' of Samba machine
+# accounts (a shell metacharacter) and at most 32 characters (utmp's ut_user).
+_UNIX_USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 # An availability zone's name: its region (us-west-2, us-gov-west-1, cn-north-1,
 # eusc-de-east-1), then a letter, or for a Local or Wavelength Zone a dash and the zone's own
 # part (us-west-2-lax-1a, us-east-1-wl1-bos-wlz-1). Not a zone id (usw2-az1): the subnets take
@@ -123,6 +135,21 @@ def _cidr(value: str) -> str:
 Cidr = Annotated[str, AfterValidator(_cidr)]
 
 
+def _private_cidr(value: str) -> str:
+    if not is_private(ipaddress.ip_network(value)):
+        raise PydanticCustomError(
+            "cidr_private",
+            "a private block: inside 10.0.0.0/8, 172.16.0.0/12 or 192.168.0.0/16 (RFC 1918) or "
+            "100.64.0.0/10 (RFC 6598), never link-local (169.254.0.0/16) or public (a public "
+            "block would send the cluster's own traffic, and rules that admit it, to the "
+            "internet's owners of those addresses)",
+        )
+    return value
+
+
+PrivateCidr = Annotated[str, AfterValidator(_cidr), AfterValidator(_private_cidr)]
+
+
 def _dns_label(value: str) -> str:
     if len(value) > 40 or not _DNS_LABEL.match(value):
         raise PydanticCustomError(
@@ -136,14 +163,43 @@ def _dns_label(value: str) -> str:
 DnsLabel = Annotated[str, AfterValidator(_dns_label)]
 
 
-def _host(value: str) -> str:
+def dns_name(value: str) -> bool:
+    """A DNS name of RFC 1123 labels that no resolver reads as an address: its last label is not
+    all digits (RFC 3696, section 2) and glibc's `inet_aton`, which `getaddrinfo` and so ssh use,
+    does not take it for one ('10.1' is 10.0.0.1 to it, '0x7f000001' is 127.0.0.1)."""
+    labels = value.split(".")
+    if len(value) > _DNS_NAME_MAX or not all(_DNS_NAME_LABEL.fullmatch(x) for x in labels):
+        return False
+    if labels[-1].isdigit():
+        return False
+    try:
+        socket.inet_aton(value)
+    except OSError:
+        return True
+    return False
+
+
+def host_problem(value: str) -> str | None:
+    """Why `value` cannot name a host a connection dials, or None: it must be an IP address in
+    its plain form, with no IPv6 zone index ('%eth0': an interface of the machine that dials,
+    and text of any kind after the '%'), or a DNS name (`dns_name`)."""
+    accepted = (
+        "an IPv4 or IPv6 address without a zone index ('%...'), or a DNS name of letters, "
+        "digits, '-' and '.', like 10.0.1.10 or bastion.example.com"
+    )
+    if "%" in value:
+        return f"{accepted}: a zone index names an interface of the machine that dials"
     try:
         ipaddress.ip_address(value)
-        return value
     except ValueError:
-        pass
-    if not _HOSTNAME.match(value):
-        raise PydanticCustomError("host", "an IP address or DNS name, like 10.0.1.10")
+        return None if dns_name(value) else accepted
+    return None
+
+
+def _host(value: str) -> str:
+    found = host_problem(value)
+    if found is not None:
+        raise PydanticCustomError("host", found)
     return value
 
 
@@ -169,13 +225,9 @@ def _endpoint(value: str) -> str:
     bracketed = host.startswith("[") and host.endswith("]")
     if bracketed:
         host = host[1:-1]
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        address = None
-    if (address is not None and address.version == 6) != bracketed or not (
-        address is not None or _HOSTNAME.match(host)
-    ):
+    if host_problem(host) is not None:
+        raise PydanticCustomError("endpoint", expected)
+    if is_ipv6(host) != bracketed:
         raise PydanticCustomError("endpoint", expected)
     return value
 
@@ -210,7 +262,7 @@ Endpoint = Annotated[str, AfterValidator(_endpoint)]
 
 def _pattern(regex: re.Pattern[str], error_type: str, expected: str):
     def check(value: str) -> str:
-        if not regex.match(value):
+        if not regex.fullmatch(value):
             raise PydanticCustomError(error_type, expected)
         return value
 
@@ -236,22 +288,18 @@ SecurityGroupId = Annotated[
 ]
 
 
-def _ports_in_range(value: str) -> str:
-    low, _sep, high = value.partition("/")[2].partition("-")
-    if not 0 < int(low) <= int(high or low) <= 65535:
-        raise PydanticCustomError("port_span", "ports from 1 to 65535, low-high")
+def _cni_port(value: str) -> str:
+    if value not in CNI_PORTS:
+        raise PydanticCustomError(
+            "cni_port",
+            "one port a CNI sends between machines, as protocol/port: {ports}; one port each, "
+            "never a range, SSH (22), the API (6443), etcd (2379-2380) or the kubelet (10250)",
+            {"ports": ", ".join(f"{port} ({what})" for port, what in CNI_PORTS.items())},
+        )
     return value
 
 
-PortSpan = Annotated[
-    str,
-    _pattern(
-        re.compile(r"^(tcp|udp)/[0-9]{1,5}(-[0-9]{1,5})?$"),
-        "port_span",
-        "protocol/port or protocol/low-high, like udp/8472",
-    ),
-    AfterValidator(_ports_in_range),
-]
+CniPort = Annotated[str, AfterValidator(_cni_port)]
 _RBAC_NAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9:._-]{0,61}[A-Za-z0-9])?$")
 
 
@@ -297,126 +345,19 @@ VpcId = Annotated[str, _pattern(_VPC_ID, "vpc_id", "a VPC id like vpc-0123456789
 SubnetId = Annotated[
     str, _pattern(_SUBNET_ID, "subnet_id", "a subnet id like subnet-0123456789abcdef0")
 ]
-UnixUser = Annotated[str, _pattern(_UNIX_USER, "unix_user", "a Unix user name like ubuntu")]
+UnixUser = Annotated[
+    str,
+    _pattern(
+        _UNIX_USER,
+        "unix_user",
+        "a login name like ubuntu: a lowercase letter or '_', then lowercase letters, digits, "
+        "'_' or '-', at most 32 characters (useradd's and adduser's rules)",
+    ),
+]
 AvailabilityZone = Annotated[
     str,
     _pattern(ZONE_NAME, "availability_zone", "an availability zone name like us-west-2a"),
 ]
-# pulumi-command offers only the pinned key's own type as host key algorithm
-# (`connection.go`: `HostKeyAlgorithms = []string{publicKey.Type()}`): for an RSA key that is
-# "ssh-rsa" (SHA-1), which OpenSSH servers refuse since 8.8, so RSA host keys cannot be pinned.
-_HOST_KEY_TYPES = (
-    "ssh-ed25519",
-    "ecdsa-sha2-nistp256",
-    "ecdsa-sha2-nistp384",
-    "ecdsa-sha2-nistp521",
-)
-
-
-# Characters that end or bend a line: Unicode's control characters (category Cc: newline,
-# carriage return, tab, NUL, ESC...) and its line and paragraph separators. authorized_keys and
-# known_hosts are read line by line, so one of these inside a key value adds a key.
-_LINE_BREAKING = frozenset({"Zl", "Zp", "Cc"})
-
-
-def control_characters(value: str) -> list[str]:
-    """The control and line-separator characters in `value`, as `U+000A` names."""
-    return [f"U+{ord(c):04X}" for c in value if unicodedata.category(c) in _LINE_BREAKING]
-
-
-def _one_line(value: str) -> str:
-    """A key value is exactly one line with no control characters (checked before any other
-    rule, so the message says what is wrong with it)."""
-    found = control_characters(value)
-    if found:
-        raise PydanticCustomError(
-            "one_line",
-            "exactly one line without control characters (found {found}): paste only the one "
-            "key line; a newline inside it would authorize or trust a second key",
-            {"found": ", ".join(dict.fromkeys(found))},
-        )
-    return value
-
-
-def _host_key(value: str) -> str:
-    """An authorized_keys line without options, as `ssh-keyscan` prints it less the host name
-    (pulumi-command parses it with `ssh.ParseAuthorizedKey`): a key type, then the key blob in
-    base64, whose own first field names the same type."""
-    expected = (
-        "an ED25519 or ECDSA SSH host public key line like 'ssh-ed25519 AAAA...', as in "
-        "/etc/ssh/ssh_host_ed25519_key.pub on that host (RSA cannot be pinned: it would be "
-        "checked with ssh-rsa signatures, which current OpenSSH servers refuse)"
-    )
-    key = _public_key(value, _HOST_KEY_TYPES)
-    if key is None:
-        raise PydanticCustomError("ssh_host_key", expected)
-    return " ".join(key[:2])
-
-
-SshHostKey = Annotated[str, AfterValidator(_one_line), AfterValidator(_host_key)]
-
-# EC2 imports the login key as a key pair, and ImportKeyPair takes "the public key from an RSA
-# or ED25519 key pair" only (EC2 API reference, ImportKeyPair): an ECDSA or security-key line
-# would pass here and fail at `pulumi up`, after the network exists.
-_LOGIN_KEY_SHAPES = {"ssh-ed25519": 2, "ssh-rsa": 3}  # type, then its key fields (RFC 4253 6.6)
-_ED25519_KEY_BYTES = 32  # RFC 8709, section 4
-
-
-def _login_key(value: str) -> str:
-    """An OpenSSH public key line (type, base64 key, optional comment) of a type EC2 imports,
-    whose key decodes whole: a line cut short in a copy and paste fails here, not at AWS. The
-    value is kept as given: the key pairs are created from it."""
-    expected = (
-        "an OpenSSH ED25519 or RSA public key line like 'ssh-ed25519 AAAA... ops@example', "
-        "as in ~/.ssh/id_ed25519.pub (EC2 key pairs take only those two types)"
-    )
-    key = _public_key(value, tuple(_LOGIN_KEY_SHAPES))
-    if key is None:
-        raise PydanticCustomError("ssh_public_key", expected)
-    key_type, _text, parts = key
-    if len(parts) != _LOGIN_KEY_SHAPES[key_type] or (
-        key_type == "ssh-ed25519" and len(parts[1]) != _ED25519_KEY_BYTES
-    ):
-        raise PydanticCustomError("ssh_public_key", expected)
-    return value
-
-
-SshPublicKey = Annotated[str, AfterValidator(_one_line), AfterValidator(_login_key)]
-
-
-def _public_key(value: str, types: tuple[str, ...]) -> tuple[str, str, list[bytes]] | None:
-    """(type, base64 text, the blob's fields) of a public key line `<type> <base64> [comment]`
-    whose type is one of `types` and whose blob decodes whole and names the same type; None
-    otherwise. The comment may be any text."""
-    fields = value.split(maxsplit=2)
-    if len(fields) < 2 or fields[0] not in types:
-        return None
-    parts = _key_blob(fields[1])
-    if not parts or parts[0] != fields[0].encode():
-        return None
-    return fields[0], fields[1], parts
-
-
-def _key_blob(text: str) -> list[bytes]:
-    """The fields of a base64 SSH public key blob, each a 4-byte big-endian length and that
-    many bytes (RFC 4253, section 6.6); [] when it is not base64 or does not split whole."""
-    try:
-        blob = base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        return []
-    parts, at = [], 0
-    while at < len(blob):
-        if at + 4 > len(blob):
-            return []
-        length = int.from_bytes(blob[at : at + 4], "big")
-        at += 4
-        if length == 0 or at + length > len(blob):
-            return []
-        parts.append(blob[at : at + length])
-        at += length
-    return parts
-
-
 InstanceId = Annotated[
     str,
     _pattern(

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from components.settings import control_plane_size
+from components.settings.addresses import PRIVATE_IPV4_BLOCKS
 from components.settings.constants import (
     AWS_RESERVED_PER_SUBNET,
     DEVICE_PLUGIN_DIGESTS,
@@ -224,13 +225,6 @@ def created_vpc_gives_public_ips(settings: Settings) -> list[Found]:
     ]
 
 
-# Addresses only a private network routes (RFC 1918, and RFC 6598's shared space).
-_PRIVATE_BLOCKS = tuple(
-    ipaddress.ip_network(block)
-    for block in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10")
-)
-
-
 def existing_control_plane_reachable_from_created_vpc(settings: Settings) -> list[Found]:
     """Nodes in a VPC the stack creates reach the internet and their own VPC only (its one
     route table: the VPC's block, then the internet gateway; components/aws/network.py), so they
@@ -248,7 +242,7 @@ def existing_control_plane_reachable_from_created_vpc(settings: Settings) -> lis
         address = ipaddress.ip_address(host)
     except ValueError:
         return []  # a DNS name: where it points is not known here
-    if not any(address in block for block in _PRIVATE_BLOCKS):
+    if not any(address in block for block in PRIVATE_IPV4_BLOCKS):
         return []
     if address in ipaddress.ip_network(network.cidr):
         return []  # in the created VPC itself: its local route reaches it

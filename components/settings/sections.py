@@ -16,7 +16,7 @@ from components.settings.access import (  # noqa: F401
     Network,
     Ssh,
     host_key_needed,
-    world_problems,
+    too_public_problems,
 )
 from components.settings.constants import (
     DEFAULT_DCGM_EXPORTER_IMAGE,
@@ -28,6 +28,7 @@ from components.settings.constants import (
 from components.settings.fields import (
     AmiId,
     Cidr,
+    CniPort,
     DigestPinnedImage,
     Endpoint,
     Found,
@@ -36,7 +37,7 @@ from components.settings.fields import (
     InstanceTypeName,
     Model,
     PinnedImage,
-    PortSpan,
+    PrivateCidr,
     RbacGroup,
     RbacRole,
     SecurityGroupId,
@@ -70,11 +71,12 @@ class ManagedControlPlane(Model):
         default_factory=list,
         description="Sources allowed to reach the Kubernetes API (6443) from outside the VPC",
     )
-    pod_cidr: Cidr = Field(
-        default="10.244.0.0/16", description="Pod network block (outside the VPC)"
+    pod_cidr: PrivateCidr = Field(
+        default="10.244.0.0/16", description="Pod network block (private, outside the VPC)"
     )
-    service_cidr: Cidr = Field(
-        default="10.96.0.0/12", description="Service network block (outside the VPC and podCidr)"
+    service_cidr: PrivateCidr = Field(
+        default="10.96.0.0/12",
+        description="Service network block (private, outside the VPC and podCidr)",
     )
     root_volume_gib: int = Field(
         default=50,
@@ -108,7 +110,7 @@ class ManagedControlPlane(Model):
     def _consistent(self) -> ManagedControlPlane:
         """The image source and the cluster's blocks, every problem at once."""
         found = image_source_problems(self.image, self.ami_id)
-        found += world_problems(
+        found += too_public_problems(
             "apiAllowedCidrs", list(self.api_allowed_cidrs), "the Kubernetes API (6443)"
         )
         if ipaddress.ip_network(self.pod_cidr).overlaps(ipaddress.ip_network(self.service_cidr)):
@@ -149,11 +151,12 @@ class ExistingControlPlane(Model):
         description="Security group of the existing cluster's machines: the only source the GPU "
         "nodes admit its pod network from (without it: the VPC's range, CNI ports only)",
     )
-    pod_network_ports: list[PortSpan] = Field(
+    pod_network_ports: list[CniPort] = Field(
         default=["udp/8472"],
         min_length=1,
-        description="What the existing cluster's CNI sends between machines (default: flannel's "
-        "VXLAN, udp/8472; Calico VXLAN: udp/4789; Cilium: udp/8472 and tcp/4240)",
+        description="What the existing cluster's CNI sends between machines, one port each from "
+        "the CNIs' own lists (default: flannel's VXLAN, udp/8472; Calico VXLAN: udp/4789; "
+        "Cilium: udp/8472 and tcp/4240)",
     )
     unreachable: bool = Field(default=False, description=_UNREACHABLE)
 

@@ -13,11 +13,38 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_cluster_policies import chain
+from gpu_cluster_policies.access_rules import (
+    DENIED_MANAGED_POLICIES,
+    EVERYONE_GROUPS,
+    POWERFUL_ROLES,
+    check_iam_admin,
+    check_rbac_everyone,
+)
+from gpu_cluster_policies.resources import (
+    Config,
+    Resource,
+    ResourceCheck,
+    StackCheck,
+    get,
+    items,
+    known,
+    known_field,
+    label,
+)
+from gpu_cluster_policies.workloads import (
+    PRIVILEGED_NAMESPACES,
+    SYSTEM_WORKLOADS,
+    check_inspectable,
+    check_privileged_namespaces,
+    containers,
+    is_system_workload,
+    pod_specs,
+)
 
 # Every EC2 GPU instance type in components/catalog.py (the pack runs on its own, without the
 # program's modules; tests/test_policies.py keeps this list equal to the catalog).
@@ -116,15 +143,6 @@ TRUSTED_REGISTRIES = (
     "public.ecr.aws/hpc-cloud/",
     "public.ecr.aws/aws-ec2/",
 )
-# The node agents that need the host (device plugins, GFD, the DCGM exporter, the spot
-# termination handler), by resource name.
-SYSTEM_WORKLOADS = (
-    "nvidia-device-plugin-daemonset",
-    "gpu-feature-discovery-daemonset",
-    "-dcgm-exporter",
-    "-efa-device-plugin",
-    "spot-termination-handler-daemonset",
-)
 # What the two-node NCCL check's sshd needs besides nothing (components/kube/nccl_efa_manifests.py).
 ALLOWED_CAPABILITIES = ("KILL", "SETGID", "SETUID", "SYS_CHROOT")
 PORT_NAMES = {22: "SSH", 6443: "Kubernetes API", 10250: "kubelet API"}
@@ -132,51 +150,35 @@ WORLD = ("0.0.0.0/0", "::/0")
 
 # What a command prints when its output is a credential: a bootstrap token, a join command, or
 # the admin kubeconfig.
+# What a command prints when its output is a credential: a bootstrap token or a join command, a
+# kubeconfig (the admin's, one made for a user, or `config view --raw`, which prints its keys),
+# a service account token (`kubectl create token`), or a private key of the cluster's PKI.
 SECRET_OUTPUT_PATTERN = re.compile(
     r"kubeadm\s+token\s+create|print-join-command|cat\s+[^\n|;&]*admin\.conf|"
-    r"kubeadm\s+kubeconfig\s+user"
+    r"kubeadm\s+kubeconfig\s+user|"
+    r"kubectl\b[^\n|;&]*\bcreate\s+token\b|"
+    r"\bconfig\s+view\b[^\n|;&]*--raw|--raw\b[^\n|;&]*\bconfig\s+view\b|"
+    r"cat\s+[^\n|;&]*pki/[^\s|;&]*\.key\b"
 )
+# ssh and scp options that accept a host whatever key it shows (OpenSSH ssh_config(5):
+# StrictHostKeyChecking no or off adds and accepts unknown keys, accept-new accepts unknown
+# ones; a known_hosts of /dev/null knows no key, so every key is unknown).
+NO_HOST_KEY_CHECK = re.compile(
+    r"StrictHostKeyChecking\s*[= ]\s*[\"']?(no|off|accept-new)\b|"
+    r"(User|Global)KnownHostsFile\s*[= ]\s*[\"']?/dev/null",
+    re.IGNORECASE,
+)
+# IMDSv2's response hop limit (EC2 user guide, "Configure the instance metadata options"): 1 stops
+# a response at the host; 2 lets it reach a container, and with it the instance role's
+# credentials.
+MAX_HOP_LIMIT = 1
 
 
-@dataclass(frozen=True)
-class Resource:
-    """What a policy sees of one resource (the same fields as pulumi_policy's arguments)."""
-
-    resource_type: str
-    props: Mapping[str, Any]
-    urn: str
-    name: str
-    additional_secret_outputs: tuple[str, ...] = ()
-    # URNs this resource waits for: its dependencies and property dependencies.
-    dependencies: frozenset[str] = field(default_factory=frozenset)
-    protect: bool = False
-
-
-Config = Mapping[str, Any]
-ResourceCheck = Callable[[Resource, Config], list[str]]
-StackCheck = Callable[[Sequence[Resource], Config], list[tuple[str, str]]]
-
-
-def _label(resource: Resource) -> str:
-    return f"{resource.resource_type} '{resource.name}'"
-
-
-def _get(value: Any, *path: str | int) -> Any:
-    """`value[path[0]][path[1]]...`, or None where a step is missing."""
-    for key in path:
-        if isinstance(key, int):
-            if not isinstance(value, Sequence) or isinstance(value, str) or key >= len(value):
-                return None
-        elif not isinstance(value, Mapping) or key not in value:
-            return None
-        value = value[key]
-    return value
-
-
-def _items(value: Any) -> list[Any]:
-    if value is None or isinstance(value, (str, Mapping)):
-        return []
-    return list(value)
+_label = label
+_get = get
+_items = items
+_known = known
+_known_field = known_field
 
 
 # ---------------------------------------------------------------- EC2 instances
@@ -194,6 +196,24 @@ def check_imdsv2(resource: Resource, config: Config) -> list[str]:
         f"{_label(resource)}: metadataOptions.httpTokens is {tokens or 'unset'} (IMDSv1 allowed). "
         'Fix: set metadata_options with http_tokens="required" '
         "(components/aws/machines.py metadata_options())."
+    ]
+
+
+def check_imds_hop_limit(resource: Resource, config: Config) -> list[str]:
+    """Instances, spot requests and launch templates answer instance metadata on the host only
+    (hop limit 1, or the configured `maxHopLimit`): a pod would otherwise read the instance
+    role's credentials."""
+    if resource.resource_type not in (*MACHINE_TYPES, LAUNCH_TEMPLATE):
+        return []
+    limit = _get(resource.props, "metadataOptions", "httpPutResponseHopLimit")
+    allowed = int(config.get("maxHopLimit") or MAX_HOP_LIMIT)
+    if isinstance(limit, (int, float)) and not isinstance(limit, bool) and limit <= allowed:
+        return []
+    return [
+        f"{_label(resource)}: metadataOptions.httpPutResponseHopLimit is "
+        f"{'unset' if limit is None else limit}, more than {allowed}: containers reach instance "
+        "metadata and the instance role's credentials. Fix: set http_put_response_hop_limit "
+        f"to {allowed} (gpu-cluster:nodePools[].metadataHopLimit)."
     ]
 
 
@@ -285,6 +305,82 @@ def world_covered(sources: Iterable[Any]) -> list[str]:
     return covered
 
 
+# Sources no internet packet carries (IANA's special-purpose IPv4 blocks that are not globally
+# reachable; for IPv6 only 2000::/3 less 2001:db8::/32 is global unicast), and the most public
+# addresses one rule set may admit: a /16 of IPv4, a /48 of IPv6. The same as the settings'
+# (components/settings/addresses.py; tests/test_policy_ranges.py keeps them equal).
+NOT_PUBLIC_V4 = (
+    "0.0.0.0/8",
+    "10.0.0.0/8",
+    "100.64.0.0/10",
+    "127.0.0.0/8",
+    "169.254.0.0/16",
+    "172.16.0.0/12",
+    "192.0.0.0/24",
+    "192.0.2.0/24",
+    "192.168.0.0/16",
+    "198.18.0.0/15",
+    "198.51.100.0/24",
+    "203.0.113.0/24",
+    "224.0.0.0/4",
+    "240.0.0.0/4",
+)
+GLOBAL_V6 = "2000::/3"
+NOT_PUBLIC_V6 = ("2001:db8::/32",)
+MAX_PUBLIC_SOURCES = {4: 2**16, 6: 2**80}
+_PREFIX_OF_MAX = {4: "/16", 6: "/48"}
+
+
+def _overlap(a: Any, b: Any) -> int:
+    if a.version != b.version or not a.overlaps(b):
+        return 0
+    return min(a.num_addresses, b.num_addresses)
+
+
+def public_addresses(sources: Iterable[Any]) -> dict[int, int]:
+    """How many public addresses (IPv4, IPv6) the union of these CIDR ranges holds: merged
+    first, so overlaps count once, without the addresses no internet packet comes from."""
+    networks: dict[int, list[Any]] = {4: [], 6: []}
+    for source in sources:
+        if not isinstance(source, str):
+            continue
+        try:
+            network = ipaddress.ip_network(source.strip(), strict=False)
+        except ValueError:
+            continue
+        networks[network.version].append(network)
+    not_public = [ipaddress.ip_network(b) for b in (*NOT_PUBLIC_V4, *NOT_PUBLIC_V6)]
+    global_v6 = ipaddress.ip_network(GLOBAL_V6)
+    counts = {}
+    for version in (4, 6):
+        total = 0
+        for network in ipaddress.collapse_addresses(networks[version]):
+            size = network.num_addresses if version == 4 else _overlap(network, global_v6)
+            total += size - sum(_overlap(network, block) for block in not_public)
+        counts[version] = total
+    return counts
+
+
+def too_open(sources: Iterable[Any]) -> list[str]:
+    """What the union of these CIDR ranges admits beyond the bound, one phrase per IP version:
+    "0.0.0.0/0" or "::/0" when it is the whole internet, else "N public IPv4 addresses (more
+    than a /16's 65,536)"; [] when each version stays within MAX_PUBLIC_SOURCES. So the
+    internet split in halves, or less one /32 in 32 pieces, is caught."""
+    sources = list(sources)
+    world = world_covered(sources)
+    found = []
+    for version, count in public_addresses(sources).items():
+        whole = "0.0.0.0/0" if version == 4 else "::/0"
+        if whole in world:
+            found.append(whole)
+        elif count > MAX_PUBLIC_SOURCES[version]:
+            found.append(
+                f"{count:,} public IPv{version} addresses (more than a "
+                f"{_PREFIX_OF_MAX[version]}'s {MAX_PUBLIC_SOURCES[version]:,})"
+            )
+    return found
+
+
 def _ingress_rules(resource: Resource) -> list[tuple[str, Any, Any, Any, list[str]]]:
     """(where, protocol, fromPort, toPort, CIDR sources) of each ingress rule a resource holds."""
     props = resource.props
@@ -325,8 +421,9 @@ def _protected_ports(config: Config) -> list[int]:
 
 
 def check_no_world_ingress(resource: Resource, config: Config) -> list[str]:
-    """No ingress from the whole internet (the union of the rules' ranges covering 0.0.0.0/0 or
-    ::/0) to SSH, the Kubernetes API or the kubelet, within one security group or rule."""
+    """No ingress to SSH, the Kubernetes API or the kubelet from ranges that together admit
+    more public addresses than MAX_PUBLIC_SOURCES (the whole internet, however split, among
+    them), within one security group or rule."""
     protected = _protected_ports(config)
     by_port: dict[int, list[tuple[str, list[str]]]] = {}
     for where, protocol, from_port, to_port, sources in _ingress_rules(resource):
@@ -337,7 +434,7 @@ def check_no_world_ingress(resource: Resource, config: Config) -> list[str]:
     # Ports opened to the internet by the same rules are reported in one message.
     reports: dict[tuple[tuple[str, ...], tuple[str, ...]], list[int]] = {}
     for port, opened in sorted(by_port.items()):
-        world = world_covered(s for _where, sources in opened for s in sources)
+        world = too_open(s for _where, sources in opened for s in sources)
         if world:
             reports.setdefault((tuple(w for w, _s in opened), tuple(world)), []).append(port)
     found = []
@@ -345,7 +442,7 @@ def check_no_world_ingress(resource: Resource, config: Config) -> list[str]:
         ranges = sorted({s for w, sources in by_port[ports[0]] if w in wheres for s in sources})
         how = " and ".join(world)
         if not set(ranges) <= set(WORLD):
-            how += f" (together {', '.join(ranges)} cover it)"
+            how += f" (together {', '.join(ranges)} admit it)"
         found.append(
             f"{_label(resource)}: {' + '.join(wheres)} opens port {_describe_ports(ports)} "
             f"to {how}. {_WORLD_FIX}"
@@ -356,9 +453,9 @@ def check_no_world_ingress(resource: Resource, config: Config) -> list[str]:
 def check_no_world_ingress_across_rules(
     resources: Sequence[Resource], config: Config
 ) -> list[tuple[str, str]]:
-    """Standalone ingress rules of one security group whose ranges together cover the whole
-    internet for an admin port, though no single rule does (each rule is its own resource, so
-    the per-resource policy cannot see the union)."""
+    """Standalone ingress rules of one security group whose ranges together admit too much of
+    the internet (`too_open`) to an admin port, though no single rule does (each rule is its own
+    resource, so the per-resource policy cannot see the union)."""
     protected = _protected_ports(config)
     groups: dict[str, dict[int, list[tuple[Resource, list[str]]]]] = {}
     for resource in resources:
@@ -373,9 +470,9 @@ def check_no_world_ingress_across_rules(
     found = []
     for group, ports in sorted(groups.items()):
         for port, opened in sorted(ports.items()):
-            if any(world_covered(sources) for _r, sources in opened):
-                continue  # a single rule already covers it: reported by the resource policy
-            world = world_covered(s for _r, sources in opened for s in sources)
+            if any(too_open(sources) for _r, sources in opened):
+                continue  # a single rule already opens too much: reported by the resource policy
+            world = too_open(s for _r, sources in opened for s in sources)
             if not world:
                 continue
             rules = sorted({r.name for r, _s in opened})
@@ -392,14 +489,15 @@ def check_no_world_ingress_across_rules(
 
 
 def check_no_world_ingress_other_ports(resource: Resource, config: Config) -> list[str]:
-    """No ingress rule whose ranges cover the whole internet on any other port or protocol
-    either (the admin ports are the policy above's): the cluster opens nothing to the world.
+    """No ingress rule whose ranges admit too much of the internet (`too_open`) on any other
+    port or protocol either (the admin ports are the policy above's): the cluster opens nothing
+    to the world.
     `allowedWorldPorts` lists TCP/UDP ports a stack may open on purpose."""
     skipped = {int(p) for p in (config.get("protectedPorts") or PORT_NAMES)}
     allowed = {int(p) for p in (config.get("allowedWorldPorts") or [])}
     found = []
     for where, protocol, from_port, to_port, sources in _ingress_rules(resource):
-        world = world_covered(sources)
+        world = too_open(sources)
         if not world:
             continue
         kind = str(protocol).lower() if protocol is not None else ""
@@ -458,11 +556,16 @@ def _pod_spec(resource: Resource) -> Mapping[str, Any] | None:
     return spec if isinstance(spec, Mapping) else None
 
 
-def _containers(pod_spec: Mapping[str, Any]) -> Iterator[tuple[str, Mapping[str, Any]]]:
-    for kind in ("initContainers", "containers", "ephemeralContainers"):
-        for index, container in enumerate(_items(pod_spec.get(kind))):
-            if isinstance(container, Mapping):
-                yield f"{kind}[{index}] ({container.get('name', 'unnamed')})", container
+_containers = containers
+
+
+def _all_containers(resource: Resource) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """Every container of every pod spec the resource holds (workloads.pod_specs), named by
+    where it is when the resource holds more than one."""
+    specs = pod_specs(resource)
+    for path, pod_spec in specs:
+        for where, container in containers(pod_spec):
+            yield (f"{path}: {where}" if len(specs) > 1 else where), container
 
 
 def image_unpinned_reason(image: Any) -> str | None:
@@ -481,11 +584,8 @@ def image_unpinned_reason(image: Any) -> str | None:
 
 def check_images_pinned(resource: Resource, config: Config) -> list[str]:
     """Workload containers (device plugin, validation) use a version tag or digest."""
-    pod_spec = _pod_spec(resource)
-    if pod_spec is None:
-        return []
     found = []
-    for where, container in _containers(pod_spec):
+    for where, container in _all_containers(resource):
         reason = image_unpinned_reason(container.get("image"))
         if reason:
             found.append(
@@ -507,12 +607,9 @@ def _registry_of(image: str) -> str:
 
 def check_trusted_registries(resource: Resource, config: Config) -> list[str]:
     """Every workload container's image comes from a registry prefix the stack trusts."""
-    pod_spec = _pod_spec(resource)
-    if pod_spec is None:
-        return []
     trusted = tuple(config.get("trustedRegistries") or TRUSTED_REGISTRIES)
     found = []
-    for where, container in _containers(pod_spec):
+    for where, container in _all_containers(resource):
         image = container.get("image")
         if not isinstance(image, str) or _registry_of(image).startswith(trusted):
             continue
@@ -524,32 +621,43 @@ def check_trusted_registries(resource: Resource, config: Config) -> list[str]:
     return found
 
 
-def _is_system_workload(resource: Resource, config: Config) -> bool:
-    names = tuple(config.get("systemWorkloads") or SYSTEM_WORKLOADS)
-    return resource.resource_type == DAEMON_SET and resource.name.endswith(names)
-
-
 def check_host_access(resource: Resource, config: Config) -> list[str]:
-    """Outside the system DaemonSets (the device plugin, GFD, the DCGM exporter, the EFA
-    plugin), no workload is privileged, escalates privileges, adds a capability beyond
-    `allowedCapabilities`, mounts a hostPath or shares the host's PID, IPC or network."""
-    pod_spec = _pod_spec(resource)
-    if pod_spec is None or _is_system_workload(resource, config):
+    """Outside the system DaemonSets (workloads.is_system_workload: by namespace, exact name and
+    image repository), no pod spec of any Kubernetes resource (a workload, a patch of one, a
+    ReplicationController, a PodTemplate, a custom resource) is privileged, escalates
+    privileges, adds a capability beyond `allowedCapabilities`, mounts a hostPath or shares the
+    host's PID, IPC or network."""
+    if is_system_workload(resource, config):
         return []
     allowed = set(config.get("allowedCapabilities") or ALLOWED_CAPABILITIES)
-    label = _label(resource)
+    specs = pod_specs(resource)
+    problems = []
+    for path, pod_spec in specs:
+        at = f"{path}: " if len(specs) > 1 else ""
+        problems += _host_access_problems(pod_spec, allowed, at)
+    return [
+        f"{_label(resource)}: {problem}. Fix: run it unprivileged (allowPrivilegeEscalation: "
+        "false, capabilities drop ALL, no host namespaces or paths), or add its namespace, "
+        "name and image repositories to the policy's systemWorkloads if it is a node agent "
+        "that needs the host."
+        for problem in problems
+    ]
+
+
+def _host_access_problems(pod_spec: Mapping[str, Any], allowed: set[str], at: str) -> list[str]:
     problems = [
-        f"spec.{key} is true"
+        f"{at}spec.{key} is true"
         for key in ("hostPID", "hostIPC", "hostNetwork")
         if pod_spec.get(key) is True
     ]
     problems += [
-        f"volume {volume.get('name', 'unnamed')!r} is a hostPath "
+        f"{at}volume {volume.get('name', 'unnamed')!r} is a hostPath "
         f"({_get(volume, 'hostPath', 'path')})"
         for volume in _items(pod_spec.get("volumes"))
         if isinstance(volume, Mapping) and "hostPath" in volume
     ]
-    for where, container in _containers(pod_spec):
+    for where, container in containers(pod_spec):
+        where = f"{at}{where}"
         context = container.get("securityContext") or {}
         if context.get("privileged") is True:
             problems.append(f"{where} is privileged")
@@ -562,12 +670,7 @@ def check_host_access(resource: Resource, config: Config) -> list[str]:
             problems.append(f"{where} adds capabilities {', '.join(sorted(map(str, added)))}")
         if "ALL" not in _items(_get(context, "capabilities", "drop")):
             problems.append(f"{where} does not drop ALL capabilities")
-    return [
-        f"{label}: {problem}. Fix: run it unprivileged (allowPrivilegeEscalation: false, "
-        "capabilities drop ALL, no host namespaces or paths), or add it to the policy's "
-        "systemWorkloads if it is a node agent that needs the host."
-        for problem in problems
-    ]
+    return problems
 
 
 def _gpu_requested(pod_spec: Mapping[str, Any]) -> bool:
@@ -653,18 +756,6 @@ def carries_secret_output(resource: Resource, config: Config) -> bool:
     return any(isinstance(s, str) and SECRET_OUTPUT_PATTERN.search(s) for s in scripts)
 
 
-def _known(props: Mapping[str, Any], key: str) -> Any:
-    """`props[key]`, or None while it is unknown (a script rendered from another resource's
-    output, during preview). The policy runtime raises its UnknownValueError on reading such a
-    value, which would turn the whole check into a "can't run during preview" notice."""
-    try:
-        return props.get(key)
-    except Exception as error:
-        if type(error).__name__ == "UnknownValueError":
-            return None
-        raise
-
-
 def check_secret_command_output(resource: Resource, config: Config) -> list[str]:
     """Commands whose output carries a secret mark stdout secret and do not log it."""
     if not carries_secret_output(resource, config):
@@ -686,16 +777,31 @@ def check_secret_command_output(resource: Resource, config: Config) -> list[str]
     return found
 
 
-def _known_field(value: Any, key: str) -> tuple[bool, Any]:
-    """(known, value[key]) of a mapping the policy runtime may hold unknowns in."""
-    try:
-        if not isinstance(value, Mapping):
-            return True, None
-        return True, value.get(key)
-    except Exception as error:
-        if type(error).__name__ == "UnknownValueError":
-            return False, None
-        raise
+def check_ssh_host_key_checking(resource: Resource, config: Config) -> list[str]:
+    """No command, local or remote, runs ssh, scp or sftp with host-key checking off: its
+    command lines, stdin, interpreter and environment are read for the options that accept any
+    key (NO_HOST_KEY_CHECK)."""
+    if resource.resource_type not in (LOCAL_COMMAND, REMOTE_COMMAND):
+        return []
+    texts = {key: _known(resource.props, key) for key in ("create", "update", "delete", "stdin")}
+    interpreter = _known(resource.props, "interpreter")
+    texts["interpreter"] = " ".join(map(str, _items(interpreter)))
+    environment = _known(resource.props, "environment")
+    if isinstance(environment, Mapping):
+        for name in list(environment):
+            known, value = _known_field(environment, name)
+            texts[f"environment.{name}"] = value if known else None
+    found = []
+    for where, text in texts.items():
+        match = NO_HOST_KEY_CHECK.search(text) if isinstance(text, str) else None
+        if match:
+            found.append(
+                f"{_label(resource)}: its {where} runs ssh with {match.group(0)!r}, which "
+                "accepts any host key: whoever answers at that address receives what it sends. "
+                "Fix: pin the host key (StrictHostKeyChecking=yes and a known_hosts with it, "
+                "as components/hosts/local/rotate-host-key.sh does)."
+            )
+    return found
 
 
 def check_remote_host_keys(resource: Resource, config: Config) -> list[str]:
@@ -850,8 +956,9 @@ POLICIES: tuple[PolicySpec, ...] = (
     ),
     PolicySpec(
         "no-world-ingress-to-admin-ports",
-        "No security group ingress from ranges that cover 0.0.0.0/0 or ::/0 (address ranges, "
-        "not strings) to SSH (22), the Kubernetes API (6443) or the kubelet (10250).",
+        "No security group ingress from ranges that together admit more than a /16 of public "
+        "IPv4 or a /48 of IPv6 (the whole internet, however split, among them) to SSH (22), the "
+        "Kubernetes API (6443) or the kubelet (10250).",
         check_no_world_ingress,
         config_schema={
             "protectedPorts": {
@@ -864,8 +971,9 @@ POLICIES: tuple[PolicySpec, ...] = (
     ),
     PolicySpec(
         "no-world-ingress-across-rules",
-        "No set of a security group's separate ingress rules whose ranges together cover "
-        "0.0.0.0/0 or ::/0 for SSH (22), the Kubernetes API (6443) or the kubelet (10250).",
+        "No set of a security group's separate ingress rules whose ranges together admit more "
+        "than a /16 of public IPv4 or a /48 of IPv6 to SSH (22), the Kubernetes API (6443) or "
+        "the kubelet (10250).",
         check_no_world_ingress_across_rules,
         stack=True,
         config_schema={
@@ -879,8 +987,9 @@ POLICIES: tuple[PolicySpec, ...] = (
     ),
     PolicySpec(
         "no-world-ingress-to-any-port",
-        "No security group ingress from ranges that cover 0.0.0.0/0 or ::/0 to any other port "
-        "or protocol either, unless listed in allowedWorldPorts.",
+        "No security group ingress from ranges that together admit more than a /16 of public "
+        "IPv4 or a /48 of IPv6 to any other port or protocol either, unless listed in "
+        "allowedWorldPorts.",
         check_no_world_ingress_other_ports,
         config_schema={
             "protectedPorts": {
@@ -941,14 +1050,25 @@ POLICIES: tuple[PolicySpec, ...] = (
     ),
     PolicySpec(
         "host-access-only-for-system-daemonsets",
-        "Outside the system DaemonSets no workload is privileged, escalates privileges, keeps "
-        "capabilities beyond the allowed ones, mounts a hostPath or shares host namespaces.",
+        "Outside the system DaemonSets (by namespace, name and image repository) no pod spec of "
+        "any Kubernetes resource is privileged, escalates privileges, keeps capabilities beyond "
+        "the allowed ones, mounts a hostPath or shares host namespaces.",
         check_host_access,
         config_schema={
             "systemWorkloads": {
-                **_STRINGS,
-                "default": list(SYSTEM_WORKLOADS),
-                "description": "Resource-name suffixes of the DaemonSets that need the host.",
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "namespace": {"type": "string"},
+                        "name": {"type": "string"},
+                        "images": _STRINGS,
+                    },
+                    "required": ["namespace", "name", "images"],
+                },
+                "default": [dict(w) for w in SYSTEM_WORKLOADS],
+                "description": "The DaemonSets that need the host: each one's namespace, "
+                "metadata.name and the repositories of its images (all must match).",
             },
             "allowedCapabilities": {
                 **_STRINGS,
@@ -992,6 +1112,78 @@ POLICIES: tuple[PolicySpec, ...] = (
         "remote-commands-pin-host-keys",
         "Every remote command and copy pins the SSH host key of its host and of its bastion.",
         check_remote_host_keys,
+    ),
+    PolicySpec(
+        "no-ssh-without-host-key-checking",
+        "No local or remote command runs ssh, scp or sftp with StrictHostKeyChecking=no, "
+        "accept-new or a known_hosts of /dev/null.",
+        check_ssh_host_key_checking,
+    ),
+    PolicySpec(
+        "imds-hop-limit",
+        "Instances, spot requests and launch templates answer instance metadata on the host "
+        "only (httpPutResponseHopLimit at most maxHopLimit).",
+        check_imds_hop_limit,
+        config_schema={
+            "maxHopLimit": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 64,
+                "default": MAX_HOP_LIMIT,
+                "description": "The largest IMDS response hop limit allowed (2 lets containers "
+                "reach instance metadata).",
+            }
+        },
+    ),
+    PolicySpec(
+        "kubernetes-content-inspectable",
+        "No Kubernetes resource whose content the pack cannot see (a helm v3 Release).",
+        check_inspectable,
+    ),
+    PolicySpec(
+        "no-privileged-pod-security-namespaces",
+        "No namespace enforces Pod Security privileged but the node agents' own.",
+        check_privileged_namespaces,
+        config_schema={
+            "privilegedNamespaces": {
+                **_STRINGS,
+                "default": list(PRIVILEGED_NAMESPACES),
+                "description": "Namespaces that may enforce privileged (the node agents').",
+            }
+        },
+    ),
+    PolicySpec(
+        "no-admin-rbac-for-everyone",
+        "No binding of cluster-admin, admin, edit or a wildcard role to system:anonymous, "
+        "system:unauthenticated, system:authenticated or system:serviceaccounts(:<ns>).",
+        check_rbac_everyone,
+        stack=True,
+        config_schema={
+            "powerfulRoles": {
+                **_STRINGS,
+                "default": list(POWERFUL_ROLES),
+                "description": "Roles no group of every caller may hold (besides the stack's "
+                "own roles with wildcard rules).",
+            },
+            "everyoneGroups": {
+                **_STRINGS,
+                "default": list(EVERYONE_GROUPS),
+                "description": "Groups every caller (or every service account) is in.",
+            },
+        },
+    ),
+    PolicySpec(
+        "no-iam-administrator",
+        "No IAM role, user or group is given AdministratorAccess or IAMFullAccess, or a policy "
+        "allowing every action on every resource.",
+        check_iam_admin,
+        config_schema={
+            "deniedManagedPolicies": {
+                **_STRINGS,
+                "default": list(DENIED_MANAGED_POLICIES),
+                "description": "AWS managed policies no principal of the stack may hold.",
+            }
+        },
     ),
     PolicySpec(
         "control-plane-protected",

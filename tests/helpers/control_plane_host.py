@@ -21,10 +21,22 @@ INIT = {
     "POD_SUBNET": "10.244.0.0/16",
     "SERVICE_SUBNET": "10.96.0.0/12",
     "CERT_SANS": f"{PUBLIC_IP},{PRIVATE_IP},ip-10-42-3-7.us-west-2.compute.internal",
+    # As components/kube/kubelet_serving.py `serving_names` prints them for this host.
+    "SERVING_NAMES": (
+        f"DNS:{CP_NAME}\nDNS:ip-10-42-3-7.us-west-2.compute.internal\nIP Address:{PRIVATE_IP}"
+    ),
     "API_WAIT_SECONDS": "1",
     **FAST,
 }
-CNI = {"FLANNEL_VERSION": "v0.27.4", "POD_SUBNET": "10.200.0.0/16", "NODE_NAME": CP_NAME, **FAST}
+CNI = {
+    "FLANNEL_VERSION": "v0.27.4",
+    "FLANNEL_IMAGE": "ghcr.io/flannel-io/flannel:v0.27.4@sha256:" + "f" * 64,
+    "FLANNEL_CNI_PLUGIN_IMAGE": "ghcr.io/flannel-io/flannel-cni-plugin:v1.7.1-flannel1@sha256:"
+    + "c" * 64,
+    "POD_SUBNET": "10.200.0.0/16",
+    "NODE_NAME": CP_NAME,
+    **FAST,
+}
 ADMIN_KEY = base64.b64encode(b"FAKE-ADMIN-KEY-DATA").decode()
 ADMIN_KUBECONFIG = f"""apiVersion: v1
 kind: Config
@@ -45,7 +57,8 @@ users:
     client-certificate-data: RkFLRS1DRVJU
     client-key-data: {ADMIN_KEY}
 """
-# The shape of flannel's release manifest, trimmed to what install-cni.sh and the stub read.
+# The shape of flannel v0.27.4's release manifest (`kubectl kustomize`: fields sorted, `image`
+# before `name`), trimmed to what install-cni.sh and the stub read.
 FLANNEL_MANIFEST = """---
 kind: Namespace
 apiVersion: v1
@@ -83,14 +96,31 @@ spec:
       app: flannel
   template:
     spec:
-      initContainers:
-      - name: install-cni-plugin
-        image: ghcr.io/flannel-io/flannel-cni-plugin:v1.7.1-flannel1
-      - name: install-cni
-        image: ghcr.io/flannel-io/flannel:v0.27.4
       containers:
-      - name: kube-flannel
+      - args:
+        - --ip-masq
+        - --kube-subnet-mgr
+        command:
+        - /opt/bin/flanneld
         image: ghcr.io/flannel-io/flannel:v0.27.4
+        name: kube-flannel
+      initContainers:
+      - args:
+        - -f
+        - /flannel
+        - /opt/cni/bin/flannel
+        command:
+        - cp
+        image: ghcr.io/flannel-io/flannel-cni-plugin:v1.8.0-flannel1
+        name: install-cni-plugin
+      - args:
+        - -f
+        - /etc/kube-flannel/cni-conf.json
+        - /etc/cni/net.d/10-flannel.conflist
+        command:
+        - cp
+        image: ghcr.io/flannel-io/flannel:v0.27.4
+        name: install-cni
 """
 # The pinned digest of the manifest the curl stub serves (the real one is pins.py's): the CNI
 # step applies nothing else (issue 34).

@@ -25,6 +25,12 @@ Its answers, each from its source in kubernetes/kubernetes:
   cause `The disruption budget <pdb> needs <n> healthy pods and has <n> currently`; a missing
   pod 404 (pkg/registry/core/pod/storage/eviction.go `Create`, `checkAndDecrement`);
 - a Secret created gets a uid, resourceVersion and creationTimestamp (201);
+- ConfigMaps of kube-system are created (409 AlreadyExists for a name taken), read, replaced
+  with the resourceVersion read (409 Conflict when stale) and deleted;
+- CertificateSigningRequests (certificates.k8s.io/v1) are listed, read, and approved through
+  the `approval` subresource: a PUT whose resourceVersion is stale is 409 Conflict as above; the
+  approval keeps the stored spec and takes the body's conditions (pkg/registry/certificates/
+  certificates/strategy.go `csrApprovalStrategy.PrepareForUpdate`);
 - GET /readyz answers `ok` (text/plain), as kube-apiserver's health checks do;
 - a `Date` header on every answer (Go's server adds one when the handler set none: net/http
   server.go `chunkWriter.writeHeader`), from the fake's own clock (`server_now`), so tests can
@@ -61,6 +67,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from components.kube.api import nodes
 
 SYSTEM = "kube-system"
 TOKEN_TYPE = "bootstrap.kubernetes.io/token"
@@ -125,6 +133,8 @@ class Cluster:
     pods: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     leases: dict[str, dict[str, Any]] = field(default_factory=dict)
     secrets: dict[str, dict[str, Any]] = field(default_factory=dict)  # of kube-system
+    csrs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    config_maps: dict[str, dict[str, Any]] = field(default_factory=dict)  # of kube-system
     # Pods ("ns/name") a budget holds: the budget's name, desired and current healthy pods.
     budgets: dict[str, tuple[str, int, int]] = field(default_factory=dict)
     requests: list[tuple[str, str]] = field(default_factory=list)  # (method, path)
@@ -186,6 +196,35 @@ class Cluster:
             ]
         self.pods[(namespace, name)] = self.stamp(pod)
         return pod
+
+    def add_csr(
+        self,
+        name: str,
+        node: str,
+        request: str,
+        *,
+        usages: list[str] | None = None,
+        signer: str = "kubernetes.io/kubelet-serving",
+        conditions: list[dict[str, Any]] | None = None,
+    ) -> dict:
+        """A request as a kubelet files it with its node's credential: the API server sets
+        spec.username (and groups) from who created it (certificates strategy.go
+        PrepareForCreate); `request` is spec.request, base64 of the PEM."""
+        csr = {
+            "apiVersion": "certificates.k8s.io/v1",
+            "kind": "CertificateSigningRequest",
+            "metadata": {"name": name, "uid": f"uid-{name}"},
+            "spec": {
+                "request": request,
+                "signerName": signer,
+                "usages": usages or ["digital signature", "server auth"],
+                "username": f"system:node:{node}",
+                "groups": ["system:nodes", "system:authenticated"],
+            },
+            "status": {"conditions": conditions} if conditions else {},
+        }
+        self.csrs[name] = self.stamp(csr)
+        return csr
 
     def posts(self) -> list[dict[str, Any]]:
         """The bodies of every POST, in order."""
@@ -299,6 +338,12 @@ def _route(cluster: Cluster, method: str, url, body) -> tuple[int, Any]:
     prefix = f"/apis/coordination.k8s.io/v1/namespaces/{SYSTEM}/leases"
     if path.startswith(prefix):
         return _lease(cluster, method, path.removeprefix(prefix).strip("/"), body)
+    prefix = "/apis/certificates.k8s.io/v1/certificatesigningrequests"
+    if path.startswith(prefix):
+        return _csr(cluster, method, path.removeprefix(prefix).strip("/"), body)
+    prefix = f"/api/v1/namespaces/{SYSTEM}/configmaps"
+    if path.startswith(prefix):
+        return _config_map(cluster, method, path.removeprefix(prefix).strip("/"), body)
     prefix = f"/api/v1/namespaces/{SYSTEM}/secrets"
     if path.startswith(prefix):
         return _secret(cluster, method, path.removeprefix(prefix).strip("/"), body)
@@ -384,6 +429,53 @@ def _lease(cluster: Cluster, method: str, name: str, body) -> tuple[int, Any]:
         cluster.leases[name] = cluster.stamp(copy.deepcopy(body))
         return 200, copy.deepcopy(cluster.leases[name])
     raise ApiAnswer(405, _status(405, "MethodNotAllowed", f"{method} on a lease"))
+
+
+def _csr(cluster: Cluster, method: str, rest: str, body) -> tuple[int, Any]:
+    resource = "certificatesigningrequests.certificates.k8s.io"
+    if not rest and method == "GET":
+        items = [copy.deepcopy(c) for c in cluster.csrs.values()]
+        return 200, {"kind": "CertificateSigningRequestList", "apiVersion": "v1", "items": items}
+    name, _, sub = rest.partition("/")
+    csr = cluster.csrs.get(name)
+    if csr is None:
+        raise not_found(resource, name)
+    if method == "GET" and not sub:
+        return 200, copy.deepcopy(csr)
+    if method == "PUT" and sub == "approval":
+        if body["metadata"].get("resourceVersion") != csr["metadata"]["resourceVersion"]:
+            message = f'Operation cannot be fulfilled on {resource} "{name}": {CONFLICT}'
+            raise ApiAnswer(409, _status(409, "Conflict", message, name=name))
+        updated = copy.deepcopy(csr)
+        updated["status"]["conditions"] = copy.deepcopy(body["status"]["conditions"])
+        cluster.csrs[name] = cluster.stamp(updated)
+        return 200, copy.deepcopy(updated)
+    raise ApiAnswer(405, _status(405, "MethodNotAllowed", f"{method} on a csr {sub}"))
+
+
+def _config_map(cluster: Cluster, method: str, name: str, body) -> tuple[int, Any]:
+    if method == "POST" and not name:
+        name = body["metadata"]["name"]
+        if name in cluster.config_maps:
+            message = f'configmaps "{name}" already exists'
+            raise ApiAnswer(409, _status(409, "AlreadyExists", message, name=name))
+        cluster.config_maps[name] = cluster.stamp(copy.deepcopy(body))
+        return 201, copy.deepcopy(cluster.config_maps[name])
+    current = cluster.config_maps.get(name)
+    if current is None:
+        raise not_found("configmaps", name)
+    if method == "GET":
+        return 200, copy.deepcopy(current)
+    if method == "PUT":
+        if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+            message = f'Operation cannot be fulfilled on configmaps "{name}": {CONFLICT}'
+            raise ApiAnswer(409, _status(409, "Conflict", message, name=name))
+        cluster.config_maps[name] = cluster.stamp(copy.deepcopy(body))
+        return 200, copy.deepcopy(cluster.config_maps[name])
+    if method == "DELETE":
+        del cluster.config_maps[name]
+        return 200, SUCCESS
+    raise ApiAnswer(405, _status(405, "MethodNotAllowed", f"{method} on a configmap"))
 
 
 def _secret(cluster: Cluster, method: str, name: str, body) -> tuple[int, Any]:
@@ -551,6 +643,23 @@ class FakeApiServer:
         certificate), which this API's TLS refuses."""
         source = pki or self.pki
         return kubeconfig(self.server, source.ca_pem, source.client_cert_pem, source.client_key_pem)
+
+
+class FakeClock(nodes.Clock):
+    """A clock whose sleeps pass at once and move it on: a bounded wait of hours in no time."""
+
+    def __init__(self):
+        self.seconds = 0.0
+        self.start = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
+        object.__setattr__(self, "now", lambda: self.seconds)
+        object.__setattr__(
+            self, "utc", lambda: self.start + datetime.timedelta(seconds=self.seconds)
+        )
+
+        async def sleep(seconds: float) -> None:
+            self.seconds += seconds
+
+        object.__setattr__(self, "sleep", sleep)
 
 
 def run_async(coroutine):

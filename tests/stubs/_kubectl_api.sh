@@ -11,16 +11,23 @@
 # gitCommit, gitTreeState, buildDate, goVersion, compiler, platform).
 
 # _ds_json <manifest>: the first DaemonSet of a manifest as "<ns>/<name> <json>", from the
-# metadata and the first image under `containers:` (initContainers are skipped, as in kubectl's
-# containers[0]).
+# metadata and the images of its pod template's `initContainers:` and `containers:` lists, in
+# their order (kubectl reads the YAML; this stub reads only the lines of those fields, as
+# kustomize writes them: one `image:` per container, under the list it belongs to).
 _ds_json() {
   awk '
+    function list(items, n,   i, text) {
+      text = ""
+      for (i = 1; i <= n; i++) text = text (i > 1 ? ", " : "") "{\"image\": \"" items[i] "\"}"
+      return "[" text "]"
+    }
     function flush() {
       if (kind == "DaemonSet" && name != "") {
         printf "%s/%s {\"metadata\": {\"name\": \"%s\", \"namespace\": \"%s\"}, ", ns, name, name, ns
-        printf "\"spec\": {\"template\": {\"spec\": {\"containers\": [{\"image\": \"%s\"}]}}}}\n", image
+        printf "\"spec\": {\"template\": {\"spec\": {\"initContainers\": %s, ", list(init, ni)
+        printf "\"containers\": %s}}}}\n", list(main, nm)
       }
-      kind = ""; name = ""; ns = "default"; image = ""; in_meta = 0; in_containers = 0
+      kind = ""; name = ""; ns = "default"; in_meta = 0; section = ""; ni = 0; nm = 0
     }
     BEGIN { flush() }
     /^---/ { flush(); next }
@@ -29,8 +36,12 @@ _ds_json() {
     /^[^ ]/ { in_meta = 0 }
     in_meta && /^  name: / { name = $2 }
     in_meta && /^  namespace: / { ns = $2 }
-    /^ +containers:/ { in_containers = 1 }
-    in_containers && image == "" && /^ +(- )?image: / { sub(/^ +(- )?image: /, ""); image = $0 }
+    /^ +containers:/ { section = "main"; next }
+    /^ +initContainers:/ { section = "init"; next }
+    section != "" && /^ +(- )?image: / {
+      sub(/^ +(- )?image: /, "")
+      if (section == "init") init[++ni] = $0; else main[++nm] = $0
+    }
     END { flush() }
   ' "$1"
 }
@@ -143,6 +154,10 @@ kubectl_api() {
           ;;
         *) echo "Error from server (NotFound): the server could not find ${raw}" >&2 && exit 1 ;;
       esac
+      if [[ "${args[1]:-}" =~ ^(configmap|configmaps|cm)$ ]]; then
+        _get_object "kubectl/configmaps/${namespace}/${args[2]}.json" \
+          "configmaps \"${args[2]}\"" "${all[@]}"
+      fi
       if [[ "${args[1]:-}" =~ ^(lease|leases)$ ]]; then
         _get_object "kubectl/leases/${namespace}/${args[2]}.json" \
           "leases.coordination.k8s.io \"${args[2]}\"" "${all[@]}"
@@ -158,7 +173,8 @@ kubectl_api() {
       fi
       if [[ "${args[1]:-}" =~ ^(csr|csrs|certificatesigningrequests)$ ]]; then
         # state kubectl/csrs: one "<name> <username> <signerName> <condition>" line per request
-        # (condition empty while pending), served as CertificateSigningRequest objects.
+        # (condition empty while pending), served as CertificateSigningRequest objects, with
+        # spec.usages and spec.request from state kubectl/csr-specs/<name>.json where given.
         if state_has kubectl/csrs-at && ! past "$(state_get kubectl/csrs-at)"; then
           echo '{"kind": "List", "items": []}' | _render_list "${all[@]}"
           exit 0

@@ -3,7 +3,8 @@
 `{.a.b}`, escaped dots (`{.allocatable.nvidia\\.com/gpu}`), filters (`[?(@.type=="Ready")]`,
 `[?(@.spec.signerName=="...")]`), indexes (`[0]`), `[*]`, quoted literals (`{"\\t"}`) and
 `{range <path>}...{end}` (the template between them once per item, its paths read from the
-item). A missing field prints nothing, as kubectl's `get` does.
+item; ranges nest, and `{@}` is the item itself). A missing field prints nothing, as
+kubectl's `get` does.
 Stands for the JSONPath printer of kubectl 1.35: k8s.io/client-go util/jsonpath/jsonpath.go
 (`JSONPath.Execute`, `evalField`, `evalFilter`; `AllowMissingKeys(true)`, which kubectl's
 k8s.io/cli-runtime pkg/printers/jsonpath.go sets) and util/jsonpath/parser.go for the syntax.
@@ -30,6 +31,8 @@ def _lookup(value, dotted: str):
 
 
 def evaluate(path: str, document):
+    if path == "@":  # the current item of a range
+        return [document]
     values = [document]
     position = 0
     while position < len(path):

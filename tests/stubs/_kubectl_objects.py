@@ -40,7 +40,8 @@ to one object, so concurrent stub processes (two runs on one control plane) see 
       appends "<namespace>/<name>" to kubectl/deleted-secrets; an absent one is NotFound (exit
       1) unless --ignore-not-found (yes).
   csr list   the requests of state kubectl/csrs ("<name> <username> <signerName> <condition>"
-      lines, condition empty while pending) as a List of CertificateSigningRequests.
+      lines, condition empty while pending) as a List of CertificateSigningRequests, with
+      spec.usages and spec.request from kubectl/csr-specs/<name>.json where given.
 Usage: python3 _kubectl_objects.py <state-dir> lease create|replace <file>
        | node cordon|uncordon <node> | node label|taint|annotate <node> yes|no <change>...
        | secret list <namespace> <type> | secret delete <namespace> <name> yes|no | csr list
@@ -359,10 +360,14 @@ def csr_list(state: Path) -> int:
     items = []
     for line in path.read_text().splitlines() if path.exists() else []:
         name, user, signer, condition = ([*line.split(" "), "", "", ""])[:4]
+        spec = {"username": user, "signerName": signer}
+        extra = state / "kubectl" / "csr-specs" / f"{name}.json"
+        if extra.exists():
+            spec.update(json.loads(extra.read_text()))  # usages, request
         items.append(
             {
                 "metadata": {"name": name},
-                "spec": {"username": user, "signerName": signer},
+                "spec": spec,
                 "status": {"conditions": [{"type": condition}]} if condition else {},
             }
         )

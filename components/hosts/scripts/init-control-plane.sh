@@ -21,6 +21,10 @@
 #                           operators use (public and private IP, DNS names) (required)
 #   INIT_TIMEOUT_SECONDS    bound on kubeadm init (default 600)
 #   API_WAIT_SECONDS        how long to wait for the API server to answer (default 180)
+#   SERVING_NAMES           the names this host's kubelet may serve as, one a line, as openssl
+#                           prints them ("DNS:<node name>", "DNS:<private DNS name>",
+#                           "IP Address:<private IP>"): the program's, not what the kubelet
+#                           reports (required)
 #   CSR_WAIT_SECONDS        how long to wait for this kubelet's serving certificate request
 #                           (default 120)
 set -Eeuo pipefail
@@ -42,7 +46,8 @@ NAME_RE='^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$'
 
 check_inputs() {
   require_vars CLUSTER_NAME NODE_NAME KUBERNETES_MINOR CONTROL_PLANE_ENDPOINT \
-    ADVERTISE_ADDRESS POD_SUBNET SERVICE_SUBNET CERT_SANS
+    ADVERTISE_ADDRESS POD_SUBNET SERVICE_SUBNET CERT_SANS SERVING_NAMES
+  require_serving_names
   local san sans=()
   [[ "${KUBERNETES_MINOR}" =~ ^1\.[0-9]+$ ]] ||
     fatal "KUBERNETES_MINOR must be a minor version like 1.35, got '${KUBERNETES_MINOR}'"
@@ -257,33 +262,61 @@ approve_own_kubelet() {
     log "cluster initialized earlier; its kubelet's serving certificate was handled then"
     return 0
   fi
-  approve_kubelet_serving_csr "${NODE_NAME}" "${CSR_WAIT_SECONDS:-120}"
+  local -a names
+  mapfile -t names <<<"${SERVING_NAMES}"
+  approve_kubelet_serving_csr "${NODE_NAME}" "${CSR_WAIT_SECONDS:-120}" "${names[@]}"
 }
 
 # Every node's kubelet serves with a certificate of the cluster CA (serverTLSBootstrap), which
 # the API server verifies (--kubelet-certificate-authority); kube-controller-manager approves no
-# such request. A timer here approves, every 20 s, the pending kubelet-serving requests of
-# registered Nodes, each made by that Node's own identity (system:node:<name>): what a per-node
-# step on this host did before, without a session per node.
+# such request. A timer here approves, every 20 s, the pending kubelet-serving requests each
+# Node makes with its own identity (system:node:<name>) for the names the program recorded for
+# it (ConfigMap kube-system/gpu-cluster-serving-<name>, which no node may write: its
+# instance's private address and DNS name, not what the kubelet reports), read as
+# `kubelet_serving_problem` reads them; any other stays pending, and the journal says why.
 APPROVER=/usr/local/sbin/gpu-cluster-approve-kubelet-serving
 APPROVER_UNIT=gpu-cluster-approve-kubelet-serving
+SERVING_NAMES_PREFIX=gpu-cluster-serving-
+
+# approver_program: the timer's program, holding lib/common.sh's own request check.
+approver_program() {
+  cat <<'HEAD'
+#!/usr/bin/env bash
+# Written by gpu-cluster (init-control-plane.sh): approve the pending kubelet serving
+# certificate requests each Node makes for the names the program recorded for it.
+set -euo pipefail
+HEAD
+  printf 'CSR_FIELD_SEPARATOR=%q\nCSR_FIELDS=%q\nPREFIX=%q\n' "${CSR_FIELD_SEPARATOR}" \
+    "${CSR_FIELDS}" "${SERVING_NAMES_PREFIX}"
+  declare -f kubelet_serving_problem
+  cat <<'APPROVE'
+admin_kubectl() { kubectl --kubeconfig=/etc/kubernetes/admin.conf --request-timeout=20s "$@"; }
+admin_kubectl get csr -o "${CSR_FIELDS}" |
+  while IFS="${CSR_FIELD_SEPARATOR}" read -r name user signer usages request state; do
+    [[ -z "${state}" && "${signer}" == kubernetes.io/kubelet-serving ]] || continue
+    [[ "${user}" == system:node:* ]] || continue
+    node="${user#system:node:}"
+    names="$(admin_kubectl -n kube-system get configmap "${PREFIX}${node}" --ignore-not-found \
+      -o 'jsonpath={.data.subjectAltNames}')" || names=""
+    if [[ -z "${names}" ]]; then
+      echo "not approving ${name} of ${node}: no record of its names (ConfigMap" \
+        "kube-system/${PREFIX}${node})"
+      continue
+    fi
+    mapfile -t allowed <<<"${names}"
+    problem="$(kubelet_serving_problem "${node}" "${usages}" "${request}" "${allowed[@]}")"
+    if [[ -n "${problem}" ]]; then
+      echo "not approving ${name} of ${node}, it stays pending: ${problem}"
+      continue
+    fi
+    admin_kubectl certificate approve "${name}"
+  done
+APPROVE
+}
 
 install_serving_certificate_approver() {
   local changed=""
-  changed+="$(write_file_if_changed "${APPROVER}" 0755 <<'APPROVE'
-#!/usr/bin/env bash
-# Written by gpu-cluster (init-control-plane.sh): approve the pending kubelet serving
-# certificate requests of registered Nodes, each made by that Node itself.
-set -euo pipefail
-kc() { kubectl --kubeconfig=/etc/kubernetes/admin.conf --request-timeout=20s "$@"; }
-kc get csr -o 'jsonpath={range .items[?(@.spec.signerName=="kubernetes.io/kubelet-serving")]}{.metadata.name}{"\t"}{.spec.username}{"\t"}{.status.conditions[0].type}{"\n"}{end}' |
-  while IFS=$'\t' read -r name user state; do
-    [[ -z "${state}" && "${user}" == system:node:* ]] || continue
-    kc get node "${user#system:node:}" >/dev/null 2>&1 || continue
-    kc certificate approve "${name}"
-  done
-APPROVE
-)"
+  changed+="$(approver_program | write_file_if_changed "${APPROVER}" 0755)"
   changed+="$(write_file_if_changed "/etc/systemd/system/${APPROVER_UNIT}.service" <<UNIT
 [Unit]
 Description=gpu-cluster: approve kubelet serving certificates of registered Nodes

@@ -566,32 +566,119 @@ wait_for_api() {
   done
 }
 
-# approve_kubelet_serving_csr <node> <wait seconds>: approve that node's pending kubelet serving
-# certificate request (serverTLSBootstrap: true; signer kubernetes.io/kubelet-serving, filed by
-# system:node:<node> with the node's own credentials). kube-controller-manager approves only
-# client certificates; kubeadm's docs leave serving ones to the cluster operator. Waits up to
-# <wait seconds> for the request; without one it says how to approve it later (the API server
-# cannot reach that kubelet until then) and carries on.
+# The fields of each certificate signing request the approvers read, separated by the unit
+# separator (no field holds it; a tab would collapse an empty field): name, requester, signer,
+# usages (each followed by a comma), the request (base64 PEM), and the first condition (empty
+# while pending).
+CSR_FIELD_SEPARATOR=$'\x1f'
+CSR_FIELDS='jsonpath={range .items[*]}{.metadata.name}{"\u001f"}{.spec.username}{"\u001f"}{.spec.signerName}{"\u001f"}{range .spec.usages[*]}{@}{","}{end}{"\u001f"}{.spec.request}{"\u001f"}{.status.conditions[0].type}{"\n"}{end}'
+
+# kubelet_serving_problem <node> <usages> <request> <allowed name>...: prints nothing when the
+# request (spec.request: base64 of a PEM PKCS#10 request) is <node>'s kubelet asking for a
+# serving certificate for names the program knows it by, else why not, on one line.
+# Kubernetes' rules for the kubelet-serving signer (pkg/apis/certificates/v1/helpers.go,
+# ValidateKubeletServingCSR: organization exactly system:nodes, common name system:node:*, a DNS
+# or IP subject alternative name and no other kind, usages digital signature and server auth,
+# plus key encipherment for an RSA key), narrowed to <node>: common name system:node:<node>,
+# and every alternative name one of <allowed> ("DNS:<name>" or "IP Address:<address>", as
+# `openssl req -text` prints each: OpenSSL crypto/x509/v3_san.c, i2v_GENERAL_NAME). The request
+# is read with openssl (3.0, Ubuntu 22.04 and 24.04): its signature must verify, its subject
+# must print exactly as the one name, and its text must hold exactly the one extension on one
+# line (a name with a newline in it would otherwise hide a second name on a line of its own).
+kubelet_serving_problem() {
+  local node=$1 usages=$2 request=$3 dir sorted subject entry known
+  local -a text entries
+  shift 3
+  sorted="$(tr ',' '\n' <<<"${usages}" | sed '/^$/d' | LC_ALL=C sort | paste -sd, -)"
+  case "${sorted}" in
+    "digital signature,server auth" | "digital signature,key encipherment,server auth") ;;
+    *)
+      echo "usages '${usages%,}' are not those of a serving certificate (digital signature and" \
+        "server auth, with key encipherment for an RSA key)"
+      return 0
+      ;;
+  esac
+  dir="$(mktemp -d)"
+  if ! base64 -d <<<"${request}" >"${dir}/request.pem" 2>/dev/null ||
+    ! openssl req -in "${dir}/request.pem" -noout -verify >/dev/null 2>&1; then
+    rm -rf -- "${dir}"
+    echo "spec.request is not a PEM certificate request whose signature verifies"
+    return 0
+  fi
+  subject="$(openssl req -in "${dir}/request.pem" -noout -subject -nameopt RFC2253)"
+  mapfile -t text < <(openssl req -in "${dir}/request.pem" -noout -text \
+    -reqopt no_header,no_version,no_subject,no_pubkey,no_sigdump,no_signame)
+  rm -rf -- "${dir}"
+  if [[ "${subject}" != "subject=CN=system:node:${node},O=system:nodes" ]]; then
+    echo "its subject is '${subject#subject=}', not CN=system:node:${node},O=system:nodes"
+    return 0
+  fi
+  if ((${#text[@]} != 4)) || [[ "$(printf '%s|' "${text[@]:0:3}" | tr -s ' ')" != \
+    " Attributes:| Requested Extensions:| X509v3 Subject Alternative Name: |" ]]; then
+    echo "it requests other extensions than one list of subject alternative names:" \
+      "$(printf '%s / ' "${text[@]}" | tr -s ' ')"
+    return 0
+  fi
+  IFS=, read -r -a entries <<<"${text[3]}"
+  if ((${#entries[@]} == 0)); then
+    echo "it names no subject alternative name"
+    return 0
+  fi
+  for entry in "${entries[@]}"; do
+    entry="${entry#"${entry%%[! ]*}"}"
+    for known in "$@"; do
+      [[ "${entry}" == "${known}" ]] && continue 2
+    done
+    echo "it names ${entry}, which is not ${node}'s (it may name: $*)"
+    return 0
+  done
+}
+
+# require_serving_names: SERVING_NAMES is one name a line, each "DNS:<lowercase DNS name>" or
+# "IP Address:<IPv4 address>", the form `kubelet_serving_problem` compares.
+require_serving_names() {
+  local name
+  while read -r name; do
+    [[ "${name}" =~ ^DNS:[a-z0-9]([a-z0-9.-]*[a-z0-9])?$ ||
+      "${name}" =~ ^IP\ Address:[0-9]{1,3}(\.[0-9]{1,3}){3}$ ]] ||
+      fatal "SERVING_NAMES: '${name}' is not 'DNS:<name>' or 'IP Address:<IPv4 address>'"
+  done <<<"${SERVING_NAMES}"
+}
+
+# approve_kubelet_serving_csr <node> <wait seconds> <allowed name>...: approve that node's
+# pending kubelet serving certificate request (serverTLSBootstrap: true; signer
+# kubernetes.io/kubelet-serving, filed by system:node:<node> with the node's own credentials)
+# when it asks for the names the program knows the node by (`kubelet_serving_problem`), else
+# leave it pending and say why. kube-controller-manager approves only client certificates;
+# kubeadm's docs leave serving ones to the cluster operator. Waits up to <wait seconds> for the
+# request; without one it says how to approve it later (the API server cannot reach that kubelet
+# until then) and carries on.
 approve_kubelet_serving_csr() {
-  local node=$1 limit=$2 name user signer state approved=""
+  local node=$1 limit=$2 name user signer usages request state problem approved=""
+  shift 2
   local deadline=$((SECONDS + limit))
   while true; do
-    while read -r name user signer state; do
+    while IFS="${CSR_FIELD_SEPARATOR}" read -r name user signer usages request state; do
       [[ "${signer}" == kubernetes.io/kubelet-serving && "${user}" == "system:node:${node}" ]] ||
         continue
       if [[ -z "${state}" ]]; then
+        problem="$(kubelet_serving_problem "${node}" "${usages}" "${request}" "$@")"
+        if [[ -n "${problem}" ]]; then
+          log "not approving kubelet serving certificate request ${name} of ${node}, it stays" \
+            "pending: ${problem}"
+          continue
+        fi
         admin_kubectl certificate approve "${name}" >/dev/null
         log "approved kubelet serving certificate request ${name} of ${node}"
       fi
       approved="${name}"
-    done < <(admin_kubectl get csr -o \
-      'jsonpath={range .items[*]}{.metadata.name} {.spec.username} {.spec.signerName} {.status.conditions[0].type}{"\n"}{end}')
+    done < <(admin_kubectl get csr -o "${CSR_FIELDS}")
     [[ -n "${approved}" ]] && return 0
     ((SECONDS >= deadline)) && break
     sleep "${POLL_SECONDS:-5}"
   done
-  log "no kubelet serving certificate request of ${node} yet; approve it when it appears:" \
-    "kubectl get csr, then kubectl certificate approve <name>"
+  log "no kubelet serving certificate request of ${node} for its own names yet; approve it" \
+    "when it appears: kubectl get csr, then kubectl certificate approve <name>"
 }
 
 # ---- Kubernetes minor upgrades ---------------------------------------------------------
