@@ -2,16 +2,11 @@
 private DNS name and private address, or an existing host's configured address (never what the
 kubelet reports about itself).
 
-A kubelet serving certificate is signed by the cluster CA once approved, and the API server
-trusts it for the names it holds: approving names a node chose would hand a compromised node a
-certificate for `kubernetes.default.svc`, the API's address or other nodes'. So the approvers
-compare a request with these names only: a node's put in service through the API
-(components/kube/api/certificates.py, from `SERVING_NAMES` of `<node>-in-service`), the control
-plane's init (`SERVING_NAMES`, lib/common.sh `kubelet_serving_problem`), and the managed control
-plane's timer, which reads them from a ConfigMap per machine, in kube-system, which no node may
-write (the Node authorizer lets a kubelet read only what its pods use): the control plane's is
-a resource (`record`), a node's is written by its put in service (api/certificates.py `record`)
-and deleted when it leaves, so a node stays 14 resources.
+Approving names a node chose would hand a compromised node a certificate for
+`kubernetes.default.svc` or another node's names, so every approver compares a request with
+these only: a node's put in service (api/certificates.py), the control plane's init and the
+managed control plane's renewal timer, which reads them from a kube-system ConfigMap per
+machine that no node may write.
 Why: docs/decisions/061-kubelet-serving-certificates-for-the-names-the-program-knows.md
 """
 

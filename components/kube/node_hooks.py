@@ -6,10 +6,8 @@ step's update on a joined node: slot, cordon, drain), `in_service` (after the no
 its kubelet's serving certificate request approved for the names the program knows, labels,
 taints, the proof taint off, uncordon, slot back).
 
-The shared hooks are registered under fixed names on every run, with or without nodes: the
-engine finds a delete hook by the name the state stored. Why, with the engine's rules:
-docs/decisions/058-a-node-leaves-through-the-api.md, 059-no-tenant-before-the-proof.md,
-061-kubelet-serving-certificates-for-the-names-the-program-knows.md.
+Shared hooks have fixed names, registered on every run (the engine finds a delete hook by the
+stored name). Why: docs/decisions/058, 059 and 061.
 """
 
 from __future__ import annotations

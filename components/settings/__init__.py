@@ -4,11 +4,9 @@ Key names (camelCase, in the `gpu-cluster:` namespace) are the public interface,
 Pulumi.yaml and docs/configuration.md. Defaults live in code, where `pulumi up` and the tests
 get the same values (tests/test_project_file.py keeps Pulumi.yaml's equal). Modules: `constants`
 (supported versions, defaults, the labels and tags the program owns), `fields` (one validated
-type per kind of value, the base `Model`, `problem(s)`), `keys` (SSH keys), `addresses` (what
-source ranges admit, private blocks, CNI ports), `sections` (network, SSH, control
-plane, device plugin, validation), `node_pool`, `rules` (rules across sections, one named
-function each), `model` (`Settings`). Each problem names the exact key it is about.
-
+type per kind of value, `problem(s)`), `keys` (SSH keys), `addresses` (what source ranges
+admit), `sections`, `node_pool`, `rules` (rules across sections), `model` (`Settings`). Each
+problem names the exact key it is about.
 Why: docs/decisions/021-settings-defaults-live-in-code.md
 """
 

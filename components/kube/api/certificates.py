@@ -1,16 +1,12 @@
-"""A node's kubelet serving certificate request, approved through the API only when it asks for
-the names the program knows that machine by (components/kube/kubelet_serving.py): what the
-managed control plane's approver (lib/common.sh `kubelet_serving_problem`) checks, in Python,
-for the put in service of every node (node_hooks.py), whichever control plane it joined. The
-names are recorded for that approver's renewals (`record`, a ConfigMap no node may write) and
-forgotten when the node leaves (`forget`).
+"""A node's kubelet serving certificate request, approved through the API at its put in service
+only when it asks for the names the program knows that machine by (kubelet_serving.py); the
+names are recorded for the managed control plane's renewals (`record`) and forgotten when the
+node leaves (`forget`).
 
-The request (`spec.request`, a PEM PKCS#10 CertificationRequest, RFC 2986) is read with a DER
-reader of its own (no dependency for 60 lines): the subject must be exactly O=system:nodes and
-CN=system:node:<node>, its one attribute the extension request holding one extension, the
-subject alternative names, each a DNS name or IP address the program knows. Its signature is
-the API server's to check: a request whose signature does not verify is refused at create
-(kubernetes pkg/apis/certificates/validation/validation.go `validateCSR`, `CheckSignature`).
+The request (PEM PKCS#10, RFC 2986) is read with a small DER reader of its own: subject exactly
+O=system:nodes, CN=system:node:<node>, one extension, the subject alternative names, each known.
+Its signature is the API server's to check (kubernetes certificates validation `validateCSR`,
+`CheckSignature`: refused at create).
 Why: docs/decisions/061-kubelet-serving-certificates-for-the-names-the-program-knows.md
 """
 
