@@ -277,7 +277,7 @@ def test_an_unreachable_control_plane_is_not_dialled_on_delete(api):
         (MACHINE, f"aws:///us-west-2a/{MACHINE}", True),
         (MACHINE, None, True),  # registered by a release that set the label only
         (None, f"aws:///us-west-2a/{MACHINE}", True),
-        (None, None, True),  # registered before nodes carried an identity: taken by its name
+        (None, None, False),  # carries no identity: see the test below
         (OTHER, f"aws:///us-west-2a/{OTHER}", False),
         (OTHER, None, False),
         (None, f"aws:///us-west-2a/{OTHER}", False),
@@ -292,6 +292,23 @@ def test_a_node_is_its_machines_by_provider_id_or_label(label, provider, mine):
     if provider:
         node["spec"]["providerID"] = provider
     assert nodes.registered_by(node, MACHINE) is mine
+
+
+def test_a_node_without_an_identity_is_its_machines_only_from_before_its_token():
+    """A Node with no providerID and no label is one of a release before nodes carried one
+    only if it was created before the join token record (registeredAt); after it, it is a
+    kubelet's that set none (the stack's nodes always do): another machine's."""
+    node = {"metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"}, "spec": {}}
+    assert nodes.registered_by(node, MACHINE, "2026-01-01T00:00:01Z")
+    assert not nodes.registered_by(node, MACHINE, "2026-01-01T00:00:00Z")
+    assert not nodes.registered_by(node, MACHINE)
+
+
+def test_a_live_node_without_an_identity_stops_the_join_naming_it(api):
+    api.cluster.add_node(NODE, machine=None, ready=True)
+    args = hook_args(f"{NODE}-join", new={"triggers": [MACHINE, "e", "h"]})
+    with pytest.raises(RuntimeError, match=f"Node {NODE} is Ready .* set no providerID.* delete"):
+        run(node_hooks.on_join_create(access(api), args))
 
 
 # An existing host's identity is its host key's (components/node_machine.py), which its kubelet
