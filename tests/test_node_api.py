@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from components.kube import node_hooks
-from components.kube.api import drain, nodes, slots
+from components.kube.api import client, drain, nodes, slots
 from components.kube.api.client import ApiError, KubeApi, KubeconfigError, credential_of
 from components.kube.node_hooks import ClusterAccess
 from components.labels import UNPROVEN_TAINT_KEY
@@ -421,3 +421,22 @@ def test_an_expired_slot_is_taken_over_and_a_lost_race_waits(api):
     assert api.cluster.leases["gpu-cluster-slot-a10g-0"]["spec"]["holderIdentity"] == NODE
     run(slots.release(api_, _roll().slots, clock, say))
     assert api.cluster.leases["gpu-cluster-slot-a10g-0"]["spec"]["holderIdentity"] == ""
+
+
+# ---------------------------------------------------------------- odd answers
+
+
+def test_a_date_in_the_unknown_zone_is_taken_as_utc():
+    """RFC 5322 3.3: "-0000" is UTC with no zone known; `email.utils` gives it naive, which the
+    token's expiry could not compare with the program's aware clock."""
+    when = client._date("Mon, 01 Jan 2024 00:00:00 -0000")
+    assert when == datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC)
+    assert client._date("Mon, 01 Jan 2024 00:00:00 GMT") == when
+
+
+def test_an_answer_larger_than_the_bound_is_an_error_not_a_read(api, monkeypatch):
+    api.cluster.add_node(NODE, machine=MACHINE)
+    monkeypatch.setattr(client, "MAX_BODY_BYTES", 64)
+    kube = KubeApi(credential_of(api.kubeconfig()), attempts=1, pause=lambda _: None)
+    with pytest.raises(ApiError, match="larger than"):
+        kube.call("GET", nodes.node_path(NODE))
