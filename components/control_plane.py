@@ -44,6 +44,12 @@ ETCD_PORTS = (2379, 2380)
 CA_HASH_PREFIX = "# ca-cert-hash: "
 
 
+def node_name(cluster_name: str) -> str:
+    """The managed control plane's machine, host and Node name (kubeadm init's
+    nodeRegistration.name, init-control-plane.sh)."""
+    return f"{cluster_name}-control-plane"
+
+
 @dataclass(frozen=True)
 class ControlPlaneArgs:
     """What the control plane uses: its mode's section, the cluster's name, Kubernetes minor and
@@ -206,7 +212,7 @@ class ControlPlane(pulumi.ComponentResource):
     def _managed(self, config: ManagedControlPlane) -> ControlPlaneCore:
         name, args, network = self._name, self._args, self._args.network
         assert network is not None  # a managed control plane launches a machine in it
-        machine = f"{name}-control-plane"
+        machine = node_name(name)
         api_group = self._api_security_group(config)
         image = self._machine_image(config)
         key = machines.key_pair(machine, args.login.ssh.public_key, args.tags, parent=self)

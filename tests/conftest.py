@@ -82,8 +82,14 @@ def engine_binaries() -> Path:
 
 
 @pytest.fixture(scope="session")
-def kube_cluster(engine_binaries, tmp_path_factory):
+def cluster_binaries() -> Path:
+    """build/engine/ with the control plane's binaries built; else skip (fail under CI=true)."""
+    return engine.cluster_binaries()
+
+
+@pytest.fixture(scope="session")
+def kube_cluster(cluster_binaries, tmp_path_factory):
     """etcd, kube-apiserver, kube-controller-manager and kube-scheduler on loopback, shared by
     the session's real-engine tests (each test uses namespaces and Nodes of its own)."""
-    with cluster.running(tmp_path_factory.mktemp("cluster"), engine_binaries) as running:
+    with cluster.running(tmp_path_factory.mktemp("cluster"), cluster_binaries) as running:
         yield running

@@ -298,8 +298,7 @@ def test_a_hosts_pool_beside_ec2_pools_changes_nothing_of_theirs():
         if unwrap(p.inputs)["metadata"]["name"] == "gpu-cluster-prod-gpu-gpu-nodes"
     ]
     assert (
-        '"system:node:prod-gpu-l40s-"'
-        in unwrap(guard.inputs)["spec"]["matchConditions"][0]["expression"]
+        '"prod-gpu-l40s-gpu-l40s-1"' in unwrap(guard.inputs)["spec"]["validations"][0]["expression"]
     )
     changes = [c for c in plan.changes if c.action is not Action.UNCHANGED and c.urn != guard.urn]
     assert plan.named(guard.name).action is Action.UPDATE
@@ -363,7 +362,10 @@ def test_adding_a_host_creates_only_its_node():
     new = {"address": "10.8.0.23", "hostKey": ed25519_key("onprem gpu-c")["publicKeyOpenssh"]}
     after = with_pools(hgx_hosts(HGX_A, HGX_B, new))
     plan, nodes = impacts(after)
+    # The node guard learns the new node's name (components/kube/node_guard.py): an update.
+    assert plan.named("gpu-node-guard-policy").action is Action.UPDATE
     changed = {c.name for c in plan.changes if c.action is not Action.UNCHANGED}
+    changed.discard("gpu-node-guard-policy")
     assert changed and all(n.startswith(f"{CLUSTER}-hgx-10-8-0-23") for n in changed), changed
     assert {c.action for c in plan.changes if c.name in changed} == {Action.CREATE}
     assert nodes[NODE_A] == nodes[NODE_B] == "untouched", nodes
@@ -375,7 +377,9 @@ def test_removing_a_host_drains_its_node_and_leaves_the_machine():
     assert gone and all(n.startswith(f"{NODE_A}-") for n in gone), gone
     assert nodes[NODE_A] == "drained", nodes
     assert nodes[NODE_B] == "untouched", nodes
-    assert not plan.by_action(Action.REPLACE, Action.RERUN, Action.UPDATE), lifecycle.render(plan)
+    # Only the node guard changes beside them: it forgets the node's name.
+    others = plan.by_action(Action.REPLACE, Action.RERUN, Action.UPDATE)
+    assert [c.name for c in others] == ["gpu-node-guard-policy"], lifecycle.render(plan)
 
 
 def test_renaming_a_host_is_a_new_node_on_the_same_machine():

@@ -249,10 +249,16 @@ def test_a_node_its_machine_registered_gets_no_token():
         api.cluster.add_node(record["node"], machine=record["machine"])
         minted = _mint(api, T0)
         assert minted.expires is None and not api.cluster.posts(), minted
-        # Registered before nodes carried their instance id: taken as this machine's, as the
-        # drain on delete takes it (drain-node.sh).
-        api.cluster.add_node(record["node"], machine=None)
+        # Registered before nodes carried their instance id (before this record): taken as
+        # this machine's.
+        api.cluster.add_node(record["node"], machine=None, created="2025-12-01T00:00:00Z")
         assert _mint(api, T0).expires is None and not api.cluster.posts()
+        # The same since the record (a kubelet that set no providerID, as a join token's
+        # certificate of any name could register): another machine's, so the token is minted.
+        api.cluster.add_node(record["node"], machine=None, created="2026-01-01T00:10:00Z")
+        assert _mint(api, T0).expires is not None and len(api.cluster.posts()) == 1
+        api.cluster.secrets.clear()
+        api.cluster.bodies.clear()
         # Another machine's Node (the one this machine replaces, not drained yet): mint.
         api.cluster.add_node(record["node"], machine="i-0fedcba987654321f")
         assert _mint(api, T0).expires is not None and len(api.cluster.posts()) == 1

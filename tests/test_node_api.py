@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from components.kube import node_hooks
-from components.kube.api import drain, nodes, slots
+from components.kube.api import client, drain, nodes, slots
 from components.kube.api.client import ApiError, KubeApi, KubeconfigError, credential_of
 from components.kube.node_hooks import ClusterAccess
 from components.labels import UNPROVEN_TAINT_KEY
@@ -261,7 +261,7 @@ def test_an_unreachable_control_plane_is_not_dialled_on_delete(api):
         (MACHINE, f"aws:///us-west-2a/{MACHINE}", True),
         (MACHINE, None, True),  # registered by a release that set the label only
         (None, f"aws:///us-west-2a/{MACHINE}", True),
-        (None, None, True),  # registered before nodes carried an identity: taken by its name
+        (None, None, False),  # carries no identity: see the test below
         (OTHER, f"aws:///us-west-2a/{OTHER}", False),
         (OTHER, None, False),
         (None, f"aws:///us-west-2a/{OTHER}", False),
@@ -276,6 +276,23 @@ def test_a_node_is_its_machines_by_provider_id_or_label(label, provider, mine):
     if provider:
         node["spec"]["providerID"] = provider
     assert nodes.registered_by(node, MACHINE) is mine
+
+
+def test_a_node_without_an_identity_is_its_machines_only_from_before_its_token():
+    """A Node with no providerID and no label is one of a release before nodes carried one
+    only if it was created before the join token record (registeredAt); after it, it is a
+    kubelet's that set none (the stack's nodes always do): another machine's."""
+    node = {"metadata": {"creationTimestamp": "2026-01-01T00:00:00Z"}, "spec": {}}
+    assert nodes.registered_by(node, MACHINE, "2026-01-01T00:00:01Z")
+    assert not nodes.registered_by(node, MACHINE, "2026-01-01T00:00:00Z")
+    assert not nodes.registered_by(node, MACHINE)
+
+
+def test_a_live_node_without_an_identity_stops_the_join_naming_it(api):
+    api.cluster.add_node(NODE, machine=None, ready=True)
+    args = hook_args(f"{NODE}-join", new={"triggers": [MACHINE, "e", "h"]})
+    with pytest.raises(RuntimeError, match=f"Node {NODE} is Ready .* set no providerID.* delete"):
+        run(node_hooks.on_join_create(access(api), args))
 
 
 # An existing host's identity is its host key's (components/node_machine.py), which its kubelet
@@ -388,3 +405,22 @@ def test_an_expired_slot_is_taken_over_and_a_lost_race_waits(api):
     assert api.cluster.leases["gpu-cluster-slot-a10g-0"]["spec"]["holderIdentity"] == NODE
     run(slots.release(api_, _roll().slots, clock, say))
     assert api.cluster.leases["gpu-cluster-slot-a10g-0"]["spec"]["holderIdentity"] == ""
+
+
+# ---------------------------------------------------------------- odd answers
+
+
+def test_a_date_in_the_unknown_zone_is_taken_as_utc():
+    """RFC 5322 3.3: "-0000" is UTC with no zone known; `email.utils` gives it naive, which the
+    token's expiry could not compare with the program's aware clock."""
+    when = client._date("Mon, 01 Jan 2024 00:00:00 -0000")
+    assert when == datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC)
+    assert client._date("Mon, 01 Jan 2024 00:00:00 GMT") == when
+
+
+def test_an_answer_larger_than_the_bound_is_an_error_not_a_read(api, monkeypatch):
+    api.cluster.add_node(NODE, machine=MACHINE)
+    monkeypatch.setattr(client, "MAX_BODY_BYTES", 64)
+    kube = KubeApi(credential_of(api.kubeconfig()), attempts=1, pause=lambda _: None)
+    with pytest.raises(ApiError, match="larger than"):
+        kube.call("GET", nodes.node_path(NODE))

@@ -62,9 +62,13 @@ def test_the_node_guard_holds_the_control_planes_label_keys_for_this_stacks_node
     pools = stack_file(stack)["gpu-cluster:nodePools"]
     cluster = stack_file(stack)["gpu-cluster:clusterName"]
     (condition,) = spec["matchConditions"]
-    for pool in pools:
-        assert f'"system:node:{cluster}-{pool["name"]}-"' in condition["expression"], condition
-    (managed,) = spec["variables"]
+    assert condition["expression"].endswith('"system:nodes" in request.userInfo.groups')
+    names = spec["validations"][0]["expression"]
+    for node in lifecycle.node_names(graph):
+        assert f'"{node}"' in names, (node, names)
+    managed_plane = stack_file(stack).get("gpu-cluster:controlPlane", {}).get("mode") != "existing"
+    assert (f'"{cluster}-control-plane"' in names) == managed_plane, names
+    managed = spec["variables"][0]
     for key in ("gpu-cluster.io/pool", "gpu-cluster.io/instance-id"):
         assert f'"{key}"' in managed["expression"], managed
     for pool in pools:
@@ -93,10 +97,19 @@ def test_the_node_guard_holds_the_control_planes_label_keys_for_this_stacks_node
 def test_the_guards_rules_read_what_they_must():
     """Each rule as the policy states it (CEL, evaluated by the API server: the expressions are
     checked against a real kube-apiserver where one runs; here, their shape)."""
-    spec = node_guard.policy_spec(["c-a-"], ["gpu-cluster.io/pool", "team"])
+    spec = node_guard.policy_spec(["c-a-0"], ["gpu-cluster.io/pool", "team"])
     rules = [v["expression"] for v in spec["validations"]]
-    assert 't.key == "gpu-cluster.io/unproven" && t.effect == "NoSchedule"' in rules[0]
-    assert rules[0].startswith("request.operation != 'CREATE' ||")
-    assert rules[1].startswith("request.operation != 'CREATE' ||")
-    assert rules[2].startswith("request.operation != 'UPDATE' ||")
-    assert rules[3] == "request.operation != 'DELETE'"
+    assert 't.key == "gpu-cluster.io/unproven" && t.effect == "NoSchedule"' in rules[1]
+    assert "object.spec.providerID.matches(" in rules[2]
+    operations = [rule.split(" ||")[0] for rule in rules]
+    assert operations == [
+        *["request.operation != 'CREATE'"] * 5,
+        *["request.operation != 'UPDATE'"] * 4,
+        "request.operation != 'DELETE'",
+    ], operations
+    # Existing cluster: its own nodes register under names the stack does not know.
+    existing = node_guard.policy_spec(["c-a-0"], [], guarded_prefixes=["c-a-"])
+    assert (
+        '!["c-a-"].exists(p, request.name.startsWith(p))'
+        in existing["validations"][0]["expression"]
+    )

@@ -192,7 +192,7 @@ async def mint(record: Mapping[str, str], api: AsyncKubeApi, clock_: Clock | Non
     Secret (an identical one already there is a mint of an earlier, interrupted run)."""
     node, machine = record["node"], record["machine"]
     look = await api.request("GET", f"/api/v1/nodes/{urllib.parse.quote(node)}")
-    if look.status == 200 and registered_by(look.body, machine):
+    if look.status == 200 and registered_by(look.body, machine, record.get("registeredAt")):
         return Minted(node, None, f"{node}: registered already by {machine}, no token minted")
     if look.status not in (200, 404):
         raise JoinTokenError(

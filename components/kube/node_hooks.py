@@ -138,11 +138,11 @@ async def join(api: Api, node_name: str, machine: str, clock: Clock, say: Say) -
     node = await nodes.read_node(api, node_name)
     if node is None or nodes.registered_by(node, machine):
         return
-    owner = nodes.machine_of(node)
+    owner = nodes.machine_of(node) or "a machine that set no providerID"
     if nodes.is_ready(node):
         raise RuntimeError(
             f"Node {node_name} is Ready and was registered by {owner}, not by {machine}: another "
-            "machine still serves under this name. If it is gone, delete its Node "
+            "machine still serves under this name. If it is gone or not yours, delete its Node "
             f"(kubectl delete node {node_name}) and run pulumi up again"
         )
     say(f"Node {node_name} of {owner} (gone, not Ready) makes room for {machine}")

@@ -20,6 +20,19 @@ def binaries() -> Path:
     return build.BUILD_DIR
 
 
+CLUSTER_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+
+
+def cluster_binaries() -> Path:
+    """build/engine/, when the control plane's binaries (tests/helpers/cluster.py) are built at
+    their pinned versions: a test of the API server alone needs no Pulumi engine."""
+    __tracebackhide__ = True
+    absent = [name for name in build.missing() if name in CLUSTER_BINARIES]
+    if absent:
+        missing(f"the control plane is not built here ({', '.join(absent)})", build.BUILD_COMMAND)
+    return build.BUILD_DIR
+
+
 def project(directory: Path, name: str, program: str) -> Path:
     """A Python project: Pulumi.yaml (runtime python) and `program` as __main__.py."""
     directory.mkdir(parents=True, exist_ok=True)

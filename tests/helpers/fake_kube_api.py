@@ -155,10 +155,19 @@ class Cluster:
         obj.setdefault("metadata", {})["resourceVersion"] = str(self.version)
         return obj
 
-    def add_node(self, name: str, *, machine: str | None, ready: bool = True, **extra) -> dict:
+    def add_node(
+        self,
+        name: str,
+        *,
+        machine: str | None,
+        ready: bool = True,
+        created: str = "2026-01-01T00:00:00Z",
+        **extra,
+    ) -> dict:
         """A Node as a kubelet of this program registers it: its providerID (join-node.sh's
         PROVIDER_ID: aws:///<zone>/<id>, or gpu-cluster:///host-<hex> for an existing host),
-        or none (`machine=None`: registered before nodes carried it)."""
+        or none (`machine=None`: registered before nodes carried it, or by a kubelet without
+        one); `created` its creationTimestamp (which the API server sets on every create)."""
         provider = None
         if machine:
             provider = (
@@ -172,6 +181,7 @@ class Cluster:
             "metadata": {
                 "name": name,
                 "uid": f"uid-{name}-{self.version}",
+                "creationTimestamp": created,
                 "labels": {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux"},
             },
             "spec": {**({"providerID": provider} if provider else {})},

@@ -26,7 +26,7 @@ import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import yaml
@@ -39,6 +39,9 @@ REQUEST_TIMEOUT_SECONDS = 30
 # disruption budget's verdict (eviction.go), which the drain waits out itself at kubectl's pace.
 RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
 ATTEMPTS = 4
+# The largest answer read: a NodeList or PodList of a big fleet is a few MiB; more is a server
+# (or a proxy before it) that would fill the runner's memory.
+MAX_BODY_BYTES = 64 << 20
 # What a kubeconfig may say that this client cannot honour: each is refused by name.
 UNSUPPORTED_USER_FIELDS = (
     "exec",
@@ -238,10 +241,13 @@ class KubeApi:
         try:
             connection.request(method, target, body=payload, headers=headers)
             response = connection.getresponse()
-            raw = response.read()
+            raw = response.read(MAX_BODY_BYTES + 1)
             date = response.getheader("Date")
         finally:
             connection.close()
+        if len(raw) > MAX_BODY_BYTES:
+            status = {"message": f"the answer is larger than {MAX_BODY_BYTES >> 20} MiB"}
+            raise ApiError(method, path, 0, status)
         parsed = _json(raw)
         if response.status > 299 and parsed.get("kind") != "Status":
             parsed = {"message": raw[:300].decode(errors="replace")}
@@ -249,13 +255,15 @@ class KubeApi:
 
 
 def _date(header: str | None) -> datetime | None:
-    """An HTTP Date header (RFC 9110 IMF-fixdate) as an aware datetime."""
+    """An HTTP Date header (RFC 9110 IMF-fixdate, always GMT) as an aware datetime; one with
+    the "unknown zone" -0000 (RFC 5322 3.3), which `parsedate_to_datetime` gives naive, as UTC."""
     if not header:
         return None
     try:
-        return email.utils.parsedate_to_datetime(header)
+        when = email.utils.parsedate_to_datetime(header)
     except (TypeError, ValueError):
         return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
 def _json(raw: bytes) -> dict[str, Any]:

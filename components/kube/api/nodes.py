@@ -86,11 +86,23 @@ def machine_of(node: Mapping[str, Any]) -> str | None:
     return ((node.get("metadata") or {}).get("labels") or {}).get(INSTANCE_LABEL) or None
 
 
-def registered_by(node: Mapping[str, Any], instance_id: str) -> bool:
-    """The Node is the one `instance_id` registered (or carries no instance id at all: a Node
-    registered before nodes carried one is taken as its machine's)."""
+def registered_by(
+    node: Mapping[str, Any], instance_id: str, registered_before: str | None = None
+) -> bool:
+    """The Node is the one `instance_id` registered. A Node that carries no machine at all is
+    taken as its machine's only when it was created before `registered_before` (RFC 3339: the
+    join token record's registeredAt, so a Node of a release before nodes carried one); any
+    other such Node is another machine's (one that registered without a providerID, which
+    the stack's nodes never do)."""
     owner = machine_of(node)
-    return owner is None or owner == instance_id
+    if owner is not None:
+        return owner == instance_id
+    created = (node.get("metadata") or {}).get("creationTimestamp") or ""
+    return bool(registered_before and created and _instant(created) < _instant(registered_before))
+
+
+def _instant(text: str) -> datetime.datetime:
+    return datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
 def is_ready(node: Mapping[str, Any]) -> bool:
