@@ -92,3 +92,19 @@ def test_the_guards_rules_read_what_they_must():
     assert rules[1].startswith("request.operation != 'CREATE' ||")
     assert rules[2].startswith("request.operation != 'UPDATE' ||")
     assert rules[3] == "request.operation != 'DELETE'"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_hooked_step_waits_for_the_kubeconfig(stack):
+    """A hook reaches the API with the kubeconfig `<cluster>-kubeconfig` reads; the engine runs a
+    node's steps in parallel with the control plane's chain (a pin bump re-runs it, the
+    certificates' renewal restarts its static Pods). Each hooked step waits for that step, so its
+    hook never waits for the credential, and a hook that waited could hold all of the engine's
+    step workers (GOMAXPROCS*4, pulumi pkg/cmd/pulumi/operations/up.go `defaultParallel`;
+    hooks run inside a worker, step.go `Apply` -> `RunHooks`) while the chain queues behind."""
+    graph = run_program(stack)
+    kubeconfig = graph.named(f"{stack_file(stack)['gpu-cluster:clusterName']}-kubeconfig")
+    hooked = [r for r in graph if r.hooks]
+    assert len(hooked) >= 7 * len(lifecycle.node_names(graph)) > 0, [r.name for r in hooked]
+    for resource in hooked:
+        assert graph.depends_on(resource, kubeconfig), f"{resource.urn}: {resource.hooks}"
