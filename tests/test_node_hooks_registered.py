@@ -26,6 +26,29 @@ def test_the_node_hooks_are_registered_with_zero_nodes(stack):
 
 
 @pytest.mark.parametrize("stack", STACKS)
+def test_a_run_that_removes_every_node_with_the_control_plane_gone_registers_every_stored_hook(
+    stack,
+):
+    """Pulumi `RunHooks` (deployment.go) looks a stored hook up, "hook %q was not registered",
+    before it skips it in a dry run: a preview, not only an `up`, of the delete of every node
+    (zero pools, the control plane unreachable, the way out of a dead cluster) fails on a
+    stored name the program no longer registers. Every delete hook the stack stores is
+    registered by such a run."""
+    stored = {
+        name
+        for resource in run_program(stack)
+        for point in ("before_delete", "after_delete")
+        for name in resource.hooks.get(point, [])
+    }
+    assert stored, "the test needs a stack whose state stores a delete hook"
+    pools = [dict(pool, count=0) for pool in stack_file(stack)["gpu-cluster:nodePools"]]
+    control_plane = dict(stack_file(stack)["gpu-cluster:controlPlane"], unreachable=True)
+    graph = run_program(stack, config={"nodePools": pools, "controlPlane": control_plane})
+    assert not lifecycle.node_names(graph), "the test needs a stack without nodes"
+    assert stored <= set(graph.hooks), stored - set(graph.hooks)
+
+
+@pytest.mark.parametrize("stack", STACKS)
 def test_each_node_binds_the_hooks_its_rows_name(stack):
     graph = run_program(stack)
     assert len(graph.hooks) == len(set(graph.hooks)), f"a hook name twice: {graph.hooks}"
