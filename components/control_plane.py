@@ -162,9 +162,7 @@ class ControlPlane(pulumi.ComponentResource):
         self.sshd_ready = core.sshd_ready
         self.kubeconfig = pulumi.Output.secret(core.kubeconfig_step.stdout)
         # Not a secret: the hash of the CA's public key identifies the cluster (nodes pin it).
-        self.ca_cert_hash = pulumi.Output.unsecret(
-            core.kubeconfig_step.stdout.apply(parse_ca_cert_hash)
-        )
+        self.ca_cert_hash = self._ca_cert_hash(core)
         # The provider is replaced (and every Kubernetes object with it) only when this changes:
         # pulumi-kubernetes `provider/pkg/provider/provider.go` DiffConfig replaces on an
         # updated clusterIdentifier and drops every other replacement while it stays the same,
@@ -447,6 +445,24 @@ class ControlPlane(pulumi.ComponentResource):
             "ADMIN_CERT_NOT_AFTER": renewal.stdout.apply(certificates.admin_not_after),
         }
         return self._step(host, steps.CP_KUBECONFIG, params, after=[renewal])
+
+    def _ca_cert_hash(self, core: ControlPlaneCore) -> pulumi.Output[str]:
+        """The CA hash the kubeconfig step read when the cluster was first seen, kept by
+        `<cluster>-ca-cert-hash` (a Stash, `input` ignored after create) until the cluster's
+        identity changes. The kubeconfig step re-runs on each renewal, and then its stdout is
+        unknown in a preview (pulumi-go-provider `markComputed`): read from it, every join
+        would show as replaced (an unknown trigger counts as changed, pulumi step_generator.go
+        `shouldTriggerReplace`). Why: docs/decisions/066-the-cas-hash-is-known-in-a-preview.md"""
+        record = pulumi.Stash(
+            f"{self._name}-ca-cert-hash",
+            input=pulumi.Output.unsecret(core.kubeconfig_step.stdout.apply(parse_ca_cert_hash)),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                ignore_changes=["input"],
+                replacement_trigger=core.cluster_identifier,
+            ),
+        )
+        return pulumi.Output.unsecret(record.output)
 
     def _operator_access(self, core: ControlPlaneCore) -> pulumi.Output[str]:
         """The operators' kubeconfig: its own identity, group-bound, with a bounded lifetime."""

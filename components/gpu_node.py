@@ -411,6 +411,11 @@ class GpuNode(pulumi.ComponentResource):
         API; a disruptive row takes a joined node out first (its hook)."""
         args, name, pool = context.args, self.node_name, self.pool
         control_plane = args.control_plane
+        if row.hooks:
+            # Its hook reaches the API with the kubeconfig `<cluster>-kubeconfig` reads: the
+            # engine starts it only once that step (and the rest of the chain) has run, so the
+            # hook never waits for the credential (decision 058).
+            after = [*after, *control_plane.ready]
         if row is steps.KUBE_TOOLS:
             # The control plane moves to a new minor first (or, existing, is checked): no
             # kubelet of this node is ever newer than the API server.

@@ -312,3 +312,22 @@ def test_the_provider_follows_the_kubeconfig_the_step_read(first_up):
     kubeconfig = first_up.named(f"dev-gpu-{steps.CP_KUBECONFIG.suffix}")
     assert kubeconfig.urn in provider.dependencies
     assert "kubeconfig" in unwrap(provider.inputs)
+
+
+def test_the_preview_of_a_renewal_replaces_no_join(first_up):
+    """`pulumi preview` 30 days on: the certificates step re-runs, so pulumi-command answers its
+    stdout and the kubeconfig step's unknown (pulumi-go-provider infer/resource.go
+    `markComputed`), and the engine counts an unknown replacement trigger as changed (pulumi
+    step_generator.go `shouldTriggerReplace`). The join's cluster identity (its CA hash) stays
+    known, so no node's join or join token shows as replaced."""
+    preview = run_program(
+        "dev", clock=_at(certificates.CHECK_EVERY_DAYS), state=first_up, preview=True
+    )
+    plan = lifecycle.plan(first_up, preview)
+    assert plan.named(f"dev-gpu-{steps.CP_CERTIFICATES.suffix}").action is RERUN
+    replaced = [
+        c.name
+        for c in plan.by_action(lifecycle.Action.REPLACE, lifecycle.Action.BLOCKED)
+        if c.name.endswith(("-join", "-join-token"))
+    ]
+    assert not replaced, lifecycle.render(plan)

@@ -26,6 +26,29 @@ def test_the_node_hooks_are_registered_with_zero_nodes(stack):
 
 
 @pytest.mark.parametrize("stack", STACKS)
+def test_a_run_that_removes_every_node_with_the_control_plane_gone_registers_every_stored_hook(
+    stack,
+):
+    """Pulumi `RunHooks` (deployment.go) looks a stored hook up, "hook %q was not registered",
+    before it skips it in a dry run: a preview, not only an `up`, of the delete of every node
+    (zero pools, the control plane unreachable, the way out of a dead cluster) fails on a
+    stored name the program no longer registers. Every delete hook the stack stores is
+    registered by such a run."""
+    stored = {
+        name
+        for resource in run_program(stack)
+        for point in ("before_delete", "after_delete")
+        for name in resource.hooks.get(point, [])
+    }
+    assert stored, "the test needs a stack whose state stores a delete hook"
+    pools = [dict(pool, count=0) for pool in stack_file(stack)["gpu-cluster:nodePools"]]
+    control_plane = dict(stack_file(stack)["gpu-cluster:controlPlane"], unreachable=True)
+    graph = run_program(stack, config={"nodePools": pools, "controlPlane": control_plane})
+    assert not lifecycle.node_names(graph), "the test needs a stack without nodes"
+    assert stored <= set(graph.hooks), stored - set(graph.hooks)
+
+
+@pytest.mark.parametrize("stack", STACKS)
 def test_each_node_binds_the_hooks_its_rows_name(stack):
     graph = run_program(stack)
     assert len(graph.hooks) == len(set(graph.hooks)), f"a hook name twice: {graph.hooks}"
@@ -113,3 +136,19 @@ def test_the_guards_rules_read_what_they_must():
         '!["c-a-"].exists(p, request.name.startsWith(p))'
         in existing["validations"][0]["expression"]
     )
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_every_hooked_step_waits_for_the_kubeconfig(stack):
+    """A hook reaches the API with the kubeconfig `<cluster>-kubeconfig` reads; the engine runs a
+    node's steps in parallel with the control plane's chain (a pin bump re-runs it, the
+    certificates' renewal restarts its static Pods). Each hooked step waits for that step, so its
+    hook never waits for the credential, and a hook that waited could hold all of the engine's
+    step workers (GOMAXPROCS*4, pulumi pkg/cmd/pulumi/operations/up.go `defaultParallel`;
+    hooks run inside a worker, step.go `Apply` -> `RunHooks`) while the chain queues behind."""
+    graph = run_program(stack)
+    kubeconfig = graph.named(f"{stack_file(stack)['gpu-cluster:clusterName']}-kubeconfig")
+    hooked = [r for r in graph if r.hooks]
+    assert len(hooked) >= 7 * len(lifecycle.node_names(graph)) > 0, [r.name for r in hooked]
+    for resource in hooked:
+        assert graph.depends_on(resource, kubeconfig), f"{resource.urn}: {resource.hooks}"

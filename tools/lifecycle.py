@@ -33,6 +33,7 @@ from tools.harness.graph import Graph, Resource, script_params, unwrap
 from tools.harness.stacks import ROOT
 
 COMMAND = "command:remote:Command"
+STASH = "pulumi:index:Stash"
 NO_OP_UPDATE = "true"
 
 # Inputs whose change makes the provider replace the resource. Only what this program sets.
@@ -235,9 +236,12 @@ def plan(before: Graph, after: Graph, *, replace: Collection[str] = ()) -> Plan:
             continue
         ignored = {".".join(property_path(path)) for path in new.ignore_changes}
         paths = {p for p in _changed_paths(old, new) if not _matches(p, ignored)}
-        # Inputs fed by a replaced resource change with it (a new id, an auto-name).
+        # Inputs fed by a replaced resource change with it (a new id, an auto-name). Not by a
+        # Stash: its output is the input it was created with (pulumi builtins.go `Create`, in a
+        # preview too), a value the mocks answer, so the recorded inputs already tell.
         for key, deps in new.property_dependencies.items():
-            if deps & replaced and not _matches(key, ignored):
+            fed = {urn for urn in deps & replaced if after.by_urn[urn].type != STASH}
+            if fed and not _matches(key, ignored):
                 paths.add(key)
         forcing = sorted(
             p for p in paths if _matches(p, _force_new(new)) or _top(p) in _force_new(new)

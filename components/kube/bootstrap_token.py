@@ -29,6 +29,7 @@ from components.hosts import steps
 from components.kube import manifests
 from components.kube.api.client import AsyncKubeApi
 from components.kube.api.nodes import registered_by
+from components.kube.hook_errors import resource_hook
 
 if TYPE_CHECKING:
     from components.kube.node_hooks import ClusterAccess
@@ -145,13 +146,16 @@ def join_token(
             # record (a replacement) takes them.
             ignore_changes=["input"],
             replacement_trigger=[machine, *cluster],
-            hooks=pulumi.ResourceHookBinding(
-                before_create=[pulumi.ResourceHook(f"{name}-mint", mint_callback(access))]
-            ),
+            hooks=pulumi.ResourceHookBinding(before_create=[mint_hook(name, access)]),
         ),
     )
     token = record.output.apply(lambda kept: f"{kept['tokenId']}.{kept['tokenSecret']}")
     return JoinToken(token=pulumi.Output.secret(token), record=record)
+
+
+def mint_hook(name: str, access: ClusterAccess) -> pulumi.ResourceHook:
+    """`<record>-mint`, the record's `before_create` hook (`mint_callback`)."""
+    return resource_hook(f"{name}-mint", mint_callback(access))
 
 
 def mint_callback(

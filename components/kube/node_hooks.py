@@ -26,6 +26,7 @@ from components.kube.api import certificates, nodes, slots
 from components.kube.api import drain as drains
 from components.kube.api.client import ApiError, AsyncKubeApi, KubeApi, credential_of
 from components.kube.api.nodes import Api, Clock, Say
+from components.kube.hook_errors import resource_hook
 
 JOINS = "gpu-cluster-node-joins"
 LEAVES = "gpu-cluster-node-leaves"
@@ -39,7 +40,10 @@ MACHINE_ID = re.compile(r"(i|host)-[0-9a-f]+")
 # How long the put in service looks for the kubelet's serving certificate request (a Ready
 # kubelet has filed it already).
 CSR_WAIT_SECONDS = 10
-# How long the kubeconfig may take to resolve (its step ran long before any hook).
+# A guard, not a wait: every step whose hook reaches the API depends on `<cluster>-kubeconfig`
+# (gpu_node.py), so its Output is known before such a hook runs. A hook that waited without a
+# bound could hold every one of the engine's step workers while the step it waits for queues
+# behind them (decision 058).
 KUBECONFIG_WAIT_SECONDS = 60
 
 
@@ -56,7 +60,13 @@ class ClusterAccess:
     async def api(self) -> AsyncKubeApi:
         value = self.kubeconfig
         if isinstance(value, pulumi.Output):
-            value = await asyncio.wait_for(value.future(), KUBECONFIG_WAIT_SECONDS)
+            try:
+                value = await asyncio.wait_for(value.future(), KUBECONFIG_WAIT_SECONDS)
+            except TimeoutError as error:
+                raise RuntimeError(
+                    f"the cluster's kubeconfig was not known after {KUBECONFIG_WAIT_SECONDS}s, "
+                    "though every hooked step waits for the step that reads it (decision 058)"
+                ) from error
         if not isinstance(value, str):
             raise RuntimeError("the cluster's kubeconfig is not known yet")
         return AsyncKubeApi(KubeApi(credential_of(value)))
@@ -313,9 +323,9 @@ class NodeHooks:
         async def in_service(args: pulumi.ResourceHookArgs) -> None:
             await on_in_service(access, args)
 
-        self.joins = pulumi.ResourceHook(JOINS, joins)
-        self.leaves = pulumi.ResourceHook(LEAVES, leaves)
-        self.in_service = pulumi.ResourceHook(IN_SERVICE, in_service)
+        self.joins = resource_hook(JOINS, joins)
+        self.leaves = resource_hook(LEAVES, leaves)
+        self.in_service = resource_hook(IN_SERVICE, in_service)
 
     def join_binding(self) -> pulumi.ResourceHookBinding:
         return pulumi.ResourceHookBinding(before_create=[self.joins], before_delete=[self.leaves])
@@ -331,5 +341,5 @@ class NodeHooks:
         async def take_out(args: pulumi.ResourceHookArgs) -> None:
             await on_disruptive_update(access, roll, args)
 
-        hook = pulumi.ResourceHook(f"{roll.node_name}-take-out", take_out)
+        hook = resource_hook(f"{roll.node_name}-take-out", take_out)
         return pulumi.ResourceHookBinding(before_update=[hook])

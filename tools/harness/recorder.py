@@ -1,7 +1,8 @@
 """Record what the engine would receive: the one module that reads the SDK's mock monitor.
 
 `record(program, mocks, project=..., stack=...)` runs `program` in-process with `preview=False`
-(with preview, applies never run and assertions pass vacuously) against a `RecordingMonitor`, a
+(with preview, applies of unknown values never run and their assertions pass vacuously; a test
+of what a preview shows asks for it, `preview=True`) against a `RecordingMonitor`, a
 subclass of the SDK's `MockMonitor` that answers as the SDK does and keeps each
 `RegisterResourceRequest`, and returns the `Graph` of them. It reads `pulumi.runtime.mocks`,
 `pulumi.runtime.settings` and `pulumi.runtime.stack`; it replaces nothing of the SDK.
@@ -70,8 +71,11 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         record_inputs: bool = True,
         state: Graph | None = None,
         replace: Collection[str] = (),
+        preview: bool = False,
     ):
         super().__init__(mocks)
+        # `pulumi preview`: a command updated or created answers with unknown outputs.
+        self.preview = preview
         # What `pulumi up --replace` names (names or URNs): replaced, so created from inputs.
         self.replace = frozenset(replace)
         # The state this run updates (None: a new stack): what the engine keeps from it, and the
@@ -109,6 +113,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         response = super().RegisterResource(request)
         if request.type == ROOT_STACK_TYPE:
             return response
+        self._computed_in_preview(request, response)
         if self.state is not None and response.urn not in self.state.by_urn and response.id:
             self._new_ids.add(response.id)
         with self.answering:
@@ -165,6 +170,19 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 hooks=_hooks(request),
             )
         )
+
+    def _computed_in_preview(self, request, response) -> None:
+        """In a preview, pulumi-command (pulumi-go-provider infer/resource.go `markComputed`;
+        `Command` keeps the default, every output depends on every input) answers a create, or
+        an update whose inputs changed or are unknown, with its outputs unknown: `stdout` and
+        `stderr` are then the SDK's unknown sentinel, which the program sees as unknown."""
+        if not self.preview or not request.type.startswith("command:"):
+            return
+        stored = self.state.by_urn.get(response.urn) if self.state is not None else None
+        if stored is not None and unwrap(stored.inputs) == unwrap(decode(request.object)):
+            return
+        for key in ("stdout", "stderr"):
+            response.object.fields[key].string_value = rpc.UNKNOWN
 
     def _keep_stash_output(self, request) -> None:
         """A Stash the state holds, whose replacement trigger is unchanged and whose input is
@@ -278,15 +296,19 @@ def record(
     record_inputs: bool = True,
     state: Graph | None = None,
     replace: Collection[str] = (),
+    preview: bool = False,
 ) -> Graph:
-    """Run `program` as `pulumi up` would (engine config already set) and return its graph;
-    without `record_inputs` its resources carry no inputs (types, names, options and
-    dependencies only) and the mock monitor keeps no state. With `state` (what an earlier run
-    left), a resource the engine keeps answers with its stored outputs where the mocks'
-    answer would differ (a Stash), unless `replace` (`pulumi up --replace`) names it."""
+    """Run `program` as `pulumi up` would (engine config already set; with `preview`, as
+    `pulumi preview`: `RecordingMonitor._computed_in_preview`) and return its graph; without
+    `record_inputs` its resources carry no inputs (types, names, options and dependencies
+    only) and the mock monitor keeps no state. With `state` (what an earlier run left), a
+    resource the engine keeps answers with its stored outputs where the mocks' answer would
+    differ (a Stash), unless `replace` (`pulumi up --replace`) names it."""
     runtime_settings.ROOT.set(None)
-    monitor = RecordingMonitor(mocks, record_inputs=record_inputs, state=state, replace=replace)
-    pulumi_mocks.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=monitor)
+    monitor = RecordingMonitor(
+        mocks, record_inputs=record_inputs, state=state, replace=replace, preview=preview
+    )
+    pulumi_mocks.set_mocks(mocks, project=project, stack=stack, preview=preview, monitor=monitor)
     runtime_settings.SETTINGS.outputs.clear()
 
     def main() -> None:

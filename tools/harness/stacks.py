@@ -176,8 +176,10 @@ def run_program(
     clock: datetime.datetime = PROGRAM_CLOCK,
     state: Graph | None = None,
     replace: Collection[str] = (),
+    preview: bool = False,
 ) -> Graph:
-    """Run the program for a stack file and return its registered graph.
+    """Run the program for a stack file and return its registered graph (with `preview`, as
+    `pulumi preview` would: recorder.record).
 
     `config` overrides (or with `replace_config`, replaces) keys of Pulumi.<stack>.yaml; keys may
     be given without the `gpu-cluster:` prefix. `secrets` default to a test SSH key. Without
@@ -199,6 +201,7 @@ def run_program(
             record_inputs=record_inputs,
             state=state,
             replace=replace,
+            preview=preview,
         )
 
 
