@@ -6,6 +6,7 @@ inputs the program registered."""
 
 from __future__ import annotations
 
+import datetime
 import json
 
 import pulumi
