@@ -11,6 +11,7 @@ from components.control_plane import ControlPlane, ControlPlaneArgs
 from components.gpu_node import NVIDIA_CTK_VERSION, GpuNodePool, GpuNodePoolArgs
 from components.images.control_plane_image import baked_control_plane_image
 from components.images.gpu_image import baked_images
+from components.kube import bootstrap_token
 from components.kube.addons import GpuNodeAddons, GpuNodeAddonsArgs
 from components.kube.device_plugin import NvidiaDevicePlugin, NvidiaDevicePluginArgs
 from components.kube.feature_discovery import GpuFeatureDiscovery, GpuFeatureDiscoveryArgs
@@ -31,6 +32,8 @@ from components.settings.control_plane_size import warn_unchecked_size
 from components.settings.load import load_settings
 
 settings = load_settings()
+# The program's clock, read once: a join token registered in this run is identified by it.
+run_at = bootstrap_token.now()
 # A control plane whose size the sizing table cannot check: said on every preview and up.
 warn_unchecked_size(settings)
 
@@ -97,6 +100,7 @@ pools = [
             network=network,
             control_plane=control_plane,
             device_plugin=device_plugin.daemon_set,
+            registered_at=run_at,
             image_ami=images.get(pool.name),
         ),
     )

@@ -12,6 +12,7 @@ dead machine never blocks. What the chain needs of its machine: components/node_
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -87,6 +88,7 @@ class GpuNodePoolArgs:
     dials_public_ips: bool  # steps dial public addresses (no bastion relays)
     tags: Mapping[str, str]
     checks: NodeChecks
+    registered_at: datetime.datetime  # the program's clock, read once per run (join tokens)
     image_ami: pulumi.Input[str] | None = None
 
     @classmethod
@@ -98,6 +100,7 @@ class GpuNodePoolArgs:
         network: Network | None,
         control_plane: ControlPlane,
         device_plugin: pulumi.Resource,
+        registered_at: datetime.datetime,
         image_ami: pulumi.Input[str] | None = None,
     ) -> GpuNodePoolArgs:
         return cls(
@@ -112,6 +115,7 @@ class GpuNodePoolArgs:
             dials_public_ips=settings.network.connects_to_public_ips,
             tags=settings.stack_tags,
             checks=NodeChecks.of(settings, device_plugin),
+            registered_at=registered_at,
             image_ami=image_ami,
         )
 
@@ -133,24 +137,33 @@ class GpuNodePool(pulumi.ComponentResource):
     ):
         super().__init__("gpu-cluster:index:GpuNodePool", name, None, opts)
         self.pool = args.pool
+        token_seed = bootstrap_token.seed(name, parent=self)
         if isinstance(args.pool, HostsNodePool):
-            self.nodes = self._host_nodes(args.pool, args)
+            self.nodes = self._host_nodes(args.pool, args, token_seed)
         else:
-            self.nodes = self._instance_nodes(name, args.pool, args)
+            self.nodes = self._instance_nodes(name, args.pool, args, token_seed)
         self.register_outputs({"nodeNames": [node.node_name for node in self.nodes]})
 
-    def _host_nodes(self, pool: HostsNodePool, args: GpuNodePoolArgs) -> list[GpuNode]:
+    def _host_nodes(
+        self, pool: HostsNodePool, args: GpuNodePoolArgs, token_seed: pulumi.Output[str]
+    ) -> list[GpuNode]:
         """One GpuNode per existing host, named by its key in the pool (never its position)."""
         return [
             GpuNode(
                 f"{args.cluster_name}-{pool.name}-{host.key}",
-                GpuNodeArgs.of(args, host),
+                GpuNodeArgs.of(args, host, token_seed),
                 pulumi.ResourceOptions(parent=self),
             )
             for host in pool.hosts
         ]
 
-    def _instance_nodes(self, name: str, pool: NodePool, args: GpuNodePoolArgs) -> list[GpuNode]:
+    def _instance_nodes(
+        self,
+        name: str,
+        pool: NodePool,
+        args: GpuNodePoolArgs,
+        token_seed: pulumi.Output[str],
+    ) -> list[GpuNode]:
         """`pool.count` EC2 machines with what they share: a key pair, security groups, the
         pool's EFA fabric and its image."""
         network = args.network
@@ -179,7 +192,7 @@ class GpuNodePool(pulumi.ComponentResource):
                 )
                 node = GpuNode(
                     f"{args.cluster_name}-{pool.name}-{index}",
-                    GpuNodeArgs.of(args, launch),
+                    GpuNodeArgs.of(args, launch, token_seed),
                     pulumi.ResourceOptions(parent=self),
                 )
                 nodes.append(node)
@@ -227,9 +240,16 @@ class GpuNodeArgs:
     control_plane: ControlPlane
     login: Login
     checks: NodeChecks
+    token_seed: pulumi.Output[str]  # the pool's join-token seed (bootstrap_token.seed)
+    registered_at: datetime.datetime  # the program's clock, read once per run
 
     @classmethod
-    def of(cls, pool: GpuNodePoolArgs, machine: Launch | ExistingHost) -> GpuNodeArgs:
+    def of(
+        cls,
+        pool: GpuNodePoolArgs,
+        machine: Launch | ExistingHost,
+        token_seed: pulumi.Output[str],
+    ) -> GpuNodeArgs:
         return cls(
             pool=pool.pool,
             machine=machine,
@@ -238,6 +258,8 @@ class GpuNodeArgs:
             control_plane=pool.control_plane,
             login=pool.login,
             checks=pool.checks,
+            token_seed=token_seed,
+            registered_at=pool.registered_at,
         )
 
 
@@ -335,7 +357,7 @@ class GpuNode(pulumi.ComponentResource):
         }
         for row in steps.node_rows(efa=pool.uses_efa, validation=True, part=steps.Part.NODE):
             after = [built[name] for name in steps.follows(row, registered)]
-            built[row.suffix] = self._step(row, after, context, built)
+            built[row.suffix] = self._step(row, after, context)
         join = built[steps.JOIN.suffix]
         assert isinstance(join, command.remote.Command)
         return NodeChain(join=join, change=context.change)
@@ -345,7 +367,6 @@ class GpuNode(pulumi.ComponentResource):
         row: steps.Step,
         after: list[pulumi.Resource],
         context: _ChainContext,
-        built: Mapping[str, pulumi.Resource],
     ) -> pulumi.Resource:
         """One node row of the step table as a resource: on the node, on the control plane about
         this node (its machine's identity, and the cluster, as identity), or through the
@@ -391,22 +412,18 @@ class GpuNode(pulumi.ComponentResource):
             # kubelet of this node is ever newer than the API server.
             after = [*after, control_plane.kubelet_gate]
         if row is steps.JOIN_TOKEN:
-            kube_tools = built[steps.KUBE_TOOLS.suffix]
-            assert isinstance(kube_tools, command.remote.Command)
             self._token = bootstrap_token.join_token(
                 row.resource_name(name),
                 node_name=name,
-                seed=args.login.private_key,
-                cluster=pulumi.Output.concat(
-                    control_plane.endpoint, "/", control_plane.ca_cert_hash
-                ),
+                seed_=args.token_seed,
+                cluster=[control_plane.endpoint, control_plane.ca_cert_hash],
                 machine=self.machine.id,
-                kube_tools_stdout=kube_tools.stdout,
-                provider=control_plane.provider,
+                kubeconfig=control_plane.kubeconfig,
+                registered_at=args.registered_at,
                 parent=self,
                 after=after,
             )
-            return self._token.secret
+            return self._token.record
         if row is steps.JOIN:
             checks = args.checks
             return run_step(

@@ -544,9 +544,10 @@ def test_no_plain_secret_anywhere(stack):
         assert step.inputs.get("logging") == "none", f"{step.urn}: output logged"
     secrets = []
     for node in nodes_of(graph):
-        token = graph.named(f"{node}-join-token")
-        assert isinstance(token.inputs["stringData"], Secret), f"{token.urn}: token in plain"
-        secrets.append(unwrap(token.inputs["stringData"])["token-secret"])
+        record = graph.named(f"{node}-join-token")
+        held = record.inputs["input"]
+        assert isinstance(held["tokenSecret"], Secret), f"{record.urn}: token in plain"
+        secrets.append(unwrap(held)["tokenSecret"])
     for resource in graph:
         for text in [*plain_strings(resource.inputs), *plain_strings(resource.outputs)]:
             assert KUBECONFIG_LEAK_MARKER not in text, f"{resource.urn}: kubeconfig in plain text"
@@ -563,20 +564,20 @@ def test_no_plain_secret_anywhere(stack):
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
 def test_each_node_joins_with_its_own_token_through_the_api_and_pins_the_ca(stack):
-    """No session on the control plane mints a token: a bootstrap-token Secret through the
-    cluster's provider (tests/test_gpu_nodes.py has its format and lifetime). The join pins the
-    CA hash read-kubeconfig.sh printed after the kubeconfig, and joins the endpoint."""
+    """No session on the control plane mints a token: the program mints it through the API,
+    from its token record's hook (tests/test_join_token.py has its mint, lifetime and day two).
+    The join pins the CA hash read-kubeconfig.sh printed after the kubeconfig, and joins the
+    endpoint."""
     graph = stack_graph(stack)
-    provider = graph.named(f"{stack}-gpu-k8s")
     kubeconfig = graph.named(f"{stack}-gpu-kubeconfig")
     assert script_of(kubeconfig) == "read-kubeconfig.sh", f"{kubeconfig.urn}"
     for node in nodes_of(graph):
         token = graph.named(f"{node}-join-token")
-        assert token.type == "kubernetes:core/v1:Secret", f"{token.urn}: {token.type}"
-        assert token.provider_urn == provider.urn, f"{token.urn}: another provider"
+        assert token.type == "pulumi:index:Stash", f"{token.urn}: {token.type}"
+        assert token.hooks == {"before_create": [f"{token.name}-mint"]}, token.urn
         join = graph.named(f"{node}-join")
-        data = unwrap(token.inputs["stringData"])
-        assert f"JOIN_TOKEN={data['token-id']}.{data['token-secret']}" in stdin_of(join), (
+        data = unwrap(token.inputs["input"])
+        assert f"JOIN_TOKEN={data['tokenId']}.{data['tokenSecret']}" in stdin_of(join), (
             f"{join.urn}: not its token"
         )
         assert param(join, "CA_CERT_HASH") == CA_CERT_HASH, f"{join.urn}: CA hash"

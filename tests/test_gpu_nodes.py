@@ -2,7 +2,7 @@
 
 What is asserted is what the engine receives: dependencies (the per-node chain, no edge between
 nodes), inputs (IMDSv2, encrypted gp3, spot, subnets, tags, script parameters, the join token
-Secret), secret markers and delete/replace options (teardown order: drain -> terminate).
+record), secret markers and delete/replace options (teardown order: drain -> terminate).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import yaml
 from components.catalog import CATALOG
 from components.hosts import bundle, rolling, steps
 from components.hosts.remote import DELETE_DIAL_ATTEMPTS, DIAL_FOREVER
-from components.kube import bootstrap_token
 from components.settings.constants import POOL_LABEL
 from tools.harness import mocks
 from tools.harness.graph import (
@@ -37,7 +36,6 @@ INSTANCE = "aws:ec2/instance:Instance"
 SECURITY_GROUP = "aws:ec2/securityGroup:SecurityGroup"
 COMMAND = "command:remote:Command"
 GPU_NODE = "gpu-cluster:index:GpuNode"
-SECRET = "kubernetes:core/v1:Secret"
 # The per-node chain of the interface contract, after the instance `<node>`.
 ANYWHERE = {"0.0.0.0/0", "::/0"}
 
@@ -336,124 +334,12 @@ def test_join_token_only_inside_the_secret_stdin(stack):
         for resource in g:
             leaks = [s for s in plain_strings(resource.inputs) if token.split(".")[1] in s]
             assert not leaks, f"{resource.urn}: join token of {node} in a plain input"
-        secret = step(g, f"{node}-join-token")
-        assert isinstance(secret.inputs["stringData"], Secret), f"{secret.urn}: token in plain"
-        assert {"data", "stringData"} <= set(secret.additional_secret_outputs), (
-            f"{secret.urn}: the token must be a secret output"
-        )
+        record = step(g, f"{node}-join-token")
+        held = record.inputs["input"]
+        assert isinstance(held["tokenSecret"], Secret), f"{record.urn}: token in plain"
 
 
-# ---------------------------------------------------------------- the join token Secret
-
-
-def token_secret(g: Graph, node: str) -> tuple[Resource, dict]:
-    secret = g.named(f"{node}-join-token")
-    return secret, secret.plain_inputs()
-
-
-@pytest.mark.parametrize("stack", STACKS)
-def test_each_node_joins_with_a_bootstrap_token_secret_of_its_own(stack):
-    """What `kubeadm token create` writes (kubernetes.io "Authenticating with Bootstrap
-    Tokens"), expiring two hours after the node's kube tools were ready, through the cluster's
-    provider, after the node's kube tools and before its join; one token per node."""
-    g = graph(stack)
-    control_plane_provider = g.find(lambda r: r.type == "pulumi:providers:kubernetes")
-    tokens = set()
-    for node in node_names(stack):
-        secret, inputs = token_secret(g, node)
-        assert secret.type == SECRET, secret.urn
-        data = inputs["stringData"]
-        token_id, token_secret_ = data["token-id"], data["token-secret"]
-        assert re.fullmatch(r"[a-z0-9]{6}", token_id), f"{secret.urn}: {token_id}"
-        assert re.fullmatch(r"[a-z0-9]{16}", token_secret_), f"{secret.urn}"
-        assert inputs["type"] == "bootstrap.kubernetes.io/token", f"{secret.urn}"
-        assert inputs["metadata"]["name"] == f"bootstrap-token-{token_id}", f"{secret.urn}"
-        assert inputs["metadata"]["namespace"] == "kube-system", f"{secret.urn}"
-        assert data == {
-            "token-id": token_id,
-            "token-secret": token_secret_,
-            "usage-bootstrap-authentication": "true",
-            "usage-bootstrap-signing": "true",
-            "auth-extra-groups": "system:bootstrappers:kubeadm:default-node-token",
-            "description": f"gpu-cluster: join of {node}",
-            # The mocked kube-tools step reports 2026-01-01T00:00:00Z.
-            "expiration": "2026-01-01T02:00:00Z",
-        }, f"{secret.urn}: {sorted(data)}"
-        assert script_inputs(step(g, f"{node}-join"))["JOIN_TOKEN"] == (
-            f"{token_id}.{token_secret_}"
-        ), f"{secret.urn}: the join uses another token"
-        assert secret.provider_urn in {p.urn for p in control_plane_provider}, secret.urn
-        kube_tools, join = step(g, f"{node}-kube-tools"), step(g, f"{node}-join")
-        assert kube_tools.urn in g.direct_dependencies(secret), f"{secret.urn}: before kube-tools"
-        assert secret.urn in g.direct_dependencies(join), f"{join.urn}: before its token"
-        assert g.depends_on(secret, g.named(node)), f"{secret.urn}: not its machine's"
-        tokens.add(token_id)
-    assert len(tokens) == len(node_names(stack)), f"{stack}: nodes share a token"
-
-
-def test_the_expiry_is_two_hours_after_the_kube_tools_were_ready(monkeypatch):
-    monkeypatch.setattr(mocks, "READY_TO_JOIN_AT", "2026-03-04T23:30:00Z")
-    _, inputs = token_secret(run_program("dev"), "dev-gpu-a10g-0")
-    assert inputs["stringData"]["expiration"] == "2026-03-05T01:30:00Z", inputs["stringData"]
-    assert bootstrap_token.expiration("2026-12-31T23:00:00Z") == "2027-01-01T01:00:00Z"
-
-
-def test_the_token_is_stable_from_one_up_to_the_next():
-    """The same machine, cluster and kube-tools run: the same token and Secret, so a second
-    `pulumi up` changes nothing (no timestamp or random value of the program's own)."""
-    first, second = run_program("dev"), run_program("dev")
-    for node in node_names("dev"):
-        assert token_secret(first, node)[1] == token_secret(second, node)[1], node
-        join = f"{node}-join"
-        assert script_inputs(first.named(join)) == script_inputs(second.named(join)), join
-
-
-def test_a_new_machine_or_a_new_kube_tools_run_gets_a_new_token(monkeypatch):
-    node = "dev-gpu-a10g-0"
-    _, before = token_secret(graph("dev"), node)
-    fake_id = mocks.fake_id
-    monkeypatch.setattr(
-        mocks,
-        "fake_id",
-        lambda prefix, name, *rest: fake_id(
-            prefix, f"{name}-replaced" if prefix == "i-" else name, *rest
-        ),
-    )
-    new_machine = run_program("dev")
-    assert new_machine.named(node).id != graph("dev").named(node).id, "the machine is the same"
-    _, after = token_secret(new_machine, node)
-    assert after["stringData"]["token-id"] != before["stringData"]["token-id"]
-    assert after["stringData"]["token-secret"] != before["stringData"]["token-secret"]
-    assert after["stringData"]["expiration"] == before["stringData"]["expiration"]
-    monkeypatch.undo()
-    monkeypatch.setattr(mocks, "READY_TO_JOIN_AT", "2026-01-01T00:05:00Z")  # kube-tools re-ran
-    _, rerun = token_secret(run_program("dev"), node)
-    assert rerun["stringData"]["token-id"] != before["stringData"]["token-id"]
-    assert rerun["stringData"]["expiration"] == "2026-01-01T02:05:00Z"
-
-
-def test_the_token_is_derived_from_every_part_of_its_identity():
-    """An HMAC keyed with the stack's SSH private key over the cluster, the machine and the
-    time: a change of any one gives another token, in kubeadm's alphabet."""
-    parts = {
-        "cluster": "10.0.0.1:6443/sha256:ab",
-        "machine": "i-0a",
-        "ready_at": "2026-01-01T00:00:00Z",
-    }
-    token = bootstrap_token.derive("seed", **parts)
-    assert token == bootstrap_token.derive("seed", **parts)
-    assert re.fullmatch(r"[a-z0-9]{6}", token[0]) and re.fullmatch(r"[a-z0-9]{16}", token[1])
-    assert bootstrap_token.derive("other seed", **parts) != token
-    for name in parts:
-        assert bootstrap_token.derive("seed", **{**parts, name: parts[name] + "x"}) != token, name
-
-
-def test_a_kube_tools_step_that_reports_no_time_is_a_clear_error():
-    assert bootstrap_token.ready_at('log\n{"readyToJoinAt": "2026-01-01T00:00:00Z"}\n') == (
-        "2026-01-01T00:00:00Z"
-    )
-    with pytest.raises(ValueError, match=r"printed no \{'readyToJoinAt': \.\.\.\} line"):
-        bootstrap_token.ready_at("kubeadm v1.35.1\n")
+# The join token record, its mint and its day two: tests/test_join_token.py.
 
 
 def _under_secret(path: str, secret: list[str]) -> bool:

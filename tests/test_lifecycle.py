@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import datetime
 import re
 from collections.abc import Iterator
 
@@ -16,7 +17,7 @@ from components.hosts import steps
 from tools import lifecycle
 from tools.harness import mocks
 from tools.harness.graph import unwrap
-from tools.harness.stacks import edited_script, run_program, stack_file
+from tools.harness.stacks import PROGRAM_CLOCK, edited_script, run_program, stack_file
 from tools.lifecycle import Action
 
 INSTANCE = "aws:ec2/instance:Instance"
@@ -259,9 +260,7 @@ def test_a_replaced_machine_cascades_to_its_own_chain_only(baseline):
         expected = node in h100
         assert (impact.drained, impact.reset, impact.rejoined) == (expected,) * 3, impact
     for node in h100:
-        for step in steps.NODE_STEPS:
-            if step.script is None:  # the token Secret: its name follows the new machine's id
-                continue
+        for step in steps.NODE_STEPS:  # the token record too: its trigger holds the machine
             change = plan.named(step.resource_name(node))
             assert change.action is Action.REPLACE, f"{change.urn}: {change.action}"
 
@@ -333,14 +332,15 @@ def test_preview_against_a_git_ref_runs_that_version(capsys):
 # ---------------------------------------------------------------- retries and dead hosts
 
 
-def test_a_new_kube_tools_run_brings_a_new_token_and_rejoins_nothing(baseline, monkeypatch):
-    """A join retried within the token's two hours needs nothing new (the same token, the
-    same Secret: test_an_unchanged_program_changes_nothing). Later, `pulumi up --replace` of
-    the kube-tools step reports a new time: the token Secret is replaced (its name is its id),
-    and the join takes the new token as an update, on the same machine, of the same cluster."""
-    monkeypatch.setattr(mocks, "READY_TO_JOIN_AT", "2026-01-01T03:00:00Z")
-    after = run_program("dev")
-    plan = lifecycle.plan(baseline["dev"], after)
+def test_a_join_too_late_for_its_token_gets_a_new_one_and_rejoins_nothing(baseline):
+    """A join retried within its token's two hours needs nothing new (the same record:
+    test_an_unchanged_program_changes_nothing). Later, `pulumi up --replace` of the node's
+    `<node>-join-token` gives a new record, minted by its hook with that run's clock, and the
+    join takes the new token as an update, on the same machine, of the same cluster."""
+    records = [steps.JOIN_TOKEN.resource_name(n) for n in lifecycle.node_names(baseline["dev"])]
+    later = PROGRAM_CLOCK + datetime.timedelta(hours=3)
+    after = run_program("dev", clock=later, state=baseline["dev"], replace=records)
+    plan = lifecycle.plan(baseline["dev"], after, replace=records)
     for node in lifecycle.node_names(after):
         token = plan.named(steps.JOIN_TOKEN.resource_name(node))
         assert token.action is Action.REPLACE, f"{token.urn}: {token.action}"
@@ -348,7 +348,7 @@ def test_a_new_kube_tools_run_brings_a_new_token_and_rejoins_nothing(baseline, m
         assert join.action is Action.RERUN, f"{join.urn}: {join.action}"
         impact = plan.nodes[node]
         assert not (impact.drained or impact.reset or impact.rejoined), impact
-    assert {c.type for c in plan.by_action(Action.REPLACE)} == {"kubernetes:core/v1:Secret"}
+    assert {c.type for c in plan.by_action(Action.REPLACE)} == {"pulumi:index:Stash"}
 
 
 def test_nothing_dials_a_gpu_node_on_delete_and_control_plane_hooks_are_bounded(baseline):

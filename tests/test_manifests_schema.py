@@ -79,8 +79,6 @@ def test_validation_disabled_still_validates_what_is_left():
         "DaemonSet",
         "ClusterRoleBinding",
         "Service",
-        # Each node's join token (a bootstrap-token Secret), validation or not
-        "Secret",
         # GPU Feature Discovery and the NFD master
         "CustomResourceDefinition",
         "ServiceAccount",

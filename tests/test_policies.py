@@ -407,20 +407,19 @@ def test_every_stack_passes_all_mandatory_policies(stack_graph):
     assert nodes and len(joins) == len(nodes) == len(jobs), (
         f"{stack}: {len(nodes)} GPU instances, {len(joins)} joins, {len(jobs)} validation Jobs"
     )
-    # The join tokens are bootstrap-token Secrets through the Kubernetes provider (decision
-    # 025) whose data is a secret output, no command's stdout: the commands that print a
+    # The join tokens are minted through the Kubernetes API by the program (decision 057) and
+    # remembered by a record per node, no command's stdout: the commands that print a
     # credential are the two kubeconfig steps.
     tokens = [
         r
         for r in resources
-        if r.resource_type == "kubernetes:core/v1:Secret" and r.name.endswith("-join-token")
+        if r.resource_type == "pulumi:index:Stash" and r.name.endswith("-join-token")
     ]
     assert len(tokens) == len(nodes), f"{stack}: {len(tokens)} join tokens, {len(nodes)} nodes"
     assert sorted(n.rsplit("-gpu-", 1)[1] for n in secret_steps) == [
         "kubeconfig",
         "operator-kubeconfig",
     ], f"{stack}: commands with a credential on stdout: {secret_steps}"
-    assert all({"data", "stringData"} <= set(t.additional_secret_outputs) for t in tokens)
     assert v.check_join_ordering(resources, {}) == [], f"{stack}: join ordering"
 
 

@@ -20,13 +20,20 @@ from tools.harness.stacks import run_program
 
 
 def test_the_recorder_replaces_nothing_of_the_sdks_mock_monitor():
-    # Only the URN (the engine's form, not the mock's) and the recording are its own.
+    # Only the URN (the engine's form, not the mock's), the recording and the output the engine
+    # keeps for a Stash it does not create again (a `same` step) are its own.
     own = {
         name
         for name, value in vars(recorder.RecordingMonitor).items()
         if callable(value) and not name.startswith("__")
     }
-    assert own == {"make_urn", "RegisterResource", "_record", "RegisterResourceOutputs"}
+    assert own == {
+        "make_urn",
+        "RegisterResource",
+        "_keep_stash_output",
+        "_record",
+        "RegisterResourceOutputs",
+    }
 
 
 def test_every_registration_is_recorded_once_with_the_sdks_answer():

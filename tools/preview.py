@@ -49,8 +49,8 @@ PLACEHOLDER_SECRETS = {"sshPrivateKey": PLACEHOLDER_PRIVATE_KEY}
 PLACEHOLDER_STDOUT: dict[str, Callable[[Any], str]] = {
     "-kubeconfig": lambda _args: "<secret:KUBECONFIG>\n# ca-cert-hash: sha256:" + "0" * 64,
 }
-# Step parameters that hold a secret the program derives from one (a join token is derived from
-# the SSH key, here a placeholder): shown as a placeholder too.
+# Step parameters that hold a secret the program derives from one (a join token, from its pool's
+# seed, here the mocks' key): shown as a placeholder too.
 MASKED_PARAMETERS = ("JOIN_TOKEN",)
 
 

@@ -133,7 +133,9 @@ COMMON: dict[str, Duration] = {
         4.0,
         "assumption: SSH to the control plane, kubectl wait/label/taint/annotate, nothing cordoned",
     ),
-    steps.JOIN_TOKEN.suffix: _d(1.0, "assumption: one API call (a Secret)"),
+    steps.JOIN_TOKEN.suffix: _d(
+        1.0, "assumption: two API calls from its hook (the Node, the Secret)"
+    ),
     # Every created machine's first contact (the step table's FIRST_CONTACT rows), any role.
     steps.HOST_KEY_ROTATION.suffix: _d(
         5.0,

@@ -95,8 +95,9 @@ def kind_of(resource: Resource) -> str:
         return "component"
     if resource.type == "kubernetes:batch/v1:Job":
         return steps.VALIDATION_JOB.suffix
-    if resource.type == "kubernetes:core/v1:Secret" and resource.name.endswith(
-        f"-{steps.JOIN_TOKEN.suffix}"
+    # A node's token record (a Secret in graphs of earlier releases).
+    if resource.type in ("pulumi:index:Stash", "kubernetes:core/v1:Secret") and (
+        resource.name.endswith(f"-{steps.JOIN_TOKEN.suffix}")
     ):
         return steps.JOIN_TOKEN.suffix
     # A machine's first contact (the step table's FIRST_CONTACT rows), whatever its role.

@@ -210,8 +210,10 @@ JOIN_TOKEN = Step(
     Where.KUBERNETES,
     MINUTE,
     after=("efa",),
+    # What it holds is a credential: the policy pack keeps a Command of this name (as earlier
+    # releases had) to the rules of one that prints a token.
     secret_stdout=True,
-    summary="a bootstrap token Secret for this node, expiring 2 h after its kube tools were ready",
+    summary="a bootstrap token for this node, minted through the API when it must join, for 2 h",
 )
 JOIN = Step(
     "join",

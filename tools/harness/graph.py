@@ -55,6 +55,8 @@ class Resource:
     deleted_with: str | None = None
     retain_on_delete: bool = False
     id: str = ""  # what the provider (the mocks) answered
+    # Resource hooks bound to it, by lifecycle point (`before_create`: [hook names]).
+    hooks: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def provider_urn(self) -> str | None:

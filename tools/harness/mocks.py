@@ -27,7 +27,9 @@ def fake_ip(prefix: str, name: str) -> str:
 # The test cluster's CA public key hash (what read-kubeconfig.sh, and mint-join-token.sh of
 # earlier releases, print).
 CA_CERT_HASH = "sha256:" + hashlib.sha256(b"test cluster CA").hexdigest()
-# When the mocked kube-tools steps report the host ready to join (install-kube-tools.sh).
+# When the kube-tools steps of earlier releases reported the host ready to join (their
+# install-kube-tools.sh printed it last; their programs, run by `tools.preview --against <ref>`,
+# parse it). This version prints nothing there: the program's own clock dates a join token.
 READY_TO_JOIN_AT = "2026-01-01T00:00:00Z"
 
 
@@ -44,10 +46,8 @@ def _join_token_stdout(args: MockResourceArgs) -> str:
 
 
 def _kube_tools_stdout(args: MockResourceArgs) -> str:
-    """Stands for the last line of components/hosts/scripts/install-kube-tools.sh
-    (`print_ready_to_join`: {"readyToJoinAt": "<date -u
-    +%Y-%m-%dT%H:%M:%SZ>"}, coreutils 9.4's date), at a fixed time; tests/test_canned_outputs.py
-    holds it to what that function prints."""
+    """What install-kube-tools.sh of earlier releases printed last: when the host was ready to
+    join (one JSON line; this version's script prints none, and its program reads none)."""
     return json.dumps({"readyToJoinAt": READY_TO_JOIN_AT}) + "\n"
 
 
@@ -71,6 +71,7 @@ def _kubeconfig_stdout(args: MockResourceArgs) -> str:
     )
 
 
+STASH = "pulumi:index:Stash"
 # Outputs of host steps whose stdout the program parses, keyed by the end of the resource name.
 COMMAND_STDOUT: dict[str, Callable[[MockResourceArgs], str]] = {
     "-join-token": _join_token_stdout,
@@ -218,6 +219,12 @@ class Mocks(pulumi.runtime.Mocks):
     in place would not reach the answer. tests/test_recorder.py compares every answer with the
     SDK's mock monitor, which would show it."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        # Stash outputs the engine keeps from the state this run updates (by resource name):
+        # the recorder fills it for a Stash the engine would not create again.
+        self.kept_stash_outputs: dict[str, object] = {}
+
     def new_resource(self, args: MockResourceArgs):
         state = dict(args.inputs)
         name, typ = args.name, args.typ
@@ -273,6 +280,12 @@ class Mocks(pulumi.runtime.Mocks):
             state.setdefault("stderr", "")
             triggers = json.dumps(args.inputs.get("triggers"), sort_keys=True, default=str)
             return fake_id("cmd-", f"{name}|{triggers}", 12), state
+        if typ == STASH:
+            # The engine's builtin provider (pulumi pkg/resource/deploy/builtins.go): Create
+            # sets `output` to the input it was created with, Update and Read keep it; its id
+            # is a random UUID.
+            state["output"] = self.kept_stash_outputs.get(name, state.get("input"))
+            return fake_id("stash-", name, 32), state
         if typ == "kubernetes:batch/v1:Job":
             # pulumi-kubernetes returns a Job only once it has completed (it awaits the
             # Complete condition and fails on Failed), so a created Job reports success.

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from pulumi.runtime import settings as runtime_settings
 from pulumi.runtime.stack import massage, run_pulumi_func
 from pulumi.runtime.sync_await import _sync_await
 
-from tools.harness.graph import Graph, Resource, Secret
+from tools.harness.graph import Graph, Resource, Secret, unwrap
 
 # How the SDK marks a secret value in a serialized struct.
 _SECRET_SIG = rpc._special_secret_sig
@@ -31,6 +31,17 @@ _ARCHIVE_SIG = rpc._special_archive_sig
 _SIG_KEY = rpc._special_sig_key
 
 ROOT_STACK_TYPE = "pulumi:pulumi:Stack"
+STASH_TYPE = "pulumi:index:Stash"
+# The lifecycle points a resource hook binds to (RegisterResourceRequest.ResourceHooksBinding).
+HOOK_POINTS = (
+    "before_create",
+    "after_create",
+    "before_update",
+    "after_update",
+    "before_delete",
+    "after_delete",
+    "on_error",
+)
 # Strings at least this long (rendered host scripts, manifests) are kept once: the recorded
 # inputs share them with the mock monitor's copy of the same resource's state.
 _SHARED_STRING_CHARS = 256
@@ -53,8 +64,21 @@ def engine_urn(parent: str | None, type_: str, name: str, *, project: str, stack
 class RecordingMonitor(pulumi_mocks.MockMonitor):
     """The SDK's mock monitor, recording each registration request as the engine would see it."""
 
-    def __init__(self, mocks: pulumi_mocks.Mocks, *, record_inputs: bool = True):
+    def __init__(
+        self,
+        mocks: pulumi_mocks.Mocks,
+        *,
+        record_inputs: bool = True,
+        state: Graph | None = None,
+        replace: Collection[str] = (),
+    ):
         super().__init__(mocks)
+        # What `pulumi up --replace` names (names or URNs): replaced, so created from inputs.
+        self.replace = frozenset(replace)
+        # The state this run updates (None: a new stack): what the engine keeps from it, and the
+        # ids this run gave resources the state does not hold (they are new).
+        self.state = state
+        self._new_ids: set[str] = set()
         # Without inputs (tools.benchmark) neither the recording nor the mock monitor keeps a
         # resource's state once answered: under `pulumi up` the engine's copy of every input
         # lives in the engine's own process, not in the program's memory.
@@ -80,9 +104,12 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         )
 
     def RegisterResource(self, request):
+        self._keep_stash_output(request)
         response = super().RegisterResource(request)
         if request.type == ROOT_STACK_TYPE:
             return response
+        if self.state is not None and response.urn not in self.state.by_urn and response.id:
+            self._new_ids.add(response.id)
         with self.answering:
             self._record(request, response)
         return response
@@ -136,8 +163,40 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 deleted_with=request.deletedWith or None,
                 retain_on_delete=request.retainOnDelete,
                 id=response.id,
+                hooks={
+                    point: list(getattr(request.hooks, point))
+                    for point in HOOK_POINTS
+                    if getattr(request.hooks, point)
+                },
             )
         )
+
+    def _keep_stash_output(self, request) -> None:
+        """A Stash the state holds, whose replacement trigger is unchanged and whose input is
+        ignored, is a `same` step: the engine answers with the stored output, not this run's
+        input (pulumi step_generator.go `shouldTriggerReplace`, `processIgnoreChanges`;
+        builtins.go: Update and Read keep `output`). A trigger holding the id of a resource
+        this run creates (a machine launched again) has changed, whatever id the mocks gave."""
+        if self.state is None or request.type != STASH_TYPE:
+            return
+        urn = self.make_urn(request.parent, request.type, request.name)
+        stored = self.state.by_urn.get(urn)
+        if (
+            stored is None
+            or "input" not in request.ignoreChanges
+            or self.replace & {urn, request.name}
+        ):
+            return
+        old, new = stored.replacement_trigger, _trigger(request)
+        if old is not None and new is not None:
+            values = new if isinstance(new, list) else [new]
+            if unwrap(old) != unwrap(new) or self._new_ids.intersection(
+                v for v in unwrap(values) if isinstance(v, str)
+            ):
+                return
+        kept = getattr(self.mocks, "kept_stash_outputs", None)
+        if kept is not None:
+            kept[request.name] = unwrap(stored.inputs.get("input"))
 
     def RegisterResourceOutputs(self, request):
         self.outputs_by_urn[request.urn] = decode(request.outputs)
@@ -235,12 +294,16 @@ def record(
     project: str,
     stack: str,
     record_inputs: bool = True,
+    state: Graph | None = None,
+    replace: Collection[str] = (),
 ) -> Graph:
     """Run `program` as `pulumi up` would (engine config already set) and return its graph;
     without `record_inputs` its resources carry no inputs (types, names, options and
-    dependencies only) and the mock monitor keeps no state."""
+    dependencies only) and the mock monitor keeps no state. With `state` (what an earlier run
+    left), a resource the engine keeps answers with its stored outputs where the mocks'
+    answer would differ (a Stash), unless `replace` (`pulumi up --replace`) names it."""
     runtime_settings.ROOT.set(None)
-    monitor = RecordingMonitor(mocks, record_inputs=record_inputs)
+    monitor = RecordingMonitor(mocks, record_inputs=record_inputs, state=state, replace=replace)
     pulumi_mocks.set_mocks(mocks, project=project, stack=stack, preview=False, monitor=monitor)
     runtime_settings.SETTINGS.outputs.clear()
 

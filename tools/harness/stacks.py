@@ -7,11 +7,13 @@ recorder with the provider answers of `mocks`, and returns the `Graph` of what i
 from __future__ import annotations
 
 import contextlib
+import datetime
+import importlib
 import ipaddress
 import json
 import runpy
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,9 @@ from tools.harness.mocks import Mocks
 from tools.harness.recorder import record
 
 ROOT = Path(__file__).resolve().parents[2]
+# The program's clock in every run, unless a test moves it: like the mocks' answers, the same
+# on every run, so two runs of one program register the same join-token records.
+PROGRAM_CLOCK = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
 PROGRAM = ROOT / "__main__.py"
 PROJECT = "gpu-cluster"
 STACKS = ("dev", "staging", "prod")
@@ -168,26 +173,46 @@ def run_program(
     secrets: Mapping[str, str] | None = None,
     program: Path | Callable[[], None] = PROGRAM,
     record_inputs: bool = True,
+    clock: datetime.datetime = PROGRAM_CLOCK,
+    state: Graph | None = None,
+    replace: Collection[str] = (),
 ) -> Graph:
     """Run the program for a stack file and return its registered graph.
 
     `config` overrides (or with `replace_config`, replaces) keys of Pulumi.<stack>.yaml; keys may
     be given without the `gpu-cluster:` prefix. `secrets` default to a test SSH key. Without
     `record_inputs` the graph's resources carry no inputs (tools.benchmark: see
-    recorder.RecordingMonitor).
+    recorder.RecordingMonitor). `clock` is what the program's clock reads; `state`, what an
+    earlier run left, and `replace`, what `pulumi up --replace` names (recorder.record).
     """
     set_stack_config(stack, config=config, replace_config=replace_config, secrets=secrets)
 
     def run_file() -> None:
         runpy.run_path(str(program), run_name="__main__")
 
-    return record(
-        program if callable(program) else run_file,
-        Mocks(),
-        project=PROJECT,
-        stack=stack,
-        record_inputs=record_inputs,
-    )
+    with program_clock(clock):
+        return record(
+            program if callable(program) else run_file,
+            Mocks(),
+            project=PROJECT,
+            stack=stack,
+            record_inputs=record_inputs,
+            state=state,
+            replace=replace,
+        )
+
+
+@contextlib.contextmanager
+def program_clock(at: datetime.datetime) -> Iterator[None]:
+    """The program's clock reads `at` (components/kube/bootstrap_token.py `clock`), in the
+    program being run: a checkout of an earlier release (tools.lifecycle.program_of) has no
+    clock of its own to set."""
+    try:
+        fixed = getattr(importlib.import_module("components.kube.bootstrap_token"), "clock", None)
+    except ModuleNotFoundError:
+        fixed = None
+    with fixed(lambda: at) if fixed is not None else contextlib.nullcontext():
+        yield
 
 
 @contextlib.contextmanager

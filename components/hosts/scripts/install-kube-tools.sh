@@ -9,8 +9,8 @@
 # the new minor, `kubeadm upgrade node`, then kubelet and kubectl. It refuses to move a kubelet
 # past its API server. A control-plane host is upgraded by upgrade-control-plane.sh instead.
 #
-# Last, it prints one JSON line on stdout, {"readyToJoinAt": "<UTC RFC 3339>"}: the program
-# starts the node's bootstrap token's lifetime there.
+# It prints nothing on stdout: a join token's lifetime is the program's own clock, never the
+# node's (docs/decisions/057-a-join-token-is-minted-when-a-node-must-join.md).
 #
 # Inputs:
 #   KUBERNETES_MINOR  e.g. 1.35; never newer than the API server (required)
@@ -138,10 +138,6 @@ verify_kube_tools() {
   log "sandbox image ${pause} as kubeadm expects"
 }
 
-print_ready_to_join() {
-  printf '{"readyToJoinAt": "%s"}\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-}
-
 main() {
   init_script kube-tools
   check_inputs
@@ -154,7 +150,6 @@ main() {
     upgrade_joined_node \
     install_kube_packages \
     verify_kube_tools
-  print_ready_to_join
 }
 
 main "$@"

@@ -218,8 +218,8 @@ join_cluster() {
     kubeadm reset -f >&2 || log "kubeadm reset after the failed join also failed"
     fatal "kubeadm join ${API_ENDPOINT} failed (exit ${status}): check that ${API_ENDPOINT} is" \
       "reachable from the node and the API server is healthy, then run pulumi up again (the" \
-      "node's bootstrap token is valid for 2 hours after its kube tools were ready; later," \
-      "pulumi up --replace the URN of ${NODE_NAME}-kube-tools for a new one)"
+      "node's bootstrap token is valid for 2 hours after it was minted; later," \
+      "pulumi up --replace the URN of ${NODE_NAME}-join-token for a new one)"
   fi
 }
 
