@@ -68,6 +68,20 @@ class Operation:
         ]
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every process below `pid` (Linux: /proc/<pid>/task/<tid>/children)."""
+    found: list[int] = []
+    pending = [pid]
+    while pending:
+        parent = pending.pop()
+        for children in Path(f"/proc/{parent}/task").glob("*/children"):
+            with contextlib.suppress(OSError):
+                for child in children.read_text().split():
+                    found.append(int(child))
+                    pending.append(int(child))
+    return found
+
+
 @dataclass
 class EngineStack:
     """One stack of one project on a file:// backend under `work_dir`."""
@@ -179,7 +193,10 @@ class EngineStack:
         self, args: list[str], interrupt: Callable[[], bool], timeout: float = 900
     ) -> subprocess.CompletedProcess:
         """`pulumi ARGS` in a process group of its own, killed (SIGKILL, the CLI and its plugins
-        at once, as a cancelled CI job's runner kills it) as soon as `interrupt()` is true."""
+        at once, as a cancelled CI job's runner kills its container) as soon as `interrupt()` is
+        true. The CLI starts each plugin in a process group of its own (pulumi sdk/go/common/
+        resource/plugin/plugin.go `execPlugin`: `cmdutil.RegisterProcessGroup`, Setpgid), so
+        they are found as its descendants and killed with it, or they would outlive the test."""
         process = subprocess.Popen(
             [str(self.binaries / "pulumi"), *args],
             cwd=self.project_dir,
@@ -192,7 +209,11 @@ class EngineStack:
         deadline = time.monotonic() + timeout
         while process.poll() is None and time.monotonic() < deadline:
             if interrupt():
+                plugins = _descendants(process.pid)
                 os.killpg(process.pid, signal.SIGKILL)
+                for pid in plugins:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
                 break
             time.sleep(0.1)
         stdout, stderr = process.communicate(timeout=60)
