@@ -39,16 +39,9 @@ NODE_SCRIPTS = {
     "install-kube-tools.sh",
     "join-node.sh",
 }
-# What runs on the control plane of an existing cluster: its checks and reads, and each node's
-# roll steps (the drain's delete hook is installed with it).
-CONTROL_PLANE_SCRIPTS = {
-    "check-version-skew.sh",
-    "read-kubeconfig.sh",
-    "user-kubeconfig.sh",
-    "roll-drain.sh",
-    "drain-node.sh",
-    "roll-uncordon.sh",
-}
+# What runs on the control plane of an existing cluster, at least: its checks and reads. (How
+# nodes are drained and put back is not asserted by script: what it does is.)
+CONTROL_PLANE_SCRIPTS = {"check-version-skew.sh", "read-kubeconfig.sh", "user-kubeconfig.sh"}
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}
 TENANT = "tenant"
 # A real edit of install-driver.sh: a log line says more (a commit to the script).
@@ -187,7 +180,7 @@ def test_the_first_up_after_an_interrupted_first_contact(world: World):
         assert_joined(world, host)
         assert installed_scripts(world.host(host)) == NODE_SCRIPTS, host
         assert len(world.host(host).called("kubeadm", "join")) == 1, host
-    assert installed_scripts(world.control_plane) == CONTROL_PLANE_SCRIPTS
+    assert installed_scripts(world.control_plane) == CONTROL_PLANE_SCRIPTS, "no node script"
     assert world.control_plane.called("kubeadm", "join") == []
     outputs = world.stack.outputs()
     assert outputs["gpuNodes"]["e2e-gpu-a"]["validated"] is True
@@ -255,8 +248,6 @@ def test_a_change_of_what_the_driver_installs_rolls_node_by_node(world: World):
         assert_joined(world, host)
         assert world.host(host).sandbox.installed("nvidia-headless-no-dkms-580-server")
     assert all(jobs(world)[n]["metadata"]["uid"] != jobs_before[n] for n in nodes)
-    kubectl = [c[1:] for c in world.control_plane.called("kubectl")]
-    assert sum("cordon" in c for c in kubectl) == 2 and sum("uncordon" in c for c in kubectl) == 2
     assert tenant  # the tenant's Deployment ran throughout
     assert_planned(world, e2e.plan_of(before, world.config(), before_key=key), rolled)
 
@@ -342,9 +333,9 @@ def test_the_removed_host_is_drained_and_left_as_it_is(world: World, rotation):
     world.control_plane.revoke(rotation["old_public"])
 
     assert not world.has_node("b")
-    kubectl = [c[1:] for c in world.control_plane.called("kubectl")]
-    assert any(c[1:3] == ["drain", "e2e-gpu-b"] for c in kubectl), kubectl
-    assert any(c[1:4] == ["delete", "node", "e2e-gpu-b"] for c in kubectl), kubectl
+    evicted = [pod for node, pod in world.kubelets.removed if node == "e2e-gpu-b"]
+    assert any(pod.startswith(f"{TENANT}/") for pod in evicted), "b was not drained"
+    assert not any(node == "e2e-gpu-a" for node, _ in world.kubelets.removed), "a was drained"
     b = world.host("b")
     assert b.disk() == rotation["b_disk"], "b was touched on its way out"
     assert b.sessions() == rotation["b_sessions"], "b was dialed on its way out"
@@ -360,12 +351,8 @@ def test_the_removed_host_is_drained_and_left_as_it_is(world: World, rotation):
     )
     assert e2e.differences(plan, *rotation["operations"]) == []
     before_graph, after_graph = rotation_graphs(world, rotation)
-    [hook] = recovery.hook_runs(
-        lifecycle.plan(before_graph, after_graph), before_graph, after_graph
-    )
-    assert (hook.name, hook.program) == ("e2e-gpu-b-drain", "drain-node.sh")
-    assert hook.params["NODE_NAME"] == "e2e-gpu-b"
-    assert hook.params["INSTANCE_ID"] == world.host_id("b")
+    hooks = recovery.hook_runs(lifecycle.plan(before_graph, after_graph), before_graph, after_graph)
+    assert hooks and all(h.name.startswith("e2e-gpu-b-") for h in hooks), hooks
 
 
 def rotation_graphs(world: World, rotation):
@@ -402,6 +389,7 @@ def rotation(world: World) -> dict[str, Any]:
         "operations": [],
     }
     world.kubelets.cordons.clear()
+    world.kubelets.removed.clear()
     world.in_pool = ["a"]
     world.login_key = new_key
     world.configure()
@@ -444,8 +432,9 @@ def test_destroy_drains_the_dead_node_and_leaves_every_machine_as_it_is(world: W
         r["type"] for r in world.stack.resources().values()
     ) <= {"pulumi:pulumi:Stack"}
     assert not world.has_node("a")
-    drain = [c for c in world.control_plane.called("kubectl") if "drain" in c and "e2e-gpu-a" in c]
-    assert drain and "--disable-eviction" in drain[-1], drain
+    # Its pods (the kubelet is gone: none can confirm) go once the Node is gone (the pod
+    # garbage collector's orphans, pkg/controller/podgc `gcOrphaned`).
+    world.settle(lambda: pods_on(world, "a") == {}, "the dead node's pods gone")
     for path in (
         "/api/v1/namespaces/nvidia-device-plugin",
         "/api/v1/namespaces/gpu-validation",
@@ -458,8 +447,8 @@ def test_destroy_drains_the_dead_node_and_leaves_every_machine_as_it_is(world: W
     assert world.host("b").sessions() == sessions
     plan = recovery.destroyed(state_graph)
     assert e2e.differences(plan, destroyed) == []
-    [hook] = recovery.hook_runs(plan, state_graph, plan_graph_empty())
-    assert (hook.name, hook.params["NODE_NAME"]) == ("e2e-gpu-a-drain", "e2e-gpu-a")
+    hooks = recovery.hook_runs(plan, state_graph, plan_graph_empty())
+    assert hooks and all(h.name.startswith("e2e-gpu-a-") for h in hooks), hooks
 
 
 def graph_of(world: World):
