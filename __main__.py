@@ -21,6 +21,8 @@ from components.kube.nccl_efa_validation import (
     needs_efa_check,
 )
 from components.kube.nccl_validation import NcclValidation, NcclValidationArgs, needs_nccl_check
+from components.kube.node_guard import NodeGuard, NodeGuardArgs
+from components.kube.node_hooks import ClusterAccess, NodeHooks
 from components.kube.termination_handler import (
     SpotTerminationHandler,
     SpotTerminationHandlerArgs,
@@ -32,7 +34,8 @@ from components.settings.control_plane_size import warn_unchecked_size
 from components.settings.load import load_settings
 
 settings = load_settings()
-# The program's clock, read once: a join token registered in this run is identified by it.
+# The program's clock, read once: a join token registered in this run is identified by it, and
+# the control plane's certificates are checked once per renewal period it falls in.
 run_at = bootstrap_token.now()
 # A control plane whose size the sizing table cannot check: said on every preview and up.
 warn_unchecked_size(settings)
@@ -42,7 +45,12 @@ warn_unchecked_size(settings)
 network = Network("network", NetworkArgs.of(settings)) if settings.launches_machines else None
 control_plane = ControlPlane(
     settings.cluster_name,
-    ControlPlaneArgs.of(settings, network, image_ami=baked_control_plane_image(settings, network)),
+    ControlPlaneArgs.of(
+        settings,
+        network,
+        run_at=run_at,
+        image_ami=baked_control_plane_image(settings, network),
+    ),
 )
 device_plugin = NvidiaDevicePlugin(
     "nvidia-device-plugin",
@@ -84,6 +92,16 @@ if settings.feature_discovery.enabled:
             pool_taints=tuple(taint for pool in settings.node_pools for taint in pool.taints),
         ),
     )
+# The nodes' hooks (and the join tokens' mints) act through the API with the credential the
+# program holds when they run; they are registered on every run, with or without nodes, so that
+# a delete finds them by name.
+node_hooks = NodeHooks(
+    ClusterAccess(kubeconfig=control_plane.kubeconfig, unreachable=control_plane.unreachable)
+)
+# No node may write the labels that steer workloads, lift its proof taint or remove itself.
+node_guard = NodeGuard(
+    "gpu-node-guard", NodeGuardArgs.of(settings, provider=control_plane.provider)
+)
 images = (
     baked_images(
         settings, network, install_steps=install_steps, container_toolkit=NVIDIA_CTK_VERSION
@@ -101,6 +119,8 @@ pools = [
             control_plane=control_plane,
             device_plugin=device_plugin.daemon_set,
             registered_at=run_at,
+            hooks=node_hooks,
+            guard=node_guard.binding,
             image_ami=images.get(pool.name),
         ),
     )
@@ -137,11 +157,12 @@ for pool in pools:
             ),
         )
 
-# Each node's roll ends after its own checks: uncordon, slot back (components/hosts/rolling.py).
+# Each node goes in service after its own checks (the proof): labels, taints, the proof taint off,
+# a roll's cordon and slot ended, through the API (components/kube/in_service.py).
 for pool in pools:
     for node in pool.nodes:
         checks = [validations.get(node.node_name), nccl_checks.get(node.node_name)]
-        node.finish_roll(control_plane, after=[check.job for check in checks if check])
+        node.put_in_service(after=[check.job for check in checks if check])
 
 pulumi.export("endpoint", control_plane.endpoint)
 # The operators' own identity (group, ClusterRole, bounded lifetime), not admin.conf.

@@ -4,14 +4,16 @@ EC2 the stack creates, with a pinned CNI) or existing (a kubeadm cluster reached
 Both modes expose one interface, so node pools, the device plugin and validation never ask which
 mode is in use: `endpoint`, `kubeconfig` (secret), `ca_cert_hash`, `provider`, `host`, `ready`,
 `kubelet_gate`, `kubelet_client_cidrs` and `machine`. Per node, the Kubernetes side (its join
-token) goes through the provider, not through SSH; what stays on the control-plane host is the
-roll's drain and uncordon. What the stack exports is `operator_kubeconfig`, an identity of its
-own. Why: docs/decisions/019-one-control-plane-interface-for-both-modes.md and
+token through the provider; taking it out, putting it in service, its removal through the API
+with `kubeconfig`, components/kube/node_hooks.py) never dials the control-plane host. What the
+stack exports is `operator_kubeconfig`, an identity of its own. Why: docs/decisions/
+019-one-control-plane-interface-for-both-modes.md and
 020-the-exported-kubeconfig-is-its-own-certificate.md.
 """
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -25,7 +27,7 @@ from components.aws.network import Network, tcp_port_rule
 from components.hosts import fan_in, host_keys, pins, steps
 from components.hosts.remote import Host, Login, machine_host, run_step, ssh_host
 from components.images.control_plane_image import install_steps
-from components.kube import manifests
+from components.kube import certificates, manifests
 from components.settings import (
     SUPPORTED_KUBERNETES_MINORS,
     ExistingControlPlane,
@@ -58,6 +60,7 @@ class ControlPlaneArgs:
     dials_public_ips: bool  # steps dial public addresses (no bastion relays)
     operators: OperatorKubeconfig
     tags: Mapping[str, str]
+    run_at: datetime.datetime  # the program's clock this run: the certificates' renewal period
     image_ami: pulumi.Input[str] | None = None
     gpu_nodes: int = 0  # every pool's count: the SSH fan-in a managed sshd takes
 
@@ -66,9 +69,12 @@ class ControlPlaneArgs:
         cls,
         settings: Settings,
         network: Network | None,
+        *,
+        run_at: datetime.datetime,
         image_ami: pulumi.Input[str] | None = None,
     ) -> ControlPlaneArgs:
         return cls(
+            run_at=run_at,
             image_ami=image_ami,
             cluster_name=settings.cluster_name,
             kubernetes_version=settings.kubernetes_version,
@@ -192,8 +198,7 @@ class ControlPlane(pulumi.ComponentResource):
         api_group = self._api_security_group(config)
         image = self._machine_image(config)
         key = machines.key_pair(machine, args.login.ssh.public_key, args.tags, parent=self)
-        host_key = host_keys.generate(machine, parent=self)
-        instance = machines.machine(
+        instance, host_key = host_keys.launch(
             machine,
             machines.MachineArgs(
                 image=image,
@@ -205,7 +210,6 @@ class ControlPlane(pulumi.ComponentResource):
                     public_ip=args.assigns_public_ips,
                 ),
                 root_volume_gib=config.root_volume_gib,
-                user_data=host_key.user_data,
                 tags={**args.tags, "Name": machine, "gpu-cluster:role": "control-plane"},
                 # Its loss is a new cluster: every node would have to re-join.
                 protect=config.protect,
@@ -279,7 +283,7 @@ class ControlPlane(pulumi.ComponentResource):
             after=[init],
         )
         api_server = pulumi.Output.concat("https://", reachable, f":{API_PORT}")
-        kubeconfig = step(steps.CP_KUBECONFIG, {"API_SERVER": api_server}, after=[cni])
+        kubeconfig = self._admin_kubeconfig(host, api_server, after=[cni], manages=True)
         return ControlPlaneCore(
             host=host,
             endpoint=endpoint,
@@ -374,7 +378,7 @@ class ControlPlane(pulumi.ComponentResource):
             },
         )
         api_server = pulumi.Output.from_input(f"https://{config.endpoint}")
-        kubeconfig = self._step(host, steps.CP_KUBECONFIG, {"API_SERVER": api_server}, after=[skew])
+        kubeconfig = self._admin_kubeconfig(host, api_server, after=[skew], manages=False)
         return ControlPlaneCore(
             host=host,
             endpoint=pulumi.Output.from_input(config.endpoint),
@@ -397,6 +401,29 @@ class ControlPlane(pulumi.ComponentResource):
         after: Sequence[pulumi.Resource] = (),
     ) -> command.remote.Command:
         return run_step(step, self._name, host=host, params=params, after=after, parent=self)
+
+    def _admin_kubeconfig(
+        self,
+        host: Host,
+        api_server: pulumi.Input[str],
+        *,
+        after: Sequence[pulumi.Resource],
+        manages: bool,
+    ) -> command.remote.Command:
+        """`<cluster>-certificates` (kubeadm's certificates renewed when they expire soon, once
+        per renewal period of the program's clock), then `<cluster>-kubeconfig`, which reads
+        admin.conf again whenever its certificate's expiry changed."""
+        renewal = self._step(
+            host,
+            steps.CP_CERTIFICATES,
+            certificates.renewal_params(self._args.run_at, manages_control_plane=manages),
+            after=after,
+        )
+        params = {
+            "API_SERVER": api_server,
+            "ADMIN_CERT_NOT_AFTER": renewal.stdout.apply(certificates.admin_not_after),
+        }
+        return self._step(host, steps.CP_KUBECONFIG, params, after=[renewal])
 
     def _operator_access(self, core: ControlPlaneCore) -> pulumi.Output[str]:
         """The operators' kubeconfig: its own identity, group-bound, with a bounded lifetime."""

@@ -5,9 +5,10 @@ Each GpuNode builds its rows of the step table (components/hosts/steps.py, Part.
 order, each after the rows it follows: a new step is a new row plus its script. Nodes never wait
 on each other, so the time to a joined node does not grow with the pool size. A step is replaced
 only when its identity changes (docs/decisions/ on day two); a disruptive change rolls
-(components/hosts/rolling.py). On delete the control plane drains and deletes the Node, then the
-instance terminates (an existing host is left as it is); nothing dials the node on delete, so a
-dead machine never blocks. What the chain needs of its machine: components/node_machine.py.
+(components/hosts/rolling.py). The Node's side in the cluster (taken out, put in service,
+drained and deleted before its machine goes) goes through the Kubernetes API from the rows'
+hooks (components/kube/node_hooks.py); an existing host is left as it is, and nothing dials a
+host on delete. What the chain needs of its machine: components/node_machine.py.
 """
 
 from __future__ import annotations
@@ -26,11 +27,12 @@ from components.aws.network import KUBELET_PORT, Network, tcp_port_rule
 from components.catalog import GpuInstanceType
 from components.hosts import pins, rolling, steps
 from components.hosts.remote import Host, Login, run_step
-from components.hosts.rolling import DELETE_DRAIN_TIMEOUT_SECONDS
-from components.kube import bootstrap_token
+from components.kube import bootstrap_token, node_hooks
+from components.kube.api.slots import Slots
+from components.kube.in_service import in_service
 from components.kube.manifests import DEVICE_PLUGIN_NAMESPACE
 from components.kube.validation import expected_allocatable
-from components.node_inputs import install_steps, join_params, labels_and_taints
+from components.node_inputs import in_service_environment, install_steps, join_params
 from components.node_machine import Launch, NodeMachine, existing_host, launched
 from components.settings import NodePool, Settings
 from components.settings.hosts_pool import ExistingHost, HostsNodePool
@@ -47,16 +49,25 @@ NODE_READY_TIMEOUT_SECONDS = 600
 @dataclass(frozen=True)
 class NodeChecks:
     """What a node's join checks after it joined: the device plugin DaemonSet it waits for, and
-    the allocatable GPUs it must reach (None: validation disabled, no capacity check)."""
+    the allocatable GPUs it must reach (None: validation disabled, no capacity check); and what
+    must be in the cluster before it registers (`guard`: the policy that holds nodes to their
+    proof taint and the control plane's labels, components/kube/node_guard.py)."""
 
     device_plugin: pulumi.Resource
     shares_per_gpu: int  # time slicing: each GPU advertised as this many
     capacity_timeout_seconds: int
     enabled: bool = True
+    guard: pulumi.Resource | None = None
 
     @classmethod
-    def of(cls, settings: Settings, device_plugin: pulumi.Resource) -> NodeChecks:
+    def of(
+        cls,
+        settings: Settings,
+        device_plugin: pulumi.Resource,
+        guard: pulumi.Resource | None = None,
+    ) -> NodeChecks:
         return cls(
+            guard=guard,
             device_plugin=device_plugin,
             shares_per_gpu=settings.device_plugin.time_slicing.replicas,
             capacity_timeout_seconds=settings.validation.timeout_seconds,
@@ -89,6 +100,7 @@ class GpuNodePoolArgs:
     tags: Mapping[str, str]
     checks: NodeChecks
     registered_at: datetime.datetime  # the program's clock, read once per run (join tokens)
+    hooks: node_hooks.NodeHooks
     image_ami: pulumi.Input[str] | None = None
 
     @classmethod
@@ -101,6 +113,8 @@ class GpuNodePoolArgs:
         control_plane: ControlPlane,
         device_plugin: pulumi.Resource,
         registered_at: datetime.datetime,
+        hooks: node_hooks.NodeHooks,
+        guard: pulumi.Resource | None = None,
         image_ami: pulumi.Input[str] | None = None,
     ) -> GpuNodePoolArgs:
         return cls(
@@ -114,8 +128,9 @@ class GpuNodePoolArgs:
             assigns_public_ips=settings.network.assigns_public_ips,
             dials_public_ips=settings.network.connects_to_public_ips,
             tags=settings.stack_tags,
-            checks=NodeChecks.of(settings, device_plugin),
+            checks=NodeChecks.of(settings, device_plugin, guard),
             registered_at=registered_at,
+            hooks=hooks,
             image_ami=image_ami,
         )
 
@@ -231,7 +246,8 @@ class GpuNodePool(pulumi.ComponentResource):
 @dataclass(frozen=True)
 class GpuNodeArgs:
     """What one node uses: its pool's section, its machine (launched, or an existing host), the
-    Kubernetes minor, the validation bound, the control plane it joins and how steps log in."""
+    Kubernetes minor, the validation bound, the control plane it joins, how steps log in and
+    the stack's node hooks (which the join token's mint reaches the API with too)."""
 
     pool: NodePool | HostsNodePool
     machine: Launch | ExistingHost
@@ -242,6 +258,7 @@ class GpuNodeArgs:
     checks: NodeChecks
     token_seed: pulumi.Output[str]  # the pool's join-token seed (bootstrap_token.seed)
     registered_at: datetime.datetime  # the program's clock, read once per run
+    hooks: node_hooks.NodeHooks
 
     @classmethod
     def of(
@@ -260,6 +277,7 @@ class GpuNodeArgs:
             checks=pool.checks,
             token_seed=token_seed,
             registered_at=pool.registered_at,
+            hooks=pool.hooks,
         )
 
 
@@ -275,12 +293,12 @@ class NodeChain:
 @dataclass(frozen=True)
 class _ChainContext:
     """What the node's rows are built with: its args, each node step's parameters by suffix,
-    the roll's `change` digest and timing."""
+    the roll's `change` digest and the hook its disruptive steps take the node out with."""
 
     args: GpuNodeArgs
     params: Mapping[str, Mapping[str, str]]
     change: str
-    timing: rolling.RollTiming
+    take_out: pulumi.ResourceHookBinding
 
 
 class GpuNode(pulumi.ComponentResource):
@@ -294,7 +312,7 @@ class GpuNode(pulumi.ComponentResource):
     Outputs: `node_name`, `pool`, `gpu_type` (the catalog entry of its instance type, or its
     pool's GPUs), `machine` (its identity, how to reach it), `instance` (None for an existing
     host), `host` (SSH to it), `join` (joined, Ready, its GPUs allocatable), `change` (digest of
-    what its disruptive steps install), and after `finish_roll`, `uncordon`.
+    what its disruptive steps install), and after `put_in_service`, `in_service`.
     """
 
     node_name: str
@@ -306,7 +324,8 @@ class GpuNode(pulumi.ComponentResource):
     host: Host
     join: command.remote.Command
     change: str  # digest of what the disruptive steps install (components/hosts/rolling.py)
-    uncordon: command.remote.Command
+    in_service: command.remote.Command
+    _hooks: node_hooks.NodeHooks
     _token: bootstrap_token.JoinToken  # made with the join-token row
 
     def __init__(self, name: str, args: GpuNodeArgs, opts: pulumi.ResourceOptions | None = None):
@@ -316,6 +335,7 @@ class GpuNode(pulumi.ComponentResource):
         self.node_name = node_name
         self.pool = args.pool
         self.gpu_type = args.pool.gpu_type
+        self._hooks = args.hooks
         if isinstance(args.machine, ExistingHost):
             self.machine = existing_host(node_name, args.machine, args.login, parent=self)
         else:
@@ -344,11 +364,25 @@ class GpuNode(pulumi.ComponentResource):
         wait_ready = dict(installs[steps.WAIT_READY.suffix])
         if isinstance(pool, NodePool):
             wait_ready["ROOT_VOLUME_GIB"] = str(pool.root_volume_gib)
+        change = rolling.change_digest(rolling.pinned_programs(installs, minor, efa))
+        timing = rolling.roll_timing(validation_seconds=args.validation_timeout_seconds)
+        roll = node_hooks.Roll(
+            node_name=self.node_name,
+            slots=Slots(
+                pool=pool.name,
+                max_unavailable=pool.max_unavailable,
+                holder=self.node_name,
+                hold_seconds=timing.slot_seconds,
+                wait_seconds=timing.slot_wait_seconds,
+            ),
+            drain_seconds=timing.drain_seconds,
+            change=change,
+        )
         context = _ChainContext(
             args=args,
             params={**installs, steps.WAIT_READY.suffix: wait_ready, steps.EFA.suffix: efa or {}},
-            change=rolling.change_digest(rolling.pinned_programs(installs, minor, efa)),
-            timing=rolling.roll_timing(validation_seconds=args.validation_timeout_seconds),
+            change=change,
+            take_out=args.hooks.take_out(roll),
         )
         registered = steps.node_rows(efa=pool.uses_efa, validation=True)
         built: dict[str, pulumi.Resource] = {
@@ -368,45 +402,10 @@ class GpuNode(pulumi.ComponentResource):
         after: list[pulumi.Resource],
         context: _ChainContext,
     ) -> pulumi.Resource:
-        """One node row of the step table as a resource: on the node, on the control plane about
-        this node (its machine's identity, and the cluster, as identity), or through the
-        Kubernetes API."""
+        """One node row of the step table as a resource: on the node, or through the Kubernetes
+        API; a disruptive row takes a joined node out first (its hook)."""
         args, name, pool = context.args, self.node_name, self.pool
         control_plane = args.control_plane
-        if row is steps.DRAIN:
-            if control_plane.sshd_ready is not None:
-                # The first of this node's steps on the control plane: after its sshd takes
-                # every node's dial (components/hosts/fan_in.py).
-                after = [*after, control_plane.sshd_ready]
-            return run_step(
-                row,
-                name,
-                host=control_plane.host,
-                params=rolling.drain_params(name, pool, context.timing, context.change),
-                delete_params={
-                    "NODE_NAME": name,
-                    "INSTANCE_ID": self.machine.id,
-                    "DRAIN_TIMEOUT_SECONDS": str(DELETE_DRAIN_TIMEOUT_SECONDS),
-                },
-                identity={
-                    steps.Identity.HOST: self.machine.id,
-                    steps.Identity.ENDPOINT: control_plane.endpoint,
-                },
-                after=after,
-                parent=self,
-                timeout_seconds=context.timing.drain_step_seconds,
-                # Destroying the whole cluster: no Node to drain on a control plane going away.
-                # A control plane that is gone (controlPlane.unreachable): a delete of this node
-                # skips the drain, from the options the next `up` stores (an option change
-                # alone is a `same` step: nothing dials), docs/decisions/
-                # 031-an-unreachable-control-plane-dials-nothing-on-delete.md.
-                deleted_with=self.machine.deleted_with
-                if control_plane.unreachable
-                else control_plane.machine,
-                # It continues the node-ready step of earlier releases, with the same triggers,
-                # so that step's stored drain hook never runs (an update, not a delete).
-                aliases=[pulumi.Alias(name=f"{name}-node-ready")],
-            )
         if row is steps.KUBE_TOOLS:
             # The control plane moves to a new minor first (or, existing, is checked): no
             # kubelet of this node is ever newer than the API server.
@@ -418,7 +417,7 @@ class GpuNode(pulumi.ComponentResource):
                 seed_=args.token_seed,
                 cluster=[control_plane.endpoint, control_plane.ca_cert_hash],
                 machine=self.machine.id,
-                kubeconfig=control_plane.kubeconfig,
+                access=args.hooks.access,
                 registered_at=args.registered_at,
                 parent=self,
                 after=after,
@@ -431,7 +430,7 @@ class GpuNode(pulumi.ComponentResource):
                 name,
                 host=self.host,
                 params={
-                    **join_params(name, pool, args.kubernetes_version, self.machine.id),
+                    **join_params(name, pool, args.kubernetes_version),
                     "PROVIDER_ID": self.machine.provider_id,
                     "API_ENDPOINT": control_plane.endpoint,
                     "CA_CERT_HASH": control_plane.ca_cert_hash,
@@ -447,31 +446,34 @@ class GpuNode(pulumi.ComponentResource):
                     steps.Identity.ENDPOINT: control_plane.endpoint,
                     steps.Identity.CA_HASH: control_plane.ca_cert_hash,
                 },
-                after=[*after, checks.device_plugin],
+                after=[*after, checks.device_plugin, *filter(None, [checks.guard])],
                 parent=self,
                 timeout_seconds=steps.JOIN.timeout_seconds + checks.capacity_timeout_seconds,
+                # Before it registers a Node a dead machine's Node of the name goes; on its delete
+                # its own Node is drained and deleted, before the new join (delete first).
+                hooks=args.hooks.join_binding(),
+                delete_before_replace=True,
             )
         if row.runs_on is not steps.Where.NODE:
             raise ValueError(f"{row.suffix}: no way to make a {row.runs_on.value} row of a node")
         params = context.params.get(row.suffix, {})
-        return run_step(row, name, host=self.host, params=params, after=after, parent=self)
+        hooks = context.take_out if row.disruptive else None
+        return run_step(
+            row, name, host=self.host, params=params, after=after, parent=self, hooks=hooks
+        )
 
-    def finish_roll(
-        self, control_plane: ControlPlane, *, after: Sequence[pulumi.Resource]
-    ) -> command.remote.Command:
-        """`<node>-uncordon` on the control plane, after `after` (the node's GPU Jobs) and its
-        join: the pool's labels and taints reconciled, the node uncordoned and its pool slot
-        given back once a disruptive change passed the checks again (hosts/rolling.py)."""
-        self.uncordon = run_step(
-            steps.ROLL_UNCORDON,
+    def put_in_service(self, *, after: Sequence[pulumi.Resource]) -> command.remote.Command:
+        """`<node>-in-service`, after `after` (the node's GPU Jobs) and its join: the control
+        plane sets the pool's labels and taints, lifts the proof taint and ends a roll, through
+        the API (components/kube/in_service.py)."""
+        self.in_service = in_service(
             self.node_name,
-            host=control_plane.host,
-            params={
-                **rolling.uncordon_params(self.node_name, self.pool, self.change),
-                **labels_and_taints(self.pool, self.machine.id),
-            },
-            identity={steps.Identity.HOST: self.machine.id},
+            host=self.host,
+            environment=in_service_environment(
+                self.node_name, self.pool, self.machine.id, self.change
+            ),
+            hooks=self._hooks.in_service_binding(),
             after=[self.join, *after],
             parent=self,
         )
-        return self.uncordon
+        return self.in_service

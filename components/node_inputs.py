@@ -1,20 +1,31 @@
 """What each step of a GPU node is given: the install steps' parameters (the same for a baked
-image's builder), and what the join registers the Node with and the uncordon reconciles (its
-labels with the machine's identity, its taints, an EC2 machine's provider id). Pure functions of
-the pool; components/gpu_node.py makes the steps. Why the labels and taints: docs/decisions/
-028-the-kubernetes-side-of-a-node-through-the-api.md.
+image's builder), what the join registers the Node with (the labels the node's DaemonSets select
+on, the pool's taints and the proof taint, its provider id) and what the control plane sets on
+it once proven (the labels that steer workloads, with the machine's identity: an instance id,
+or an existing host's id, and the pool's taints). Pure functions of the pool; components/
+gpu_node.py makes the steps. Why: docs/decisions/059-no-tenant-before-the-proof.md.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
 
 import pulumi
 import pulumi_aws as aws
 
 from components.hosts import pins, steps
 from components.hosts.remote import Login
+from components.hosts.roll_budget import READY_TIMEOUT_SECONDS
 from components.images.builder import InstallStep
-from components.labels import EFA_LABEL, GPU_PRESENT_LABEL, INSTANCE_LABEL, POOL_LABEL
-from components.settings import NodePool
+from components.labels import (
+    EFA_LABEL,
+    GPU_PRESENT_LABEL,
+    INSTANCE_LABEL,
+    POOL_LABEL,
+    UNPROVEN_TAINT_EFFECT,
+    UNPROVEN_TAINT_KEY,
+)
+from components.settings import NodePool, Taint
 from components.settings.hosts_pool import HostsNodePool
 
 
@@ -57,30 +68,43 @@ def _ready_params(pool: NodePool | HostsNodePool, login: Login) -> dict[str, str
     return login.wait_ready_params()
 
 
+# The taint a Node registers with and keeps until its own checks passed.
+UNPROVEN_TAINT = Taint(key=UNPROVEN_TAINT_KEY, value="", effect=UNPROVEN_TAINT_EFFECT)
+
+
 def join_params(
-    node_name: str,
-    pool: NodePool | HostsNodePool,
-    kubernetes_version: str,
-    instance_id: pulumi.Input[str],
-) -> dict[str, pulumi.Input[str]]:
-    """What join-node.sh gets besides the cluster, the token and the checks."""
+    node_name: str, pool: NodePool | HostsNodePool, kubernetes_version: str
+) -> dict[str, str]:
+    """What join-node.sh gets besides the cluster, the token and the checks: what the kubelet
+    registers the Node with."""
     return {
         "NODE_NAME": node_name,
         "KUBERNETES_MINOR": kubernetes_version,
-        **labels_and_taints(pool, instance_id),
+        "NODE_LABELS": registration_labels(pool),
+        "NODE_TAINTS": taint_list((*pool.taints, UNPROVEN_TAINT)),
     }
 
 
-def labels_and_taints(
-    pool: NodePool | HostsNodePool, instance_id: pulumi.Input[str]
+def in_service_environment(
+    node_name: str,
+    pool: NodePool | HostsNodePool,
+    machine_id: pulumi.Input[str],
+    change: str,
 ) -> dict[str, pulumi.Input[str]]:
-    """NODE_LABELS (with the machine's identity: an instance id, or an existing host's id) and
-    NODE_TAINTS: set at registration by the join, reconciled later by the uncordon step."""
+    """What `<node>-in-service` carries for its hook (node_hooks.InServiceInputs reads it): the
+    Node and its machine (an instance id, or an existing host's id), the labels and taints the
+    control plane owns, the roll's change and the pool's slots."""
     return {
-        "NODE_LABELS": pulumi.Output.from_input(instance_id).apply(
-            lambda machine: node_labels(pool, machine)
+        "NODE_NAME": node_name,
+        "INSTANCE_ID": machine_id,
+        "POOL_NAME": pool.name,
+        "MAX_UNAVAILABLE": str(pool.max_unavailable),
+        "NODE_LABELS": pulumi.Output.from_input(machine_id).apply(
+            lambda machine: managed_labels(pool, machine)
         ),
-        "NODE_TAINTS": node_taints(pool),
+        "NODE_TAINTS": taint_list(pool.taints),
+        "CHANGE": change,
+        "READY_TIMEOUT_SECONDS": str(READY_TIMEOUT_SECONDS),
     }
 
 
@@ -89,22 +113,35 @@ def provider_id(instance: aws.ec2.Instance) -> pulumi.Output[str]:
     return pulumi.Output.concat("aws:///", instance.availability_zone, "/", instance.id)
 
 
-def node_labels(pool: NodePool | HostsNodePool, instance_id: str) -> str:
-    """NODE_LABELS for join-node.sh: the pool's labels plus the GPU, pool and instance labels
-    (and the EFA label on pools that use EFA), sorted."""
-    labels = {
-        **pool.labels,
-        GPU_PRESENT_LABEL: "true",
-        POOL_LABEL: pool.name,
-        INSTANCE_LABEL: instance_id,
-    }
+def registration_labels(pool: NodePool | HostsNodePool) -> str:
+    """NODE_LABELS for join-node.sh: only what the node's DaemonSets select on before it is
+    proven (the GPU label; the EFA label on pools that use EFA). Whatever a kubelet may set, a
+    compromised one may set too, so no label that steers a tenant comes from here: the control
+    plane sets those (`managed_labels`)."""
+    labels = {GPU_PRESENT_LABEL: "true"}
     if pool.uses_efa:
         labels[EFA_LABEL] = "true"
+    return label_list(labels)
+
+
+def managed_labels(pool: NodePool | HostsNodePool, machine_id: str) -> str:
+    """The labels the control plane sets once the node is proven: the pool's `labels` (the
+    public contract), its pool and its machine's identity (an instance id, or host-<hex>)."""
+    return label_list({**pool.labels, POOL_LABEL: pool.name, INSTANCE_LABEL: machine_id})
+
+
+def managed_label_keys(pools: Sequence[NodePool | HostsNodePool]) -> tuple[str, ...]:
+    """Every key the control plane owns on the stack's GPU nodes, which no node may write."""
+    keys = {POOL_LABEL, INSTANCE_LABEL} | {key for pool in pools for key in pool.labels}
+    return tuple(sorted(keys))
+
+
+def label_list(labels: dict[str, str]) -> str:
     return ",".join(f"{key}={labels[key]}" for key in sorted(labels))
 
 
-def node_taints(pool: NodePool | HostsNodePool) -> str:
-    """NODE_TAINTS for join-node.sh: key=value:Effect (key:Effect without a value)."""
+def taint_list(taints: Iterable[Taint]) -> str:
+    """key=value:Effect (key:Effect without a value), comma-separated."""
     return ",".join(
-        f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}" for t in pool.taints
+        f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}" for t in taints
     )

@@ -81,8 +81,14 @@ def existing_host(
     """The machine of a node of a hosts pool: reached at its address (through the bastion when
     the stack has one) as its own user and port, pinning its configured host key on every
     connection (no rotation: the stack did not give it that key). Its first contact is the copy
-    of its scripts, made here with `parent`."""
-    assert host.host_key is not None  # settings: required
+    of its scripts, made here with `parent`. Fails closed: no key, no host (settings require
+    one)."""
+    if not host_keys.key_line(host.host_key):
+        raise host_keys.UnpinnedHost(
+            f"{node_name}: no host key to pin for {host.address}; nothing dials a host it "
+            "cannot check (docs/ssh-keys.md, 'SSH host keys')."
+        )
+    assert host.host_key is not None
     identity = host_id(host.host_key)
     reach = ssh_host(
         node_name,
@@ -121,15 +127,15 @@ class Launch:
 def launched(
     node_name: str, pool: NodePool, args: Launch, login: Login, *, parent: pulumi.Resource
 ) -> NodeMachine:
-    """The node's EC2 machine: its generated host key, EFA interfaces, the instance, and the
-    first contact that rotates the key it booted with (components/hosts/host_keys.py)."""
-    host_key = host_keys.generate(node_name, parent=parent)
+    """The node's EC2 machine: its EFA interfaces, the instance with a boot host key of its own
+    (a new key for every launch), and the first contact that rotates that key
+    (components/hosts/host_keys.py)."""
     interfaces: list[aws.ec2.NetworkInterface] = []
     if args.efa is not None:
         interfaces = fabric.node_interfaces(
             node_name, pool, args.tags, args.efa, args.security_group_ids, parent=parent
         )
-    instance = _instance(node_name, pool, args, host_key, interfaces, parent=parent)
+    instance, host_key = _instance(node_name, pool, args, interfaces, parent=parent)
     public_ip = instance.public_ip
     if interfaces and args.assigns_public_ips:
         public_ip = fabric.public_address(
@@ -153,13 +159,12 @@ def _instance(
     name: str,
     pool: NodePool,
     args: Launch,
-    host_key: host_keys.HostKey,
     interfaces: list[aws.ec2.NetworkInterface],
     *,
     parent: pulumi.Resource,
-) -> aws.ec2.Instance:
-    """The node's instance, `<node>`: the pool's type, disk, tags and market, booting with its
-    generated host key."""
+) -> tuple[aws.ec2.Instance, host_keys.HostKey]:
+    """The node's instance, `<node>`: the pool's type, disk, tags and market, and the host key it
+    boots with (`host_keys.launch`: replaced with it)."""
     # Only what a pool configures is passed: an input a running machine never had would
     # change it (and replace it, for network interfaces and the placement group).
     placement: machines.Placing = machines.Placement(
@@ -169,7 +174,7 @@ def _instance(
     )
     if args.efa is not None:
         placement = fabric.EfaPlacement(args.efa, interfaces, pool.gpu_type)
-    return machines.machine(
+    return host_keys.launch(
         name,
         machines.MachineArgs(
             image=args.image,
@@ -181,7 +186,6 @@ def _instance(
             tag_root_volume=True,
             metadata_hop_limit=pool.metadata_hop_limit,
             spot=pool.market == "spot",
-            user_data=host_key.user_data,
             launch_only=fabric.reservation_args(pool),
             launch_only_inputs=fabric.LAUNCH_ONLY_INPUTS,
             delete_before_replace=True,

@@ -337,13 +337,11 @@ class Sandbox:
         return self.run_text(command_line + "\n", timeout=timeout)
 
 
-def step_stdin(
-    script: str, params: dict[str, str], role: str = "node", also: tuple[str, ...] = ()
-) -> str:
+def step_stdin(script: str, params: dict[str, str], role: str = "node") -> str:
     """What a step running `script` on a host of `role` sends on stdin (its parameters and the
-    run of its program by digest; `also`: the delete hook's script, installed with it)."""
+    run of its program by digest)."""
     from components.hosts.remote import Host, step_program
     from components.hosts.steps import Where
 
     host = Host(name="sandbox", identity="i-0sandbox", _connection={}, role=Where(role))
-    return step_program(script, params, host, also=also)
+    return step_program(script, params, host)

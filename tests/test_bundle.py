@@ -3,17 +3,14 @@
 their sha256; every host copies its role's directory once and each step carries only its
 parameters and digests, so a comment edit changes no step and a real change only the steps of
 that script. On the host, a program runs only from the root-owned directory and only when it
-matches its digest: one that does not is refused before it runs, a missing one is named, and
-a delete hook runs the very program its step installed (run in the sandbox, from the steps the
-program registers).
+matches its digest: one that does not is refused before it runs, and a missing one is named
+(run in the sandbox, from the steps the program registers).
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import re
-import shutil
 from functools import cache
 
 import pytest
@@ -45,8 +42,13 @@ GRAPHS = (*STACKS, *VARIANTS)
 
 
 def runs(command: Resource) -> list[str]:
-    """The digests a step checks, its own program's first, then its delete hook's, if any."""
+    """The digests a step checks: its own program's."""
     return DIGEST.findall(unwrap(command.inputs["stdin"]))
+
+
+def _running(g: Graph) -> list[Resource]:
+    """The Commands that run a script (`<node>-in-service` runs none: its hooks act)."""
+    return [c for c in g.of_type(COMMAND) if "create" in c.inputs]
 
 
 def _host(resource: Resource) -> dict:
@@ -96,13 +98,10 @@ def test_the_libraries_are_no_programs_of_their_own():
             bundle.program(library)
 
 
-def test_each_role_bundles_the_scripts_its_steps_run_and_their_delete_hooks():
+def test_each_role_bundles_the_scripts_its_steps_run():
     for role in (Where.NODE, Where.CONTROL_PLANE):
         rows = [step for step in ALL_STEPS if step.runs_on is role]
-        wanted = {s for step in rows for s in (step.script, step.delete_script) if s}
-        assert set(host_scripts(role)) == wanted, role
-    assert "drain-node.sh" in host_scripts(Where.CONTROL_PLANE)
-    assert "drain-node.sh" not in host_scripts(Where.NODE), "nothing dials a node on delete"
+        assert set(host_scripts(role)) == {step.script for step in rows if step.script}, role
 
 
 @pytest.mark.parametrize("stack", GRAPHS)
@@ -116,7 +115,7 @@ def test_every_host_copies_its_roles_directory_once_and_each_step_runs_from_it(s
         inputs = copy.plain_inputs()
         assert inputs["remotePath"] == bundle.REMOTE_DIR, f"{copy.urn}: {inputs['remotePath']}"
         assert not inputs.get("delete"), f"{copy.urn}: a copy dials nothing on delete"
-    for command in g.of_type(COMMAND):
+    for command in _running(g):
         (copy_urn,) = [urn for urn in command.dependencies if urn in copies]
         copy = copies[copy_urn]
         role = copy.plain_inputs()["source"]["path"].rsplit("/", 1)[1]
@@ -134,7 +133,7 @@ def test_every_host_copies_its_roles_directory_once_and_each_step_runs_from_it(s
 def test_every_bundled_program_is_run_by_some_step():
     ran: dict[str, set[str]] = {}
     for stack in GRAPHS:
-        for command in graph(stack).of_type(COMMAND):
+        for command in _running(graph(stack)):
             role = re.search(r"\nSTEP_BUNDLE=\S+/([a-z-]+)\n", unwrap(command.inputs["stdin"]))
             ran.setdefault(role.group(1), set()).update(runs(command))
     for role in ROLES:
@@ -146,7 +145,7 @@ def test_every_bundled_program_is_run_by_some_step():
 
 def test_a_step_carries_its_parameters_and_digests_not_its_script():
     g = graph("dev")
-    for command in g.of_type(COMMAND):
+    for command in _running(g):
         stdin = unwrap(command.inputs["stdin"])
         assert "log()" not in stdin and "init_script" not in stdin, f"{command.urn}: a script"
         assert len(stdin) < 4096, f"{command.urn}: {len(stdin)} bytes of stdin"
@@ -154,13 +153,10 @@ def test_a_step_carries_its_parameters_and_digests_not_its_script():
 
 
 def _stdins(g: Graph) -> dict[str, tuple[str, str | None]]:
-    return {
-        c.urn: (unwrap(c.inputs["stdin"]), unwrap(c.inputs.get("delete")))
-        for c in g.of_type(COMMAND)
-    }
+    return {c.urn: (unwrap(c.inputs["stdin"]), unwrap(c.inputs.get("delete"))) for c in _running(g)}
 
 
-@pytest.mark.parametrize("script", [COMMON_LIB, "install-driver.sh", "drain-node.sh"])
+@pytest.mark.parametrize("script", [COMMON_LIB, "install-driver.sh", "read-kubeconfig.sh"])
 def test_a_comment_edit_changes_no_steps_stdin(script):
     def add_comment(text: str) -> str:
         lines = text.splitlines(keepends=True)
@@ -178,8 +174,8 @@ def test_a_comment_edit_changes_no_steps_stdin(script):
     ("script", "steps"),
     [
         ("install-driver.sh", ("-driver",)),
-        # A delete hook: the step that installs it at create time, and the stored hook.
-        ("drain-node.sh", ("-drain",)),
+        # A control-plane step's.
+        ("install-cni.sh", ("-cni",)),
         # Every step runs it: every step's stdin changes.
         (COMMON_LIB, None),
     ],
@@ -196,9 +192,6 @@ def test_a_real_change_changes_only_the_steps_of_that_script(script, steps):
         urn for urn in after if steps is None or urn.rsplit("::", 1)[1].endswith(tuple(steps))
     }
     assert changed == expected, sorted(changed ^ expected)
-    if script == "drain-node.sh":
-        for urn in changed:
-            assert after[urn][1] != before[urn][1], f"{urn}: the stored hook kept the old program"
 
 
 # ---------------------------------------------------------------- run by digest, on a host
@@ -289,64 +282,10 @@ def test_run_as_root_without_sudo_a_program_is_looked_for_in_roots_home(tmp_path
 @needs_sandbox
 def test_a_program_of_another_role_is_not_found_in_this_roles_copy(node_host):
     """A control-plane program asked of a node's copy: named missing, not run."""
-    result = node_host.run_step(step_stdin("drain-node.sh", {"NODE_NAME": "x"}, role="node"))
+    program = "read-kubeconfig.sh"
+    result = node_host.run_step(step_stdin(program, {"API_SERVER": "https://x:6443"}, role="node"))
     assert result.returncode == 2, result.stderr
-    assert f"program {bundle.digest('drain-node.sh')} is in neither" in result.stderr
-
-
-NODE = "dev-gpu-a10g-0"
-
-
-@pytest.fixture
-def control_plane(tmp_path) -> Sandbox:
-    """The dev stack's control plane with its scripts copied, a running API and NODE joined by
-    the machine the dev stack registers."""
-    sb = Sandbox(tmp_path)
-    sb.add_login_user()
-    sb.put_bundle(Where.CONTROL_PLANE.value)
-    sb.write("/etc/kubernetes/admin.conf", "apiVersion: v1\nkind: Config\n", 0o600)
-    sb.state("kubectl/api", "v1.35.1")
-    machine = graph("dev").named(NODE).id
-    node = {
-        "metadata": {"name": NODE, "labels": {"gpu-cluster.io/instance-id": machine}},
-        "spec": {"providerID": f"aws:///us-west-2a/{machine}"},
-        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-    }
-    sb.state(f"kubectl/nodes/{NODE}.json", json.dumps(node))
-    return sb
-
-
-@needs_sandbox
-def test_a_delete_hook_runs_the_program_its_step_installed(control_plane):
-    """The registered `<node>-drain` step, end to end: its create installs its own program and
-    its delete hook's, by digest; long after, the login user's copy holds other programs (a
-    newer release's), and the stored hook still runs the one it was made with: the Node its
-    machine registered is drained and deleted."""
-    drain = graph("dev").named(f"{NODE}-drain")
-    inputs = drain.plain_inputs()
-    create = control_plane.run_step(inputs["stdin"])
-    assert create.returncode == 0, create.stderr
-    hook = bundle.digest("drain-node.sh")
-    assert control_plane.installed_program(hook).read_text() == bundle.program("drain-node.sh")
-    # A newer release's copy: the hook's program is not in it any more.
-    shutil.rmtree(control_plane.host_path(f"{LOGIN_HOME}/{bundle.REMOTE_DIR}"))
-    result = control_plane.run_command(inputs["delete"])
-    assert result.returncode == 0, result.stderr
-    assert result.calls[0][:4] == ["sudo", "timeout", "-k", "30"], result.calls[0]
-    assert (control_plane.state_dir / f"kubectl/drained/{NODE}").exists(), result.commands()
-    assert not (control_plane.state_dir / f"kubectl/nodes/{NODE}.json").exists()
-
-
-@needs_sandbox
-def test_a_delete_hook_whose_program_is_gone_fails_naming_it(control_plane):
-    """The hook's program never reached the root-owned directory (its step never ran, the
-    copy is gone): the hook fails naming the program, and drains nothing."""
-    drain = graph("dev").named(f"{NODE}-drain")
-    shutil.rmtree(control_plane.host_path(f"{LOGIN_HOME}/{bundle.REMOTE_DIR}"))
-    result = control_plane.run_command(drain.plain_inputs()["delete"])
-    assert result.returncode == 2, result.stderr
-    assert f"program {bundle.digest('drain-node.sh')} is in neither" in result.stderr
-    assert (control_plane.state_dir / f"kubectl/nodes/{NODE}.json").exists()
+    assert f"program {bundle.digest(program)} is in neither" in result.stderr
 
 
 # A slow `install` (ahead of coreutils' on the sandbox's PATH): it opens its destination at once,
@@ -366,7 +305,7 @@ chmod 0600 "$dst"
 
 @needs_sandbox
 def test_steps_that_install_one_program_at_once_both_run_it(node_host):
-    """Two steps on one host (a control plane runs a drain or an uncordon per node, at once)
+    """Two steps on one host (a control plane's steps while an operator runs one by hand)
     install the same program: neither sees the other's half-written copy, so neither refuses
     a program that matches its digest."""
     node_host.write("/usr/local/bin/install", SLOW_INSTALL, 0o755)

@@ -17,6 +17,7 @@ from components.hosts.rendering import render_script
 from tests.helpers.control_plane_host import ADMIN_KUBECONFIG
 from tests.sandbox import Sandbox, needs_sandbox
 from tools.harness import mocks
+from tools.harness.stacks import ROOT
 
 TIMESTAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
 CA_HASH_LINE = re.compile(r"# ca-cert-hash: sha256:[0-9a-f]{64}")
@@ -39,14 +40,39 @@ def shape(value, path: str = "") -> set[str]:
     return {path}
 
 
+# install-kube-tools.sh's last step in the releases before b78550f, as they shipped it (git show
+# b78550f^:components/hosts/scripts/install-kube-tools.sh; copied, since a shallow checkout has
+# no history): what their kube-tools steps printed, which their programs read.
+EARLIER_PRINT_READY_TO_JOIN = """print_ready_to_join() {
+  printf '{"readyToJoinAt": "%s"}\\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+}
+"""
+
+
 def test_the_kube_tools_answer_is_what_print_ready_to_join_prints():
-    real = script_function("install-kube-tools.sh", "print_ready_to_join")
+    """The earlier releases' function, run by bash, and the canned answer: one JSON line with
+    the same keys and a UTC timestamp; this version's script no longer has the function."""
+    assert "print_ready_to_join" not in render_script("install-kube-tools.sh", {})
+    shipped = subprocess.run(
+        ["git", "show", "b78550f^:components/hosts/scripts/install-kube-tools.sh"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if shipped.returncode == 0:  # a checkout with the history: the copy is what shipped
+        assert EARLIER_PRINT_READY_TO_JOIN in shipped.stdout
+    program = EARLIER_PRINT_READY_TO_JOIN + "print_ready_to_join\n"
+    run = subprocess.run(["bash", "-s"], input=program, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    real = run.stdout
     canned = mocks.COMMAND_STDOUT["-kube-tools"](SimpleNamespace(name="n-kube-tools"))
     for text in (real, canned):
         assert text.endswith("\n") and text.count("\n") == 1, text
     real_doc, canned_doc = json.loads(real), json.loads(canned)
     assert real_doc.keys() == canned_doc.keys()
     assert all(TIMESTAMP.fullmatch(doc["readyToJoinAt"]) for doc in (real_doc, canned_doc))
+    assert TIMESTAMP.sub("T", real) == TIMESTAMP.sub("T", canned), (real, canned)
 
 
 def test_the_join_token_answer_has_the_shape_the_earlier_script_printed():

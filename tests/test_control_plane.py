@@ -34,6 +34,7 @@ MANAGED_CHAIN = (
     "kube-tools",
     "init",
     "cni",
+    "certificates",
     "kubeconfig",
 )
 KUBECONFIG_LEAK_MARKER = "RkFLRS1URVNULUFETUlOLUtFWQ"  # base64 of "FAKE-TEST-ADMIN-KEY"
@@ -106,6 +107,7 @@ def test_managed_chain_runs_in_order_on_the_control_plane_machine():
         "kube-tools": "install-kube-tools.sh",
         "init": "init-control-plane.sh",
         "cni": "install-cni.sh",
+        "certificates": "renew-certificates.sh",
         "kubeconfig": "read-kubeconfig.sh",
     }
     for step, script in expected_scripts.items():
@@ -337,7 +339,7 @@ def test_existing_mode_creates_no_machine_and_checks_skew_before_any_node():
 
 def test_existing_mode_reaches_the_host_through_the_bastion():
     graph = stack_graph("prod")
-    for name in ("prod-gpu-version-skew", "prod-gpu-kubeconfig", "prod-gpu-a10g-0-uncordon"):
+    for name in ("prod-gpu-version-skew", "prod-gpu-kubeconfig", "prod-gpu-operator-kubeconfig"):
         step = graph.named(name)
         connection = unwrap(step.inputs["connection"])
         assert connection["host"] == "10.20.1.10", f"{step.urn}: SSH to {connection['host']}"
@@ -456,9 +458,11 @@ def test_provider_is_built_from_the_secret_kubeconfig(stack):
     assert provider.type == K8S_PROVIDER, f"{provider.urn}: type {provider.type}"
     kubeconfig = provider.inputs["kubeconfig"]
     assert isinstance(kubeconfig, Secret), f"{provider.urn}: kubeconfig is not a secret input"
-    expected = COMMAND_STDOUT["-kubeconfig"](_Args(f"{cluster}-kubeconfig"))
-    assert kubeconfig.value == expected, f"{provider.urn}: kubeconfig is not the step's stdout"
     step = graph.named(f"{cluster}-kubeconfig")
+    read = _Args(step.name)
+    read.inputs = {"stdin": unwrap(step.inputs["stdin"])}
+    expected = COMMAND_STDOUT["-kubeconfig"](read)
+    assert kubeconfig.value == expected, f"{provider.urn}: kubeconfig is not the step's stdout"
     assert step.urn in graph.direct_dependencies(provider), f"{provider.urn}: not after {step.urn}"
     for daemonset in graph.of_type(DAEMONSET):
         assert daemonset.provider_urn == provider.urn, f"{daemonset.urn}: another provider"
@@ -592,9 +596,9 @@ def test_each_node_joins_with_its_own_token_through_the_api_and_pins_the_ca(stac
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_a_node_has_two_steps_on_the_control_plane_the_drain_and_the_uncordon(stack):
-    """Every other SSH session per node to the control plane is gone (token, readiness,
-    labels, capacity go through the API): what sshd there serves grows by 2 per node."""
+def test_a_node_has_no_step_on_the_control_plane(stack):
+    """A node's Kubernetes side goes through the API (token, readiness, capacity, labels,
+    taints, its roll and its removal): sshd on the control plane serves no session per node."""
     graph = stack_graph(stack)
     control_plane = host_of(graph.named(f"{stack}-gpu-kubeconfig"))
     for node in nodes_of(graph):
@@ -603,30 +607,23 @@ def test_a_node_has_two_steps_on_the_control_plane_the_drain_and_the_uncordon(st
             for r in graph.of_type(COMMAND)
             if r.name.startswith(f"{node}-") and host_of(r) == control_plane
         )
-        assert on_control_plane == [f"{node}-drain", f"{node}-uncordon"], on_control_plane
+        assert on_control_plane == [], on_control_plane
 
 
 @pytest.mark.parametrize("stack", ["dev", "prod"])
-def test_the_drain_continues_node_ready_and_drains_its_machines_node_on_delete(stack):
-    """`<node>-drain` takes over `<node>-node-ready` of earlier releases (an alias, the same
-    triggers: an update, so the hook stored with node-ready never runs; decision 027), and its
-    own hook drains and deletes the Node this node's machine registered."""
+def test_in_service_continues_the_drain_and_node_ready_and_dials_nothing(stack):
+    """`<node>-in-service` takes over `<node>-drain` (and the `<node>-node-ready` it continued,
+    decision 027) by alias, keeps its stored triggers (ignored: a changed trigger would replace
+    the state and run its stored drain) and runs no command, so the update that stores it
+    without the stored `delete` dials nothing (decision 058)."""
     graph = stack_graph(stack)
-    kubeconfig = graph.named(f"{stack}-gpu-kubeconfig")
     for node in nodes_of(graph):
-        drain = graph.named(f"{node}-drain")
-        instance = graph.named(node)
-        assert script_of(drain) == "roll-drain.sh", f"{drain.urn}: runs {script_of(drain)}"
-        assert param(drain, "NODE_NAME") == node, f"{drain.urn}: drains another node"
-        assert host_of(drain) == host_of(kubeconfig), f"{drain.urn}: not on the control plane"
-        assert {"name": f"{node}-node-ready", "parentUrn": ""} in drain.aliases, drain.aliases
-        assert drain.inputs["triggers"] == [instance.id, graph.outputs["endpoint"]], drain.urn
-        delete = drain.inputs.get("delete", "")
-        digest = bundle.digest("drain-node.sh")
-        assert f"source {bundle.INSTALLED_DIR}/{digest}.sh\n" in delete, f"{drain.urn}: no drain"
-        assert f"NODE_NAME={node}\n" in delete, f"{drain.urn}: drains another node"
-        assert f"INSTANCE_ID={instance.id}\n" in delete, f"{drain.urn}: any machine's Node"
-        assert drain.delete_before_replace, f"{drain.urn}: a replace would drain the new node"
+        taken = graph.named(f"{node}-in-service")
+        names = [alias.get("name") for alias in taken.aliases]
+        assert names == [f"{node}-drain", f"{node}-node-ready"], taken.aliases
+        assert taken.ignore_changes == ["triggers"], taken.urn
+        assert not {"create", "update", "delete", "triggers"} & taken.inputs.keys(), taken.urn
+        assert taken.type == COMMAND, "an alias continues a resource of the same type only"
 
 
 @pytest.mark.parametrize("stack", ["dev", "staging", "prod"])

@@ -190,6 +190,8 @@ def test_explicit_pool_taints_give_exact_tolerations():
     assert tolerations == [
         manifests.GPU_TOLERATION,
         {"key": "gpu-cluster.io/dedicated", "operator": "Exists", "effect": "NoExecute"},
+        # It runs on a node before its proof (decision 059).
+        manifests.UNPROVEN_TOLERATION,
     ], f"{ds.urn}: {tolerations}"
     assert manifests.TOLERATE_ALL not in tolerations, f"{ds.urn}: {tolerations}"
 

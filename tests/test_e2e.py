@@ -11,7 +11,7 @@ rolls; a scale-down in the same `up` as a login-key rotation; a host that vanish
 `up --refresh`; a destroy. Every `up` runs the policy pack, as the deploy job does. Each asserts
 what the stack and the machines show afterwards (the state, the Nodes, the pods, the files and
 commands on each host), and that the day-two planner (tools.lifecycle) predicted what the engine
-did. Why, and what it costs: docs/decisions/058-end-to-end-on-hosts-in-network-namespaces.md.
+did. Why, and what it costs: docs/decisions/066-end-to-end-on-hosts-in-network-namespaces.md.
 """
 
 from __future__ import annotations

@@ -270,7 +270,7 @@ def test_a_new_efa_release_rolls_efa_nodes_only():
     )
 
     def change(g: Graph, node: str) -> str:
-        return script_params(g.named(f"{node}-drain"))["CHANGE"]
+        return g.named(f"{node}-in-service").plain_inputs()["environment"]["CHANGE"]
 
     with_efa, no_efa = graph("staging", mixed), graph("staging", without)
     assert change(with_efa, "staging-gpu-h100-0") != change(no_efa, "staging-gpu-h100-0")

@@ -1,7 +1,7 @@
 """The command stand-in (tools/engine/modules/command, pulumi-command v1.2.1's behaviour on its
-own framework) on the real engine, against real sshd servers on loopback: what a local and a
-remote Command run with, what a delete runs with after the connection changed, and that a
-failed create leaves no state."""
+own framework) on the real engine, against real sshd servers (tests/helpers/sshd.py): what a
+local and a remote Command run with, what a delete runs with after the connection changed, and
+that a failed create leaves no state."""
 
 from __future__ import annotations
 
@@ -18,16 +18,18 @@ import pulumi_command as command
 
 config = pulumi.Config()
 log = config.require("log")
+# The login user appends to the test's log (root's) through sudo, as the steps run.
+append = f"| sudo tee -a {log} >/dev/null"
 host = config.require_object("host")
 connection = command.remote.ConnectionArgs(
-    host="127.0.0.1", port=host["port"], user=host["user"], host_key=host["hostKey"],
+    host=host["address"], port=host["port"], user=host["user"], host_key=host["hostKey"],
     private_key=config.require_secret("privateKey"), dial_error_limit=2,
 )
 remote = command.remote.Command(
     "step",
     connection=connection,
-    create=f'echo "created on $TEST_HOST" >> {log}; echo "stdout of $TEST_HOST"',
-    delete=f'echo "deleted on $TEST_HOST after $PULUMI_COMMAND_STDOUT" >> {log}',
+    create=f'echo "created on $TEST_HOST" {append}; echo "stdout of $TEST_HOST"',
+    delete=f'echo "deleted on $TEST_HOST after $PULUMI_COMMAND_STDOUT" {append}',
     triggers=[host["identity"]],
 )
 local = command.local.Command(
@@ -48,6 +50,7 @@ STEP = "command:remote:Command"
 
 @pytest.fixture
 def hosts(tmp_path):
+    sshd.require()
     with sshd.hosts(tmp_path / "hosts", "a", "b") as started:
         yield started
 
@@ -60,12 +63,13 @@ def stack(tmp_path, engine_binaries, hosts):
     stack.destroy()
 
 
-def _use(stack: EngineStack, host: sshd.SshHost, tmp_path, **config) -> None:
+def _use(stack: EngineStack, host: sshd.SshdHost, tmp_path, **config) -> None:
     stack.set_config(
         {
             "engine-command:log": str(tmp_path / "hosts.log"),
             "engine-command:greeting": "hello",
             "engine-command:host": {
+                "address": host.address,
                 "port": host.port,
                 "user": host.user,
                 "hostKey": host.host_public_key,
@@ -143,6 +147,7 @@ def test_a_wrong_host_key_fails_the_dial(stack, hosts, tmp_path):
     stack.set_config(
         {
             "engine-command:host": {
+                "address": wrong.address,
                 "port": wrong.port,
                 "user": wrong.user,
                 "identity": "a",

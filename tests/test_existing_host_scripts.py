@@ -1,8 +1,9 @@
 """The host scripts on a node of a hosts pool, run for real in the sandbox: an existing server
 registers its Node with its own identity (host-<hex>, from its host key: components/
-node_machine.py), a drain on delete takes only the Node that identity registered, a host whose
-Node a drain deleted (its key changed: a new machine) registers it again, and wait-ready holds
-a host to the Ubuntu release its pool names, without touching its login keys."""
+node_machine.py), a host whose Node its join's leave hook deleted (its key changed: a new
+machine) registers it again, and wait-ready holds a host to the Ubuntu release its pool names,
+without touching its login keys. The leave hook itself, which takes only the Node that identity
+registered, is tested in tests/test_node_api.py."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from components.node_machine import host_id, host_provider_id
-from tests.helpers.gpu_host import FAST, new_gpu_host
 from tests.sandbox import Sandbox, needs_sandbox
 
 pytestmark = needs_sandbox
@@ -28,8 +28,11 @@ JOIN = {
     "JOIN_TOKEN": "abcdef.0123456789abcdef",
     "CA_CERT_HASH": "sha256:" + "ab" * 32,
     "KUBERNETES_MINOR": "1.35",
-    "NODE_LABELS": f"gpu-cluster.io/instance-id={HOST_ID},gpu-cluster.io/pool=hgx",
-    "NODE_TAINTS": "nvidia.com/gpu=true:NoSchedule",
+    # What the program registers a Node with (node_inputs.join_params): the labels its
+    # DaemonSets select on and the pool's taints with the proof taint; the control plane sets
+    # the instance-id label once the node is proven.
+    "NODE_LABELS": "nvidia.com/gpu.present=true",
+    "NODE_TAINTS": "nvidia.com/gpu=true:NoSchedule,gpu-cluster.io/unproven:NoSchedule",
     "PROVIDER_ID": host_provider_id(HOST_ID),
     "EXPECTED_GPUS": "8",
     "READY_TIMEOUT_SECONDS": "0",
@@ -69,7 +72,11 @@ def test_an_existing_host_registers_with_its_host_id(gpu_host):
     assert result.returncode == 0, result.output
     node = json.loads(gpu_host.state(f"kubectl/nodes/{NODE}.json"))
     assert node["spec"]["providerID"] == f"gpu-cluster:///{HOST_ID}", node
-    assert node["metadata"]["labels"]["gpu-cluster.io/instance-id"] == HOST_ID, node
+    # Its identity is the providerID (what the node hooks read, nodes.machine_of); the
+    # instance-id label is the control plane's to set once the node is proven (decision 059).
+    assert "gpu-cluster.io/instance-id" not in node["metadata"].get("labels", {}), node
+    taints = {(t["key"], t["effect"]) for t in node["spec"].get("taints", [])}
+    assert ("gpu-cluster.io/unproven", "NoSchedule") in taints, node
 
 
 @pytest.mark.parametrize(
@@ -87,12 +94,12 @@ def test_a_provider_id_of_no_known_shape_is_refused_before_joining(gpu_host, pro
 
 
 def test_a_joined_host_whose_node_a_drain_deleted_registers_it_again(gpu_host):
-    """A host whose key changed is a new machine: the drain's delete hook deletes its Node
+    """A host whose key changed is a new machine: its old join's leave hook deletes its Node
     before the new join runs (delete_before_replace), on an OS that is still joined. The kubelet
     registers only when it starts, so the join restarts it; without that the Node never comes
     back and the join fails after its wait."""
     assert gpu_host.run("join-node.sh", JOIN).returncode == 0
-    (gpu_host.state_dir / "kubectl" / "nodes" / f"{NODE}.json").unlink()  # drain-node.sh did it
+    (gpu_host.state_dir / "kubectl" / "nodes" / f"{NODE}.json").unlink()  # the leave hook did it
     result = gpu_host.run("join-node.sh", JOIN)
     assert result.returncode == 0, result.output
     assert f"Node {NODE} is gone (deleted by a drain): restarting kubelet" in result.stderr
@@ -108,70 +115,3 @@ def test_a_joined_host_with_its_node_restarts_nothing(gpu_host):
     assert result.returncode == 0, result.output
     assert result.called("systemctl", "restart") == [], result.commands()
     assert "already joined" in result.stderr
-
-
-@pytest.fixture
-def control_plane(tmp_path: Path) -> Sandbox:
-    sb = Sandbox(tmp_path)
-    sb.write(ADMIN_CONF, "apiVersion: v1\nkind: Config\n", 0o600)
-    sb.state("kubectl/api", "v1.35.1")
-    (sb.state_dir / "kubectl" / "nodes").mkdir(parents=True)
-    return sb
-
-
-def _node(identity: str, ready: str = "True") -> str:
-    return json.dumps(
-        {
-            "metadata": {"name": NODE, "labels": {"gpu-cluster.io/instance-id": identity}},
-            "spec": {"providerID": host_provider_id(identity)},
-            "status": {"conditions": [{"type": "Ready", "status": ready}]},
-        }
-    )
-
-
-def test_the_drain_on_delete_takes_the_node_its_host_registered(control_plane):
-    control_plane.state(f"kubectl/nodes/{NODE}.json", _node(HOST_ID))
-    result = control_plane.run("drain-node.sh", {"NODE_NAME": NODE, "INSTANCE_ID": HOST_ID})
-    assert result.returncode == 0, result.stderr
-    assert (control_plane.state_dir / f"kubectl/drained/{NODE}").exists(), result.commands()
-    assert not (control_plane.state_dir / f"kubectl/nodes/{NODE}.json").exists(), "Node kept"
-
-
-def test_the_drain_on_delete_leaves_the_node_a_new_key_registered(control_plane):
-    """The host came back with a new key (re-installed) and joined as the new machine before an
-    old hook ran: that Node is not the old machine's to drain."""
-    newer = host_id(NEW_KEY)
-    control_plane.state(f"kubectl/nodes/{NODE}.json", _node(newer))
-    result = control_plane.run("drain-node.sh", {"NODE_NAME": NODE, "INSTANCE_ID": HOST_ID})
-    assert result.returncode == 0, result.stderr
-    assert f"Node {NODE} belongs to {newer}, not to {HOST_ID}" in result.stderr, result.stderr
-    assert (control_plane.state_dir / f"kubectl/nodes/{NODE}.json").exists(), "new Node deleted"
-
-
-def test_the_drain_refuses_a_machine_id_of_no_known_shape(control_plane):
-    result = control_plane.run("drain-node.sh", {"NODE_NAME": NODE, "INSTANCE_ID": "10.8.0.21"})
-    assert result.returncode == 1, result.stderr
-    assert (
-        "INSTANCE_ID must be an EC2 instance id (i-...) or an existing host's id (host-...), "
-        "got '10.8.0.21'" in result.stderr
-    ), result.stderr
-    assert result.calls == [], result.commands()
-
-
-def test_wait_ready_holds_a_host_to_its_pools_release(tmp_path):
-    sb = new_gpu_host(tmp_path)  # Ubuntu 24.04
-    result = sb.run("wait-ready.sh", {**FAST, "OS_VERSION": "22.04"})
-    assert result.returncode == 1, result.stderr
-    assert (
-        "Ubuntu 22.04 expected (the pool's osVersion, whose packages the next steps install), "
-        'this host runs Ubuntu 24.04; set osVersion: "24.04" on its pool' in result.stderr
-    ), result.stderr
-    assert result.called("apt-get") == [], result.commands()
-
-
-def test_wait_ready_refuses_a_release_it_does_not_know(tmp_path):
-    sb = new_gpu_host(tmp_path)
-    result = sb.run("wait-ready.sh", {**FAST, "OS_VERSION": "20.04"})
-    assert result.returncode == 1, result.stderr
-    assert "OS_VERSION must be one of 22.04 24.04, got '20.04'" in result.stderr, result.stderr
-    assert result.calls == [], result.commands()

@@ -5,7 +5,7 @@ two hosts pools) and prod with a hosts pool added.
 A stack that launches no EC2 machine registers no AWS resource and calls no AWS API; a host's
 node runs the step table's node rows after the copy of its scripts (no host-key rotation: its
 key is pinned from config); its identity (Identity.HOST, the join token's machine, the
-instance label, the drain's check, the provider id) is its host key's; and on a later `up`,
+instance label, the leave hook's check, the provider id) is its host key's; and on a later `up`,
 reordering, adding, removing, renaming, readdressing and re-keying hosts do what
 docs/decisions/054-machines-the-stack-did-not-create.md says (tools.lifecycle).
 """
@@ -22,6 +22,7 @@ import pytest
 from pulumi.runtime import MockCallArgs
 
 from components.hosts import steps
+from components.kube import node_hooks
 from components.node_machine import host_id, host_provider_id
 from tests.helpers.policies import analyze, as_policy_input
 from tools import lifecycle, policy_adapter, preview, recovery
@@ -130,13 +131,32 @@ def node_steps(node: str) -> dict[str, Resource]:
 def test_each_host_runs_the_node_rows_in_order_after_the_copy_of_its_scripts(node):
     found = node_steps(node)
     assert not graph().find(lambda r: r.name == node), f"{node}: a resource of the node's name"
-    assert "host-key-rotation" not in found and "host-key" not in found, sorted(found)
+    # No boot key, rotation or switch: the host came with its key, which its scripts' copy pins.
+    pinned = steps.PINNED_FIRST_CONTACT
+    launched_only = {"host-key", *(r.suffix for r in steps.FIRST_CONTACT if r not in pinned)}
+    assert launched_only == {"host-key", "host-key-rotation", "host-key-switch"}
+    assert not launched_only & set(found), sorted(found)
     for earlier, later in itertools.pairwise(HOST_CHAIN):
         assert graph().depends_on(found[later], found[earlier]), (
             f"{found[later].urn}: does not wait for {found[earlier].urn}"
         )
     assert graph().depends_on(found["validation-job"], found["join"])
-    assert graph().depends_on(found["uncordon"], found["validation-job"])
+    assert graph().depends_on(found["in-service"], found["validation-job"])
+
+
+def test_a_host_without_its_key_is_never_dialled():
+    """Fail closed past the settings too (they require the key): a host of a pool whose key is
+    empty gets no connection, naming the node, before anything is registered for it."""
+    from components.hosts.host_keys import UnpinnedHost
+    from components.hosts.remote import Login
+    from components.node_machine import existing_host
+    from components.settings.hosts_pool import ExistingHost
+    from tools.harness.stacks import load_stack_settings
+
+    settings = load_stack_settings(STACK)
+    keyless = ExistingHost.model_construct(address=HGX_A["address"], host_key="")
+    with pytest.raises(UnpinnedHost, match=f"^{NODE_A}: no host key to pin for"):
+        existing_host(NODE_A, keyless, Login.of(settings), parent=None)  # type: ignore[arg-type]
 
 
 def test_nodes_of_hosts_never_wait_on_each_other():
@@ -149,11 +169,8 @@ def test_nodes_of_hosts_never_wait_on_each_other():
 
 @pytest.mark.parametrize(("node", "host"), [(NODE_A, HGX_A), (NODE_B, HGX_B), (NODE_L, L40S)])
 def test_every_step_on_a_host_pins_its_configured_key_at_its_address(node, host):
-    for name, resource in node_steps(node).items():
-        if resource.type not in (COMMAND, "command:remote:CopyToRemote") or name in (
-            "drain",
-            "uncordon",
-        ):
+    for resource in node_steps(node).values():
+        if resource.type not in (COMMAND, "command:remote:CopyToRemote"):
             continue
         connection = unwrap(resource.inputs["connection"])
         assert connection["host"] == host["address"], f"{resource.urn}: dials {connection}"
@@ -166,46 +183,49 @@ def test_every_step_on_a_host_pins_its_configured_key_at_its_address(node, host)
 def test_a_hosts_identity_is_its_host_keys_in_every_trigger_label_and_check(node, host):
     identity = host_id(host["hostKey"])
     found = node_steps(node)
-    for resource in found.values():
-        if resource.type != COMMAND:
+    for suffix, resource in found.items():
+        # The in-service row runs no command and ignores triggers (components/kube/in_service.py):
+        # its hook reads the machine from INSTANCE_ID, checked below.
+        if resource.type != COMMAND or suffix == steps.IN_SERVICE.suffix:
             continue
         triggers = unwrap(resource.inputs["triggers"])
         assert identity in triggers, f"{resource.urn}: triggers {triggers}"
     join = script_params(found["join"])
     assert join["PROVIDER_ID"] == host_provider_id(identity) == f"gpu-cluster:///{identity}"
-    assert f"gpu-cluster.io/instance-id={identity}" in join["NODE_LABELS"].split(",")
-    assert f"gpu-cluster.io/instance-id={identity}" in script_params(found["uncordon"])[
-        "NODE_LABELS"
-    ].split(",")
+    # The control plane sets the identity label once the node is proven (decision 059).
+    assert "gpu-cluster.io/instance-id" not in join["NODE_LABELS"], join["NODE_LABELS"]
+    in_service = unwrap(found["in-service"].inputs["environment"])
+    assert in_service["INSTANCE_ID"] == identity, in_service
+    assert f"gpu-cluster.io/instance-id={identity}" in in_service["NODE_LABELS"].split(",")
     assert unwrap(found["scripts"].replacement_trigger) == identity
     assert identity in unwrap(found["validation-job"].replacement_trigger)
     assert unwrap(found["join"].inputs["triggers"]) == [identity, "10.8.0.10:6443", CA_CERT_HASH]
 
 
 def test_deleting_a_host_drains_the_node_its_key_registered_and_dials_nothing_else():
-    """Taking a host out of its pool runs one stored delete hook: drain-node.sh on the control
-    plane, for the Node the host's identity registered. Nothing dials the host on delete, and
-    nothing terminates or resets it (it has no instance, and its steps have no delete)."""
+    """Taking a host out of its pool runs one hook: its join's leave, through the API with the
+    live credential, for the Node the host's identity registered. Nothing dials the host on
+    delete, and nothing terminates or resets it (it has no instance, and its steps have no
+    delete)."""
     plan = lifecycle.plan(baseline(), with_pools(hgx_hosts(HGX_B)))
     (run,) = recovery.hook_runs(plan, baseline(), with_pools(hgx_hosts(HGX_B)))
-    assert (run.name, run.program) == (f"{NODE_A}-drain", "drain-node.sh"), run
+    assert (run.name, run.program) == (f"{NODE_A}-join", node_hooks.LEAVES), run
+    assert run.credential is recovery.Credential.LIVE_API and not run.idle, run
     assert run.params["NODE_NAME"] == NODE_A, run.params
     assert run.params["INSTANCE_ID"] == host_id(HGX_A["hostKey"]), run.params
-    drain = node_steps(NODE_A)["drain"]
-    assert unwrap(drain.inputs["connection"])["host"] == "10.8.0.10", drain.urn
-    for name, resource in node_steps(NODE_A).items():
-        if name != "drain" and resource.type == COMMAND:
+    for resource in node_steps(NODE_A).values():
+        if resource.type == COMMAND:
             assert not unwrap(resource.inputs.get("delete")), f"{resource.urn}: dials on delete"
 
 
-def test_with_the_control_plane_unreachable_a_hosts_drain_goes_with_its_scripts_copy():
-    """controlPlane.unreachable: the drain's hook is skipped when the node goes (deleted_with),
-    as with an EC2 node's instance; an existing host has none, so the copy of its scripts,
-    which goes with it, stands in."""
+def test_with_the_control_plane_unreachable_a_hosts_leave_drains_nothing():
+    """controlPlane.unreachable: the leave hook of a host taken out of its pool reads it from
+    the program and drains and deletes nothing, as an EC2 node's does."""
     config = dict(stack_file(STACK)["gpu-cluster:controlPlane"], unreachable=True)
-    found = run_program(STACK, config={"controlPlane": config})
-    drain = found.named(f"{NODE_A}-drain")
-    assert drain.deleted_with == found.named(f"{NODE_A}-scripts").urn, drain.deleted_with
+    before = baseline()
+    after = run_program(STACK, config={"nodePools": hgx_hosts(HGX_B), "controlPlane": config})
+    (run,) = recovery.hook_runs(lifecycle.plan(before, after), before, after)
+    assert run.program == node_hooks.LEAVES and "drains and deletes nothing" in run.idle, run
 
 
 def test_an_existing_hosts_wait_ready_keeps_its_login_keys_and_checks_its_release():
@@ -263,9 +283,17 @@ def test_a_hosts_pool_beside_ec2_pools_changes_nothing_of_theirs():
     pools = [*stack_file("prod")["gpu-cluster:nodePools"], copy.deepcopy(POOLS[1])]
     after = run_program("prod", config={"nodePools": pools})
     plan = lifecycle.plan(before, after)
-    changed = [c.name for c in plan.changes if c.action is not Action.UNCHANGED]
+    # The node guard covers the new pool's node names too (components/kube/node_guard.py).
+    (guard,) = after.of_type("kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy")
+    assert (
+        '"system:node:prod-gpu-l40s-"'
+        in unwrap(guard.inputs)["spec"]["matchConditions"][0]["expression"]
+    )
+    changes = [c for c in plan.changes if c.action is not Action.UNCHANGED and c.urn != guard.urn]
+    assert plan.named(guard.name).action is Action.UPDATE
+    changed = [c.name for c in changes]
     assert changed and all(name.startswith("prod-gpu-l40s") for name in changed), changed
-    assert {c.action for c in plan.changes if c.action is not Action.UNCHANGED} == {Action.CREATE}
+    assert {c.action for c in changes} == {Action.CREATE}
     assert not after.find(
         lambda r: r.name.startswith("prod-gpu-l40s") and r.type.startswith("aws:")
     )
@@ -370,16 +398,20 @@ def test_an_unnamed_hosts_new_address_is_a_new_node():
 
 def test_a_new_host_key_is_a_new_machine_drained_joined_and_proven_again():
     """A re-installed server (or another one at the address) presents a new key: its Node is
-    drained and deleted before the new join (the drain's hook runs first: delete before
-    replace), which registers it afresh, and its GPUs are proven again."""
+    drained and deleted before the new join (the old join's leave hook runs first: delete
+    before replace), which registers it afresh, and its GPUs are proven again."""
     rekeyed = {**HGX_A, "hostKey": ed25519_key("onprem gpu-a reinstalled")["publicKeyOpenssh"]}
     after = with_pools(hgx_hosts(rekeyed, HGX_B))
     plan, nodes = impacts(after)
     replaced = {c.name for c in plan.by_action(Action.REPLACE)}
-    for suffix in ("scripts", "wait-ready", "drain", "driver", "join", "validation-job"):
+    for suffix in ("scripts", "wait-ready", "driver", "join", "validation-job"):
         assert f"{NODE_A}-{suffix}" in replaced, sorted(replaced)
     assert nodes[NODE_A].startswith("drained, reset, re-joined"), nodes
     assert nodes[NODE_B] == "untouched", nodes
-    (run,) = recovery.hook_runs(plan, baseline(), after)
+    runs = recovery.hook_runs(plan, baseline(), after)
+    (run,) = [r for r in runs if r.program == node_hooks.LEAVES]
     assert run.params["INSTANCE_ID"] == host_id(HGX_A["hostKey"]), run.params
     assert f"{NODE_A}-join" in run.before, run.before
+    # The new join's create hook looks for the old key's Node under the name: none is left.
+    (joins,) = [r for r in runs if r.program == node_hooks.JOINS]
+    assert joins.params["INSTANCE_ID"] == host_id(rekeyed["hostKey"]), joins.params

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import real_apt, units
 from tests.helpers.tools import ACTIONLINT_INSTALL, CI_ENV, require_tool
 from tools import graph_picture
 from tools.harness.stacks import ROOT
@@ -141,18 +140,72 @@ def test_a_missing_tool_fails_in_ci(monkeypatch, value):
         require_tool("gpu-cluster-no-such-tool", "apt-get install -y no-such-tool")
 
 
+# The calls of tests/helpers/tools.py whose second argument tells a newcomer what to install.
+TOOL_CHECKS = ("require_tool", "missing")
+
+
+def _string_constants(tree: ast.Module) -> dict[str, str]:
+    """A module's top-level NAME = "string" assignments."""
+    return {
+        target.id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+        for target in node.targets
+        if isinstance(target, ast.Name) and isinstance(node.value.value, str)
+    }
+
+
+def _install_hints(path: Path) -> list[str]:
+    """The install hints a test module passes to require_tool or missing: literal strings, the
+    literal parts of f-strings, and the constants they name (the module's own, or imported from
+    a module of this repository)."""
+    tree = ast.parse(path.read_text(), str(path))
+    constants = _string_constants(tree)
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tests."):
+            source = ROOT / f"{node.module.replace('.', '/')}.py"
+            if source.is_file():
+                theirs = _string_constants(ast.parse(source.read_text(), str(source)))
+                for alias in node.names:
+                    if alias.name in theirs:
+                        constants[alias.asname or alias.name] = theirs[alias.name]
+    hints = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and getattr(node.func, "id", "") in TOOL_CHECKS):
+            continue
+        args = [*node.args[1:2], *(k.value for k in node.keywords if k.arg == "install")]
+        for arg in args:
+            if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                hints.append(arg.value)
+            elif isinstance(arg, ast.JoinedStr):
+                hints.append("".join(v.value for v in arg.values if isinstance(v, ast.Constant)))
+            elif isinstance(arg, ast.Name) and arg.id in constants:
+                hints.append(constants[arg.id])
+    return hints
+
+
 def test_ci_installs_every_tool_a_test_may_skip_for():
     """What tests/helpers/tools.py lets a newcomer's run skip, .ci/run installs, pinned as the
-    tests name it, and it runs the tests with CI=true."""
+    tests name it, and it runs the tests with CI=true: every apt package a test's
+    require_tool or missing names (the fakes of this module's own tests aside)."""
     ci = (ROOT / ".ci" / "run").read_text()
     assert graph_picture.INSTALL_HINT.rsplit(" ", 1)[1] in ci, "graphviz is not installed by CI"
     assert ACTIONLINT_INSTALL.rsplit(" ", 1)[1] in ci, f"CI does not {ACTIONLINT_INSTALL}"
     assert re.search(r"^export CI=true$", ci, re.MULTILINE), ".ci/run does not set CI=true"
     installed = set(re.findall(r"missing\+=\(([^)]*)\)", ci))
     installed = {package for group in installed for package in group.split()}
-    for hint in (real_apt.INSTALL, units.INSTALL):
-        packages = set(hint.removeprefix("apt-get install ").split())
-        assert packages <= installed, f".ci/run does not install {packages - installed}"
+    named: dict[str, set[str]] = {}
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        for hint in _install_hints(path):
+            for command in hint.split("&&"):
+                words = command.split()
+                if words[:2] == ["apt-get", "install"]:
+                    packages = {w for w in words[2:] if not w.startswith("-")}
+                    named.setdefault(path.name, set()).update(packages - {"no-such-tool"})
+    every = set().union(*named.values())
+    assert {"apt-utils", "gnupg", "systemd", "openssh-server"} <= every, named
+    for module, packages in named.items():
+        assert packages <= installed, f".ci/run does not install {packages - installed} ({module})"
 
 
 def _imported_top_levels(paths: list[Path]) -> set[str]:

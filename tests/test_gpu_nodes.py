@@ -15,8 +15,9 @@ import pytest
 import yaml
 
 from components.catalog import CATALOG
-from components.hosts import bundle, rolling, steps
-from components.hosts.remote import DELETE_DIAL_ATTEMPTS, DIAL_FOREVER
+from components.hosts import steps
+from components.hosts.remote import DIAL_FOREVER
+from components.kube import node_hooks
 from components.settings.constants import POOL_LABEL
 from tools.harness import mocks
 from tools.harness.graph import (
@@ -138,7 +139,7 @@ def test_nodes_of_one_pool_never_wait_on_each_other():
     for a, b in combinations(nodes, 2):
         for waiter, other in ((a, b), (b, a)):
             # Its last resource: it waits for everything of its own chain.
-            last = g.named(f"{waiter}-uncordon")
+            last = g.named(f"{waiter}-in-service")
             for resource in owned_by(g, other):
                 assert not g.depends_on(last, resource), f"{last.urn} waits on {resource.urn}"
 
@@ -147,8 +148,7 @@ def test_nodes_of_one_pool_never_wait_on_each_other():
 def test_host_steps_keep_dialling_within_a_bounded_time(stack):
     """custom_timeouts bound only the dial (pulumi-command): the script is bounded on the host by
     `timeout -k`, run as root so the kill reaches root's processes; `update` is set explicitly;
-    a step with a delete hook dials a bounded number of times (Delete dials with the stored
-    connection and fails when the host is gone)."""
+    no step stores a `delete`, so none dials on delete."""
     g = graph(stack)
     for node in node_names(stack):
         for row in steps.NODE_ROWS:
@@ -157,14 +157,11 @@ def test_host_steps_keep_dialling_within_a_bounded_time(stack):
             resource = step(g, row.resource_name(node))
             inputs = resource.plain_inputs()
             connection = inputs["connection"]
-            limit = DIAL_FOREVER if row.delete_script is None else DELETE_DIAL_ATTEMPTS
-            assert connection["dialErrorLimit"] == limit, f"{resource.urn}: {connection}"
+            assert connection["dialErrorLimit"] == DIAL_FOREVER, f"{resource.urn}: {connection}"
+            assert not inputs.get("delete"), f"{resource.urn}: dials on delete"
             assert resource.custom_timeouts.get("create"), f"{resource.urn}: no create timeout"
             seconds = row.timeout_seconds
             params = script_params(resource)
-            if row is steps.DRAIN:  # bounded per pool: the wait for a slot, then the drain
-                seconds = int(params["SLOT_WAIT_SECONDS"]) + int(params["DRAIN_TIMEOUT_SECONDS"])
-                seconds += rolling.READY_TIMEOUT_SECONDS
             if row is steps.JOIN:  # and the wait for its GPUs, validation.timeoutSeconds
                 seconds += int(params["CAPACITY_TIMEOUT_SECONDS"])
             assert inputs["create"] == f"sudo timeout -k 30 {seconds} bash -s", (
@@ -283,16 +280,12 @@ def test_join_configuration_inputs(stack):
         assert re.fullmatch(r"sha256:[0-9a-f]{64}", params["CA_CERT_HASH"]), f"{join.urn}"
         assert params["CA_CERT_HASH"] == mocks.CA_CERT_HASH, f"{join.urn}: not the kubeconfig's"
         assert re.fullmatch(r"[A-Za-z0-9.-]+:\d+", params["API_ENDPOINT"]), f"{join.urn}"
+        # Only what the node's DaemonSets select on before it is proven: the labels that steer
+        # workloads come from the control plane (`<node>-in-service`).
         labels = dict(item.split("=", 1) for item in params["NODE_LABELS"].split(","))
-        expected = {
-            **pool.get("labels", {}),
-            "nvidia.com/gpu.present": "true",
-            "gpu-cluster.io/pool": pool["name"],
-            # The machine it runs on: what a delete's drain checks it acts on.
-            "gpu-cluster.io/instance-id": instance.id,
-        }
+        expected = {"nvidia.com/gpu.present": "true"}
         if pool.get("efa"):
-            expected["vpc.amazonaws.com/efa.present"] = "true"
+            expected["gpu-cluster.io/efa"] = "true"
         assert labels == expected, f"{join.urn}: labels {labels}"
         # As AWS's cloud provider writes it: the zone the provider reads back, the machine.
         assert re.fullmatch(
@@ -302,9 +295,11 @@ def test_join_configuration_inputs(stack):
         configured = pool.get(
             "taints", [{"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"}]
         )
-        assert taints == [f"{t['key']}={t['value']}:{t['effect']}" for t in configured], (
-            f"{join.urn}: taints {taints}"
-        )
+        # The pool's taints and the proof taint, which the node keeps until its checks passed.
+        assert taints == [
+            *(f"{t['key']}={t['value']}:{t['effect']}" for t in configured),
+            "gpu-cluster.io/unproven:NoSchedule",
+        ], f"{join.urn}: taints {taints}"
         # The join's own checks: Ready within its bound, then every GPU (each time-sliced share)
         # allocatable within validation.timeoutSeconds; none with validation disabled.
         shares = settings.device_plugin.time_slicing.replicas
@@ -315,8 +310,8 @@ def test_join_configuration_inputs(stack):
         assert int(params["READY_TIMEOUT_SECONDS"]) > 0, f"{join.urn}"
         assert params["DEVICE_PLUGIN_NAMESPACE"] == "nvidia-device-plugin", f"{join.urn}"
         # A disruptive change re-runs the checks: the same digest as the roll around it.
-        drain = script_inputs(step(g, f"{node}-drain"))
-        assert params["CHANGE"] == drain["CHANGE"], f"{join.urn}: {params['CHANGE']}"
+        in_service = g.named(f"{node}-in-service").plain_inputs()["environment"]
+        assert params["CHANGE"] == in_service["CHANGE"], f"{join.urn}: {params['CHANGE']}"
 
 
 # ---------------------------------------------------------------- secrets and teardown
@@ -369,44 +364,23 @@ def test_ssh_key_and_kubeconfig_are_secret_everywhere(stack):
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_teardown_drains_then_terminates_and_never_dials_the_node(stack):
+def test_teardown_drains_then_terminates_and_never_dials_a_host(stack):
+    """No step stores a `delete` (pulumi-command's Delete would dial the stored host with the
+    stored connection): the join's before-delete hook drains and deletes the Node through the
+    API, before the instance it runs for terminates (Pulumi deletes dependents first), and a
+    replaced join is deleted first, so its Node is gone before the new one registers."""
     g = graph(stack)
     for node in node_names(stack):
-        instance, join, drain = (
-            g.named(node),
-            step(g, f"{node}-join"),
-            step(g, f"{node}-drain"),
-        )
-        # pulumi-command's Delete dials the stored host and fails when it is gone: no hook on
-        # the node (join-node.sh resets a kept host that moves to another cluster instead).
+        instance, join = g.named(node), step(g, f"{node}-join")
         for resource in owned_by(g, node):
-            if (
-                resource.type == COMMAND
-                and resource.plain_inputs()["connection"]["host"]
-                == (join.plain_inputs()["connection"]["host"])
-            ):
-                assert not resource.plain_inputs().get("delete"), f"{resource.urn}: dials node"
-        # The drain's hook, on the control plane: drain-node.sh by digest (installed by the step
-        # itself), for the Node its own machine registered.
-        delete = unwrap(drain.inputs.get("delete")) or ""
-        digest = bundle.digest("drain-node.sh")
-        assert f"\nby_digest {digest}\nsource {bundle.INSTALLED_DIR}/{digest}.sh\n" in delete, (
-            f"{drain.urn}: delete does not run drain-node.sh"
-        )
-        assert f"by_digest {digest}\n" in unwrap(drain.inputs["stdin"]), (
-            f"{drain.urn}: the step does not install its hook's program"
-        )
-        hook_params = dict(
-            re.findall(r"^([A-Z_]+)='?([^'\n]*)'?$", delete.split("STEP_BUNDLE=")[0], re.M)
-        )
-        assert hook_params == {
-            "NODE_NAME": node,
-            "INSTANCE_ID": instance.id,
-            "DRAIN_TIMEOUT_SECONDS": str(rolling.DELETE_DRAIN_TIMEOUT_SECONDS),
-        }, f"{drain.urn}: {hook_params}"
-        assert drain.delete_before_replace, f"{drain.urn}: drains before a replacement"
-        # Pulumi deletes dependents first: the drain before the instance it runs for.
-        assert g.depends_on(drain, instance), f"{drain.urn} must go before {instance.urn}"
+            if resource.type == COMMAND:
+                assert not resource.plain_inputs().get("delete"), f"{resource.urn}: dials"
+        assert join.hooks == {
+            "before_create": [node_hooks.JOINS],
+            "before_delete": [node_hooks.LEAVES],
+        }, f"{join.urn}: {join.hooks}"
+        assert join.delete_before_replace, f"{join.urn}: its Node goes before a new join"
+        assert g.depends_on(join, instance), f"{join.urn} must go before {instance.urn}"
 
 
 # ---------------------------------------------------------------- re-runs and scaling
@@ -417,14 +391,15 @@ def _all_inputs(g: Graph, node: str) -> dict[str, dict]:
 
 
 def test_changing_a_pools_driver_changes_only_its_driver_steps():
-    """Only that pool's driver steps change, with the roll around them: the drain before, the
-    join's checks (its CHANGE) and the uncordon after (an update that re-runs each; the Job is
-    replaced, so it runs again; tests/test_lifecycle.py has what the engine makes of it)."""
+    """Only that pool's driver steps change, with the roll around them: the join's checks (its
+    CHANGE) and the put in service after (its CHANGE; the take-out is the driver step's own
+    hook); the Job is replaced, so it runs again; tests/test_lifecycle.py has what the engine
+    makes of it."""
     before = graph("prod")
     after = graph("prod", pools_with("prod", h100={"driverVersion": "570"}))
     # The nouveau step checks the archive has a signed module of the new branch (and may move
     # to a kernel that has one), so it re-runs inside the roll too.
-    rolled = ("drain", "nouveau", "driver", "join", "validation-job", "uncordon")
+    rolled = ("nouveau", "driver", "join", "validation-job", "in-service")
     for node in node_names("prod"):
         for resource in owned_by(after, node):
             old = before.by_urn[resource.urn]
@@ -633,7 +608,7 @@ def test_connections_use_the_bastion_in_prod():
             )
             proxy = connection.get("proxy") or {}
             assert proxy.get("host") == bastion["host"], f"{resource.urn}: proxy {proxy}"
-            assert connection["dialErrorLimit"] in (-1, DELETE_DIAL_ATTEMPTS), connection
+            assert connection["dialErrorLimit"] == DIAL_FOREVER, connection
 
 
 @pytest.mark.parametrize("stack", ["dev", "staging"])
@@ -665,3 +640,19 @@ def test_pool_and_node_outputs(stack):
         assert f"{outputs.get('nodeName')}-node" == component.name, f"{component.urn}: {outputs}"
         assert str(outputs.get("instanceId", "")).startswith("i-"), f"{component.urn}: {outputs}"
         assert outputs.get("privateIp"), f"{component.urn}: {outputs}"
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_a_node_is_at_most_15_resources_and_opens_no_control_plane_session(stack):
+    """Issue 40's weight: counted from the registrations (tools.node_cost), with the roll and
+    a node's removal through the API instead of two control-plane steps per node (14), plus
+    the first contact's second phase, `<node>-host-key-switch` (decision 064: the pin it
+    switches to is the connection the engine stores for every later step)."""
+    from tools import node_cost
+
+    g = graph(stack)
+    for node in node_names(stack):
+        cost = node_cost.cost(g, node)
+        efa_interfaces = sum(1 for name in cost.names if "-efa-" in name)
+        assert cost.resources - efa_interfaces <= 15, f"{node}: {cost.names}"
+        assert cost.control_plane_steps == 0, f"{node}: {cost.names}"

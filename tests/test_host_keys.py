@@ -10,13 +10,12 @@ connection passes is the one the installed private key really has.
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 import yaml
 from cryptography.hazmat.primitives import serialization
 
 from components.hosts import host_keys
+from components.hosts.host_keys import UnpinnedHost
 from tools.harness import mocks
 from tools.harness.graph import Graph, Resource, Secret, plain_strings, unwrap
 from tools.harness.mocks import fake_id, fake_ip
@@ -73,10 +72,10 @@ def connection(command: Resource) -> dict:
     return unwrap(command.inputs["connection"])
 
 
-def first_key(graph: Graph, machine: str) -> str:
-    """The key the first contact with `machine` checks (its `<machine>-host-key-rotation`)."""
+def first_keys(graph: Graph, machine: str) -> list[str]:
+    """The keys the first contact with `machine` accepts (its `<machine>-host-key-rotation`)."""
     rotation = graph.named(f"{machine}-host-key-rotation")
-    return unwrap(rotation.inputs["environment"])["BOOT_HOST_KEY"]
+    return mocks.local_inputs(unwrap(rotation.inputs["stdin"]))[0]["HOST_KEY"]
 
 
 def rotated_key(machine: str) -> str:
@@ -95,7 +94,7 @@ def test_every_connection_pins_the_key_its_machine_boots_with(stack_graph):
         if conn["host"] in machines:
             machine = machines[conn["host"]]
             # The boot key is checked once, by the rotation; every step pins the new key.
-            assert first_key(graph, machine.name) == installed_public_key(machine).strip()
+            assert first_keys(graph, machine.name) == [installed_public_key(machine).strip()]
             assert conn.get("hostKey", "").strip() == rotated_key(machine.name), (
                 f"{command.urn}: dials {machine.name} without pinning its rotated key"
             )
@@ -212,53 +211,40 @@ def instance_id(machine: str) -> str:
     return fake_id("i-", machine)  # the mocks' id of that instance
 
 
-def test_a_machine_of_an_earlier_release_is_pinned_from_host_keys_by_instance_id(caplog):
-    node, control_plane = "dev-gpu-a10g-0", "dev-gpu-control-plane"
-    mocks.INSTANCES_WITHOUT_USER_DATA.update({node, control_plane})
-    try:
-        with caplog.at_level(logging.WARNING):
-            graph = run_program("dev", config={"hostKeys": {instance_id(node): OLD_MACHINE_KEY}})
-    finally:
-        mocks.INSTANCES_WITHOUT_USER_DATA.clear()
+def test_a_machine_of_an_earlier_release_is_pinned_from_host_keys_by_instance_id():
+    node = "dev-gpu-a10g-0"
+    with mocks.booted_without_user_data({node}):
+        graph = run_program("dev", config={"hostKeys": {instance_id(node): OLD_MACHINE_KEY}})
     # Its first contact checks the key read out of band, then replaces it like any other.
-    assert first_key(graph, node) == OLD_MACHINE_KEY
+    assert first_keys(graph, node) == [OLD_MACHINE_KEY]
     for step in _steps_dialling(graph, node):
         assert connection(step)["hostKey"] == rotated_key(node), f"{step.urn}: {node}"
-    # No key known: the first contact has none to check, and the local script refuses to dial
-    # (tests/test_host_key_rotation.py), so nothing reaches an unpinned host.
-    assert first_key(graph, control_plane) == ""
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    unpinned = [w for w in warnings if "accept any host key" in w]
-    assert any(control_plane in w and instance_id(control_plane) in w for w in unpinned), warnings
-    assert not any(node in w for w in unpinned), warnings
 
 
-def test_a_replaced_old_machine_is_not_pinned_to_the_key_of_the_one_it_replaced(caplog):
-    """Pulumi creates the replacement with the ignored userData of the old machine (none), so it
-    boots with keys of its own: the entry of the old instance id must not apply to it."""
+@pytest.mark.parametrize("entry", [None, "i-0123456789abcdef0"])
+def test_a_machine_with_no_key_to_check_stops_the_up_naming_it_and_the_key_to_set(entry):
+    """Fail closed (issue 40, finding 5): a machine that booted without a generated key and has
+    no `hostKeys` entry of its own instance id (none, or one of another machine) stops the run;
+    before, its first contact went unpinned with a warning."""
+    control_plane = "dev-gpu-control-plane"
+    config = {"hostKeys": {entry: OLD_MACHINE_KEY}} if entry else {}
+    with mocks.booted_without_user_data({control_plane}), pytest.raises(UnpinnedHost) as stop:
+        run_program("dev", config=config)
+    message = str(stop.value)
+    assert control_plane in message, message
+    assert f"gpu-cluster:hostKeys.{instance_id(control_plane)}" in message, message
+
+
+def test_a_host_keys_entry_is_accepted_beside_the_boot_key():
+    """Finding 2 of issue 40: `hostKeys.<instance id>` is honoured for every machine, as the
+    message of a first contact that finds another key and docs/ssh-keys.md tell operators to
+    set it; before, a machine that booted with user data ignored it."""
     node = "dev-gpu-a10g-0"
-    mocks.INSTANCES_WITHOUT_USER_DATA.add(node)
-    try:
-        with caplog.at_level(logging.WARNING):
-            graph = run_program(
-                "dev", config={"hostKeys": {"i-0123456789abcdef0": OLD_MACHINE_KEY}}
-            )
-    finally:
-        mocks.INSTANCES_WITHOUT_USER_DATA.clear()
-    assert first_key(graph, node) == "", "pinned to the key of another machine"
-    assert any(instance_id(node) in r.getMessage() for r in caplog.records)
-
-
-def test_a_host_keys_entry_for_a_machine_with_its_generated_key_is_ignored_and_said(caplog):
-    node = "dev-gpu-a10g-0"
-    with caplog.at_level(logging.WARNING):
-        graph = run_program("dev", config={"hostKeys": {instance_id(node): OLD_MACHINE_KEY}})
-    assert first_key(graph, node) == installed_public_key(graph.named(node)).strip()
+    graph = run_program("dev", config={"hostKeys": {instance_id(node): OLD_MACHINE_KEY}})
+    boot = installed_public_key(graph.named(node)).strip()
+    assert first_keys(graph, node) == [boot, OLD_MACHINE_KEY]
     for step in _steps_dialling(graph, node):
         assert connection(step)["hostKey"].strip() == rotated_key(node), step.urn
-    assert any(
-        f"hostKeys.{instance_id(node)} is not used" in r.getMessage() for r in caplog.records
-    )
 
 
 def test_operator_hosts_are_pinned_from_config_and_refused_without():
@@ -298,7 +284,7 @@ def test_the_image_builder_boots_with_its_own_key_and_is_pinned():
     assert builders, "a baked pool builds its image on a builder machine"
     for builder in builders:
         assert "userData" in builder.ignore_changes, builder.urn
-        assert first_key(graph, builder.name) == installed_public_key(builder).strip()
+        assert first_keys(graph, builder.name) == [installed_public_key(builder).strip()]
         expected = rotated_key(builder.name)
         steps = [
             c for c in graph.of_type(COMMAND) if machines.get(connection(c)["host"]) is builder
@@ -306,3 +292,30 @@ def test_the_image_builder_boots_with_its_own_key_and_is_pinned():
         assert len(steps) >= 3, f"{builder.name}: install, prepare and power-off steps"
         for step in steps:
             assert connection(step).get("hostKey", "").strip() == expected, step.urn
+
+
+def test_no_text_says_a_replacement_inherits_ignored_inputs():
+    """Issue 40, finding 8: the CHANGELOG, decision 002 and `pinned()`'s docstring said the
+    engine gives a replacement the ignored `userData` of the machine it replaces, and that older
+    machines keep their unpinned connection; decision 030 shows the engine checks the
+    program's inputs for a replacement (step_generator.go `continueStepsFromDiff`)."""
+    from tools.harness.stacks import ROOT
+
+    wrong = (
+        "replacement inherits the ignored",
+        "gives a replacement the ignored",
+        "a replacement gets the ignored",
+        "keep their connection as it was",
+        "booted without user data again",
+    )
+    for path in ("CHANGELOG.md", "components/hosts/host_keys.py", *DECISIONS):
+        text = " ".join((ROOT / path).read_text().split())
+        for phrase in wrong:
+            assert phrase not in text, f"{path}: {phrase!r}"
+
+
+DECISIONS = (
+    "docs/decisions/002-ssh-host-keys-are-generated-and-pinned.md",
+    "docs/decisions/041-a-host-key-only-its-host-can-use.md",
+    "docs/ssh-keys.md",
+)

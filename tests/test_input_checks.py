@@ -1,8 +1,8 @@
 """Every input check of every host script stops the script before it changes anything (issue 35).
 
 A mutation sample (seed 20261203) turned `fatal` into `log` for KUBERNETES_MINOR in
-install-kube-tools.sh and for READY_TIMEOUT_SECONDS in wait-node-ready.sh (now roll-uncordon.sh
-and join-node.sh), and no test failed: a check no test feeds its bad value can stop checking.
+install-kube-tools.sh and for READY_TIMEOUT_SECONDS in wait-node-ready.sh (now join-node.sh),
+and no test failed: a check no test feeds its bad value can stop checking.
 Here every check in a script's `check_inputs` (its `fatal`s, its `require_vars` and
 `require_node_name`) gets its bad value, on a host that is otherwise right for the script, and
 the run must fail naming it with no command of the host touched (no stub called) and no file
@@ -30,7 +30,6 @@ KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGxg7mXQyTzYhQ0q1b3oBk1J9KqDk8d6yY3c2
 BASE: dict[str, dict[str, str]] = {
     "check-version-skew.sh": {"KUBERNETES_MINOR": "1.35"},
     "disable-nouveau.sh": {"DRIVER_BRANCH": "580", "KERNEL_MODULES": "open"},
-    "drain-node.sh": {"NODE_NAME": "a10g-0", "INSTANCE_ID": "i-0abc123"},
     "init-control-plane.sh": {
         "CLUSTER_NAME": "dev-gpu",
         "NODE_NAME": "dev-gpu-control-plane",
@@ -86,22 +85,12 @@ BASE: dict[str, dict[str, str]] = {
     "prepare-image.sh": {"IMAGE_DIGEST": "ab" * 32, "SSH_USER": "ubuntu"},
     "pull-images.sh": {"IMAGES": "registry.k8s.io/pause:3.10.1", "KUBEADM_IMAGES": "false"},
     "read-kubeconfig.sh": {"API_SERVER": "https://10.42.3.7:6443"},
-    "roll-drain.sh": {
-        "NODE_NAME": "a10g-0",
-        "POOL_NAME": "a10g",
-        "MAX_UNAVAILABLE": "1",
-        "SLOT_SECONDS": "3600",
-        "SLOT_WAIT_SECONDS": "172800",
-        "DRAIN_TIMEOUT_SECONDS": "900",
-        "CHANGE": "ab" * 32,
+    "renew-certificates.sh": {
+        "CHECK_PERIOD": "2026-12-27",
+        "RENEW_WITHIN_DAYS": "90",
+        "RENEW_CONTROL_PLANE": "true",
     },
-    "roll-uncordon.sh": {
-        "NODE_NAME": "a10g-0",
-        "POOL_NAME": "a10g",
-        "MAX_UNAVAILABLE": "1",
-        "READY_TIMEOUT_SECONDS": "600",
-        "CHANGE": "ab" * 32,
-    },
+    "rotate-host-key.sh": {"PHASE": "switch", "NEW_HOST_KEY": " ".join(KEY.split()[:2])},
     "upgrade-control-plane.sh": {"KUBERNETES_MINOR": "1.35"},
     "user-kubeconfig.sh": {
         "API_SERVER": "https://10.42.3.7:6443",
@@ -116,7 +105,7 @@ FILES = {
     "check-version-skew.sh": (ADMIN_CONF,),
     "install-cni.sh": (ADMIN_CONF,),
     "read-kubeconfig.sh": (ADMIN_CONF, CA_CERT),
-    "roll-uncordon.sh": (ADMIN_CONF,),
+    "renew-certificates.sh": (ADMIN_CONF,),
     "user-kubeconfig.sh": (ADMIN_CONF,),
 }
 MISSING = None  # an input left out
@@ -162,10 +151,6 @@ CASES: list[Case] = [
     bad("disable-nouveau.sh", "DRIVER_BRANCH", "58", "DRIVER_BRANCH must be a driver branch"),
     bad("disable-nouveau.sh", "KERNEL_MODULES", "both", "KERNEL_MODULES must be open or"),
     *missing("disable-nouveau.sh", "KERNEL_MODULES"),
-    *missing("drain-node.sh", "NODE_NAME"),
-    bad("drain-node.sh", "NODE_NAME", "A10G_0", "NODE_NAME must be a lowercase DNS name"),
-    bad("drain-node.sh", "DRAIN_TIMEOUT_SECONDS", "5m", "DRAIN_TIMEOUT_SECONDS must be a number"),
-    bad("drain-node.sh", "INSTANCE_ID", "0abc123", "INSTANCE_ID must be an EC2 instance id"),
     *missing(
         "init-control-plane.sh",
         "CLUSTER_NAME",
@@ -272,35 +257,20 @@ CASES: list[Case] = [
     bad("read-kubeconfig.sh", "API_SERVER", "10.42.3.7:6443", "API_SERVER must be https://"),
     Case("read-kubeconfig.sh", {}, f"{ADMIN_CONF} not found on this host", (ADMIN_CONF,)),
     Case("read-kubeconfig.sh", {}, f"{CA_CERT} not found on this host", (CA_CERT,)),
-    *missing(
-        "roll-drain.sh",
-        "POOL_NAME",
-        "MAX_UNAVAILABLE",
-        "SLOT_SECONDS",
-        "SLOT_WAIT_SECONDS",
-        "DRAIN_TIMEOUT_SECONDS",
-        "CHANGE",
-        "NODE_NAME",
+    bad(
+        "read-kubeconfig.sh",
+        "ADMIN_CERT_NOT_AFTER",
+        "2027-01-01",
+        "ADMIN_CERT_NOT_AFTER must be a UTC time (RFC 3339)",
     ),
-    bad("roll-drain.sh", "NODE_NAME", "a10g_0", "NODE_NAME must be a lowercase DNS name"),
-    bad("roll-drain.sh", "MAX_UNAVAILABLE", "one", "MAX_UNAVAILABLE must be a whole number"),
-    bad("roll-drain.sh", "SLOT_SECONDS", "1h", "SLOT_SECONDS must be a whole number"),
-    bad("roll-drain.sh", "SLOT_WAIT_SECONDS", "2d", "SLOT_WAIT_SECONDS must be a whole number"),
-    bad("roll-drain.sh", "DRAIN_TIMEOUT_SECONDS", "15m", "DRAIN_TIMEOUT_SECONDS must be a whole"),
-    bad("roll-drain.sh", "MAX_UNAVAILABLE", "0", "MAX_UNAVAILABLE must be at least 1, got 0"),
-    bad("roll-drain.sh", "POOL_NAME", "A10G", "POOL_NAME must be a lowercase DNS label"),
-    *missing(
-        "roll-uncordon.sh",
-        "POOL_NAME",
-        "MAX_UNAVAILABLE",
-        "READY_TIMEOUT_SECONDS",
-        "CHANGE",
-        "NODE_NAME",
-    ),
-    bad("roll-uncordon.sh", "NODE_NAME", "a10g_0", "NODE_NAME must be a lowercase DNS name"),
-    bad("roll-uncordon.sh", "MAX_UNAVAILABLE", "0", "MAX_UNAVAILABLE must be a whole number of"),
-    bad("roll-uncordon.sh", "READY_TIMEOUT_SECONDS", "10m", "READY_TIMEOUT_SECONDS must be a"),
-    Case("roll-uncordon.sh", {}, f"cannot read {ADMIN_CONF}: this step runs on", (ADMIN_CONF,)),
+    *missing("renew-certificates.sh", "CHECK_PERIOD", "RENEW_WITHIN_DAYS", "RENEW_CONTROL_PLANE"),
+    bad("renew-certificates.sh", "CHECK_PERIOD", "2026-12", "CHECK_PERIOD must be a date"),
+    bad("renew-certificates.sh", "RENEW_WITHIN_DAYS", "90d", "RENEW_WITHIN_DAYS must be a number"),
+    bad("renew-certificates.sh", "RENEW_CONTROL_PLANE", "1", "RENEW_CONTROL_PLANE must be true"),
+    Case("renew-certificates.sh", {}, f"{ADMIN_CONF} not found on this host", (ADMIN_CONF,)),
+    bad("rotate-host-key.sh", "PHASE", "rotate", "PHASE must be stage or switch, got 'rotate'"),
+    bad("rotate-host-key.sh", "NEW_HOST_KEY", "", "NEW_HOST_KEY is required with PHASE=switch"),
+    bad("rotate-host-key.sh", "NEW_HOST_KEY", KEY, "NEW_HOST_KEY must be one ssh-ed25519 public"),
     *missing("upgrade-control-plane.sh", "KUBERNETES_MINOR"),
     bad("upgrade-control-plane.sh", "KUBERNETES_MINOR", "1", "KUBERNETES_MINOR must be a minor"),
     *missing("user-kubeconfig.sh", "API_SERVER", "CLIENT_NAME", "GROUP", "VALIDITY_HOURS"),

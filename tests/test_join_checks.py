@@ -116,8 +116,8 @@ def test_success_is_a_node_ready_with_every_gpu_seen_with_its_own_credentials(ho
 
 
 def test_the_node_registers_with_the_instance_it_runs_on(host):
-    """The kubelet registers with the machine's provider id and instance-id label, which a
-    delete's drain checks it acts on (drain-node.sh), and the pool's taints."""
+    """The kubelet registers with the machine's provider id and the labels and taints it is
+    given, which the join's delete hook checks it acts on (components/kube/node_hooks.py)."""
     assert host.run(SCRIPT, ONCE).returncode == 0
     node = json.loads(host.state(f"kubectl/nodes/{NODE}.json"))
     assert node["spec"]["providerID"] == ONCE["PROVIDER_ID"], node

@@ -5,8 +5,8 @@ refresh change nothing (issue 40, finding 6).
 
 The SDK's mock monitor records a hook binding but never calls the hook: the binding is checked
 on the registered graph, and the hook's callback is called directly against
-tests/helpers/kube_api.py, a fake kube-apiserver over real TLS with the authenticator's and the
-token cleaner's rules."""
+tests/helpers/fake_kube_api.py, a fake kube-apiserver over real TLS with the authenticator's and
+the token cleaner's rules."""
 
 from __future__ import annotations
 
@@ -20,9 +20,16 @@ import pytest
 
 from components.hosts import steps
 from components.kube import bootstrap_token
-from components.kube.api_client import Access, Api, ApiError
+from components.kube.api.client import (
+    ApiError,
+    AsyncKubeApi,
+    KubeApi,
+    KubeconfigError,
+    credential_of,
+)
 from components.kube.bootstrap_token import JOIN_TOKEN_TTL, JoinTokenError
-from tests.helpers.kube_api import FakeApi, fake_api, make_pki, node, secret_data
+from components.kube.node_hooks import ClusterAccess
+from tests.helpers.fake_kube_api import FakeApiServer, make_pki, run_async, secret_data
 from tests.helpers.manifests import stack_minor, validate
 from tools import drift, lifecycle, recovery
 from tools.harness import deployed, mocks, stacks
@@ -159,46 +166,48 @@ def _record(token_id: str = "abcdef", secret: str = "0123456789abcdef") -> dict:
     }
 
 
-def _mint(api: FakeApi, at: datetime.datetime, record: dict | None = None):
-    client = Api(Access.of_kubeconfig(api.kubeconfig()))
-    return bootstrap_token.mint(record or _record(), client, lambda: at)
+def _mint(api: FakeApiServer, at: datetime.datetime, record: dict | None = None):
+    client = AsyncKubeApi(KubeApi(credential_of(api.kubeconfig())))
+    return run_async(bootstrap_token.mint(record or _record(), client, lambda: at))
 
 
-def test_a_token_lives_two_hours_from_the_programs_clock(tmp_path):
+def test_a_token_lives_two_hours_from_the_programs_clock():
     """What the mint writes: the program's clock plus two hours, which the authenticator and
     the token cleaner then go by."""
-    with fake_api(tmp_path) as api:
-        api.server_now = T0
+    with FakeApiServer() as api:
+        api.cluster.server_now = T0
         minted = _mint(api, T0)
         assert minted.expires == T0 + JOIN_TOKEN_TTL, minted
-        (secret,) = api.secrets.values()
+        (secret,) = api.cluster.secrets.values()
         assert secret_data(secret, "expiration") == "2026-01-01T02:00:00Z", secret
         token = "abcdef.0123456789abcdef"
-        assert api.authenticates(token, T0 + JOIN_TOKEN_TTL), "refused within its lifetime"
-        assert not api.authenticates(token, T0 + JOIN_TOKEN_TTL + datetime.timedelta(seconds=1))
-        assert api.clean(T0 + JOIN_TOKEN_TTL + datetime.timedelta(seconds=1)) == [
+        assert api.cluster.authenticates(token, T0 + JOIN_TOKEN_TTL), "refused within its lifetime"
+        assert not api.cluster.authenticates(
+            token, T0 + JOIN_TOKEN_TTL + datetime.timedelta(seconds=1)
+        )
+        assert api.cluster.clean(T0 + JOIN_TOKEN_TTL + datetime.timedelta(seconds=1)) == [
             "bootstrap-token-abcdef"
         ]
 
 
-def test_a_runner_clock_ahead_is_clamped_to_the_api_servers(tmp_path):
+def test_a_runner_clock_ahead_is_clamped_to_the_api_servers():
     """A clock far ahead (a wrong runner, or a value meant to keep a token alive) gives no
     longer life: never more than two hours past the cluster's own clock."""
-    with fake_api(tmp_path) as api:
-        api.server_now = T0
+    with FakeApiServer() as api:
+        api.cluster.server_now = T0
         minted = _mint(api, T0 + datetime.timedelta(days=3650))
         assert minted.expires == T0 + JOIN_TOKEN_TTL, minted
-        assert not api.authenticates("abcdef.0123456789abcdef", T0 + 3 * HOUR)
+        assert not api.cluster.authenticates("abcdef.0123456789abcdef", T0 + 3 * HOUR)
 
 
-def test_a_runner_clock_far_behind_is_refused_before_anything_is_written(tmp_path):
-    with fake_api(tmp_path) as api:
-        api.server_now = T0
+def test_a_runner_clock_far_behind_is_refused_before_anything_is_written():
+    with FakeApiServer() as api:
+        api.cluster.server_now = T0
         assert _mint(api, T0 - HOUR).expires == T0 + HOUR  # shorter, still enough for a join
-        api.secrets.clear()
+        api.cluster.secrets.clear()
         with pytest.raises(JoinTokenError, match=r"1:45:00 behind the API server's.*NTP"):
             _mint(api, T0 - datetime.timedelta(minutes=105))
-        assert not api.secrets
+        assert not api.cluster.secrets
 
 
 def test_without_a_server_date_the_programs_clock_alone_sets_it():
@@ -219,23 +228,23 @@ def _hook_args(graph: Graph, name: str) -> pulumi.ResourceHookArgs:
     )
 
 
-def test_the_hook_mints_the_token_the_join_uses(graphs, tmp_path):
+def test_the_hook_mints_the_token_the_join_uses(graphs):
     graph = graphs["dev"]
     name = node_names(graph)[0]
-    with fake_api(tmp_path) as api, bootstrap_token.clock(lambda: T0):
-        api.server_now = T0
+    with FakeApiServer() as api, bootstrap_token.clock(lambda: T0):
+        api.cluster.server_now = T0
 
         async def run() -> None:
-            kubeconfig = pulumi.Output.secret(api.kubeconfig())
-            await bootstrap_token.mint_callback(kubeconfig)(_hook_args(graph, name))
+            access = ClusterAccess(kubeconfig=pulumi.Output.secret(api.kubeconfig()))
+            await bootstrap_token.mint_callback(access)(_hook_args(graph, name))
 
         loop = asyncio.new_event_loop()  # the program runs' own loop stays as it is
         try:
             loop.run_until_complete(run())
         finally:
             loop.close()
-        (secret,) = api.secrets.values()
-        assert api.authenticates(join_token_of(graph, name), T0 + HOUR), secret
+        (secret,) = api.cluster.secrets.values()
+        assert api.cluster.authenticates(join_token_of(graph, name), T0 + HOUR), secret
         assert secret["metadata"]["namespace"] == "kube-system", secret
         assert {key: secret_data(secret, key) for key in secret["data"]} == {
             "token-id": fields(graph, name)["tokenId"],
@@ -246,32 +255,32 @@ def test_the_hook_mints_the_token_the_join_uses(graphs, tmp_path):
             "usage-bootstrap-signing": "true",
             "auth-extra-groups": "system:bootstrappers:kubeadm:default-node-token",
         }
-        body = next(body for method, _, body in api.requests if method == "POST")
+        body = api.cluster.posts()[0]
         validate(body, stack_minor("dev"), "the join token Secret")
 
 
-def test_a_node_its_machine_registered_gets_no_token(tmp_path):
-    with fake_api(tmp_path) as api:
-        api.server_now = T0
+def test_a_node_its_machine_registered_gets_no_token():
+    with FakeApiServer() as api:
+        api.cluster.server_now = T0
         record = _record()
-        api.nodes[record["node"]] = node(record["node"], instance_id=record["machine"])
+        api.cluster.add_node(record["node"], machine=record["machine"])
         minted = _mint(api, T0)
-        assert minted.expires is None and not api.posts(), minted
+        assert minted.expires is None and not api.cluster.posts(), minted
         # Registered before nodes carried their instance id: taken as this machine's, as the
         # drain on delete takes it (drain-node.sh).
-        api.nodes[record["node"]] = node(record["node"], instance_id=None)
-        assert _mint(api, T0).expires is None and not api.posts()
+        api.cluster.add_node(record["node"], machine=None)
+        assert _mint(api, T0).expires is None and not api.cluster.posts()
         # Another machine's Node (the one this machine replaces, not drained yet): mint.
-        api.nodes[record["node"]] = node(record["node"], instance_id="i-0fedcba987654321f")
-        assert _mint(api, T0).expires is not None and len(api.posts()) == 1
+        api.cluster.add_node(record["node"], machine="i-0fedcba987654321f")
+        assert _mint(api, T0).expires is not None and len(api.cluster.posts()) == 1
 
 
-def test_a_mint_cut_short_is_finished_by_the_next_run_and_a_foreign_secret_is_refused(tmp_path):
-    with fake_api(tmp_path) as api:
-        api.server_now = T0
+def test_a_mint_cut_short_is_finished_by_the_next_run_and_a_foreign_secret_is_refused():
+    with FakeApiServer() as api:
+        api.cluster.server_now = T0
         _mint(api, T0)
         again = _mint(api, T0 + HOUR)  # the same record: its Secret is there (409)
-        assert "earlier run" in again.summary and len(api.secrets) == 1, again
+        assert "earlier run" in again.summary and len(api.cluster.secrets) == 1, again
         with pytest.raises(JoinTokenError) as refused:
             _mint(api, T0, _record(secret="ffffffffffffffff"))
         message = str(refused.value)
@@ -279,17 +288,17 @@ def test_a_mint_cut_short_is_finished_by_the_next_run_and_a_foreign_secret_is_re
         assert "ffffffffffffffff" not in message and "0123456789abcdef" not in message, message
 
 
-def test_refusals_name_the_node_and_never_the_token(tmp_path):
-    with fake_api(tmp_path) as api:
-        api.forbidden = True
+def test_refusals_name_the_node_and_never_the_token():
+    with FakeApiServer() as api:
+        api.cluster.forbidden = True
         with pytest.raises(JoinTokenError, match=r"^dev-gpu-a10g-0: cannot read its Node") as e:
             _mint(api, T0)
         assert "0123456789abcdef" not in str(e.value)
-        other = Api(Access.of_kubeconfig(api.kubeconfig(pki=make_pki("another-cluster"))))
+        other = KubeApi(credential_of(api.kubeconfig(pki=make_pki("another-cluster"))))
         with pytest.raises(ApiError, match="TLS failed"):
             other.call("GET", "/api/v1/nodes/x")
-    with pytest.raises(ApiError, match=r"kubeconfig: no entry 'contexts'"):
-        Access.of_kubeconfig("apiVersion: v1\nkind: Config\n")
+    with pytest.raises(KubeconfigError, match=r"the kubeconfig has no context named None"):
+        credential_of("apiVersion: v1\nkind: Config\n")
 
 
 # ---------------------------------------------------------------- day two
@@ -390,7 +399,7 @@ RELEASES = ("8c2ffef", "1552dff")
 
 @pytest.mark.parametrize("pinned", [*STACKS, *VARIANTS])
 @pytest.mark.parametrize("release", RELEASES)
-def test_the_upgrade_mints_nothing_for_joined_nodes(release, pinned, tmp_path):
+def test_the_upgrade_mints_nothing_for_joined_nodes(release, pinned):
     """A running stack gets a record per node (a new resource), whose hook finds every Node
     registered by its machine and mints nothing; no node is drained, reset or re-joined for
     it. From 1552dff, each node's token Secret goes from the state (no delete hook: the
@@ -409,13 +418,13 @@ def test_the_upgrade_mints_nothing_for_joined_nodes(release, pinned, tmp_path):
     pools = {r.name for r in after.of_type("gpu-cluster:index:GpuNodePool")}
     seeds = {c.name for c in stashes} - {c.name for c in created}
     assert seeds == {f"{p}-join-token-seed" for p in pools}, seeds
-    with fake_api(tmp_path) as api:
+    with FakeApiServer() as api:
         for name in nodes:
-            api.nodes[name] = node(name, instance_id=before.named(name).id)
+            api.cluster.add_node(name, machine=before.named(name).id)
         for change in created:
             held = unwrap(after.by_urn[change.urn].inputs["input"])
             assert _mint(api, T0, held).expires is None, change.name
-        assert not api.posts(), api.posts()
+        assert not api.cluster.posts(), api.cluster.posts()
     for impact in plan.nodes.values():
         assert not (impact.drained or impact.reset or impact.rejoined), impact
     if release == "1552dff":

@@ -13,7 +13,15 @@ import pytest
 
 from components.catalog import CATALOG
 from components.hosts import pins
-from tests.helpers.archive import DRIVER, KERNEL, NEWER_KERNEL, POINT_RELEASE, Archive, gpu_host
+from tests.helpers.archive import (
+    DRIVER,
+    KERNEL,
+    NEWER_KERNEL,
+    POINT_RELEASE,
+    Archive,
+    gpu_host,
+    ubuntu_version,
+)
 from tests.sandbox import Sandbox, needs_sandbox
 
 FAST = {"RETRY_BASE_SECONDS": "0.01"}
@@ -155,6 +163,10 @@ def test_kubelet_requires_the_boot_check(host):
     assert result.called("systemctl", "enable", "gpu-cluster-nvidia-boot-check")
 
 
+# The only upload of the userspace -updates keeps once the driver moved on (580.105.08's).
+OFFERED = ubuntu_version(POINT_RELEASE, "24.04")
+
+
 @needs_sandbox
 def test_a_module_that_outlived_its_drivers_userspace_moves_the_kernel(tmp_path):
     """Issue 39, finding 2: a new node on an older image after Ubuntu updated the driver. The
@@ -169,7 +181,7 @@ def test_a_module_that_outlived_its_drivers_userspace_moves_the_kernel(tmp_path)
     assert nouveau.returncode == 0, nouveau.stderr
     assert (
         f"the archive's {module(KERNEL)} is built for driver {DRIVER}, whose userspace it no "
-        "longer offers (nvidia-kernel-common-580-server: 580.105.08-0ubuntu0.24.04.2): "
+        f"longer offers (nvidia-kernel-common-580-server: {OFFERED}): "
         f"installing kernel {NEWER_KERNEL}" in nouveau.stderr
     ), nouveau.stderr
     assert host.installed(f"linux-image-{NEWER_KERNEL}")
@@ -190,8 +202,8 @@ def test_no_kernel_with_a_usable_module_stops_the_nouveau_step_naming_why(tmp_pa
     assert result.returncode == 1
     assert (
         f"[nouveau] FAILED: the archive's {module(KERNEL)} is built for driver {DRIVER}, whose "
-        "userspace it no longer offers (nvidia-kernel-common-580-server: "
-        "580.105.08-0ubuntu0.24.04.2), and no linux-modules-nvidia-580-server-open-* of another "
-        "aws kernel is built for a driver it offers" in result.stderr
+        f"userspace it no longer offers (nvidia-kernel-common-580-server: {OFFERED}), and no "
+        "linux-modules-nvidia-580-server-open-* of another aws kernel is built for a driver it "
+        "offers" in result.stderr
     ), result.stderr
     assert result.called("systemd-run") == []

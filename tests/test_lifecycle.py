@@ -159,13 +159,7 @@ def test_a_driver_change_updates_only_that_pools_driver_step(baseline):
     # nouveau re-runs too: it checks the archive has the new branch's signed module for the
     # running kernel (and may move to a kernel that has one), inside the roll; the join re-runs
     # its checks of the changed host (its CHANGE), joining nothing.
-    rolled = (
-        steps.DRAIN,
-        steps.NOUVEAU,
-        steps.DRIVER,
-        steps.JOIN,
-        steps.ROLL_UNCORDON,
-    )
+    rolled = (steps.NOUVEAU, steps.DRIVER, steps.JOIN, steps.IN_SERVICE)
     expected = {row.resource_name(n) for n in h100 for row in rolled}
     assert changed == expected | jobs, lifecycle.render(plan)
     for node in h100:
@@ -175,21 +169,29 @@ def test_a_driver_change_updates_only_that_pools_driver_step(baseline):
         assert not (plan.nodes[node].reset or plan.nodes[node].rejoined), plan.nodes[node]
 
 
-def test_a_taint_change_warns_that_busy_nodes_are_re_validated_in_service(baseline):
-    """A new taint changes the GPU Jobs' tolerations, so each node's validation Job is replaced
-    at once, outside a roll, while the node runs work: the plan says so, for a reviewer to apply
-    it when the nodes are idle. Inside a roll (a driver change) it does not warn."""
-    taint = {"key": "team", "value": "ml", "effect": "NoSchedule"}
-    pools = copy.deepcopy(stack_file("prod")["gpu-cluster:nodePools"])
-    h100 = next(pool for pool in pools if pool["name"] == "h100")
-    h100["taints"] = [*h100.get("taints", []), taint]
-    after = run_program("prod", config={"nodePools": pools})
+def test_a_new_job_image_warns_that_busy_nodes_are_re_validated_in_service(baseline):
+    """A new validation image changes every GPU Job's pod template, so each node's validation
+    Job is replaced at once, outside a roll, while the node runs work: the plan says so, for a
+    reviewer to apply it when the nodes are idle. A new taint does not (a Job keeps the
+    tolerations it ran with, decision 059), and inside a roll (a driver change) it does not
+    warn."""
+    validation = dict(stack_file("prod")["gpu-cluster:validation"])
+    validation["image"] = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.1"
+    after = run_program("prod", config={"validation": validation})
     plan = lifecycle.plan(baseline["prod"], after)
-    nodes = [n for n in lifecycle.node_names(after) if "-h100-" in n]
+    nodes = lifecycle.node_names(after)
     for node in nodes:
         assert "validation-job" in plan.nodes[node].revalidated, plan.nodes[node]
     text = lifecycle.render(plan)
     assert f"Warning: {len(nodes)} node(s) in service re-run their GPU Jobs at once" in text, text
+    pools = copy.deepcopy(stack_file("prod")["gpu-cluster:nodePools"])
+    h100 = next(pool for pool in pools if pool["name"] == "h100")
+    h100["taints"] = [
+        *h100.get("taints", []),
+        {"key": "team", "value": "ml", "effect": "NoSchedule"},
+    ]
+    plan = lifecycle.plan(baseline["prod"], run_program("prod", config={"nodePools": pools}))
+    assert not any(impact.revalidated for impact in plan.nodes.values()), lifecycle.render(plan)
     rolled = run_program("prod", config=pools_with("prod", h100={"driverVersion": "570"}))
     plan = lifecycle.plan(baseline["prod"], rolled)
     assert not any(impact.revalidated for impact in plan.nodes.values()), lifecycle.render(plan)
@@ -233,19 +235,21 @@ def test_a_new_ubuntu_release_on_running_machines_is_said_to_fail():
 
 
 def test_a_label_change_rejoins_nothing_and_reconciles_through_the_api(baseline):
-    """The uncordon step reconciles the new label through the API; the join, which sets labels
-    at registration, re-runs as an update that joins nothing (its identity is the machine and
-    the cluster)."""
+    """The control plane sets the new label through the API (the put in service's hook, on its
+    update); nothing on a host runs, and the join, which registers no such label, is
+    unchanged."""
     after = run_program("dev", config=pools_with("dev", a10g={"labels": {"team": "research"}}))
     plan = lifecycle.plan(baseline["dev"], after)
     assert replaced(plan) == [], lifecycle.render(plan)
+    assert not plan.by_action(Action.RERUN), lifecycle.render(plan)
     for node in lifecycle.node_names(after):
         assert plan.nodes[node].summary() == "untouched", plan.nodes[node]
-        uncordon = plan.named(steps.ROLL_UNCORDON.resource_name(node))
-        assert uncordon.action is Action.RERUN, f"{uncordon.urn}: {uncordon.action}"
-        assert "team=research" in unwrap(after.named(uncordon.name).inputs["stdin"])
+        in_service = plan.named(steps.IN_SERVICE.resource_name(node))
+        assert in_service.action is Action.UPDATE, f"{in_service.urn}: {in_service.action}"
+        environment = unwrap(after.named(in_service.name).inputs["environment"])
+        assert "team=research" in environment["NODE_LABELS"], environment
         join = plan.named(steps.JOIN.resource_name(node))
-        assert join.action in (Action.UNCHANGED, Action.RERUN), f"{join.urn}: {join.action}"
+        assert join.action is Action.UNCHANGED, f"{join.urn}: {join.action}"
 
 
 def test_a_replaced_machine_cascades_to_its_own_chain_only(baseline):
@@ -312,9 +316,9 @@ def test_preview_against_a_second_stack_file_reports_per_resource_and_node(tmp_p
         "prod", str(deployed), config=pools_with("prod", h100={"driverVersion": "570"})
     )
     assert "re-run    prod-gpu-h100-0-driver" in report, report
-    # Per h100 node: drain, nouveau, driver, join (its checks), uncordon re-run; its validation
-    # Job replaced, and the NCCL Job of the pool with it.
-    assert re.search(r"^    10 re-run, 4 replace, \d+ unchanged$", report, re.M), report
+    # Per h100 node: nouveau, driver, join (its checks) re-run, its put in service updated; its
+    # validation Job replaced, and the NCCL Job of the pool with it.
+    assert re.search(r"^    6 re-run, 4 replace, \d+ unchanged, 2 update$", report, re.M), report
     assert "prod-gpu-h100-0: re-runs nouveau, driver" in report, report
     assert "prod-gpu-a10g-0: untouched" in report, report
 
@@ -351,19 +355,12 @@ def test_a_join_too_late_for_its_token_gets_a_new_one_and_rejoins_nothing(baseli
     assert {c.type for c in plan.by_action(Action.REPLACE)} == {"pulumi:index:Stash"}
 
 
-def test_nothing_dials_a_gpu_node_on_delete_and_control_plane_hooks_are_bounded(baseline):
-    from components.hosts.remote import DELETE_DIAL_ATTEMPTS
-
+def test_no_delete_dials_a_host_and_every_node_leaves_through_the_api(baseline):
+    """No Command stores a `delete` (which pulumi-command runs over the stored connection);
+    every GPU node's join carries the hook that drains and deletes its Node through the API."""
     for graph in baseline.values():
         for resource in graph.of_type(COMMAND):
-            inputs = resource.plain_inputs()
-            if not inputs.get("delete"):
-                continue
-            assert inputs["connection"]["dialErrorLimit"] == DELETE_DIAL_ATTEMPTS, resource.urn
-            assert inputs["delete"].startswith("sudo timeout -k 30 "), resource.urn
-            node_hosts = {
-                unwrap(r.inputs["connection"])["host"]
-                for r in graph.of_type(COMMAND)
-                if r.name.endswith(f"-{steps.DRIVER.suffix}")
-            }
-            assert inputs["connection"]["host"] not in node_hosts, f"{resource.urn} dials a node"
+            assert not resource.plain_inputs().get("delete"), f"{resource.urn}: dials on delete"
+        for node in lifecycle.node_names(graph):
+            join = graph.named(steps.JOIN.resource_name(node))
+            assert lifecycle.LEAVES_HOOK in join.hooks["before_delete"], join.urn

@@ -1,8 +1,8 @@
 """A new `sshPrivateKey` re-runs every step on every host: pulumi-command compares the
 connection like any other input and its `Update` runs the step's script again
 (commandController.go `Update`). The scripts find everything in place (each host script's own
-tests run it twice), and the update must happen: it stores the new key, which a delete hook
-dials with later. So the day-two plan says it, and says nothing when only other inputs change.
+tests run it twice); no delete depends on the stored key (decision 058). The day-two plan says
+it, and says nothing when only other inputs change.
 """
 
 from __future__ import annotations

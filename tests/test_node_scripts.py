@@ -976,16 +976,64 @@ def test_runtime_restarts_containerd_only_when_what_it_reads_changed(sandbox):
     assert "containerd: configuration unchanged (`containerd config dump`), not restarting" in (
         again.stderr
     )
-    # Edited on disk only: containerd still runs what it read; the step puts the file back.
-    sandbox.write("/etc/containerd/config.toml", "version = 2\n")
-    third = sandbox.run("install-runtime.sh", RUNTIME)
-    assert third.returncode == 0, third.stderr
-    assert restarts(third) == []
-    assert sandbox.read("/etc/containerd/config.toml") == rewritten
     new_image = {**RUNTIME, "SANDBOX_IMAGE": "registry.k8s.io/pause:3.11"}
-    fourth = sandbox.run("install-runtime.sh", new_image)
-    assert fourth.returncode == 0, fourth.stderr
-    assert restarts(fourth) == [["systemctl", "restart", "containerd"]]
+    third = sandbox.run("install-runtime.sh", new_image)
+    assert third.returncode == 0, third.stderr
+    assert restarts(third) == [["systemctl", "restart", "containerd"]]
+
+
+# config.toml as someone might edit it on a node: runc as the default, the toolkit's drop-in
+# no longer imported.
+HAND_EDIT = """version = 3
+
+[plugins."io.containerd.cri.v1.runtime".containerd]
+  default_runtime_name = "runc"
+"""
+
+
+@needs_sandbox
+def test_runtime_restarts_containerd_running_a_config_edited_by_hand(sandbox):
+    """Someone edits config.toml by hand and restarts containerd: containerd runs the edit. The
+    next run puts the step's config back and restarts containerd, though what it reads then is
+    what the step last restarted it with (the record)."""
+    assert sandbox.run("install-runtime.sh", RUNTIME).returncode == 0
+    written = sandbox.read("/etc/containerd/config.toml")
+    sandbox.write("/etc/containerd/config.toml", HAND_EDIT)
+    assert sandbox.run_text("systemctl restart containerd").returncode == 0
+    edited = containerd_dump(sandbox)["plugins"][CRI_RUNTIME]["containerd"]
+    assert edited["default_runtime_name"] == "runc", "the edit is not what containerd reads"
+    again = sandbox.run("install-runtime.sh", RUNTIME)
+    assert again.returncode == 0, again.stderr
+    assert sandbox.read("/etc/containerd/config.toml") == written
+    assert restarts(again) == [["systemctl", "restart", "containerd"]], (
+        "containerd keeps running the hand-edited config"
+    )
+    assert restarts(sandbox.run("install-runtime.sh", RUNTIME)) == []
+
+
+@needs_sandbox
+def test_runtime_restarts_containerd_when_its_config_was_edited_on_disk_only(sandbox):
+    """An edit on disk that containerd may or may not run (nothing tells whether it restarted
+    since): the step puts its config back and restarts containerd rather than leave it on a
+    config nobody reviewed."""
+    assert sandbox.run("install-runtime.sh", RUNTIME).returncode == 0
+    sandbox.write("/etc/containerd/config.toml", HAND_EDIT)
+    again = sandbox.run("install-runtime.sh", RUNTIME)
+    assert again.returncode == 0, again.stderr
+    assert restarts(again) == [["systemctl", "restart", "containerd"]]
+
+
+@needs_sandbox
+def test_runtime_repairs_a_config_containerd_cannot_read(sandbox):
+    """A config.toml broken by hand: containerd cannot dump it before the run; the step writes
+    its own whole and restarts containerd."""
+    assert sandbox.run("install-runtime.sh", RUNTIME).returncode == 0
+    sandbox.write("/etc/containerd/config.toml", "version = 3\n[plugins\n")
+    again = sandbox.run("install-runtime.sh", RUNTIME)
+    assert again.returncode == 0, again.stderr
+    assert "containerd cannot read /etc/containerd/config.toml as found" in again.stderr
+    assert restarts(again) == [["systemctl", "restart", "containerd"]]
+    assert containerd_dump(sandbox)["version"] == 3
 
 
 @needs_sandbox
@@ -1225,8 +1273,8 @@ def test_join_writes_the_join_configuration_and_removes_it(kube_host):
 
 @needs_sandbox
 def test_join_registers_the_node_with_its_machines_provider_id(kube_host):
-    """The kubelet's --provider-id: the Node's spec.providerID, which a delete's drain checks
-    it acts on (drain-node.sh), beside the labels."""
+    """The kubelet's --provider-id: the Node's spec.providerID, which the join's delete hook
+    checks it acts on (components/kube/node_hooks.py), beside the labels."""
     provider = "aws:///us-west-2a/i-0123456789abcdef0"
     result = kube_host.run("join-node.sh", {**JOIN, "PROVIDER_ID": provider})
     assert result.returncode == 0, result.stderr

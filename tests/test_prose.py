@@ -37,9 +37,12 @@ MODULES = sorted(
 
 
 def docstring_lines(source: str) -> int:
-    """Lines of a module's docstring as a reader sees it (0 without one)."""
-    doc = ast.get_docstring(ast.parse(source))
-    return len(doc.splitlines()) if doc else 0
+    """Lines of a module's docstring as a reader sees it in the file, its quotes' lines
+    included (0 without one)."""
+    body = ast.parse(source).body
+    if not body or ast.get_docstring(ast.Module(body=body[:1], type_ignores=[])) is None:
+        return 0
+    return body[0].end_lineno - body[0].lineno + 1
 
 
 def tracked_files() -> list[Path]:
@@ -77,7 +80,9 @@ def test_the_exemptions_name_existing_modules():
 
 def test_the_docstring_count_sees_a_long_docstring():
     long = '"""' + "\n".join(f"line {i}" for i in range(13)) + '\n"""\n'
-    assert docstring_lines(long) == 13
+    assert docstring_lines(long) == 14, "the closing quotes' line is a line of the file too"
+    twelve = '"""' + "\n".join(f"line {i}" for i in range(12)) + '\n"""\n'
+    assert docstring_lines(twelve) == 13
     assert docstring_lines('"""One line."""\n') == 1
     assert docstring_lines("x = 1\n") == 0
 

@@ -20,7 +20,7 @@ from components.catalog import CATALOG
 from components.hosts import pins
 from tests.helpers import archive
 from tests.helpers import archive_packages as data
-from tests.helpers.real_apt import AptHost, machine_dpkg_fingerprint, require_real_apt, signing_key
+from tests.helpers.real_apt import AptHost, machine_dpkg_fingerprint, require_real_apt
 from tests.sandbox import Sandbox
 
 RELEASES = ("24.04", "22.04")
@@ -54,31 +54,36 @@ def ok(result) -> str:
 # ---- Kubernetes packages (install-kube-tools.sh, lib/common.sh) ----------------------------
 
 KUBE = "install-kube-tools.sh"
-KUBE_INSTALL = (
-    FAST
-    + 'add_kubernetes_apt_repo\napt_install_held "${KUBERNETES_MINOR}.*" kubelet kubeadm kubectl\n'
-)
+# The step's install_kube_packages; enabling the kubelet is systemd's part, left out here.
+KUBE_INSTALL = FAST + "enable_kubelet() { :; }\nadd_kubernetes_apt_repo\ninstall_kube_packages\n"
+KUBE_HELD = {"kubelet", "kubeadm", "kubectl", "cri-tools"}
 
 
 def test_kube_tools_take_the_newest_patch_of_the_minor_and_hold_it(host):
-    """`kubelet=1.35.*`: apt's version glob picks the newest 1.35 patch; kubeadm builds made
-    before kubernetes/release 0ffd6e1f bring cri-tools along; the three are held."""
+    """`kubelet=1.35.*`: apt's version glob picks the newest 1.35 patch, and cri-tools' release
+    of the minor (1.35.0) for `cri-tools=1.35.*`; the four are held."""
     ok(host.bash(KUBE, KUBE_INSTALL, {"KUBERNETES_MINOR": "1.35"}))
     installed = host.installed()
     for name in ("kubelet", "kubeadm", "kubectl"):
         assert installed[name] == data.KUBE_VERSIONS[-1], name
     assert installed["kubernetes-cni"] == "1.8.0-1.1"
     assert installed["cri-tools"] == "1.35.0-1.1"
-    assert host.held() == {"kubelet", "kubeadm", "kubectl"}
+    assert host.held() == KUBE_HELD
     again = ok(host.bash(KUBE, KUBE_INSTALL, {"KUBERNETES_MINOR": "1.35"}))
     assert "already installed" in again and "installing" not in again
 
 
 def test_held_kube_tools_stay_when_the_repository_moves_on(host):
     ok(host.bash(KUBE, KUBE_INSTALL, {"KUBERNETES_MINOR": "1.35"}))
-    republish(host, data.next_month())
+    snapshot = data.next_month()
+    # A later cri-tools release of the minor (cri-tools has had them: v1.30.1, v1.31.1).
+    snapshot.add(
+        data.kubernetes_repository("1.35"), [data.Package("cri-tools", "1.35.1-1.1", "pkgs.k8s.io")]
+    )
+    republish(host, snapshot)
     upgrade = ok(host.apt_get("-s", "upgrade"))
     assert "kept back" in upgrade and "Inst kubelet" not in upgrade, upgrade
+    assert "Inst cri-tools" not in upgrade, upgrade
     again = ok(host.bash(KUBE, KUBE_INSTALL, {"KUBERNETES_MINOR": "1.35"}))
     assert "already installed" in again
     assert host.installed()["kubelet"] == data.KUBE_VERSIONS[-1]
@@ -113,23 +118,41 @@ def test_an_upgrade_moves_a_held_kubeadm_to_the_next_minor_and_leaves_kubelet(ho
     installed = host.installed()
     assert installed["kubeadm"] == "1.36.1-1.1"
     assert installed["kubelet"] == data.KUBE_VERSIONS[-1]
-    assert host.held() == {"kubelet", "kubeadm", "kubectl"}
+    assert installed["cri-tools"] == "1.35.0-1.1", "held, and enough for kubeadm 1.36"
+    assert host.held() == KUBE_HELD
+    # upgrade_kubelet_package's apt part (the kubelet's restart is systemd's): cri-tools moves
+    # to the new minor's release with kubelet and kubectl.
+    ok(
+        host.bash(
+            KUBE,
+            FAST + "systemctl() { :; }\nupgrade_kubelet_package\n",
+            {"KUBERNETES_MINOR": "1.36"},
+        )
+    )
+    installed = host.installed()
+    assert installed["kubelet"] == installed["kubectl"] == "1.36.1-1.1"
+    assert installed["cri-tools"] == "1.36.0-1.1"
+    assert host.held() == KUBE_HELD
 
 
 def test_kubeadm_built_after_krel_0ffd6e1f_brings_no_crictl(host):
     """kubernetes/release 0ffd6e1f (2026-04-24) ended kubeadm's cri-tools dependency for 1.32
-    and later: a kubeadm built since installs no crictl, so a host that needs crictl must ask
-    for cri-tools itself (issue 39, finding 6)."""
+    and later: a kubeadm built since installs no crictl, so the step asks for cri-tools itself
+    (issue 39, finding 6) and gets the minor's release."""
     snapshot = data.today()
     repository, packages = data.kubernetes_minor(
         "1.36", ("1.36.5-1.1",), kubeadm_needs_cri_tools=False
     )
     snapshot.add(repository, packages)
     republish(host, snapshot)
-    ok(host.bash(KUBE, KUBE_INSTALL, {"KUBERNETES_MINOR": "1.36"}))
+    kubeadm_alone = 'add_kubernetes_apt_repo\napt_install_held "${KUBERNETES_MINOR}.*" kubeadm\n'
+    ok(host.bash(KUBE, FAST + kubeadm_alone, {"KUBERNETES_MINOR": "1.36"}))
     installed = host.installed()
     assert installed["kubeadm"] == "1.36.5-1.1"
     assert "cri-tools" not in installed
+    ok(host.bash(KUBE, KUBE_INSTALL, {"KUBERNETES_MINOR": "1.36"}))
+    assert host.installed()["cri-tools"] == "1.36.0-1.1"
+    assert host.held() == KUBE_HELD
 
 
 # ---- containerd and the toolkit (install-runtime.sh) -------------------------------------------
@@ -150,12 +173,8 @@ def runtime(release: str) -> dict[str, str]:
 
 
 def install_containerd(apt: AptHost) -> str:
-    """install_containerd as the step runs it, Docker's key being the test archive's."""
-    program = (
-        FAST
-        + CONTAINERD_VERSION_OUTPUT
-        + f"DOCKER_KEY_FINGERPRINT={signing_key().fingerprint}\ninstall_containerd\n"
-    )
+    """install_containerd as the step runs it."""
+    program = FAST + CONTAINERD_VERSION_OUTPUT + "install_containerd\n"
     return ok(apt.bash(RUNTIME, program, runtime(apt.release)))
 
 
@@ -213,6 +232,22 @@ def test_the_toolkit_alone_at_the_pin_is_refused_once_a_newer_one_exists(host):
     assert f"libnvidia-container-tools (= {pins.NVIDIA_CTK_VERSION})" in alone.stdout
 
 
+@pytest.mark.parametrize("host", RELEASES, indirect=True)
+def test_the_toml_parser_is_python3_tomli_of_the_release_where_tomllib_is_missing(host):
+    """ensure_toml_parser on 22.04, whose python3 (3.10) imports neither tomllib nor, before
+    python3-tomli, tomli: apt installs jammy's python3-tomli (universe). On 24.04 (python3 3.12)
+    the same call installs nothing."""
+    jammy_python3 = "python3() { return 1; }\n" if host.release == "22.04" else ""
+    ok(host.bash(RUNTIME, FAST + jammy_python3 + "ensure_toml_parser\n", runtime(host.release)))
+    installed = host.installed()
+    if host.release == "22.04":
+        assert (
+            installed["python3-tomli"] == data.base_version("python3-tomli", "22.04") == "1.2.2-2"
+        )
+    else:
+        assert "python3-tomli" not in installed
+
+
 # ---- the driver (install-driver.sh) ------------------------------------------------------------
 
 DRIVER = "install-driver.sh"
@@ -227,8 +262,7 @@ def driver(instance_type: str, release: str) -> dict[str, str]:
 
 
 def install_driver(apt: AptHost, instance_type: str) -> str:
-    program = f"CUDA_KEY_FINGERPRINT={signing_key().fingerprint}\n" + DRIVER_STEPS
-    return apt.bash(DRIVER, program, driver(instance_type, apt.release))
+    return apt.bash(DRIVER, DRIVER_STEPS, driver(instance_type, apt.release))
 
 
 @pytest.mark.parametrize("host", RELEASES, indirect=True)
@@ -333,12 +367,52 @@ def test_fabric_packages_come_from_cuda_at_the_drivers_version_and_nothing_else_
     assert refused.returncode != 0
 
 
+@pytest.mark.parametrize("host", RELEASES, indirect=True)
 def test_the_nvlink5_packages_resolve_with_nvlsm_held_at_its_own_version(host):
+    """p6-b200: NVSDM at the driver's version and nvlsm at its own from CUDA's repository, then
+    load_nvlink5_modules' packages from Ubuntu's: the InfiniBand diagnostics, umad and the
+    kernel's modules-extra (loading the modules is kmod's part, left out here)."""
     ok(install_driver(host, "p6-b200.48xlarge"))
     installed = host.installed()
     assert installed["libnvsdm"] == data.cuda_version(data.DRIVER)
     assert installed["nvlsm"] == data.NVLSM_VERSION
     assert "nvlsm" in host.held()
+    seams = 'NVLSM_MODULES_CONF="${TMPDIR}/nvlsm.conf"\nmodprobe() { :; }\n'
+    params = driver("p6-b200.48xlarge", host.release)
+    ok(host.bash(DRIVER, FAST + seams + "load_nvlink5_modules\n", params))
+    installed = host.installed()
+    for name in ("infiniband-diags", "libibumad3"):
+        assert installed[name] == data.base_version(name, host.release), name
+    assert installed[f"linux-modules-extra-{data.KERNEL}"] == data.kernel_version(data.KERNEL)
+
+
+NOUVEAU = "disable-nouveau.sh"
+
+
+@pytest.mark.parametrize("host", RELEASES, indirect=True)
+def test_a_module_that_outlived_its_driver_moves_the_kernel_to_one_the_driver_installs_on(host):
+    """Issue 39, finding 2, as real apt resolves it: the nouveau step sees the AMI kernel's
+    module built for a driver whose userspace the pockets replaced, installs the newest kernel
+    whose module is built for the offered driver (image, modules, headers) and asks for the
+    reboot; on that kernel the driver step installs."""
+    republish(host, data.module_outlives_driver(host.release))
+    params = {"DRIVER_BRANCH": "580", "KERNEL_MODULES": "open"}
+    program = FAST + 'move_to_a_kernel_with_an_nvidia_module\necho "reboot: ${REBOOT_REASONS[*]}"\n'
+    moved = ok(host.bash(NOUVEAU, program, params))
+    assert f"is built for driver {data.DRIVER}, whose userspace it no longer offers" in moved
+    assert f"reboot: kernel {data.KERNEL} -> {data.NEWER_KERNEL}" in moved, moved
+    installed = host.installed()
+    for part in ("image", "modules", "headers"):
+        assert installed[f"linux-{part}-{data.NEWER_KERNEL}"] == data.kernel_version(
+            data.NEWER_KERNEL
+        ), part
+    host.kernel = data.NEWER_KERNEL  # the host rebooted into it
+    ok(install_driver(host, "g6.xlarge"))
+    installed = host.installed()
+    module = f"linux-modules-nvidia-580-server-open-{data.NEWER_KERNEL}"
+    assert installed[module] == data.kernel_version(data.NEWER_KERNEL)
+    point = data.ubuntu_version(data.POINT_RELEASE, host.release)
+    assert installed["nvidia-utils-580-server"] == point
 
 
 # ---- the sandbox's archive agrees with this one ----------------------------------------------

@@ -20,8 +20,9 @@ from tools.harness.stacks import run_program
 
 
 def test_the_recorder_replaces_nothing_of_the_sdks_mock_monitor():
-    # Only the URN (the engine's form, not the mock's), the recording and the output the engine
-    # keeps for a Stash it does not create again (a `same` step) are its own.
+    # Only the URN (the engine's form, not the mock's), the recording (of the registrations, the
+    # stack's outputs and the resource hooks' names) and the output the engine keeps for a Stash
+    # it does not create again (a `same` step) are its own.
     own = {
         name
         for name, value in vars(recorder.RecordingMonitor).items()
@@ -33,6 +34,7 @@ def test_the_recorder_replaces_nothing_of_the_sdks_mock_monitor():
         "_keep_stash_output",
         "_record",
         "RegisterResourceOutputs",
+        "RegisterResourceHook",
     }
 
 

@@ -5,24 +5,23 @@ node untouched.
 
 The plans follow the engine's rules (tools/recovery.py and tools/lifecycle.py cite them): a
 refresh drops a terminated instance, the next `up` creates it and replaces what it identifies;
-a stored delete hook runs with its stored parameters; a delete-before-replace step is deleted
-before anything that waits for its replacement. The hook itself runs in the script sandbox.
+the join's stored before-delete hook runs for the machine its stored triggers name, through the
+API with the credential the program holds then; a delete-before-replace step is deleted before
+anything that waits for its replacement. The hook itself runs against a fake API server.
 """
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from components.hosts import steps
-from components.labels import INSTANCE_LABEL
-from tests.sandbox import Sandbox, needs_sandbox
+from components.kube import node_hooks
+from components.kube.api.nodes import Clock
+from tests.helpers.fake_kube_api import FakeApiServer, run_async
 from tools import lifecycle, recovery
 from tools.harness.stacks import run_program
 
 INSTANCE = "aws:ec2/instance:Instance"
-ADMIN_CONF = "/etc/kubernetes/admin.conf"
 
 
 @pytest.fixture(scope="module")
@@ -57,21 +56,22 @@ def test_refresh_and_up_recreate_the_lost_machine_and_replace_only_its_steps(sta
     assert plan.nodes[node].rejoined, plan.nodes[node]
 
 
-def test_the_lost_machines_drain_runs_with_its_own_instance_id_before_the_new_one_joins(staging):
+def test_the_lost_machines_node_leaves_by_its_own_instance_id_before_the_new_one_joins(staging):
     node = _node(staging, "l4")
     state, after, plan = _recovered(staging, node)
     runs = recovery.hook_runs(plan, state, after)
-    assert [run.name for run in runs] == [steps.DRAIN.resource_name(node)], runs
-    (run,) = runs
-    assert run.program == steps.DRAIN.delete_script, run
-    lost_id = staging.named(node).id
-    assert run.params == {
-        "NODE_NAME": node,
-        "INSTANCE_ID": lost_id,
-        "DRAIN_TIMEOUT_SECONDS": run.params["DRAIN_TIMEOUT_SECONDS"],
-    }, run.params
+    join = steps.JOIN.resource_name(node)
+    leaves = [run for run in runs if run.program == node_hooks.LEAVES]
+    assert [run.name for run in leaves] == [join], runs
+    (run,) = leaves
+    # Through the API, with the credential the program holds: no stored connection dials.
+    assert run.credential is recovery.Credential.LIVE_API, run
+    assert not [r for r in runs if r.credential is recovery.Credential.STORED_CONNECTION], runs
+    assert run.params == {"NODE_NAME": node, "INSTANCE_ID": staging.named(node).id}, run.params
     # Delete-first: the hook has run before the new machine's join starts.
-    assert steps.JOIN.resource_name(node) in run.before, run.before
+    assert join in run.before, run.before
+    # And the new join makes room first, whatever a refresh left in the cluster.
+    assert [r.name for r in runs if r.program == node_hooks.JOINS] == [join], runs
 
 
 def test_up_replace_of_a_machine_drains_its_node_before_terminating_it(staging):
@@ -81,8 +81,8 @@ def test_up_replace_of_a_machine_drains_its_node_before_terminating_it(staging):
     plan = lifecycle.plan(staging, after, replace=[urn])
     assert plan.named(node).action is lifecycle.Action.REPLACE
     assert plan.named(node).reason == "--replace", plan.named(node)
-    runs = recovery.hook_runs(plan, staging, after)
-    assert [run.name for run in runs] == [steps.DRAIN.resource_name(node)], runs
+    runs = [r for r in recovery.hook_runs(plan, staging, after) if r.program == node_hooks.LEAVES]
+    assert [run.name for run in runs] == [steps.JOIN.resource_name(node)], runs
     # The machine is delete-before-replace: its dependents that are replaced are deleted first,
     # so the Node is drained while its machine still runs.
     assert node in runs[0].before, runs[0].before
@@ -100,63 +100,50 @@ def test_the_plan_says_what_a_recovery_does(staging):
     assert f"{node}: drained, reset, re-joined" in text, text
 
 
-# ------------------------------------------------------------------ the stored hook, run
+# ------------------------------------------------------------------ the hook, run
 
 
-def _node_object(name: str, instance_id: str, ready: str) -> str:
-    return json.dumps(
-        {
-            "metadata": {"name": name, "labels": {INSTANCE_LABEL: instance_id}},
-            "spec": {"providerID": f"aws:///us-east-2a/{instance_id}"},
-            "status": {"conditions": [{"type": "Ready", "status": ready}]},
-        }
-    )
-
-
-@pytest.fixture
-def control_plane(tmp_path) -> Sandbox:
-    sandbox = Sandbox(tmp_path)
-    sandbox.write(ADMIN_CONF, "apiVersion: v1\nkind: Config\n", 0o600)
-    sandbox.state("kubectl/api", "v1.35.1")
-    (sandbox.state_dir / "kubectl" / "nodes").mkdir(parents=True, exist_ok=True)
-    return sandbox
-
-
-def _stored_drain(staging) -> recovery.HookRun:
+def _leave_hook(staging) -> recovery.HookRun:
     node = _node(staging, "l4")
     state, after, plan = _recovered(staging, node)
-    (run,) = recovery.hook_runs(plan, state, after)
+    (run,) = [r for r in recovery.hook_runs(plan, state, after) if r.program == node_hooks.LEAVES]
     return run
 
 
-@needs_sandbox
-def test_the_stored_drain_removes_the_lost_machines_node(staging, control_plane):
-    run = _stored_drain(staging)
-    node = run.params["NODE_NAME"]
-    control_plane.state(
-        f"kubectl/nodes/{node}.json", _node_object(node, run.params["INSTANCE_ID"], "Unknown")
-    )
-    result = control_plane.run(run.program, run.params)
-    assert result.returncode == 0, result.stderr
-    assert [c for c in result.calls if "drain" in c], result.commands()
-    assert not (control_plane.state_dir / f"kubectl/nodes/{node}.json").exists(), "Node kept"
+def _leave(server: FakeApiServer, run: recovery.HookRun) -> None:
+    access = node_hooks.ClusterAccess(kubeconfig=server.kubeconfig(), clock=Clock())
+
+    async def leave() -> None:
+        api = await access.api()
+        await node_hooks.leave(
+            api, run.params["NODE_NAME"], run.params["INSTANCE_ID"], access.clock, print
+        )
+
+    run_async(leave())
 
 
-@needs_sandbox
-def test_the_stored_drain_leaves_the_new_machines_node_alone(staging, control_plane):
+def test_the_leave_hook_removes_the_lost_machines_node(staging):
+    run = _leave_hook(staging)
+    with FakeApiServer() as server:
+        server.cluster.add_node(
+            run.params["NODE_NAME"], machine=run.params["INSTANCE_ID"], ready=False
+        )
+        server.cluster.add_pod("ml", "train-0", run.params["NODE_NAME"])
+        _leave(server, run)
+        assert not server.cluster.nodes and not server.cluster.pods
+
+
+def test_the_leave_hook_leaves_the_new_machines_node_alone(staging):
     """Whatever the order, the hook of the lost machine never drains the Node its replacement
     registered under the same name (kubelets do not register again: kubernetes/kubernetes#71398,
     so a deleted Node would stay gone)."""
-    run = _stored_drain(staging)
-    node = run.params["NODE_NAME"]
-    control_plane.state(
-        f"kubectl/nodes/{node}.json", _node_object(node, "i-0123456789abcdef0", "True")
-    )
-    result = control_plane.run(run.program, run.params)
-    assert result.returncode == 0, result.stderr
-    assert not [c for c in result.calls if "drain" in c or "delete" in c], result.commands()
-    assert (control_plane.state_dir / f"kubectl/nodes/{node}.json").exists(), "Node deleted"
-    assert "the new machine's Node is left alone" in result.stderr, result.stderr
+    run = _leave_hook(staging)
+    with FakeApiServer() as server:
+        server.cluster.add_node(run.params["NODE_NAME"], machine="i-0123456789abcdef0")
+        server.cluster.add_pod("ml", "train-0", run.params["NODE_NAME"])
+        _leave(server, run)
+        assert run.params["NODE_NAME"] in server.cluster.nodes and server.cluster.pods
+        assert not [r for r in server.cluster.requests if r[0] != "GET"]
 
 
 # ------------------------------------------------------------------ a replacement's inputs

@@ -1,7 +1,7 @@
-"""Disruptive changes roll, on the registered graph: each node's roll (drain before its
-disruptive steps, uncordon after its checks) lives in its own chain, never waits on another node
-(the pool's slots, Leases on the control plane, do that at run time), and a Kubernetes minor
-upgrade reaches the control plane before any node's kubelet.
+"""Disruptive changes roll, on the registered graph: each node's roll (its disruptive steps take
+it out first, through their hook; `<node>-in-service` puts it back after its checks) lives in its
+own chain, never waits on another node (the pool's slots, Leases in the cluster, do that at run
+time), and a Kubernetes minor upgrade reaches the control plane before any node's kubelet.
 
 And on two runs of the program (tools/lifecycle.py, the providers' replace rules): what a
 `kubernetesVersion` one minor up makes the engine do."""
@@ -15,6 +15,7 @@ from itertools import pairwise
 import pytest
 
 from components.hosts import pins, rolling, steps
+from components.kube import node_hooks
 from tools import lifecycle
 from tools.harness.graph import Graph, Resource, script_params
 from tools.harness.stacks import STACKS, run_program, stack_file
@@ -43,7 +44,7 @@ def cluster(stack: str) -> str:
 
 
 ROLLED_CHAIN = (
-    steps.DRAIN,
+    steps.NOUVEAU,
     steps.DRIVER,
     steps.RUNTIME,
     steps.KUBE_TOOLS,
@@ -52,26 +53,33 @@ ROLLED_CHAIN = (
 )
 
 
+def in_service(g: Graph, node: str) -> dict[str, str]:
+    return at(g, node, steps.IN_SERVICE).plain_inputs()["environment"]
+
+
 @pytest.mark.parametrize("stack", STACKS)
-def test_a_nodes_roll_depends_only_on_its_own_chain_and_the_control_plane(stack):
+def test_a_nodes_roll_is_its_own_hooks_and_dials_no_control_plane(stack):
+    """Each disruptive step takes its node out first (one hook of the node's own, before an
+    update); the put in service runs no command, so it dials nothing and holds no login key."""
     g = graph(stack)
     everyone = {n: owned_by(g, n) for n in nodes(g)}
     for node in everyone:
         others = set().union(*(urns for n, urns in everyone.items() if n != node))
-        for row in (steps.DRAIN, steps.ROLL_UNCORDON):
+        for row in steps.disruptive_steps():
             resource = at(g, node, row)
-            assert not g.ancestors(resource) & others, (
-                f"{resource.urn} waits on another node: {sorted(g.ancestors(resource) & others)}"
-            )
-            assert (
-                resource.plain_inputs()["connection"]["host"]
-                != at(g, node, steps.DRIVER).plain_inputs()["connection"]["host"]
-            ), f"{resource.urn}: runs on the node itself"
-        drain = at(g, node, steps.DRAIN)
-        # Before the first step that may disrupt the node (nouveau may reboot it into a kernel
-        # for a new driver branch), after the host is ready.
-        assert at(g, node, steps.WAIT_READY).urn in g.direct_dependencies(drain), drain.urn
-        assert drain.urn in g.direct_dependencies(at(g, node, steps.NOUVEAU)), drain.urn
+            assert resource.hooks == {"before_update": [f"{node}-take-out"]}, resource.urn
+        resource = at(g, node, steps.IN_SERVICE)
+        assert resource.hooks == {
+            "before_create": [node_hooks.IN_SERVICE],
+            "before_update": [node_hooks.IN_SERVICE],
+        }, resource.urn
+        assert not g.ancestors(resource) & others, f"{resource.urn} waits on another node"
+        inputs = resource.plain_inputs()
+        assert not {"create", "update", "delete"} & inputs.keys(), f"{resource.urn}: {inputs}"
+        assert "privateKey" not in inputs["connection"], f"{resource.urn}: holds a login key"
+        assert not {
+            r.name for r in g.of_type(lifecycle.COMMAND) if r.name.endswith(("-drain", "-uncordon"))
+        }, "a step on the control plane per node"
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -86,7 +94,7 @@ def test_no_resource_of_a_node_waits_on_another_node(stack):
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_a_change_goes_slot_drain_then_the_steps_then_checks_then_uncordon(stack):
+def test_a_change_goes_out_then_the_steps_then_checks_then_in_service(stack):
     g = graph(stack)
     validated = bool(g.of_type("kubernetes:batch/v1:Job"))
     for node in nodes(g):
@@ -94,24 +102,21 @@ def test_a_change_goes_slot_drain_then_the_steps_then_checks_then_uncordon(stack
         chain = [at(g, node, row) for row in ROLLED_CHAIN]
         if validated:
             chain.append(g.named(f"{node}-validation-job"))
-        chain.append(at(g, node, steps.ROLL_UNCORDON))
+        chain.append(at(g, node, steps.IN_SERVICE))
         for before, after in pairwise(chain):
             assert g.depends_on(after, before), f"{after.urn} does not wait for {before.urn}"
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_drain_and_uncordon_carry_the_pools_slots_and_the_change(stack):
+def test_in_service_carries_the_pools_slots_and_the_change(stack):
     g = graph(stack)
     pools = {p["name"]: p for p in stack_file(stack)["gpu-cluster:nodePools"]}
     for node in nodes(g):
         pool = next(p for name, p in pools.items() if node.startswith(f"{cluster(stack)}-{name}-"))
-        drain = script_params(at(g, node, steps.DRAIN))
-        uncordon = script_params(at(g, node, steps.ROLL_UNCORDON))
-        assert drain["POOL_NAME"] == uncordon["POOL_NAME"] == pool["name"]
-        assert drain["MAX_UNAVAILABLE"] == str(pool.get("maxUnavailable", 1)), drain
-        assert drain["CHANGE"] == uncordon["CHANGE"], f"{node}: drain and uncordon disagree"
-        held = sum(row.timeout_seconds for row in ROLLED_CHAIN[1:])
-        assert int(drain["SLOT_SECONDS"]) > held, f"{node}: a slot expires mid-change: {drain}"
+        environment = in_service(g, node)
+        assert environment["POOL_NAME"] == pool["name"], environment
+        assert environment["MAX_UNAVAILABLE"] == str(pool.get("maxUnavailable", 1)), environment
+        assert environment["CHANGE"] == script_params(at(g, node, steps.JOIN))["CHANGE"], node
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -146,16 +151,18 @@ def test_a_kubernetes_minor_up_upgrades_the_control_plane_first_and_rolls_every_
     instances = [c.name for c in plan.by_action(Action.REPLACE) if c.type.startswith("aws:")]
     assert instances == [], lifecycle.render(plan)
     for node in nodes(after):
-        for row in (steps.DRAIN, steps.KUBE_TOOLS, steps.ROLL_UNCORDON):
-            change = plan.named(row.resource_name(node))
-            assert change.action is Action.RERUN, f"{change.urn}: {change.action}"
+        change = plan.named(steps.KUBE_TOOLS.resource_name(node))
+        assert change.action is Action.RERUN, f"{change.urn}: {change.action}"
+        # The put in service runs no command: an update its hook acts on.
+        change = plan.named(steps.IN_SERVICE.resource_name(node))
+        assert change.action is Action.UPDATE, f"{change.urn}: {change.action}"
         change = plan.named(steps.DRIVER.resource_name(node))
         assert change.action is Action.UNCHANGED, f"{change.urn}: {change.action}"
         # containerd's sandbox image follows the pause image the new minor's kubeadm lists
-        # (pins.PAUSE_IMAGES): where it moves, the runtime step re-runs, behind the drain.
+        # (pins.PAUSE_IMAGES): where it moves, the runtime step re-runs, taken out by its hook.
         runtime = plan.named(steps.RUNTIME.resource_name(node))
         assert runtime.action is (Action.RERUN if sandbox_moves else Action.UNCHANGED), runtime
-        assert after.depends_on(at(after, node, steps.RUNTIME), at(after, node, steps.DRAIN))
+        assert at(after, node, steps.RUNTIME).hooks["before_update"] == [f"{node}-take-out"]
         # join-node.sh carries the minor too; on a joined node its re-run joins nothing and
         # checks the node again (Ready, every GPU).
         change = plan.named(steps.JOIN.resource_name(node))
@@ -176,14 +183,12 @@ def test_a_kubernetes_minor_up_rolls_a_pool_node_by_node_through_its_slots():
         ],
     }
     after = run_program("dev", config=overrides)
-    drains = [script_params(at(after, n, steps.DRAIN)) for n in nodes(after)]
-    assert len(drains) == 3
-    assert {(d["POOL_NAME"], d["MAX_UNAVAILABLE"]) for d in drains} == {("a10g", "1")}
-    assert len({d["CHANGE"] for d in drains}) == 1, "nodes of one pool roll for one change"
+    rolls = [in_service(after, n) for n in nodes(after)]
+    assert len(rolls) == 3
+    assert {(r["POOL_NAME"], r["MAX_UNAVAILABLE"]) for r in rolls} == {("a10g", "1")}
+    assert len({r["CHANGE"] for r in rolls}) == 1, "nodes of one pool roll for one change"
     before = run_program("dev", config={**overrides, "kubernetesVersion": "1.35"})
-    assert {script_params(at(before, n, steps.DRAIN))["CHANGE"] for n in nodes(before)} != {
-        drains[0]["CHANGE"]
-    }
+    assert {in_service(before, n)["CHANGE"] for n in nodes(before)} != {rolls[0]["CHANGE"]}
 
 
 def test_a_script_edit_without_a_pinned_change_rolls_nothing():
@@ -202,22 +207,21 @@ def _host_bound(step: Resource) -> tuple[int, int]:
 
 @pytest.mark.parametrize("stack", STACKS)
 def test_a_slot_outlasts_the_change_it_covers_and_a_dial(stack):
-    """What a slot covers, read from the registered steps: every host step after the drain at its
-    bound on the host (the join's includes its capacity check), the validation Job's deadline
-    and the uncordon, plus at least one SSH dial (the engine's margin over a step's host
-    bound). A shorter slot expires while its node still changes, and another node of the pool
-    starts: two down at once."""
+    """What a slot covers, read from the registered steps: every host step from the first
+    disruptive one at its bound on the host (the join's includes its capacity check), the
+    validation Job's deadline and the put in service, plus at least one SSH dial (the engine's
+    margin over a step's host bound). A shorter slot expires while its node still changes, and
+    another node of the pool starts: two down at once."""
     g = graph(stack)
     for node in nodes(g):
-        drain = script_params(at(g, node, steps.DRAIN))
-        after_drain = steps.NODE_STEPS[steps.NODE_STEPS.index(steps.DRAIN) + 1 :]
-        covered = [at(g, node, row) for row in after_drain if row.script is not None]
-        covered.append(at(g, node, steps.ROLL_UNCORDON))
+        first = steps.NODE_STEPS.index(steps.disruptive_steps()[0])
+        covered = [at(g, node, row) for row in steps.NODE_STEPS[first:] if row.script is not None]
         bounds = [_host_bound(step) for step in covered]
         job = g.named(f"{node}-validation-job").plain_inputs()
         deadline = job["spec"]["activeDeadlineSeconds"]
         dial = max(engine - host for host, engine in bounds)
-        needed = sum(host for host, _ in bounds) + deadline + dial
-        assert int(drain["SLOT_SECONDS"]) >= needed, (
-            f"{node}: slot {drain['SLOT_SECONDS']}s < {needed}s"
+        needed = (
+            sum(host for host, _ in bounds) + deadline + dial + steps.IN_SERVICE.timeout_seconds
         )
+        slot = rolling.roll_timing(validation_seconds=deadline).slot_seconds
+        assert slot >= needed, f"{node}: slot {slot}s < {needed}s"

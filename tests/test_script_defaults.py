@@ -19,7 +19,6 @@ import ast
 import json
 import re
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -46,15 +45,12 @@ INTERNAL = {
 }
 # Passed by the program in every host step that runs the script, in every stack.
 PASSED = {
-    ("drain-node.sh", "DRAIN_TIMEOUT_SECONDS"),
     ("install-driver.sh", "NVLINK_SUBNET_MANAGER"),
     ("install-driver.sh", "GSP_FIRMWARE"),
     ("install-efa.sh", "EFA_INSTALLER_TIMEOUT_SECONDS"),
     ("join-node.sh", "DEVICE_PLUGIN_NAMESPACE"),
     ("join-node.sh", "READY_TIMEOUT_SECONDS"),
     ("join-node.sh", "CAPACITY_TIMEOUT_SECONDS"),
-    ("roll-uncordon.sh", "NODE_LABELS"),
-    ("roll-uncordon.sh", "NODE_TAINTS"),
 }
 # Run at its default by a test (module, function) that passes the script nothing for it.
 EXERCISED_BY = [
@@ -124,11 +120,6 @@ EXERCISED_BY = [
         [("lib/common.sh", "DPKG_REPAIR_TIMEOUT_SECONDS")],
     ),
     (
-        "test_script_defaults",
-        "test_roll_drain_waits_out_a_restarting_api_and_a_held_slot",
-        [("lib/common.sh", "SLOT_POLL_SECONDS"), ("roll-drain.sh", "API_WAIT_SECONDS")],
-    ),
-    (
         "test_control_plane_scripts",
         "test_kubeconfig_points_at_the_operators_address_and_is_not_logged",
         [("read-kubeconfig.sh", "CA_CERT")],
@@ -175,11 +166,6 @@ EXERCISED_BY = [
         "test_root_volume",
         "test_the_filesystem_grows_once_the_disk_shows_the_new_size",
         [("wait-ready.sh", "ROOT_GROW_TIMEOUT_SECONDS")],
-    ),
-    (
-        "test_script_defaults",
-        "test_uncordon_waits_for_a_serving_certificate_request_of_seconds",
-        [("roll-uncordon.sh", "CSR_WAIT_SECONDS")],
     ),
 ]
 EXERCISED = {key: f"{module}:{function}" for module, function, keys in EXERCISED_BY for key in keys}
@@ -353,35 +339,6 @@ def test_join_waits_out_a_kubeadm_join_of_seconds(dev, tmp_path):
 
 
 @needs_sandbox
-def test_roll_drain_waits_out_a_restarting_api_and_a_held_slot(dev, tmp_path):
-    """The control plane's API server answers 1.5 s from now (restarting after an upgrade) and
-    another node holds the pool's slot for 3 s more: the drain waits for both, looking for a
-    free slot every 10 s."""
-    sb = cluster(scaled_host(tmp_path))
-    sb.state(f"kubectl/nodes/{NODE}.json", node_json(NODE))
-    sb.state("kubectl/ready-at", f"{time.time() + 1.5:.3f}")
-    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-    slot = "gpu-cluster-slot-a10g-0"
-    lease = {
-        "apiVersion": "coordination.k8s.io/v1",
-        "kind": "Lease",
-        "metadata": {"name": slot, "namespace": "kube-system", "resourceVersion": "7"},
-        "spec": {
-            "holderIdentity": "dev-gpu-a10g-9",
-            "leaseDurationSeconds": 3,
-            "acquireTime": stamp,
-            "renewTime": stamp,
-        },
-    }
-    sb.state(f"kubectl/leases/kube-system/{slot}.json", json.dumps(lease))
-    result = sb.run_registered(step_program(dev, f"{NODE}-drain"), timeout=120)
-    assert result.returncode == 0, result.stderr
-    taken = json.loads(sb.state(f"kubectl/leases/kube-system/{slot}.json"))
-    assert taken["spec"]["holderIdentity"] == NODE, taken
-    assert 10.0 in sleeps(sb) and 1.0 not in sleeps(sb), sleeps(sb)
-
-
-@needs_sandbox
 def test_control_plane_upgrade_waits_out_kubeadm_and_the_restarting_api(dev, tmp_path):
     """`kubeadm upgrade plan` and `apply` take 15 s each, and the API server answers 15 s after
     the apply (its static pods restart): the dev stack's upgrade step waits all of it out."""
@@ -407,22 +364,6 @@ def test_node_upgrade_waits_out_a_kubeadm_upgrade_node_of_seconds(dev, tmp_path)
     assert result.returncode == 0, result.stderr
     assert sb.state("kubeadm.upgrades").splitlines() == ["node"]
     assert sb.installed("kubelet") == "1.35.1-1.1"
-
-
-@needs_sandbox
-def test_uncordon_waits_for_a_serving_certificate_request_of_seconds(dev, tmp_path):
-    """The node's kubelet files its serving certificate request 3.5 s from now (7 s of this
-    clock's production time at the 0.2 scale): the uncordon's default wait for it (10 s, a
-    look every 5 s) gets it approved, so `kubectl logs` reaches the node."""
-    sb = cluster(scaled_host(tmp_path, "0.2"))
-    sb.state(f"kubectl/nodes/{NODE}.json", node_json(NODE))
-    sb.state("kubectl/csrs", csr_line("csr-node", NODE))
-    sb.state("kubectl/csrs-at", f"{time.time() + 3.5:.3f}")
-    result = sb.run_registered(step_program(dev, f"{NODE}-uncordon"), timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert approved(result) == ["csr-node"], result.commands()
-    polls = [s for s in sleeps(sb) if s]  # the kubectl stub's `wait` sleeps 0
-    assert polls and set(polls) == {5.0}, sleeps(sb)
 
 
 @needs_sandbox

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from components.hosts import fan_in, steps
+from components.hosts import fan_in
 from components.hosts.fan_in import MaxStartups, max_startups
 from tests.sandbox import Sandbox, needs_sandbox
 from tools.harness.graph import unwrap
@@ -36,12 +36,19 @@ def test_max_startups_holds_a_dial_per_node_in_steps_of_fifty(nodes, expected):
     assert str(expected).count(":") == 2
 
 
-def test_the_managed_control_plane_asks_for_its_fleets_fan_in_before_any_node_dials_it():
+def test_the_managed_control_plane_keeps_its_fan_in_and_no_node_dials_it():
+    """Sized as before (no running control plane re-runs for it), though since decision 058 no
+    node step dials the control plane at all."""
     graph = run_program("dev")
     wait_ready = graph.named("dev-gpu-wait-ready")
     assert "SSHD_MAX_STARTUPS=50:30:100" in unwrap(wait_ready.inputs["stdin"])
-    drain = graph.named(f"dev-gpu-a10g-0-{steps.DRAIN.suffix}")
-    assert wait_ready.urn in graph.direct_dependencies(drain), "the drain may dial before sshd"
+    control_plane = unwrap(wait_ready.inputs["connection"])["host"]
+    for node in ("dev-gpu-a10g-0",):
+        for resource in graph.find(lambda r, n=node: r.name.startswith(f"{n}-")):
+            connection = unwrap(resource.inputs.get("connection")) or {}
+            assert connection.get("host") != control_plane, (
+                f"{resource.urn} dials the control plane"
+            )
 
 
 def test_a_node_s_wait_ready_and_an_existing_control_plane_leave_sshd_alone():

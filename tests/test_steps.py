@@ -34,8 +34,6 @@ def test_every_row_names_a_script_that_exists():
             assert step.script is None, f"{step.suffix}: runs no script (an object, a copy)"
             continue
         assert step.script in scripts, f"{step.suffix}: no components/hosts/scripts/{step.script}"
-        if step.delete_script is not None:
-            assert step.delete_script in scripts, f"{step.suffix}: {step.delete_script} missing"
         assert step.timeout_seconds > 0, f"{step.suffix}: unbounded"
 
 
@@ -54,7 +52,7 @@ def test_a_row_that_is_not_registered_is_skipped_to_what_it_follows():
     with_efa = steps.node_rows(efa=True, validation=True)
     assert steps.follows(steps.JOIN_TOKEN, with_efa) == ("efa",)
     unvalidated = steps.node_rows(efa=False, validation=False)
-    assert steps.follows(steps.ROLL_UNCORDON, unvalidated) == ("join",)
+    assert steps.follows(steps.IN_SERVICE, unvalidated) == ("join",)
 
 
 @pytest.mark.parametrize("stack", STACKS)
@@ -136,12 +134,15 @@ def test_registered_steps_are_the_tables_rows(stack):
                 )
                 continue
             assert script_of(resource) == step.script, f"{resource.urn}: {script_of(resource)}"
-            delete = unwrap(resource.inputs.get("delete")) or ""
-            if step.delete_script is None:
-                assert not delete, f"{resource.urn}: delete hook not in the table"
-            else:
-                assert program_script(delete) == step.delete_script, f"{resource.urn}: {delete}"
+            assert not unwrap(resource.inputs.get("delete")), f"{resource.urn}: dials on delete"
             assert resource.custom_timeouts.get("create"), f"{resource.urn}: no bound"
+            kinds = {
+                steps.Hook.TAKE_OUT: ["before_update"],
+                steps.Hook.JOINS: ["before_create"],
+                steps.Hook.LEAVES: ["before_delete"],
+            }
+            bound = sorted(kind for hook in step.hooks for kind in kinds[hook])
+            assert sorted(resource.hooks) == bound, f"{resource.urn}: hooks {resource.hooks}"
         assert script_params(graph.named(steps.DRIVER.resource_name(node)))["DRIVER_BRANCH"]
 
 
@@ -155,10 +156,13 @@ def _readme_chain_block() -> str:
 
 def test_readme_chain_is_the_tables_first_up_chain():
     """The README's chain is written out for readers; the table is what runs: they agree, in
-    order (without the steps that act on a joined node only, which the README's day-two section
-    describes)."""
+    order, the node's put in service last."""
     written = re.findall(r"<node>-([a-z-]+)", _readme_chain_block())
-    expected = [s.suffix for s in steps.node_steps_in_first_up()] + list(steps.validation_chain())
+    expected = [
+        *(s.suffix for s in steps.node_steps_in_first_up()),
+        *steps.validation_chain(),
+        steps.IN_SERVICE.suffix,
+    ]
     assert written == expected, f"README.md chain {written} != step table {expected}"
 
 
@@ -180,7 +184,11 @@ def test_the_readme_check_sees_a_reordered_chain():
         .replace("<node>-runtime", "<node>-driver")
         .replace("<node>-swap", "<node>-runtime")
     )
-    expected = [s.suffix for s in steps.node_steps_in_first_up()] + list(steps.validation_chain())
+    expected = [
+        *(s.suffix for s in steps.node_steps_in_first_up()),
+        *steps.validation_chain(),
+        steps.IN_SERVICE.suffix,
+    ]
     assert re.findall(r"<node>-([a-z-]+)", swapped) != expected
 
 
@@ -192,19 +200,13 @@ def test_every_step_is_bounded_on_its_host():
         assert 60 <= step.timeout_seconds <= 60 * 60, f"{step.suffix}: {step.timeout_seconds}s"
 
 
-def test_the_engine_waits_out_every_undo_it_starts():
-    """A delete hook (drain, kubeadm reset) runs under `timeout -k K S` on the host after up to
-    dialErrorLimit dials of perDialTimeout each; the engine's delete timeout must outlast the
-    worst of that (all but one dial failing, then the whole bound), or the engine gives up while
-    the host still drains and the next step deletes the machine under it."""
-    graph = run_program("dev")
-    undoing = [r for r in graph.of_type("command:remote:Command") if unwrap(r.inputs).get("delete")]
-    assert undoing, "no step with a delete hook"
-    for step in undoing:
-        inputs = unwrap(step.inputs)
-        kill, bound = map(int, re.search(r"timeout -k (\d+) (\d+) ", inputs["delete"]).groups())
-        connection = inputs["connection"]
-        dials = connection["dialErrorLimit"]
-        worst = (dials - 1) * connection["perDialTimeout"] + bound + kill
-        engine = int(step.custom_timeouts["delete"].removesuffix("s"))
-        assert engine >= worst, f"{step.name}: engine waits {engine}s, the undo may take {worst}s"
+def test_no_step_stores_an_undo_that_dials():
+    """pulumi-command's `Delete` runs the stored `delete` over the stored connection
+    (remote/commandController.go): a key rotated since, a host gone, and the stack is stuck. So
+    no Command stores one; what a node's removal undoes in the cluster, its hooks do through the
+    API (components/kube/node_hooks.py)."""
+    for stack in STACKS:
+        graph = run_program(stack)
+        commands = graph.of_type("command:remote:Command") + graph.of_type("command:local:Command")
+        undoing = [r.name for r in commands if unwrap(r.inputs).get("delete")]
+        assert not undoing, f"{stack}: {undoing}"

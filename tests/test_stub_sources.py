@@ -35,35 +35,19 @@ UPSTREAM_FILE = re.compile(
 GENERATED = re.compile(r"\b(?:captured|generated)\b", re.I)
 
 
-# Stubs whose rewrite (issue 39, findings 1 to 3: apt, dpkg, kmod, gnupg, curl, containerd and
-# the toolkit, held to captured output) brings their headers; until then each is listed here,
-# and test_pending_headers_are_still_missing fails as soon as one has its header, so the list
-# only shrinks.
-PENDING = {
-    "_containerd_config.py",
-    "apt-cache",
-    "apt-get",
-    "apt-mark",
-    "containerd",
-    "ctr",
-    "curl",
-    "dpkg-query",
-    "gpg",
-    "gpgv",
-    "lsmod",
-    "modinfo",
-    "modprobe",
-    "nvidia-ctk",
-    "update-initramfs",
-}
-
-
 def stub_files() -> list[Path]:
+    """Every file of tests/stubs, the modules of its helper directories too (_python3.10/)."""
     return sorted(
         p
-        for p in STUBS_DIR.iterdir()
-        if p.is_file() and not p.name.startswith(".") and p.suffix != ".pyc"
+        for p in STUBS_DIR.rglob("*")
+        if p.is_file()
+        and not any(part.startswith(".") or part == "__pycache__" for part in p.parts)
+        and p.suffix != ".pyc"
     )
+
+
+def stub_name(path: Path) -> str:
+    return str(path.relative_to(STUBS_DIR))
 
 
 def header(path: Path) -> str:
@@ -93,19 +77,10 @@ def problems(text: str) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize(
-    "path", [p for p in stub_files() if p.name not in PENDING], ids=lambda p: p.name
-)
+@pytest.mark.parametrize("path", stub_files(), ids=stub_name)
 def test_every_stub_names_its_tool_version_and_source(path):
     missing = problems(header(path))
-    assert not missing, f"tests/stubs/{path.name}: its header " + "; ".join(missing)
-
-
-def test_pending_headers_are_still_missing():
-    """A stub of PENDING that meets the rule leaves the list (its test above then holds it)."""
-    done = sorted(name for name in PENDING if not problems(header(STUBS_DIR / name)))
-    assert not done, f"these stubs have their headers now: remove them from PENDING: {done}"
-    assert {p.name for p in stub_files()} >= PENDING
+    assert not missing, f"tests/stubs/{stub_name(path)}: its header " + "; ".join(missing)
 
 
 @pytest.mark.parametrize(
@@ -140,9 +115,9 @@ def test_the_host_matrix_names_a_tool_for_every_stub():
     """docs/host-matrix.md's table of tools covers every stub, and each stub's header names the
     version that table gives it."""
     rows = {row.stub: row for row in host_matrix.TOOLS}
-    stubs = {p.name for p in stub_files() if not p.name.startswith("_")}
+    stubs = {stub_name(p) for p in stub_files() if not stub_name(p).startswith("_")}
     assert stubs <= set(rows), f"stubs missing from tools/host_matrix.py TOOLS: {stubs - set(rows)}"
-    for name in sorted(stubs - PENDING):
+    for name in sorted(stubs):
         row = rows[name]
         assert row.version in header(STUBS_DIR / name), (
             f"tests/stubs/{name} does not name version {row.version!r} that "

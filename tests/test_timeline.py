@@ -579,17 +579,15 @@ def test_every_node_row_of_the_step_table_has_a_duration():
 # ---------------------------------------------------------------- the limits on real graphs
 
 
-def test_the_steps_on_the_control_plane_carry_their_dial_limits(dev_graph):
-    """From the registered connections: the drain stores DELETE_DIAL_ATTEMPTS (it has a delete
-    hook), every other step dials until its timeout."""
+def test_the_steps_on_the_control_plane_are_its_own_and_dial_until_their_timeout(dev_graph):
+    """From the registered connections: no step of a node dials the control plane (its
+    Kubernetes side goes through the API), and the control plane's own dial until their
+    timeout."""
     dials = timeline.control_plane_dials(dev_graph)
     by_name = {dev_graph.by_urn[urn].name: limit for urn, limit in dials.items()}
-    assert by_name["dev-gpu-a10g-0-drain"] == 5
-    assert by_name["dev-gpu-a10g-0-uncordon"] == UNLIMITED_DIALS
     assert by_name["dev-gpu-control-plane-scripts"] == UNLIMITED_DIALS
-    assert not any(
-        name.startswith("dev-gpu-a10g-0-") and name.endswith("driver") for name in by_name
-    )
+    assert set(by_name.values()) == {UNLIMITED_DIALS}, by_name
+    assert not [name for name in by_name if name.startswith("dev-gpu-a10g-0-")], by_name
 
 
 def test_the_program_registers_node_after_node(dev_three):

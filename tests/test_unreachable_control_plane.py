@@ -1,10 +1,12 @@
-"""An unreachable control plane has one switch, `controlPlane.unreachable`: the `up` that sets
-it dials nothing, and from then on no delete dials the control plane, so the GPU machines of a
-cluster whose control plane is gone can still be destroyed.
+"""An unreachable control plane has one switch, `controlPlane.unreachable`: with it no delete
+dials the control plane, so the GPU machines of a cluster whose control plane is gone can still
+be destroyed, and an `up` that sets it dials nothing.
 
-A delete runs what the state holds (pulumi step.go `DeleteStep.Apply` sends the stored inputs;
-`isDeletedWith` reads the stored `deletedWith`), so the switch works through one `up` that
-stores new options and the Kubernetes provider's `deleteUnreachable`, then the destroy.
+A node's drain on delete is a hook the program runs (pulumi deployment.go `RunHooks` calls the
+program's callback by the name the state stored): it reads the switch from the program that
+runs, so the `up` (or `destroy --run-program`) that sets it already drains nothing. The
+Kubernetes provider's `deleteUnreachable` is an input of the provider, which an `up` or a
+`destroy --run-program` registers before any delete.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import logging
 
 import pytest
 
-from components.hosts import steps
 from tools import lifecycle, recovery
 from tools.harness.graph import Graph, unwrap
 from tools.harness.stacks import load_stack_settings, run_program, stack_file
@@ -43,15 +44,10 @@ def test_the_up_that_sets_the_switch_dials_nothing(graphs):
     ], lifecycle.render(plan)
 
 
-def test_with_the_switch_every_hook_that_dials_the_control_plane_is_deleted_with_its_machine(
-    graphs,
-):
+def test_no_step_stores_a_delete_that_dials_the_control_plane(graphs):
     stack, _, after = graphs
-    hooked = [r for r in after.of_type(COMMAND) if unwrap(r.inputs.get("delete"))]
-    assert hooked, f"{stack}: no step with a delete hook: the test would pass vacuously"
-    for resource in hooked:
-        node = resource.name.removesuffix(f"-{steps.DRAIN.suffix}")
-        assert resource.deleted_with == after.named(node).urn, resource.urn
+    hooked = [r.name for r in after.of_type(COMMAND) if unwrap(r.inputs.get("delete"))]
+    assert hooked == [], f"{stack}: {hooked}"
     (provider,) = after.of_type(PROVIDER)
     assert unwrap(provider.inputs["deleteUnreachable"]) in (True, "true"), provider.inputs
 
@@ -62,22 +58,27 @@ def _scaled_to_zero(stack: str, *, unreachable: bool) -> Graph:
     return run_program(stack, config={"nodePools": pools, "controlPlane": control_plane})
 
 
-def test_after_that_up_no_delete_of_a_machine_drains(graphs):
-    stack, before, after = graphs
-    state = recovery.state_after(lifecycle.plan(before, after), before, after)
-    assert recovery.hook_runs(recovery.destroyed(state), state, Graph([], {})) == []
-    gone = _scaled_to_zero(stack, unreachable=True)
-    assert recovery.hook_runs(lifecycle.plan(state, gone), state, gone) == []
-
-
-def test_without_that_up_a_scale_down_drains_every_node_through_the_control_plane(graphs):
-    """Setting the switch changes nothing a delete does until an `up` stored it: a delete runs
-    the hooks and options the state holds, each dialling the control plane."""
+def test_the_up_that_sets_the_switch_and_scales_down_drains_nothing(graphs):
     stack, before, _ = graphs
     gone = _scaled_to_zero(stack, unreachable=True)
+    plan = lifecycle.plan(before, gone)
+    runs = recovery.hook_runs(plan, before, gone)
+    assert runs and all(run.idle for run in runs), runs
+    assert not any(impact.drained for impact in plan.nodes.values()), lifecycle.render(plan)
+    # A destroy with the switch in the program (`pulumi destroy --run-program`) likewise.
+    destroyed = recovery.destroyed(before)
+    runs = recovery.hook_runs(destroyed, before, Graph([], {}), unreachable=True)
+    assert runs and all(run.idle for run in runs), runs
+
+
+def test_without_the_switch_a_scale_down_drains_every_node_through_the_api(graphs):
+    stack, before, _ = graphs
+    gone = _scaled_to_zero(stack, unreachable=False)
     drained = recovery.hook_runs(lifecycle.plan(before, gone), before, gone)
     nodes = lifecycle.node_names(before)
     assert sorted(run.params["NODE_NAME"] for run in drained) == sorted(nodes), drained
+    assert {run.credential for run in drained} == {recovery.Credential.LIVE_API}, drained
+    assert not any(run.idle or run.fails for run in drained), drained
 
 
 def test_the_switch_is_said_loudly(caplog):

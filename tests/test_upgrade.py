@@ -1,10 +1,12 @@
 """A running stack moves to this version without draining, resetting or re-joining a node, and
 without running a GPU Job again on a node in service.
 
-The state is what each pinned stack registered at 8c2ffef, the version before each node's
-control-plane sessions and state were cut (tests/deployed/, `python -m tools.harness.deployed`).
-The plan follows the engine's rules (tools/lifecycle.py: aliases, the providers' replace rules,
-`replace_with`, `replacement_trigger`); a stored delete hook runs when its step is deleted or
+The states are what each pinned stack registered at 8c2ffef (the version before each node's
+control-plane sessions and state were cut) and at 1552dff (the version before the Kubernetes side
+of a node moved to the API, whose `<node>-drain` stores drain-node.sh as its delete):
+tests/deployed/, `python -m tools.harness.deployed`. The plan follows the engine's rules
+(tools/lifecycle.py: aliases, the providers' replace rules, `replace_with`,
+`replacement_trigger`, `ignore_changes`); a stored delete runs when its step is deleted or
 replaced (pulumi-command commandController.go `Delete` runs the stored `delete`)."""
 
 from __future__ import annotations
@@ -13,13 +15,14 @@ import pytest
 
 from components.hosts import steps
 from components.kube.manifests import NODE_CHANGE_ANNOTATION
-from tools import lifecycle
+from tools import lifecycle, recovery
 from tools.harness import deployed
-from tools.harness.graph import Graph, script_params, unwrap
+from tools.harness.graph import Graph, unwrap
 from tools.harness.identity import VARIANTS
 from tools.harness.stacks import ROOT, STACKS, run_program
 
-DEPLOYED = ROOT / "tests" / "deployed" / "8c2ffef"
+DEPLOYED = ROOT / "tests" / "deployed"
+RELEASES = ("8c2ffef", "1552dff")
 PINNED = [*STACKS, *VARIANTS]
 # A GPU Job's pod template carries its node's roll digest (`CHANGE`, what the node's disruptive
 # steps install): components/kube/validation.py, nccl_efa_validation.py.
@@ -27,24 +30,26 @@ NODE_CHANGE = f"spec.template.metadata.annotations.{NODE_CHANGE_ANNOTATION}"
 JOB = "kubernetes:batch/v1:Job"
 
 
-def _graphs(pinned: str) -> tuple[Graph, Graph]:
+def _graphs(pinned: str, release: str = "8c2ffef") -> tuple[Graph, Graph]:
     stack, config = VARIANTS.get(pinned, (pinned, None))
-    return deployed.load(DEPLOYED / f"{pinned}.json.gz"), run_program(stack, config=config)
+    state = deployed.load(DEPLOYED / release / f"{pinned}.json.gz")
+    return state, run_program(stack, config=config)
 
 
-def _plan(pinned: str) -> lifecycle.Plan:
-    return lifecycle.plan(*_graphs(pinned))
+def _plan(pinned: str, release: str = "8c2ffef") -> lifecycle.Plan:
+    return lifecycle.plan(*_graphs(pinned, release))
 
 
 def _roll_digest(graph: Graph, node: str) -> str | None:
-    """The node's `CHANGE`, from its drain step (`<node>-roll-drain` at 8c2ffef)."""
-    names = (steps.DRAIN.resource_name(node), f"{node}-roll-drain")
-    return next((script_params(r)["CHANGE"] for r in graph if r.name in names), None)
+    """The node's `CHANGE`: its put in service's, its drain step's at 1552dff, its
+    `<node>-roll-drain`'s at 8c2ffef."""
+    return lifecycle.roll_change(graph, node)
 
 
+@pytest.mark.parametrize("release", RELEASES)
 @pytest.mark.parametrize("pinned", PINNED)
-def test_no_node_is_drained_reset_rejoined_or_revalidated(pinned):
-    plan = _plan(pinned)
+def test_no_node_is_drained_reset_rejoined_or_revalidated(pinned, release):
+    plan = _plan(pinned, release)
     assert plan.nodes, f"{pinned}: no GPU nodes to upgrade"
     harmed = {
         node: impact.summary()
@@ -99,11 +104,14 @@ def test_no_machine_or_cluster_object_is_replaced(pinned):
     assert validation_jobs <= by_node_change, sorted(validation_jobs - by_node_change)
 
 
-def test_the_steps_the_upgrade_drops_run_no_delete_hook():
+@pytest.mark.parametrize("release", RELEASES)
+def test_the_steps_the_upgrade_drops_run_no_delete_hook(release):
     """What a running stack loses: steps without a stored delete hook (pulumi-command deletes
-    those without dialling) and the per-node validation components."""
-    plan = _plan("prod")
-    before = deployed.load(DEPLOYED / "prod.json.gz")
+    those without dialling) and the per-node validation components. The one step that stored a
+    drain (`<node>-drain`, `<node>-node-ready` before it) is taken over by `<node>-in-service`:
+    an update that stores it without its `delete` and runs no command."""
+    plan = _plan("prod", release)
+    before = deployed.load(DEPLOYED / release / "prod.json.gz")
     for change in plan.by_action(lifecycle.Action.DELETE):
         old = before.by_urn[change.urn]
         hook = old.inputs.get("delete")
@@ -114,21 +122,33 @@ def test_the_steps_the_upgrade_drops_run_no_delete_hook():
         for c in plan.by_action(lifecycle.Action.DELETE)
         if c.type == lifecycle.COMMAND and c.name.startswith(f"{node}-")
     }
-    assert dropped == {
+    assert dropped == DROPPED[release], dropped
+    taken = plan.named(steps.IN_SERVICE.resource_name(node))
+    assert taken.action is lifecycle.Action.UPDATE, f"{taken.urn}: {taken.action}"
+    assert recovery.hook_runs(plan, before, _graphs("prod", release)[1]) == []
+
+
+DROPPED = {
+    "8c2ffef": {
         "authorized-keys",  # wait-ready writes the keys now
-        "roll-drain",  # `<node>-drain`, which continues node-ready, drains for a roll
+        "roll-drain",  # the roll's take-out is the disruptive steps' hook
         "kube-upgrade",  # kube-tools moves a joined node to a new minor
         "join-token",  # a Secret through the API
-        "labels",  # set at join, reconciled by the uncordon step
+        "labels",  # set by the control plane once the node is proven
         "gpu-capacity",  # the join waits for the GPUs through the API
-    }, dropped
+        "uncordon",  # its work is `<node>-in-service`'s hook
+    },
+    # The uncordon stored no delete; `-drain`'s state goes on as `-in-service`.
+    "1552dff": {"uncordon"},
+}
 
 
 def test_the_plan_sees_a_drain_hook_run():
-    """The check above can fail: a program that drops the drain step drains every node."""
-    before = deployed.load(DEPLOYED / "dev.json.gz")
+    """The check above can fail: a program without the put in service (which takes over the
+    drain step's state) lets the engine delete `<node>-drain` and run its stored drain."""
+    before = deployed.load(DEPLOYED / "1552dff" / "dev.json.gz")
     after = run_program("dev")
-    after.resources = [r for r in after if not r.name.endswith("-drain")]
+    after.resources = [r for r in after if not r.name.endswith("-in-service")]
     after.by_urn = {r.urn: r for r in after.resources}
     plan = lifecycle.plan(before, after)
     assert all(impact.drained for impact in plan.nodes.values())

@@ -172,11 +172,13 @@ def test_job_runs_again_for_a_new_machine_a_new_cluster_or_a_change_of_the_node(
         job = g.named(f"{name}-validation-job")
         assert job.replacement_trigger == [g.named(name).id, endpoint], f"{job.urn}"
         template = job.plain_inputs()["spec"]["template"]["metadata"]
-        change = script_param(g.named(f"{name}-drain"), "CHANGE")
+        change = g.named(f"{name}-in-service").plain_inputs()["environment"]["CHANGE"]
         assert template["annotations"][manifests.NODE_CHANGE_ANNOTATION] == change, job.urn
         assert manifests.CAPACITY_CHECK_ANNOTATION not in template["annotations"], job.urn
+        # ...and so are its tolerations: they placed a run that happened (decision 059).
         assert job.ignore_changes == [
-            f'spec.template.metadata.annotations["{manifests.CAPACITY_CHECK_ANNOTATION}"]'
+            f'spec.template.metadata.annotations["{manifests.CAPACITY_CHECK_ANNOTATION}"]',
+            manifests.JOB_TOLERATIONS,
         ], f"{job.urn}: {job.ignore_changes}"
         former = (
             f"urn:pulumi:{stack}::gpu-cluster::gpu-cluster:index:GpuValidation"

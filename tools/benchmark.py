@@ -7,9 +7,8 @@
 For each count N, a fresh subprocess runs the real program (the dev stack, one pool of N
 g5.xlarge nodes) under the harness's mock engine, and a second one registers as many trivial
 resources through the same SDK ("bare SDK"): the floor any program with that many resources
-pays. Wall and CPU seconds (a core of its own, on a busy machine too); `tools.timeline`
-streams registrations at the CPU figure (docs/decisions/051-the-model-meets-a-fleets-limits.md).
-Its only bound is memory: a 1,000-node evaluation must fit in MAX_MIB (a modest CI runner).
+pays. `tools.timeline` streams registrations at the CPU figure (docs/decisions/051-the-model-
+meets-a-fleets-limits.md). Its bound: a 1,000-node evaluation fits in MAX_MIB (a CI runner).
 """
 
 from __future__ import annotations

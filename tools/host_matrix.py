@@ -6,11 +6,9 @@ source of that behaviour (TOOLS; tests/test_stub_sources.py holds each stub's he
     python -m tools.host_matrix --write    # rewrite docs/host-matrix.md's generated table
     python -m tools.host_matrix --check    # exit 1 when that table is out of date
 
-From the parameters the program renders (components/hosts/pins.py `driver_params`,
-`runtime_params`) and the package names install-driver.sh and install-runtime.sh derive from
-them; tests/test_host_matrix.py runs both scripts in the sandbox for every row and keeps the
-table equal to what they install. Why: docs/decisions/048-a-host-matrix-checked-by-the-scripts.md.
-"""
+From the parameters the program renders (components/hosts/pins.py) and the package names the
+driver and runtime scripts derive from them; tests/test_host_matrix.py runs both scripts for
+every row. Why: docs/decisions/048-a-host-matrix-checked-by-the-scripts.md."""
 
 from __future__ import annotations
 
@@ -84,6 +82,24 @@ TOOLS = (
         "1.21",
         "dpkg src/query/main.c (`showpackages`, -f fields of lib/dpkg/pkg-format.c)",
         "tests/test_real_apt.py",
+    ),
+    Tool(
+        "dpkg",
+        "dpkg",
+        "1.22",
+        "1.21",
+        "dpkg src/main/configure.c (`deferred_configure`), lib/dpkg/dbmodify.c "
+        "(`modstatdb_lock`, `cleanupdates`: `--configure -a` after an interrupted run)",
+        "tests/test_real_apt.py (Debian 12's dpkg 1.21, under apt-get)",
+    ),
+    Tool(
+        "python3",
+        "python3 (python3-tomli on 22.04)",
+        "3.12",
+        "3.10",
+        "CPython Lib/tomllib/ (3.11 and later, PEP 680); 22.04 has none: tomli 1.2.2 of "
+        "python3-tomli (universe), tomli/_parser.py, the code tomllib was taken from",
+        "the stub runs the real one",
     ),
     Tool(
         "containerd",

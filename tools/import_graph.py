@@ -5,10 +5,9 @@
     python -m tools.import_graph --out build/imports   # imports.dot, .svg and .png there
     python -m tools.import_graph --cycles         # the import cycles, if any (exit 1)
 
-Nodes are modules, grouped by package and labelled with their line count; an edge a -> b means
-a imports b. A solid edge is an import the module runs when it is loaded; a dashed one runs
-inside a function (deferred), a dotted one only for type checking (`if TYPE_CHECKING:`). A cycle
-is one through solid and dashed edges: both run. The output is deterministic (sorted, no
+Nodes are modules, grouped by package, labelled with their line count; a -> b: a imports b,
+when loaded (solid), inside a function (dashed) or for type checking only (dotted). A cycle is
+one through solid and dashed edges: both run. The output is deterministic (sorted, no
 timestamps), so two revisions compare with `diff`.
 """
 

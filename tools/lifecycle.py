@@ -26,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from components.aws import machines
 from components.hosts import steps
 from tools.harness import identity
 from tools.harness.graph import Graph, Resource, script_params, unwrap
@@ -36,31 +37,11 @@ NO_OP_UPDATE = "true"
 
 # Inputs whose change makes the provider replace the resource. Only what this program sets.
 FORCE_NEW: Mapping[str, frozenset[str]] = {
-    # terraform-provider-aws internal/service/ec2/ec2_instance.go, ResourceInstance schema:
-    # ForceNew on ami, associate_public_ip_address, availability_zone, key_name, subnet_id,
-    # private_ip, placement_group, tenancy, security_groups, ebs_optimized, hibernation,
-    # launch_template; root_block_device.encrypted/kms_key_id (root volume size/type are
-    # modified in place); instance_type and vpc_security_group_ids are updated in place.
-    # instance_market_options is listed as well: a market change needs a new instance.
-    "aws:ec2/instance:Instance": frozenset(
-        {
-            "ami",
-            "associatePublicIpAddress",
-            "availabilityZone",
-            "keyName",
-            "subnetId",
-            "privateIp",
-            "placementGroup",
-            "tenancy",
-            "securityGroups",
-            "ebsOptimized",
-            "hibernation",
-            "launchTemplate",
-            "rootBlockDevice.encrypted",
-            "rootBlockDevice.kmsKeyId",
-            "instanceMarketOptions",
-        }
-    ),
+    # The program's own list (components/aws/machines.py FORCE_NEW_INPUTS, with its source),
+    # and root_block_device.encrypted/kms_key_id (ForceNew; root volume size and type are
+    # modified in place).
+    "aws:ec2/instance:Instance": machines.FORCE_NEW_INPUTS
+    | frozenset({"rootBlockDevice.encrypted", "rootBlockDevice.kmsKeyId"}),
     # terraform-provider-aws internal/service/ec2/ec2_key_pair.go: key_name, key_name_prefix and
     # public_key are ForceNew; Update handles tags only. Pulumi auto-names `keyName`, so the
     # replacement has a new name.
@@ -219,7 +200,13 @@ def _force_new(resource: Resource) -> frozenset[str]:
 
 
 def _is_no_op_update(resource: Resource) -> bool:
-    return unwrap(resource.inputs.get("update")) == NO_OP_UPDATE
+    """An update that runs nothing on a host: `update` is `true`, or the Command has neither
+    `update` nor `create` (pulumi-command remote/commandController.go `Update` runs `update`,
+    else `create`, else nothing)."""
+    inputs = resource.inputs
+    if "update" not in inputs and "create" not in inputs:
+        return True
+    return unwrap(inputs.get("update")) == NO_OP_UPDATE
 
 
 # ---------------------------------------------------------------- the plan
@@ -418,6 +405,10 @@ GPU_JOBS = ("validation-job", "nccl-job")
 
 # What an old step's stored delete hook runs, when it drains a node.
 DRAIN_PROGRAM = "drain-node.sh"
+# The resource hooks that take a Node out of the cluster through the API when their resource is
+# deleted (components/kube/node_hooks.py).
+LEAVES_HOOK = "gpu-cluster-node-leaves"
+PROVIDER = "pulumi:providers:kubernetes"
 
 
 def _node_impacts(
@@ -432,12 +423,14 @@ def _node_impacts(
     old_urn = {c.urn: taken.get(c.urn, c.urn) for c in changes}
     ended = {old_urn[c.urn] for c in changes if c.action in gone}
     names = list(dict.fromkeys([*node_names(before), *node_names(after)]))
+    unreachable = skips_api_drains(after)
     impacts: dict[str, NodeImpact] = {}
     for node in names:
         impact = NodeImpact(node)
         if node in node_names(before):
             impact.drained = any(
-                _drains(old) and (old.deleted_with is None or old.deleted_with not in ended)
+                _drains(old, unreachable)
+                and (old.deleted_with is None or old.deleted_with not in ended)
                 for old in before
                 if old.urn in ended and old.name.startswith(f"{node}-")
             )
@@ -466,21 +459,41 @@ def _node_impacts(
     return impacts
 
 
-def _drains(resource: Resource) -> bool:
+def _drains(resource: Resource, unreachable: bool = False) -> bool:
+    """Its delete drains a Node: a stored `delete` that runs drain-node.sh (its `deletedWith`
+    is checked by the caller: the engine skips the provider's Delete for it), or a before-delete
+    hook that takes the Node out through the API, which the engine runs whatever the options
+    (pulumi step.go `DeleteStep.Apply` runs hooks before checking `RetainOnDelete` and
+    `deletedWith`) and which drains nothing while controlPlane.unreachable is on."""
     delete = unwrap(resource.inputs.get("delete"))
-    return isinstance(delete, str) and DRAIN_PROGRAM in delete
+    if isinstance(delete, str) and DRAIN_PROGRAM in delete:
+        return True
+    return LEAVES_HOOK in resource.hooks.get("before_delete", []) and not unreachable
+
+
+def skips_api_drains(graph: Graph) -> bool:
+    """controlPlane.unreachable in the program: its Kubernetes provider deletes unreachable
+    objects from the state (`deleteUnreachable`), and its leave hooks drain nothing."""
+    return any(
+        unwrap(r.inputs.get("deleteUnreachable")) in (True, "true") for r in graph.of_type(PROVIDER)
+    )
+
+
+def roll_change(graph: Graph, node: str) -> str | None:
+    """The node's CHANGE (what its disruptive steps install) as the graph holds it: its put in
+    service's, or for earlier releases its `-drain` step's (`-roll-drain` before that)."""
+    for resource in graph:
+        if resource.name == steps.IN_SERVICE.resource_name(node):
+            return (unwrap(resource.inputs.get("environment")) or {}).get("CHANGE")
+        if resource.name in (f"{node}-drain", f"{node}-roll-drain") and script_params(resource):
+            return script_params(resource).get("CHANGE")
+    return None
 
 
 def _rolls(before: Graph, after: Graph, node: str, taken: Mapping[str, str]) -> bool:
-    """The node's roll runs: its drain step's CHANGE (what the disruptive steps install) is
-    new."""
-    drain = next((r for r in after if r.name == steps.DRAIN.resource_name(node)), None)
-    # Earlier releases drained for a roll in `<node>-roll-drain`.
-    olds = [r for r in before if r.name in (f"{node}-roll-drain", steps.DRAIN.resource_name(node))]
-    old_change = next((script_params(r).get("CHANGE") for r in olds if script_params(r)), None)
-    if drain is None or old_change is None:
-        return False
-    return old_change != script_params(drain).get("CHANGE")
+    """The node's roll runs: its CHANGE (what the disruptive steps install) is new."""
+    old, new = roll_change(before, node), roll_change(after, node)
+    return old is not None and new is not None and old != new
 
 
 # ---------------------------------------------------------------- printing
@@ -545,7 +558,7 @@ def _login_key_only(change: Change) -> bool:
 def login_key_warning(changes: list[Change]) -> str:
     """The warning for steps that re-run only because `sshPrivateKey` changed: pulumi-command
     compares the connection like any input, and its `Update` runs `update` (here: the step's
-    script again), commandController.go."""
+    script again), commandController.go. No delete depends on the stored key (decision 058)."""
     install_runs = [
         c for c in changes if any(c.name.endswith(f"-{s.suffix}") for s in steps.INSTALL_STEPS)
     ]
@@ -553,9 +566,8 @@ def login_key_warning(changes: list[Change]) -> str:
         f"Warning: {len(changes)} step(s) re-run only because the login key changed "
         f"(sshPrivateKey), {len(install_runs)} of them install steps: each runs its script "
         "again on its host, which finds everything in place and installs and restarts nothing, "
-        "but dials every host and takes that long. The update stores the new key, which their "
-        "delete hooks dial with later, so it is not skipped. Rotate the key when a long `up` "
-        "is acceptable (docs/ssh-keys.md)."
+        "but dials every host and takes that long (pulumi-command compares the connection like "
+        "any input). Rotate the key when a long `up` is acceptable (docs/ssh-keys.md)."
     )
 
 

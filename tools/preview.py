@@ -445,14 +445,9 @@ def what_will_change(
         f"{against} (offline: the two programs under the SDK's mocks, the providers' replace "
         "rules of tools/lifecycle.py):\n"
     )
-    hooks = [
-        f"    {run.name} runs {run.program} "
-        + " ".join(f"{k}={v}" for k, v in sorted(run.params.items()))
-        + (f", before {', '.join(run.before)}" if run.before else ", after every create")
-        for run in recovery.hook_runs(plan, before, after)
-    ]
-    stored = ["Stored delete hooks (they run with the values they were stored with):", *hooks]
-    return header + lifecycle.render(plan) + ("\n".join(stored) + "\n" if hooks else "")
+    runs = recovery.render_runs(recovery.hook_runs(plan, before, after))
+    exposed = "".join(f"WARNING: {line}\n" for line in recovery.exposed_boot_keys(plan))
+    return header + lifecycle.render(plan) + runs + exposed
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -120,28 +120,36 @@ COMMON: dict[str, Duration] = {
     "cp:kube-tools": _d(30.0, "assumption: kubelet/kubeadm/kubectl from pkgs.k8s.io, ~30 s"),
     "cp:init": _d(60.0, "kubeadm: image pull (~200 MB) + static pods healthy; assumption 60 s"),
     "cp:cni": _d(30.0, "assumption: CNI manifest applied and its pods Ready, ~30 s"),
+    "cp:certificates": _d(
+        3.0,
+        "assumption: one SSH round trip and kubeadm certs check-expiration twice (local files); "
+        "a first up renews nothing, restarts nothing",
+    ),
     "cp:kubeconfig": _d(2.0, "assumption: one SSH round trip"),
     "cp:version-skew": _d(3.0, "assumption: one SSH round trip + kubectl version"),
     "cp:operator-kubeconfig": _d(
         2.0, "assumption: one SSH round trip (kubeadm kubeconfig user signs locally)"
     ),
     "cp:upgrade": _d(2.0, "roll: no cluster yet on a first up, the script checks and skips"),
-    steps.DRAIN.suffix: _d(
-        3.0, "roll: SSH to the control plane, the Node is not registered yet: no slot, no drain"
-    ),
-    steps.ROLL_UNCORDON.suffix: _d(
-        4.0,
-        "assumption: SSH to the control plane, kubectl wait/label/taint/annotate, nothing cordoned",
+    steps.IN_SERVICE.suffix: _d(
+        1.0,
+        "assumption: its hook, through the API: /readyz, the Node read, one PUT, the pool's slot "
+        "Leases read (a few round trips to the API server, no SSH)",
     ),
     steps.JOIN_TOKEN.suffix: _d(
         1.0, "assumption: two API calls from its hook (the Node, the Secret)"
     ),
     # Every created machine's first contact (the step table's FIRST_CONTACT rows), any role.
     steps.HOST_KEY_ROTATION.suffix: _d(
-        5.0,
+        4.0,
         "brevdev: boot->SSH 3.1 s after 'running' (a machine's first dial is this step's); "
-        "LIMITS ssh-handshake 0.5 s; assumption: the local script's start, ssh-keygen, sshd -t and "
-        "a reload on the host, ~1.5 s",
+        "LIMITS ssh-handshake 0.5 s; assumption: the local script's start and ssh-keygen on "
+        "the host, ~0.4 s",
+    ),
+    steps.HOST_KEY_SWITCH.suffix: _d(
+        2.5,
+        "LIMITS ssh-handshake 0.5 s, twice (the switch, then the dial that pins the new key "
+        "alone); assumption: sshd -t, two renames and a reload on the host, ~1.5 s",
     ),
     steps.SCRIPTS.suffix: _d(
         2.5,
@@ -149,6 +157,12 @@ COMMON: dict[str, Duration] = {
         "SFTP of ~100 KB of scripts, ~2 s",
     ),
     "kubernetes:core/v1:Secret": _d(1.0, "assumption: one API call"),
+    "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy": _d(
+        1.0, "assumption: one API call (the node guard's policy)"
+    ),
+    "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding": _d(
+        1.0, "assumption: one API call (the node guard's binding)"
+    ),
     # Building a baked control-plane image (ControlPlaneImage): the control plane's own install
     # on a builder of its instance type, kubeadm's and flannel's images pulled, the snapshot.
     "cp-image:wait-ready": _d(

@@ -46,6 +46,7 @@ def readme_chain() -> str:
     rows = [
         *steps.node_steps_in_first_up(),
         *steps.node_rows(efa=False, validation=True, part=steps.Part.VALIDATION),
+        *steps.node_rows(efa=False, validation=True, part=steps.Part.ROLL_END),
     ]
     width = max(len(row.suffix) for row in rows)
     lines = [f"{ROOT_LINE:<40} <node>"]

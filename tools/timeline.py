@@ -5,11 +5,10 @@
     python -m tools.timeline dev --table                # 1, 8, 64, 256, 1,000 nodes
     python -m tools.timeline dev --backend snapshot --capacity 200 --parallel 16 --baked
 
-It runs the real program under the test harness (the graph `pulumi up` registers) and simulates
-the engine on it (`tools/fleet_engine.py`) with each step's duration and each limit's figures
-from `tools/step_durations.py`: the program's evaluation, each step's checkpoints, EC2 launches
-and GPU capacity, the control plane's sshd. Why: docs/decisions/016-the-bring-up-is-modelled-
-on-the-engine.md and 051-the-model-meets-a-fleets-limits.md.
+It simulates the engine (`tools/fleet_engine.py`) on the graph the real program registers under
+the harness, with each step's duration and each limit's figures from `tools/step_durations.py`
+(evaluation, checkpoints, EC2 launches and GPU capacity, the control plane's sshd). Why:
+docs/decisions/016-the-bring-up-is-modelled-on-the-engine.md and 051 (a fleet's limits).
 """
 
 from __future__ import annotations
@@ -101,10 +100,10 @@ def kind_of(resource: Resource) -> str:
     ):
         return steps.JOIN_TOKEN.suffix
     # A machine's first contact (the step table's FIRST_CONTACT rows), whatever its role.
-    if resource.type == "command:local:Command" and resource.name.endswith(
-        f"-{steps.HOST_KEY_ROTATION.suffix}"
-    ):
-        return steps.HOST_KEY_ROTATION.suffix
+    if resource.type == "command:local:Command":
+        for row in (steps.HOST_KEY_ROTATION, steps.HOST_KEY_SWITCH):
+            if resource.name.endswith(f"-{row.suffix}"):
+                return row.suffix
     if resource.type == "command:remote:CopyToRemote":
         return steps.SCRIPTS.suffix
     if resource.type == "command:remote:Command":

@@ -247,8 +247,41 @@ class MachineArgs:
     replace_on_changes: Sequence[str] = ()
 
 
-def machine(name: str, args: MachineArgs, *, parent: pulumi.Resource) -> aws.ec2.Instance:
-    """The EC2 instance `name` under `parent`, hardened (IMDSv2 only, encrypted root volume)."""
+# Instance inputs whose change replaces the machine (terraform-provider-aws
+# internal/service/ec2/ec2_instance.go, ResourceInstance schema: ForceNew on ami,
+# associate_public_ip_address, availability_zone, key_name, subnet_id, private_ip,
+# placement_group, tenancy, security_groups, ebs_optimized, hibernation, launch_template and on
+# every field of network_interface; instance_market_options: a market change needs a new
+# instance). instance_type and vpc_security_group_ids are updated in place. tools/lifecycle.py
+# plans with this list.
+FORCE_NEW_INPUTS = frozenset(
+    {
+        "ami",
+        "associatePublicIpAddress",
+        "availabilityZone",
+        "keyName",
+        "subnetId",
+        "privateIp",
+        "placementGroup",
+        "tenancy",
+        "securityGroups",
+        "ebsOptimized",
+        "hibernation",
+        "launchTemplate",
+        "networkInterfaces",
+        "instanceMarketOptions",
+    }
+)
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(word.title() for word in rest)
+
+
+def _registration(args: MachineArgs) -> tuple[dict[str, Any], list[str]]:
+    """The Instance's inputs as `machine` registers them (by Python name), and the ones a later
+    `up` ignores (by engine name)."""
     tags = dict(args.tags)
     root = root_volume(args.root_volume_gib)
     if args.tag_root_volume:
@@ -263,17 +296,46 @@ def machine(name: str, args: MachineArgs, *, parent: pulumi.Resource) -> aws.ec2
             **args.launch_only,
         }
         ignored = [*day_two_ignored(ami_pinned=args.image.pinned), *args.launch_only_inputs]
-    return aws.ec2.Instance(
-        name,
-        ami=args.image.id,
-        instance_type=args.instance_type,
-        key_name=args.key_name,
-        metadata_options=metadata_options(args.metadata_hop_limit),
-        root_block_device=root,
-        user_data=args.user_data,
-        tags=tags,
+    inputs = {
+        "ami": args.image.id,
+        "instance_type": args.instance_type,
+        "key_name": args.key_name,
+        "metadata_options": metadata_options(args.metadata_hop_limit),
+        "root_block_device": root,
+        "user_data": args.user_data,
+        "tags": tags,
         **args.placement.launch_args(),
         **extra,
+    }
+    return inputs, ignored
+
+
+def replacing_inputs(args: MachineArgs) -> dict[str, Any]:
+    """The inputs of the machine `args` launches whose change replaces it (by engine name): the
+    provider's ForceNew ones and `replace_on_changes`, less what a later `up` ignores. Its boot
+    key's replacement trigger (components/hosts/host_keys.py `launch`): a new launch, a new key."""
+    inputs, ignored = _registration(args)
+    replacing = FORCE_NEW_INPUTS | set(args.replace_on_changes)
+    return {
+        _camel(name): value
+        for name, value in sorted(inputs.items())
+        if value is not None and _camel(name) in replacing and _camel(name) not in ignored
+    }
+
+
+def machine(
+    name: str,
+    args: MachineArgs,
+    *,
+    parent: pulumi.Resource,
+    boot_key: pulumi.Resource | None = None,
+) -> aws.ec2.Instance:
+    """The EC2 instance `name` under `parent`, hardened (IMDSv2 only, encrypted root volume);
+    replaced whenever `boot_key` (the host key in its user data) is (`replace_with`)."""
+    inputs, ignored = _registration(args)
+    return aws.ec2.Instance(
+        name,
+        **inputs,
         opts=pulumi.ResourceOptions(
             parent=parent,
             ignore_changes=ignored,
@@ -281,6 +343,7 @@ def machine(name: str, args: MachineArgs, *, parent: pulumi.Resource) -> aws.ec2
             protect=args.protect,
             delete_before_replace=args.delete_before_replace,
             replace_on_changes=list(args.replace_on_changes),
+            replace_with=[boot_key] if boot_key is not None else None,
         ),
     )
 

@@ -1,12 +1,11 @@
 """How many SSH connections a control plane's sshd takes at once: `MaxStartups`, which a managed
 control plane's wait-ready step sets for its fleet (an existing one keeps OpenSSH's default).
 
-Every node step that runs on the control plane dials it, and a node's chain is strict, so at
-most one dial per node is under way at any moment, plus the control plane's own chain. sshd
-drops unauthenticated connections past `start` at random and all of them at `full`, and a step
-with a delete hook dials only DELETE_DIAL_ATTEMPTS + 1 times in about a second: so `start` holds
-every node's dial. Why, with sshd's and pulumi-command's source: docs/decisions/
-050-sshd-takes-the-fleets-fan-in.md.
+Sized for one dial per node at once, plus the control plane's own chain: sshd drops
+unauthenticated connections past `start` at random and all of them at `full`. Since decision 058
+no node step dials the control plane (a node's Kubernetes side goes through the API), so this is
+margin; it stays sized as before so that no running control plane's wait-ready re-runs for it.
+Why, with sshd's and pulumi-command's source: docs/decisions/050-sshd-takes-the-fleets-fan-in.md.
 """
 
 from __future__ import annotations

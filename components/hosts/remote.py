@@ -23,7 +23,6 @@ from components.aws.machines import authorized_keys
 from components.hosts import bundle, host_keys
 from components.hosts.rendering import render_inputs, stripped_script
 from components.hosts.steps import (
-    HOST_KEY_ROTATION,
     SCRIPTS,
     Identity,
     OnUpdate,
@@ -33,19 +32,14 @@ from components.hosts.steps import (
 )
 from components.settings import Bastion, Settings, Ssh
 
-# Fresh GPU instances can take minutes before sshd answers; a step without a delete hook keeps
-# dialling until its own timeout (custom_timeouts) ends the wait.
+# Fresh GPU instances can take minutes before sshd answers; a step keeps dialling until its own
+# timeout (custom_timeouts) ends the wait. No step dials on delete (none stores a `delete`).
 DIAL_FOREVER = -1
-# A step with a delete hook stores this limit with its connection, and `Delete` dials with what
-# is stored: a host that is gone costs at most this many dials of PER_DIAL_TIMEOUT seconds.
-DELETE_DIAL_ATTEMPTS = 5
 PER_DIAL_TIMEOUT = 30
 # The SSH dial and session set-up on top of a step's bound on the host.
 DIAL_MARGIN_SECONDS = 10 * 60
 # After the bound, `timeout` sends TERM; KILL follows this many seconds later.
 KILL_AFTER_SECONDS = 30
-DELETE_TIMEOUT_SECONDS = 10 * 60
-DELETE_MARKER = "GPU_CLUSTER_SCRIPT"
 NO_OP = "true"
 # The copy of a host's scripts (its first dial, on a host the stack did not create).
 COPY_TIMEOUT_SECONDS = SCRIPTS.timeout_seconds
@@ -61,9 +55,9 @@ class Host:
     _connection: dict[str, Any] = field(repr=False)
     _proxy: dict[str, Any] | None = field(default=None, repr=False)
     role: Where = Where.NODE
-    # The first contact of a machine the stack created (`<host>-host-key-rotation`); None for
-    # a host pinned from config.
-    rotation: pulumi.Resource | None = field(default=None, repr=False, compare=False)
+    # The first contact of a machine the stack created (its resources by row suffix, in
+    # order); empty for a host pinned from config.
+    contact: Mapping[str, pulumi.Resource] = field(default_factory=dict, repr=False, compare=False)
     # The host's copy of its scripts, made with its first step (`scripts`).
     _copy: list[command.remote.CopyToRemote] = field(
         default_factory=list, repr=False, compare=False
@@ -79,9 +73,9 @@ class Host:
         is known only once the machine is): every step on the host sends this one Output.
 
         In a preview of a machine not yet created its connection is unknown as a whole; a host
-        key that resolves to none is left out rather than sent as null."""
+        key (or the bastion's) that resolves to none stops the `up` (`_settled`)."""
         if dial_error_limit not in self._built:
-            self._built[dial_error_limit] = _settled(self.args(dial_error_limit))
+            self._built[dial_error_limit] = _settled(self.name, self.args(dial_error_limit))
         return self._built[dial_error_limit]
 
     @property
@@ -120,10 +114,21 @@ class Host:
 
     def first_contact(self, parent: pulumi.Resource) -> dict[str, pulumi.Resource]:
         """The resources of the step table's first-contact rows on this host, by suffix: its
-        host-key rotation (a machine the stack created) and the copy of its scripts (made
-        now with `parent` if no step made it yet)."""
-        found = {} if self.rotation is None else {HOST_KEY_ROTATION.suffix: self.rotation}
-        return {**found, SCRIPTS.suffix: self.scripts(parent)}
+        host-key rotation and switch (a machine the stack created) and the copy of its scripts
+        (made now with `parent` if no step made it yet)."""
+        return {**self.contact, SCRIPTS.suffix: self.scripts(parent)}
+
+    def without_credential(self) -> pulumi.Output[Mapping[str, Any]]:
+        """Where the host is and the key it must present, no login key: the connection of a
+        Command that runs no command (pulumi-command dials only to run one), so its state holds
+        no credential (components/kube/in_service.py)."""
+        named = {k: v for k, v in self._connection.items() if k != "private_key"}
+        proxy = None
+        if self._proxy is not None:
+            proxy = command.remote.ProxyConnectionArgs(
+                **{k: v for k, v in self._proxy.items() if k != "private_key"}
+            )
+        return _settled(self.name, command.remote.ConnectionArgs(**named, proxy=proxy))
 
     def args(self, dial_error_limit: int) -> command.remote.ConnectionArgs:
         """The connection as pulumi-command's `ConnectionArgs` (its defaults filled in), Outputs
@@ -138,10 +143,12 @@ class Host:
         )
 
 
-def _settled(args: command.remote.ConnectionArgs) -> pulumi.Output[Mapping[str, Any]]:
+def _settled(host: str, args: command.remote.ConnectionArgs) -> pulumi.Output[Mapping[str, Any]]:
     """`args` as a mapping by field name once every Output among its fields (its proxy's too)
-    has resolved: one `Output.all`, carrying their secrecy, dependencies and unknowns. A host
-    key that resolves to none is left out."""
+    has resolved: one `Output.all`, carrying their secrecy, dependencies and unknowns. Fails
+    closed: a host key (the host's, or its bastion's) that resolves to nothing stops the `up`
+    naming `host`, since pulumi-command accepts any host key without one (remote/connection.go
+    `SSHConfig`: `ssh.InsecureIgnoreHostKey()`)."""
     paths: list[tuple[str, ...]] = []
     outputs: list[pulumi.Output[Any]] = []
 
@@ -156,14 +163,16 @@ def _settled(args: command.remote.ConnectionArgs) -> pulumi.Output[Mapping[str, 
     find(args, ())
 
     def frozen(values: list[Any]) -> Mapping[str, Any]:
-        resolved = dict(zip(paths, values, strict=True))
-        omitted = {_HOST_KEY} if _HOST_KEY in resolved and not resolved[_HOST_KEY] else set()
-        return as_mapping(args, resolved, omitted)
+        mapping = as_mapping(args, dict(zip(paths, values, strict=True)))
+        for hop in (mapping, mapping.get("proxy")):
+            if hop is not None and not host_keys.key_line(hop.get("host_key")):
+                raise host_keys.UnpinnedHost(
+                    f"{host}: no host key to pin for {hop.get('host')}; nothing dials a host it "
+                    "cannot check (docs/ssh-keys.md, 'SSH host keys')."
+                )
+        return mapping
 
     return pulumi.Output.all(*outputs).apply(frozen)
-
-
-_HOST_KEY = ("host_key",)
 
 
 @dataclass(frozen=True)
@@ -196,20 +205,16 @@ class Login:
 def as_mapping(
     args: Any,
     resolved: Mapping[tuple[str, ...], Any] | None = None,
-    omitted: set[tuple[str, ...]] | frozenset[tuple[str, ...]] = frozenset(),
     path: tuple[str, ...] = (),
 ) -> Mapping[str, Any]:
     """The fields an args object (ConnectionArgs, ProxyConnectionArgs: the ones it was given and
     its defaults) holds, as a mapping by their Python names, nested args likewise. With
-    `resolved`, the value of each Output among them, by its path of names; the fields at a path
-    in `omitted` are left out."""
+    `resolved`, the value of each Output among them, by its path of names."""
     items = {}
     for name, value in vars(args).items():
         here = (*path, name)
-        if here in omitted:
-            continue
         if _is_args(value):
-            value = as_mapping(value, resolved, omitted, here)
+            value = as_mapping(value, resolved, here)
         elif resolved is not None and here in resolved:
             value = resolved[here]
         items[name] = value
@@ -226,45 +231,47 @@ def ssh_host(
     login: Login,
     *,
     identity: pulumi.Input[str],
-    host_key: pulumi.Input[str | None] | None,
+    host_key: pulumi.Input[str],
     user: str | None = None,
     role: Where = Where.NODE,
-    rotation: pulumi.Resource | None = None,
+    contact: Mapping[str, pulumi.Resource] | None = None,
     port: int | None = None,
 ) -> Host:
     """How to reach `name` at `address`, a host of `role` (which scripts it gets); `host_key`
-    (an authorized_keys line) is the key it must present, None only where none is known (a
-    warning says so); `rotation`: the first contact that read that key, if any; `user` and
-    `port` when the host has its own (else ssh.user, ssh.port)."""
+    (an authorized_keys line) is the key it must present; `contact`: the first contact that
+    read that key, by row suffix, if any; `user` and `port` when the host has its own (else
+    ssh.user, ssh.port)."""
+    if host_key is None:
+        raise ValueError(f"{name}: a host is reached only with its host key pinned")
     ssh = login.ssh
     private_key = pulumi.Output.secret(login.private_key.get_secret_value())
     bastion = login.bastion
     proxy = None
     if bastion is not None:
+        if bastion.host_key is None:
+            raise ValueError(f"{name}: the bastion {bastion.host} is reached only with its key")
         proxy = {
             "host": bastion.host,
             "port": bastion.port,
             "user": bastion.user or ssh.user,
             "private_key": private_key,
+            "host_key": bastion.host_key,
         }
-        if bastion.host_key is not None:
-            proxy["host_key"] = bastion.host_key
     connection = {
         "host": address,
         "port": ssh.port if port is None else port,
         "user": user or ssh.user,
         "private_key": private_key,
         "per_dial_timeout": PER_DIAL_TIMEOUT,
+        "host_key": host_key,
     }
-    if host_key is not None:
-        connection["host_key"] = host_key
     return Host(
         name=name,
         identity=identity,
         _connection=connection,
         _proxy=proxy,
         role=role,
-        rotation=rotation,
+        contact=dict(contact or {}),
     )
 
 
@@ -278,10 +285,9 @@ def machine_host(
     parent: pulumi.Resource,
     role: Where = Where.NODE,
 ) -> Host:
-    """How to reach a machine the stack created: its first contact
-    (`<name>-host-key-rotation`) checks the key it booted with and replaces it; every step
-    after it pins the key that contact read back, never the boot key."""
-    first = host_keys.pinned(instance, boot_key, login.host_keys)
+    """How to reach a machine the stack created: its first contact (`<name>-host-key-rotation`,
+    `<name>-host-key-switch`) checks the key it booted with (or `hostKeys.<instance id>`) and
+    replaces it; every step after it pins the key the switch saw served, never the boot key."""
     reach = host_keys.Reach(
         address=address,
         user=login.ssh.user,
@@ -289,15 +295,19 @@ def machine_host(
         private_key=pulumi.Output.secret(login.private_key.get_secret_value()),
         bastion=login.bastion,
     )
-    rotation = host_keys.rotated(name, instance, first, reach, parent=parent)
+    accepted = host_keys.first_keys(instance, boot_key, login.host_keys)
+    contact = host_keys.first_contact(name, instance, accepted, reach, parent=parent)
     return ssh_host(
         name,
         address,
         login,
         identity=instance.id,
-        host_key=rotation.public_key,
+        host_key=contact.public_key,
         role=role,
-        rotation=rotation.command,
+        contact={
+            host_keys.ROTATION: contact.rotation,
+            host_keys.SWITCH: contact.switch,
+        },
     )
 
 
@@ -306,13 +316,11 @@ def bounded(command_line: str, seconds: int) -> str:
     return f"sudo timeout -k {KILL_AFTER_SECONDS} {seconds} {command_line}"
 
 
-def step_program(
-    script: str, params: Mapping[str, str], host: Host, *, also: Sequence[str] = ()
-) -> str:
+def step_program(script: str, params: Mapping[str, str], host: Host) -> str:
     """What a step sends on stdin: its parameters, then the run of its bundled program by
-    digest (lib/run-by-digest.sh), after checking it and any of `also` (the delete hook's
-    script) against their digests. Deterministic: the same inputs, the same bytes."""
-    digests = [bundle.digest(script), *(bundle.digest(name) for name in also)]
+    digest (lib/run-by-digest.sh), after checking it against its digest. Deterministic: the
+    same inputs, the same bytes."""
+    digests = [bundle.digest(script)]
     return "".join(
         [
             f"# {script}, by digest; runs as `sudo bash -s`.\n",
@@ -331,43 +339,21 @@ def _stdin(
     host: Host,
     params: dict[str, pulumi.Input[str]],
     secret_params: dict[str, pulumi.Input[str]],
-    also: Sequence[str],
 ) -> pulumi.Input[str]:
     """stdin now when every input is known, else once Output parameters resolve; secret
     parameters make it a secret."""
     if not secret_params and all(isinstance(v, str) for v in params.values()):
-        return step_program(script, params, host, also=also)  # type: ignore[arg-type]
+        return step_program(script, params, host)  # type: ignore[arg-type]
     names, secret_names = sorted(params), sorted(secret_params)
 
     def render(values: list[str]) -> str:
         rendered = dict(zip(names + secret_names, values, strict=True))
-        return step_program(script, rendered, host, also=also)
+        return step_program(script, rendered, host)
 
     stdin = pulumi.Output.all(
         *[params[n] for n in names], *[secret_params[n] for n in secret_names]
     ).apply(render)
     return pulumi.Output.secret(stdin) if secret_params else stdin
-
-
-def _delete_command(
-    script: str, host: Host, params: Mapping[str, pulumi.Input[str]]
-) -> pulumi.Input[str]:
-    """The delete hook: `script` by digest with `params`, as a bounded `bash -s` heredoc (the
-    stored command is all a delete has: it runs long after this program)."""
-
-    def command_line(values: Mapping[str, str]) -> str:
-        program = step_program(script, values, host)
-        return (
-            f"{bounded('bash -s', DELETE_TIMEOUT_SECONDS)} <<'{DELETE_MARKER}'\n"
-            f"{program}{DELETE_MARKER}"
-        )
-
-    if all(isinstance(v, str) for v in params.values()):
-        return command_line(params)  # type: ignore[arg-type]
-    names = sorted(params)
-    return pulumi.Output.all(*[params[n] for n in names]).apply(
-        lambda values: command_line(dict(zip(names, values, strict=True)))
-    )
 
 
 def run_step(
@@ -377,13 +363,12 @@ def run_step(
     host: Host,
     params: Mapping[str, pulumi.Input[str]] | None = None,
     secret_params: Mapping[str, pulumi.Input[str]] | None = None,
-    delete_params: Mapping[str, pulumi.Input[str]] | None = None,
     identity: Mapping[Identity, pulumi.Input[str]] | None = None,
     after: Sequence[pulumi.Resource] = (),
     parent: pulumi.Resource,
     timeout_seconds: int | None = None,
-    deleted_with: pulumi.Resource | None = None,
-    aliases: Sequence[pulumi.Input[str] | pulumi.Alias] = (),
+    hooks: pulumi.ResourceHookBinding | None = None,
+    delete_before_replace: bool = False,
 ) -> command.remote.Command:
     """The `remote.Command` of one row of the step table (components/hosts/steps.py), named
     `<owner>-<suffix>`, run on `host` after the host's scripts arrived, chained `after`
@@ -391,8 +376,8 @@ def run_step(
 
     `identity` gives the values of the row's identity (Identity.HOST defaults to the host's own;
     a control-plane step about a node passes the node's). `secret_params` are rendered into stdin
-    only and make it a secret. `deleted_with`: the engine skips the delete hook when that
-    resource is deleted in the same operation (nothing left to undo).
+    only and make it a secret. `hooks`: the row's resource hooks (components/kube/node_hooks.py),
+    which act through the Kubernetes API; no step dials anything on delete.
     """
     if step.script is None:
         raise ValueError(f"{step.suffix}: a {step.runs_on.value} row runs no script on a host")
@@ -400,22 +385,16 @@ def run_step(
     missing = [i.value for i in step.identity if i not in values]
     if missing:
         raise ValueError(f"{step.resource_name(owner)}: identity {missing} not given")
-    also = (step.delete_script,) if step.delete_script is not None else ()
-    stdin = _stdin(step.script, host, dict(params or {}), dict(secret_params or {}), also)
+    stdin = _stdin(step.script, host, dict(params or {}), dict(secret_params or {}))
     seconds = step.timeout_seconds if timeout_seconds is None else timeout_seconds
     create = bounded("bash -s", seconds)
-    delete = None
-    if step.delete_script is not None:
-        delete = _delete_command(step.delete_script, host, dict(delete_params or {}))
-    dial_limit = DIAL_FOREVER if delete is None else DELETE_DIAL_ATTEMPTS
     step_timeout = duration(seconds + DIAL_MARGIN_SECONDS)
     return command.remote.Command(
         step.resource_name(owner),
-        connection=host.connection(dial_limit),
+        connection=host.connection(DIAL_FOREVER),
         create=create,
         update=create if step.on_update is OnUpdate.RERUN else NO_OP,
         stdin=stdin,
-        delete=delete,
         triggers=[values[i] for i in step.identity],
         add_previous_output_in_env=False,
         logging=command.remote.Logging.NONE
@@ -424,19 +403,12 @@ def run_step(
         opts=pulumi.ResourceOptions(
             parent=parent,
             depends_on=[host.scripts(parent), *after],
-            custom_timeouts=pulumi.CustomTimeouts(
-                create=step_timeout,
-                update=step_timeout,
-                delete=duration(
-                    DELETE_TIMEOUT_SECONDS + DELETE_DIAL_ATTEMPTS * (PER_DIAL_TIMEOUT + 5)
-                ),
-            ),
+            custom_timeouts=pulumi.CustomTimeouts(create=step_timeout, update=step_timeout),
             additional_secret_outputs=["stdout", "stderr"] if step.secret_stdout else [],
-            # A step that undoes itself is replaced delete-first, so the undo (a drain) never
-            # hits the new work.
-            delete_before_replace=delete is not None,
-            deleted_with=deleted_with,
-            aliases=list(aliases),
+            # A step whose delete hook takes the Node away is replaced delete-first, so the old
+            # Node is gone before the new work registers one under the same name.
+            delete_before_replace=delete_before_replace,
+            hooks=hooks,
         ),
     )
 

@@ -2,12 +2,13 @@
 only after the node was taken out, and at most `nodePools[].maxUnavailable` nodes of a pool are
 out at once, with no edge between nodes in the graph.
 
-Per node, on the control plane: `<node>-drain` before the first disruptive step takes a pool slot
-(a Lease), cordons and drains; `<node>-uncordon`, after the node's checks passed again, uncordons
-and gives the slot back. Both carry `CHANGE`, the digest of what the disruptive steps install
-(`pinned_programs`), so a new driver branch, toolkit or Kubernetes minor re-runs both around the
-steps that changed; a script edit re-runs no roll. Why: docs/decisions/
-007-disruptive-steps-roll-through-a-lease.md.
+Per node, through the Kubernetes API (components/kube/node_hooks.py): before a disruptive step
+re-runs on a joined node, its hook takes a pool slot (a Lease), cordons and drains; after the
+node's checks passed again, `<node>-in-service` uncordons it and gives the slot back. Both act
+on `CHANGE`, the digest of what the disruptive steps install (`pinned_programs`): a node that
+completed it (its Node's `gpu-cluster.io/node-change`) is not taken out, so a script edit or a
+new login key re-runs the idempotent scripts without a roll. Why: docs/decisions/
+007-disruptive-steps-roll-through-a-lease.md, 058-a-node-leaves-through-the-api.md.
 """
 
 from __future__ import annotations
@@ -18,15 +19,11 @@ from dataclasses import dataclass
 
 from components.hosts import steps
 from components.hosts.roll_budget import (
+    API_WAIT_SECONDS,
     DRAIN_TIMEOUT_SECONDS,
-    READY_TIMEOUT_SECONDS,
     slot_seconds,
     slot_wait_seconds,
 )
-from components.settings import NodePool
-
-# The bounds of a roll, which the settings check too: components/hosts/roll_budget.py.
-DELETE_DRAIN_TIMEOUT_SECONDS = 300  # bound on the drain a node's delete runs (drain-node.sh)
 
 
 def change_digest(programs: Mapping[str, Mapping[str, str]]) -> str:
@@ -51,9 +48,9 @@ class RollTiming:
     drain_seconds: int = DRAIN_TIMEOUT_SECONDS
 
     @property
-    def drain_step_seconds(self) -> int:
-        """The bound of the roll-drain step on the host: waiting for a slot, then the drain."""
-        return self.slot_wait_seconds + self.drain_seconds + READY_TIMEOUT_SECONDS
+    def take_out_seconds(self) -> int:
+        """The bound of taking a node out: waiting for the API, for a slot, then the drain."""
+        return API_WAIT_SECONDS + self.slot_wait_seconds + self.drain_seconds
 
 
 def roll_timing(validation_seconds: int) -> RollTiming:
@@ -63,28 +60,6 @@ def roll_timing(validation_seconds: int) -> RollTiming:
         slot_seconds=slot_seconds(validation_seconds),
         slot_wait_seconds=slot_wait_seconds(validation_seconds),
     )
-
-
-def drain_params(node_name: str, pool: NodePool, timing: RollTiming, change: str) -> dict[str, str]:
-    return {
-        "NODE_NAME": node_name,
-        "POOL_NAME": pool.name,
-        "MAX_UNAVAILABLE": str(pool.max_unavailable),
-        "SLOT_SECONDS": str(timing.slot_seconds),
-        "SLOT_WAIT_SECONDS": str(timing.slot_wait_seconds),
-        "DRAIN_TIMEOUT_SECONDS": str(timing.drain_seconds),
-        "CHANGE": change,
-    }
-
-
-def uncordon_params(node_name: str, pool: NodePool, change: str) -> dict[str, str]:
-    return {
-        "NODE_NAME": node_name,
-        "POOL_NAME": pool.name,
-        "MAX_UNAVAILABLE": str(pool.max_unavailable),
-        "READY_TIMEOUT_SECONDS": str(READY_TIMEOUT_SECONDS),
-        "CHANGE": change,
-    }
 
 
 def pinned_programs(

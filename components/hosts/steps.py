@@ -1,14 +1,15 @@
 """The step table: the one place the chain lives. Each row says what runs (a script, or a
 Kubernetes object), where (the node, the control plane, an image builder), when (every node, EFA
-pools only, a roll only, with validation), after which rows, what replaces it (`identity`: its
-`triggers`), what an update does, what undoes it, and whether it disrupts GPU work.
+pools only, with validation), after which rows, what replaces it (`identity`: its `triggers`),
+what an update does, what its hooks do through the API (taking a node out, in, away), and
+whether it disrupts GPU work.
 
-Every machine the stack creates starts with the first-contact rows (its host-key rotation, then
-the copy of its scripts); GpuNode, the validation and the roll build the node rows after them
+Every machine the stack creates starts with the first-contact rows (its host-key rotation in two
+phases, then the copy of its scripts); GpuNode and the validation build the node rows after them
 (`<owner>-<suffix>`); the timeline, the policy pack's generated copy, the README's chain and the
 tests read them. A new step is a new row plus its script. Why: docs/decisions/004-steps-are-
-replaced-only-by-identity.md, 041-a-host-key-only-its-host-can-use.md.
-"""
+replaced-only-by-identity.md, 041-a-host-key-only-its-host-can-use.md, 064-a-first-contact-that-
+can-be-redone.md."""
 
 from __future__ import annotations
 
@@ -40,7 +41,6 @@ class When(enum.Enum):
 
     EVERY_NODE = "every node"
     EFA_POOLS = "EFA pools only"  # registered only on nodes of pools that use EFA
-    ROLL_ONLY = "a roll only"  # registered on every node; acts only on a joined node
     VALIDATION = "validation enabled"  # registered only with validation.enabled
 
 
@@ -49,13 +49,24 @@ class Part(enum.Enum):
 
     NODE = "GpuNode"  # the node's own chain, up to its Node Ready and labels
     VALIDATION = "GpuValidation"  # the checks after it
-    ROLL_END = "GpuNode.finish_roll"  # last, after the checks
+    ROLL_END = "GpuNode.put_in_service"  # last, after the checks
+
+
+class Hook(enum.Enum):
+    """What a row's resource hooks do, through the Kubernetes API with the credential the
+    program holds when they run (components/kube/node_hooks.py)."""
+
+    JOINS = "before create: a dead machine's Node of the same name is deleted"
+    LEAVES = "before delete: the Node its machine registered is drained and deleted"
+    TAKE_OUT = "before an update on a joined node: a pool slot, cordon, drain"
+    IN_SERVICE = "before create or update: labels, taints, the proof taint off, uncordon"
+    MINT = "before create: the join token minted, unless its machine's Node is registered"
 
 
 class Identity(enum.Enum):
     """The values a step's `triggers` hold: only a change of one of them replaces the step."""
 
-    HOST = "host"  # the instance id of the host the step is about
+    HOST = "host"  # the machine the step is about: an instance id, or an existing host's id
     ENDPOINT = "endpoint"  # the API endpoint of the cluster a node joins
     CA_HASH = "ca-hash"  # the hash of that cluster's CA public key
 
@@ -81,7 +92,7 @@ class Step:
     in_image: bool = False  # its work is baked into a GPU image (the builder runs it too)
     identity: tuple[Identity, ...] = (Identity.HOST,)
     on_update: OnUpdate = OnUpdate.RERUN
-    delete_script: str | None = None
+    hooks: tuple[Hook, ...] = ()
     disruptive: bool = False  # an update on a joined node interrupts GPU work
     secret_stdout: bool = False  # stdout carries a token or a kubeconfig
     summary: str = ""
@@ -107,17 +118,26 @@ HOST_KEY_ROTATION = Step(
     # Its update repeats the key it read (PULUMI_COMMAND_STDOUT) and dials nothing: the boot
     # key is never offered again (components/hosts/host_keys.py).
     on_update=OnUpdate.NOTHING,
-    summary="the first dial checks the boot host key and replaces it; later steps pin the new one",
+    summary="the first dial checks the boot host key and stages a new one beside it",
+)
+HOST_KEY_SWITCH = Step(
+    "host-key-switch",
+    "rotate-host-key.sh",  # its second phase, from the same local Command script
+    Where.MACHINE,
+    10 * MINUTE,  # the machine answers already; the dial budget covers sshd's reload
+    after=(HOST_KEY_ROTATION.suffix,),
+    on_update=OnUpdate.NOTHING,
+    summary="the staged key made the live one, the boot key gone; seen served before it is pinned",
 )
 SCRIPTS = Step(
     "scripts",
     None,  # a CopyToRemote of the host's bundle (components/hosts/bundle.py)
     Where.MACHINE,
     30 * MINUTE,
-    after=(HOST_KEY_ROTATION.suffix,),
+    after=(HOST_KEY_SWITCH.suffix,),
     summary="the host's scripts, copied once over SFTP; each step runs its own by digest",
 )
-FIRST_CONTACT: tuple[Step, ...] = (HOST_KEY_ROTATION, SCRIPTS)
+FIRST_CONTACT: tuple[Step, ...] = (HOST_KEY_ROTATION, HOST_KEY_SWITCH, SCRIPTS)
 PINNED_FIRST_CONTACT: tuple[Step, ...] = (SCRIPTS,)
 
 # ---------------------------------------------------------------- GPU node chain, in order
@@ -131,33 +151,16 @@ WAIT_READY = Step(
     in_image=True,
     summary="OS ready: cloud-init done, apt free; the login user's authorized keys",
 )
-# Named `drain` (not roll-drain): it also carries the node's drain on delete. It continues the
-# state of the `<node>-node-ready` step of earlier releases (an alias), whose stored delete hook
-# would otherwise drain every running node on the first up after the upgrade
-# (docs/decisions/027-an-upgrade-that-drains-nothing.md).
-DRAIN = Step(
-    "drain",
-    "roll-drain.sh",
-    Where.CONTROL_PLANE,
-    30 * MINUTE,  # the component bounds it by the pool's slot wait plus the drain instead
-    after=("wait-ready",),
-    when=When.ROLL_ONLY,
-    identity=(Identity.HOST, Identity.ENDPOINT),
-    delete_script="drain-node.sh",
-    summary=(
-        "before a disruptive change reaches a joined node: a pool slot (a Lease), cordon, "
-        "drain; on delete: drain and delete the Node its own machine registered"
-    ),
-)
 NOUVEAU = Step(
     "nouveau",
     "disable-nouveau.sh",
     Where.NODE,
     20 * MINUTE,  # an initramfs rebuild, maybe a newer kernel with a signed module to install
-    after=("drain",),
+    after=("wait-ready",),
     in_image=True,
     # It may install a kernel and reboot the host: on a joined node only inside the roll.
     disruptive=True,
+    hooks=(Hook.TAKE_OUT,),
     summary="nouveau off, a kernel with a signed NVIDIA module (reboots only when it must)",
 )
 DRIVER = Step(
@@ -168,6 +171,7 @@ DRIVER = Step(
     after=("nouveau",),
     in_image=True,
     disruptive=True,
+    hooks=(Hook.TAKE_OUT,),
     summary="NVIDIA driver, pinned branch; nvidia-smi sees every GPU",
 )
 RUNTIME = Step(
@@ -178,6 +182,7 @@ RUNTIME = Step(
     after=("driver",),
     in_image=True,
     disruptive=True,
+    hooks=(Hook.TAKE_OUT,),
     summary="containerd + NVIDIA Container Toolkit; nvidia is containerd's default runtime",
 )
 KUBE_TOOLS = Step(
@@ -188,6 +193,7 @@ KUBE_TOOLS = Step(
     after=("runtime",),  # and the control plane's kubelet gate (its upgrade or skew check)
     in_image=True,
     disruptive=True,
+    hooks=(Hook.TAKE_OUT,),
     summary="kubelet/kubeadm, pinned minor (a joined node moved to it as kubeadm says)",
 )
 # After kube-tools and before the join token (also with a baked image: its builder has no EFA
@@ -201,6 +207,7 @@ EFA = Step(
     when=When.EFA_POOLS,
     # A new installer release replaces libfabric and the efa driver under running NCCL jobs.
     disruptive=True,
+    hooks=(Hook.TAKE_OUT,),
     summary="EFA software (AWS's installer, pinned; aws-ofi-nccl); fi_info -p efa lists every "
     "interface",
 )
@@ -213,6 +220,7 @@ JOIN_TOKEN = Step(
     # What it holds is a credential: the policy pack keeps a Command of this name (as earlier
     # releases had) to the rules of one that prints a token.
     secret_stdout=True,
+    hooks=(Hook.MINT,),
     summary="a bootstrap token for this node, minted through the API when it must join, for 2 h",
 )
 JOIN = Step(
@@ -224,11 +232,11 @@ JOIN = Step(
     30 * MINUTE,
     after=("join-token",),  # and the device plugin DaemonSet
     identity=(Identity.HOST, Identity.ENDPOINT, Identity.CA_HASH),
-    # No delete hook: pulumi-command's Delete dials the stored host and fails when it is gone, so
-    # a hook on the node would make a terminated machine block every later up. A kept host that
-    # moves to another cluster is reset by the join itself (join-node.sh, leave_other_cluster);
-    # a deleted machine needs no reset.
-    summary="kubeadm join; the Node Ready and every GPU allocatable, seen through the API",
+    # Its hooks work through the API, never on the node: a dead machine never blocks an up. A
+    # kept host that moves to another cluster is reset by the join itself (join-node.sh,
+    # leave_other_cluster); a deleted machine needs no reset.
+    hooks=(Hook.JOINS, Hook.LEAVES),
+    summary="kubeadm join, tainted until proven; the Node Ready and every GPU allocatable",
 )
 VALIDATION_JOB = Step(
     "validation-job",
@@ -240,22 +248,23 @@ VALIDATION_JOB = Step(
     part=Part.VALIDATION,
     summary="a Job pinned to the node takes all its GPUs: nvidia-smi -L + a CUDA kernel",
 )
-# Last of a node, after its checks: ends the roll DRAIN began, and reconciles what the join set
-# at registration (labels, taints) when the pool's change.
-ROLL_UNCORDON = Step(
-    "uncordon",
-    "roll-uncordon.sh",
-    Where.CONTROL_PLANE,
-    15 * MINUTE,
+# Last of a node, after its checks: the control plane puts it in service through the API (the
+# labels and taints it owns, the proof taint off, a roll's cordon and slot ended). It runs no
+# command: its hooks do the work (components/kube/in_service.py).
+IN_SERVICE = Step(
+    "in-service",
+    None,
+    Where.KUBERNETES,
+    15 * MINUTE,  # its hook waits for the Node Ready (READY_TIMEOUT_SECONDS) and writes it once
     after=("validation-job", "join"),
     part=Part.ROLL_END,
-    summary="after the checks: labels and taints reconciled, uncordoned, the pool slot back",
+    hooks=(Hook.IN_SERVICE,),
+    summary="its checks passed: pool labels and taints set, the proof taint off (through the API)",
 )
 
-# Every node row, in chain order: GpuNode, its validation and the roll's end build them.
+# Every node row, in chain order: GpuNode, its validation and its put in service build them.
 NODE_ROWS: tuple[Step, ...] = (
     WAIT_READY,
-    DRAIN,
     NOUVEAU,
     DRIVER,
     RUNTIME,
@@ -264,7 +273,7 @@ NODE_ROWS: tuple[Step, ...] = (
     JOIN_TOKEN,
     JOIN,
     VALIDATION_JOB,
-    ROLL_UNCORDON,
+    IN_SERVICE,
 )
 
 # The steps that make a booted Ubuntu a GPU host, in chain order: every node of a stock pool runs
@@ -306,6 +315,15 @@ CP_VERSION_SKEW = Step(
     5 * MINUTE,
     summary="kubelets never newer than the API server",
 )
+# Once per renewal period of the program's clock (components/control_plane.py): kubeadm's
+# certificates and admin.conf, renewed before they expire when no upgrade renewed them.
+CP_CERTIFICATES = Step(
+    "certificates",
+    "renew-certificates.sh",
+    Where.CONTROL_PLANE,
+    15 * MINUTE,  # the renewals, and the static Pods restarted: the API down, then up again
+    summary="kubeadm's certificates renewed when they expire within 90 days; once a period",
+)
 CP_KUBECONFIG = Step(
     "kubeconfig",
     "read-kubeconfig.sh",
@@ -338,11 +356,13 @@ MANAGED_CONTROL_PLANE_STEPS: tuple[Step, ...] = (
     CP_KUBE_TOOLS,
     CP_INIT,
     CP_CNI,
+    CP_CERTIFICATES,
     CP_KUBECONFIG,
     CP_OPERATOR_KUBECONFIG,
 )
 EXISTING_CONTROL_PLANE_STEPS: tuple[Step, ...] = (
     CP_VERSION_SKEW,
+    CP_CERTIFICATES,
     CP_KUBECONFIG,
     CP_OPERATOR_KUBECONFIG,
 )
@@ -401,19 +421,18 @@ def validation_chain() -> tuple[str, ...]:
 
 def node_steps_in_first_up() -> tuple[Step, ...]:
     """The node chain as a new node's first `up` does work in it (the README's chain): its first
-    contact, then its own rows without those that act on a joined node only."""
-    return (*FIRST_CONTACT, *(step for step in NODE_STEPS if step.when is not When.ROLL_ONLY))
+    contact, then its own rows."""
+    return (*FIRST_CONTACT, *NODE_STEPS)
 
 
 def host_scripts(where: Where) -> tuple[str, ...]:
-    """The scripts a host of `where` runs (delete hooks included): its bundle. An image builder
-    runs the GPU node's install steps and the image steps."""
+    """The scripts a host of `where` runs: its bundle. An image builder runs the GPU node's
+    install steps and the image steps."""
     if where is Where.IMAGE_BUILDER:
         rows: tuple[Step, ...] = (*INSTALL_STEPS, *IMAGE_STEPS)
     else:
         rows = tuple(step for step in ALL_STEPS if step.runs_on is where)
-    names = {step.script for step in rows} | {step.delete_script for step in rows}
-    return tuple(sorted(name for name in names if name is not None))
+    return tuple(sorted({step.script for step in rows if step.script is not None}))
 
 
 def disruptive_steps() -> tuple[Step, ...]:

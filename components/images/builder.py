@@ -1,15 +1,9 @@
-"""How a baked image is made, once for every kind of image (the GPU nodes' `GpuImage`, the
-managed control plane's `ControlPlaneImage`): a builder instance booted from Canonical Ubuntu
-runs the very install steps the hosts run, pulls the container images they start first, clears
-its machine identity (`prepare-image.sh`), `aws.ec2.AmiFromInstance` snapshots it without a
-reboot, and `power-off-builder.sh` powers it off, which terminates it.
+"""How a baked image is made, for every kind (`GpuImage`, `ControlPlaneImage`): a builder machine
+runs the very install steps the hosts run, pulls their first images, clears its identity, is
+snapshotted (`aws.ec2.AmiFromInstance`) and powers itself off. An image is named by its key and
+its scripts' digest (`digest_of`), kept on destroy and read by reference once it exists.
 
-An image is named by its key (what it holds) and its install scripts, hashed (`digest_of`); the
-AMI is tagged with both and kept when the stack is destroyed. Once it exists, every stack of the
-account and region that needs it, this one included, reads it by reference (`existing_image`);
-while a new key is built, new machines boot the newest image of the kind (`earlier_image`).
-
-Why: docs/decisions/008-baked-images-from-the-same-steps.md
+Why: docs/decisions/008-baked-images-from-the-same-steps.md ("How an image is built")
 """
 
 from __future__ import annotations
@@ -157,9 +151,8 @@ def build_image(name: str, build: Build, *, parent: pulumi.Resource) -> aws.ec2.
     site = build.site
     tags = {**site.tags, **build.key.tags(), BUILT_BY_TAG: site.built_by}
     key = machines.key_pair(name, site.login.ssh.public_key, site.tags, parent=parent)
-    host_key = host_keys.generate(f"{name}-builder", parent=parent)
     ubuntu = build.key.fields()["ubuntu"]
-    builder = machines.machine(
+    builder, host_key = host_keys.launch(
         f"{name}-builder",
         machines.MachineArgs(
             image=machines.machine_image(ubuntu, None, parent=parent),
@@ -171,7 +164,6 @@ def build_image(name: str, build: Build, *, parent: pulumi.Resource) -> aws.ec2.
                 public_ip=site.assigns_public_ips,
             ),
             root_volume_gib=build.root_volume_gib,
-            user_data=host_key.user_data,
             tags={**tags, "Name": f"{name}-builder"},
             # Powering off terminates it (power-off-builder.sh ends the build that way).
             one_shot=True,

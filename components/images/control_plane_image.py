@@ -1,15 +1,10 @@
 """A baked control-plane image (`controlPlane.image: baked`): the managed control plane's
-containerd and kubelet/kubeadm/kubectl installed once, kubeadm's control-plane images and the
-CNI's pulled, and snapshotted into an AMI the control plane boots from, so that `kubeadm init`
-and the CNI start without a download.
+runtime and kube tools installed once, kubeadm's and the CNI's images pulled, snapshotted into
+the AMI the control plane boots from, so `kubeadm init` and the CNI start without a download.
+Built by the shared build (components/images/builder.py) with the control plane's own install
+steps; one image per `ControlPlaneImageKey`.
 
-The builder is the control plane's own instance type, booted from the Canonical Ubuntu AMI of
-its `osVersion`, and runs the control plane's install steps with the same parameters
-(`control_plane.install_steps`), then the shared build (components/images/builder.py). Its root
-volume is the smallest any control plane may have, so stacks of any disk size share one image
-per `ControlPlaneImageKey`.
-
-Why: docs/decisions/008-baked-images-from-the-same-steps.md
+Why: docs/decisions/008-baked-images-from-the-same-steps.md ("The control-plane image")
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
-"""The Kubernetes objects of the GPU node add-ons, as plain data: the AWS EFA device plugin and
-the NVIDIA DCGM exporter (with its Service and, optionally, a Prometheus operator ServiceMonitor).
+"""The GPU node add-ons' Kubernetes objects as plain data (pure functions, as in
+components/kube/manifests.py): the AWS EFA device plugin and the NVIDIA DCGM exporter with its
+Service and optional ServiceMonitor. Each follows its upstream manifest with named changes.
 
-Pure functions, no Pulumi, like components/kube/manifests.py: the components pass these
-dicts to typed pulumi-kubernetes resources, and tests validate the same data against the
-Kubernetes JSON schemas. Each follows its upstream manifest (the aws/eks-charts EFA device plugin
-chart, NVIDIA/dcgm-exporter's manifests), with named changes: the EFA plugin selects nodes by the
-EFA label the program sets, pulls from the public mirror and runs unprivileged as the chart runs
-it on GPU types (its `securityContext`; `privilegedSecurityContext` is for inf1/trn only); the
-DCGM exporter runs privileged, pulled by digest, so it sees every GPU without taking any.
-
-Why: docs/decisions/012-manifests-follow-upstream-with-named-changes.md
+Why: docs/decisions/012-manifests-follow-upstream-with-named-changes.md ("The add-ons")
 """
 
 from __future__ import annotations
@@ -17,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from components.kube.manifests import daemon_set_spec, tolerations
+from components.kube.manifests import daemon_set_spec, node_agent_tolerations
 from components.labels import EFA_LABEL, GPU_PRESENT_LABEL
 from components.settings import DcgmExporter, Taint
 
@@ -53,7 +46,7 @@ def efa_plugin_daemon_set_spec(*, pool_taints: Iterable[Taint] | None = None) ->
             "automountServiceAccountToken": False,
             "priorityClassName": "system-node-critical",
             "nodeSelector": {EFA_LABEL: "true"},
-            "tolerations": tolerations(pool_taints),
+            "tolerations": node_agent_tolerations(pool_taints),
             "hostNetwork": True,
             "containers": [
                 {
@@ -100,7 +93,7 @@ def dcgm_exporter_daemon_set_spec(
         {
             "automountServiceAccountToken": False,
             "nodeSelector": {GPU_PRESENT_LABEL: "true"},
-            "tolerations": tolerations(pool_taints),
+            "tolerations": node_agent_tolerations(pool_taints),
             "containers": [
                 {
                     "name": DCGM_EXPORTER_NAME,

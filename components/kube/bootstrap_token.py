@@ -13,7 +13,6 @@ Why: docs/decisions/057-a-join-token-is-minted-when-a-node-must-join.md
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import datetime
@@ -23,14 +22,17 @@ import secrets
 import urllib.parse
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pulumi
 
 from components.hosts import steps
 from components.kube import manifests
-from components.kube.api_client import Access, Api
-from components.labels import INSTANCE_LABEL
+from components.kube.api.client import AsyncKubeApi
+from components.kube.api.nodes import registered_by
+
+if TYPE_CHECKING:
+    from components.kube.node_hooks import ClusterAccess
 
 # As Holodeck mints them (pkg/provisioner/cluster.go: `kubeadm token create --ttl 2h`).
 JOIN_TOKEN_TTL = datetime.timedelta(hours=2)
@@ -137,7 +139,7 @@ def join_token(
     seed_: pulumi.Input[str],
     cluster: Sequence[pulumi.Input[str]],
     machine: pulumi.Input[str],
-    kubeconfig: pulumi.Input[str],
+    access: ClusterAccess,
     registered_at: datetime.datetime,
     parent: pulumi.Resource,
     after: Sequence[pulumi.Resource],
@@ -171,7 +173,7 @@ def join_token(
             ignore_changes=["input"],
             replacement_trigger=[machine, *cluster],
             hooks=pulumi.ResourceHookBinding(
-                before_create=[pulumi.ResourceHook(f"{name}-mint", mint_callback(kubeconfig))]
+                before_create=[pulumi.ResourceHook(f"{name}-mint", mint_callback(access))]
             ),
         ),
     )
@@ -180,16 +182,14 @@ def join_token(
 
 
 def mint_callback(
-    kubeconfig: pulumi.Input[str],
+    access: ClusterAccess,
 ) -> Callable[[pulumi.ResourceHookArgs], Awaitable[None]]:
     """What `<record>-mint` runs before the record is created: the token it holds, minted with
-    this run's kubeconfig (the blocking calls off the program's event loop)."""
+    the credential the program holds when it runs (`access`, as the node hooks reach the API)."""
 
     async def mint_before_create(args: pulumi.ResourceHookArgs) -> None:
         record = await _resolved((args.new_inputs or {}).get("input"))
-        text = await pulumi.Output.from_input(kubeconfig).future()
-        api = Api(Access.of_kubeconfig(str(text)))
-        minted = await asyncio.to_thread(mint, record, api)
+        minted = await mint(record, await access.api())
         pulumi.log.info(minted.summary)
 
     return mint_before_create
@@ -213,12 +213,12 @@ class Minted:
     summary: str
 
 
-def mint(record: Mapping[str, str], api: Api, clock_: Clock | None = None) -> Minted:
+async def mint(record: Mapping[str, str], api: AsyncKubeApi, clock_: Clock | None = None) -> Minted:
     """Mint the token `record` holds for its node, unless the cluster has the Node its machine
-    registered: GET the Node, then POST the Secret (an identical one already there is a mint of
-    an earlier, interrupted run)."""
+    registered (`nodes.registered_by`, as the node hooks judge it): GET the Node, then POST the
+    Secret (an identical one already there is a mint of an earlier, interrupted run)."""
     node, machine = record["node"], record["machine"]
-    look = api.call("GET", f"/api/v1/nodes/{urllib.parse.quote(node)}")
+    look = await api.request("GET", f"/api/v1/nodes/{urllib.parse.quote(node)}")
     if look.status == 200 and registered_by(look.body, machine):
         return Minted(node, None, f"{node}: registered already by {machine}, no token minted")
     if look.status not in (200, 404):
@@ -228,10 +228,10 @@ def mint(record: Mapping[str, str], api: Api, clock_: Clock | None = None) -> Mi
         )
     expires = expiration((clock_ or now)(), look.date, node)
     secret = token_secret(record, expires)
-    created = api.call("POST", f"/api/v1/namespaces/{TOKEN_NAMESPACE}/secrets", secret)
+    created = await api.request("POST", f"/api/v1/namespaces/{TOKEN_NAMESPACE}/secrets", secret)
     if created.status == 409:
         name = secret["metadata"]["name"]
-        found = api.call("GET", f"/api/v1/namespaces/{TOKEN_NAMESPACE}/secrets/{name}")
+        found = await api.request("GET", f"/api/v1/namespaces/{TOKEN_NAMESPACE}/secrets/{name}")
         if found.status == 200 and _same_token(found.body, secret):
             return Minted(node, expires, f"{node}: its join token was minted by an earlier run")
         raise JoinTokenError(
@@ -244,16 +244,6 @@ def mint(record: Mapping[str, str], api: Api, clock_: Clock | None = None) -> Mi
             f"{created.message})"
         )
     return Minted(node, expires, f"{node}: join token minted, expires {expires:{RFC3339}}")
-
-
-def registered_by(node: Mapping[str, Any], machine: str) -> bool:
-    """The Node is the one `machine` registered: its instance-id label or providerID names it,
-    or it carries neither (registered before nodes did), as drain-node.sh takes it."""
-    label = ((node.get("metadata") or {}).get("labels") or {}).get(INSTANCE_LABEL, "")
-    provider = (node.get("spec") or {}).get("providerID", "")
-    if not label and not provider:
-        return True
-    return label == machine or provider.endswith(f"/{machine}")
 
 
 def expiration(

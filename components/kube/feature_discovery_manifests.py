@@ -27,6 +27,7 @@ from components.kube.manifests import (
     device_plugin_config,
     device_plugin_image,
     namespace,
+    node_agent_tolerations,
     tolerations,
 )
 from components.labels import GPU_PRESENT_LABEL
@@ -99,7 +100,7 @@ def gfd_daemon_set_spec(
             "serviceAccountName": GFD_NAME,
             "priorityClassName": "system-node-critical",
             "nodeSelector": {GPU_PRESENT_LABEL: "true"},
-            "tolerations": tolerations(pool_taints),
+            "tolerations": node_agent_tolerations(pool_taints),
             "containers": [
                 {
                     "name": f"{GFD_NAME}-ctr",

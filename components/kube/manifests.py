@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from components.labels import GPU_PRESENT_LABEL
+from components.labels import GPU_PRESENT_LABEL, UNPROVEN_TAINT_EFFECT, UNPROVEN_TAINT_KEY
 from components.settings import DevicePlugin, Taint
 
 DEVICE_PLUGIN_NAMESPACE = "nvidia-device-plugin"
@@ -126,6 +126,32 @@ GPU_TOLERATION = {"key": GPU_EXTENDED_RESOURCE, "operator": "Exists", "effect": 
 # Tolerates every taint (kubeadm's kube-proxy DaemonSet does the same): for the device plugin when
 # the pools' taints are not known, so that no pool taint can keep it off a GPU node.
 TOLERATE_ALL = {"operator": "Exists"}
+
+
+# The proof taint a new GPU node registers with (components/kube/node_hooks.py): the per-node
+# system DaemonSets and the node's own checks tolerate it; no tenant does.
+UNPROVEN_TOLERATION = {
+    "key": UNPROVEN_TAINT_KEY,
+    "operator": "Exists",
+    "effect": UNPROVEN_TAINT_EFFECT,
+}
+# A Job keeps the tolerations it ran with: they only place a run that already happened, and a
+# Job that runs again (a new machine, a roll, a failed run) is created with the program's
+# (decision 030). So a new toleration (a new pool taint, the proof taint) replaces no Job of a
+# node in service.
+JOB_TOLERATIONS = "spec.template.spec.tolerations"
+# What a GPU Job ignores on a later `up`: its retired annotations and its tolerations.
+JOB_IGNORED_CHANGES = [
+    *(f'spec.template.metadata.annotations["{key}"]' for key in RETIRED_TEMPLATE_ANNOTATIONS),
+    JOB_TOLERATIONS,
+]
+
+
+def node_agent_tolerations(taints: Iterable[Taint] | None) -> list[dict[str, str]]:
+    """What runs on a GPU node before it is proven (the device plugin, GFD, the DCGM exporter,
+    the EFA plugin, the node's validation and NCCL Jobs): `tolerations` and the proof taint."""
+    found = tolerations(taints)
+    return found if TOLERATE_ALL in found else [*found, UNPROVEN_TOLERATION]
 
 
 def tolerations(taints: Iterable[Taint] | None) -> list[dict[str, str]]:
@@ -238,7 +264,7 @@ def device_plugin_daemon_set_spec(
         {
             "priorityClassName": "system-node-critical",
             "nodeSelector": {GPU_PRESENT_LABEL: "true"},
-            "tolerations": tolerations(pool_taints),
+            "tolerations": node_agent_tolerations(pool_taints),
             "containers": [
                 {
                     "name": DEVICE_PLUGIN_CONTAINER,
@@ -370,7 +396,7 @@ def validation_job_spec(
                         }
                     }
                 },
-                "tolerations": [*tolerations(taints), UNSCHEDULABLE_TOLERATION],
+                "tolerations": [*node_agent_tolerations(taints), UNSCHEDULABLE_TOLERATION],
                 # First, in the same pod on the same node: a container without a GPU request
                 # sees no GPU although it asks for all of them by environment variable.
                 "initContainers": [isolation_container(image)],

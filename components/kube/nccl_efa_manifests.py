@@ -25,7 +25,7 @@ from components.kube.manifests import (
     UNSCHEDULABLE_TOLERATION,
     VALIDATION_NAMESPACE,
     fitted_name,
-    tolerations,
+    node_agent_tolerations,
 )
 from components.kube.nccl_validation import ALL_REDUCE_PERF, MESSAGE_BYTES, SHM_SIZE
 from components.labels import EFA_RESOURCE, POOL_LABEL
@@ -291,7 +291,7 @@ def two_node_job_spec(
                         ]
                     },
                 },
-                "tolerations": [*tolerations(taints), UNSCHEDULABLE_TOLERATION],
+                "tolerations": [*node_agent_tolerations(taints), UNSCHEDULABLE_TOLERATION],
                 "containers": [
                     {
                         "name": CONTAINER,

@@ -1,15 +1,9 @@
 """NcclEfaValidation: proof, per EFA pool of two or more nodes, that two of its nodes reach each
-other over EFA at the speed the instance type is built for.
+other over EFA at the speed their instance type is built for: one Indexed Job between the pool's
+first two nodes (components/kube/nccl_efa_manifests.py), after both nodes' own checks; no node
+waits for it. A failure names the pool, both nodes, the stage and where to look.
 
-One Indexed Job per pool (`<cluster>-<pool>-nccl-efa-job`) between the pool's first two nodes,
-after both nodes' own last check and after nothing else: no node's chain waits for it. It passes
-when NCCL used aws-ofi-nccl with libfabric's efa provider and the bus bandwidth reaches the
-type's two-node floor (components/catalog.py `NcclFloor.efa`); a failure names the pool, both
-nodes, the stage and where to look. Children: `-ssh-client-key` and `-ssh-host-key`
-(pulumi-tls, secret), the `-ssh` Secret, `-service` (headless) and `-job`
-(components/kube/nccl_efa_manifests.py).
-
-Why: docs/decisions/011-two-node-nccl-as-one-indexed-job.md
+Why: docs/decisions/011-two-node-nccl-as-one-indexed-job.md ("What the component registers")
 """
 
 from __future__ import annotations
@@ -173,10 +167,7 @@ class NcclEfaValidation(pulumi.ComponentResource):
                 replace_on_changes=["spec"],
                 # Run again when either node's CUDA validation runs again (new machine, driver).
                 replace_with=list(args.validation_jobs),
-                ignore_changes=[
-                    f'spec.template.metadata.annotations["{key}"]'
-                    for key in manifests.RETIRED_TEMPLATE_ANNOTATIONS
-                ],
+                ignore_changes=manifests.JOB_IGNORED_CHANGES,
                 delete_before_replace=True,
                 custom_timeouts=pulumi.CustomTimeouts(
                     create=job_timeout, update=job_timeout, delete="10m"

@@ -185,10 +185,7 @@ class NcclValidation(pulumi.ComponentResource):
                 replace_on_changes=["spec"],
                 # Re-run when the node's CUDA validation runs again (new machine, new driver).
                 replace_with=[args.validation.job],
-                ignore_changes=[
-                    f'spec.template.metadata.annotations["{key}"]'
-                    for key in manifests.RETIRED_TEMPLATE_ANNOTATIONS
-                ],
+                ignore_changes=manifests.JOB_IGNORED_CHANGES,
                 delete_before_replace=True,
                 custom_timeouts=pulumi.CustomTimeouts(
                     create=job_timeout, update=job_timeout, delete="10m"

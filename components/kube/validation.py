@@ -82,10 +82,7 @@ def validation_job(
             replace_on_changes=["spec"],
             delete_before_replace=True,
             replacement_trigger=pulumi.Output.all(node.machine.id, control_plane.endpoint),
-            ignore_changes=[
-                f'spec.template.metadata.annotations["{key}"]'
-                for key in manifests.RETIRED_TEMPLATE_ANNOTATIONS
-            ],
+            ignore_changes=manifests.JOB_IGNORED_CHANGES,
             # Until this release, the Job was a child of a GpuValidation component of its own.
             aliases=[_former_urn(node_name)],
             custom_timeouts=pulumi.CustomTimeouts(

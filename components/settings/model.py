@@ -121,9 +121,10 @@ class Settings(Model):
     )
     host_keys: dict[InstanceId, SshHostKey] = Field(
         default_factory=dict,
-        description="SSH host public keys of machines created before the program generated "
-        "them, by instance id, as the machine's first-boot console output shows them: their "
-        "steps then check them",
+        description="SSH host public keys read out of band, by instance id: the machine's "
+        "first contact accepts its entry beside the key it booted with (required for machines "
+        "created before the program generated host keys; a machine with no key to check stops "
+        "the up)",
     )
     dcgm_exporter: DcgmExporter = Field(
         default=DcgmExporter(),

@@ -7,6 +7,7 @@ JOIN = "join"
 # rotation, scripts' copy), then the steps on the node.
 JOIN_FOLLOWS = (
     "host-key-rotation",
+    "host-key-switch",
     "scripts",
     "wait-ready",
     "nouveau",
@@ -16,7 +17,7 @@ JOIN_FOLLOWS = (
 )
 # Of those, the steps only a machine the stack launched has (its boot host key is
 # rotated); an existing host is pinned from config and has none.
-LAUNCHED_ONLY = ("host-key-rotation",)
+LAUNCHED_ONLY = ("host-key-rotation", "host-key-switch")
 VALIDATION_JOB = "validation-job"
 # Steps whose stdout is a credential (a token, a kubeconfig).
 SECRET_OUTPUT = ("join-token", "kubeconfig", "operator-kubeconfig")

@@ -35,11 +35,15 @@ from components.hosts import pins
 from tests.helpers import archive_packages as data
 from tests.helpers.archive_packages import (
     BRANCH,
+    CONTAINERD_IO,
+    CONTAINERD_IO_NEXT,
     DRIVER,
     KERNEL,  # the uname stub's default: the AMI's kernel
+    KUBE_NEXT,
     KUBE_VERSIONS,
     NEWER_KERNEL,
     POINT_RELEASE,
+    TOOLKIT_NEXT,
     TOOLKIT_PACKAGES,
     TOOLKIT_VERSIONS,
 )
@@ -51,9 +55,6 @@ USERSPACE = ("nvidia-kernel-common", "nvidia-utils", "libnvidia-decode", "libnvi
 # kubelet (v1.35.0 there as 1.35.0-1.1; one glob pins all four).
 KUBE_PACKAGES = ("kubelet", "kubeadm", "kubectl", "cri-tools")
 
-RDMA_CORE = {"22.04": "39.0-1", "24.04": "50.0-2build2"}
-# python3-tomli of each release (universe); jammy's python3 (3.10) needs it for TOML.
-PYTHON3_TOMLI = {"22.04": "1.2.2-2", "24.04": "2.0.1-2"}
 # Ubuntu 22.04's python3 is 3.10.12 (jammy-updates python3.10), without tomllib (3.11+).
 PYTHON3_WITHOUT_TOMLLIB = {"22.04"}
 
@@ -111,7 +112,7 @@ class Archive:
             archive.kernel(kernel)
             archive.modules_for(kernel, DRIVER)
         archive.ubuntu_containerd(data.UBUNTU_CONTAINERD["today"])
-        archive.containerd_io("2.2.0-2", "2.2.1-1")
+        archive.containerd_io(*CONTAINERD_IO)
         archive.toolkit()
         archive.kubernetes()
         archive.python3_tomli()
@@ -133,9 +134,9 @@ class Archive:
         archive.kernel(NEWER_KERNEL)
         archive.modules_for(NEWER_KERNEL, POINT_RELEASE)
         archive.ubuntu_containerd(data.UBUNTU_CONTAINERD["next_month"])
-        archive.containerd_io("2.2.0-2", "2.2.1-1", "2.2.2-1")
-        archive.toolkit(*TOOLKIT_VERSIONS, "1.21.0-1")
-        archive.kubernetes(*KUBE_VERSIONS, "1.35.2-1.1")
+        archive.containerd_io(*CONTAINERD_IO, CONTAINERD_IO_NEXT)
+        archive.toolkit(*TOOLKIT_VERSIONS, TOOLKIT_NEXT)
+        archive.kubernetes(*KUBE_VERSIONS, KUBE_NEXT)
         archive.python3_tomli()
         archive.infiniband_tools()
         return archive
@@ -193,20 +194,18 @@ class Archive:
         """rdma-core's InfiniBand tools in Ubuntu's archive (packages.ubuntu.com: jammy 39.0-1;
         noble 50.0-2build2, infiniband-diags in universe, libibumad3 in main)."""
         for name in ("infiniband-diags", "libibumad3"):
-            self.offer(name, RDMA_CORE[self.release])
+            self.offer(name, data.base_version(name, self.release))
 
     def kernel(self, kernel: str) -> None:
         """A kernel of the -aws flavour: image, modules, modules-extra, headers."""
-        abi = kernel.rsplit("-", 1)[0]
         for part in ("image", "modules", "modules-extra", "headers"):
-            self.offer(f"linux-{part}-{kernel}", f"{abi}.23")
+            self.offer(f"linux-{part}-{kernel}", data.kernel_version(kernel))
 
     def modules_for(self, kernel: str, built_for: str, *, rebuild: bool = False) -> None:
         """The signed module packages of both types for one kernel, as linux-restricted-modules
         builds them: versioned like the kernel, depending on nvidia-kernel-common of exactly the
         driver they were built with. `rebuild`: a respin for a new driver (a new version)."""
-        abi = kernel.rsplit("-", 1)[0]
-        version = f"{abi}.23+1" if rebuild else f"{abi}.23"
+        version = data.kernel_version(kernel, respin=1 if rebuild else 0)
         common = f"nvidia-kernel-common-{BRANCH}-server"
         flavours = (f"{BRANCH}-server", f"{BRANCH}-server-open")
         for suffix, other in zip(flavours, reversed(flavours), strict=True):
@@ -249,9 +248,15 @@ class Archive:
 
     def kubernetes(self, *versions: str) -> None:
         versions = versions or KUBE_VERSIONS
+        minors = sorted({v.rsplit(".", 2)[0] for v in versions})
         for package in KUBE_PACKAGES:
             if package == "cri-tools":  # its own releases: v1.35.0 for every 1.35 patch
-                offered = sorted({f"{v.rsplit('.', 2)[0]}.0-1.1" for v in versions})
+                offered = [
+                    p.version
+                    for minor in minors
+                    for p in data.kubernetes_support(minor)
+                    if p.name == package
+                ]
                 self.offer(package, *offered, source=KUBERNETES_LIST)
             else:
                 self.offer(package, *versions, source=KUBERNETES_LIST)
@@ -259,7 +264,7 @@ class Archive:
     def python3_tomli(self) -> None:
         """The TOML parser for Python < 3.11, universe: 1.2.2-2 on jammy, 2.0.1-2 on noble
         (packages.ubuntu.com/jammy/python3-tomli, /noble/python3-tomli)."""
-        self.offer("python3-tomli", PYTHON3_TOMLI[self.release])
+        self.offer("python3-tomli", data.base_version("python3-tomli", self.release))
 
     def _add(self, package: str, version: str, replace: bool) -> None:
         """Add a version (oldest first), or make it the only one."""

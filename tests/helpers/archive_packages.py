@@ -444,10 +444,13 @@ BASE_VERSIONS = {
 INSTALLED_BASE = ("libc6", "iptables", "mount", "util-linux", "adduser")
 
 
+def base_version(name: str, release: str) -> str:
+    return BASE_VERSIONS[name][0 if release == "24.04" else 1]
+
+
 def base_packages(release: str, names: tuple[str, ...] = tuple(BASE_VERSIONS)) -> list[Package]:
     """What the release pocket offers besides (ubuntu-base)."""
-    column = 0 if release == "24.04" else 1
-    return [Package(name, BASE_VERSIONS[name][column], "ubuntu-base") for name in names]
+    return [Package(name, base_version(name, release), "ubuntu-base") for name in names]
 
 
 # ---- the other repositories -------------------------------------------------------------------

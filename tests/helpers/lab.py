@@ -15,7 +15,7 @@ plane's namespace forwards its port 6443 there (`Forwarder`), so nodes join
 `<control plane>:6443` as they join a kubeadm control plane, and its serving certificate names
 that address (tests/conftest.py). Needs root (namespaces, a bridge, overlays), `ip` (iproute2)
 and `unshare` (util-linux): where they are missing the tests skip, naming them; under CI=true
-they fail (tests/helpers/tools.py). Why: docs/decisions/058-end-to-end-on-hosts-in-network-
+they fail (tests/helpers/tools.py). Why: docs/decisions/066-end-to-end-on-hosts-in-network-
 namespaces.md.
 """
 

@@ -20,9 +20,10 @@ machine's dpkg status and log are unchanged).
 
 `bash` runs a host script's own functions: the script as the program renders it
 (components/hosts/rendering.py), without its last line (`main "$@"`), then the test's commands.
-Two seams stand in for the network and the running kernel: `download` copies the URL's file from
-the mirror (the signing keys are served there, so gpg --dearmor and the keyrings are real), and
-`uname -r` answers the host's kernel.
+Three seams stand in for the network, the publishers' keys and the running kernel: `download`
+copies the URL's file from the mirror (the signing keys are served there, so gpg --dearmor and
+the keyrings are real), the fingerprints the scripts pin for each publisher (PINNED_KEYS) are
+the session key's, which signs every repository here, and `uname -r` answers the host's kernel.
 
 Debian 12's apt is 2.6; Ubuntu's are 2.4 (jammy) and 2.7 (noble). The parts the scripts rely on
 (version globs in `pkg=version`, holds, apt_preferences(5) pins, the resolver refusing an exact
@@ -50,7 +51,10 @@ from tests.helpers import archive_packages as data
 from tests.helpers.tools import require_tool
 
 METHOD = Path(__file__).with_name("apt_mirror_method.py")
-INSTALL = "apt-get install apt-utils gpg"  # apt-ftparchive, gpg (dpkg-deb, apt, gpgv: the base)
+# apt-ftparchive (apt-utils); gpg with the gpg-agent its key generation and signing run
+# through (gnupg: Debian 12's `gpg` package only recommends it). dpkg-deb, apt and gpgv come
+# with the base system.
+INSTALL = "apt-get install apt-utils gnupg"
 MAIN_CALL = 'main "$@"\n'
 
 
@@ -171,6 +175,16 @@ KEY_PATHS = (
     "nvidia.github.io/libnvidia-container/gpgkey",
     "download.docker.com/linux/ubuntu/gpg",
     "developer.download.nvidia.com/compute/cuda/repos/{tag}/x86_64/3bf863cc.pub",
+)
+
+
+# The publishers' key fingerprints the scripts pin (lib/common.sh, install-runtime.sh,
+# install-driver.sh): add_signed_apt_repo refuses a key of another fingerprint.
+PINNED_KEYS = (
+    "DOCKER_KEY_FINGERPRINT",
+    "NVIDIA_KEY_FINGERPRINT",
+    "KUBE_KEY_FINGERPRINT",
+    "CUDA_KEY_FINGERPRINT",
 )
 
 
@@ -358,9 +372,10 @@ class AptHost:
         with the seams for the network and the kernel (module docstring)."""
         program = render_script(script, params or {})
         assert program.endswith(MAIN_CALL), f"{script} does not end with its main call"
+        keys = "".join(f"{name}={signing_key().fingerprint}\n" for name in PINNED_KEYS)
         seams = f"""
 download() {{ cp -- "${{MIRROR_ROOT}}/${{1#*://}}" "$2"; }}
-uname() {{ if [[ "${{1:-}}" == -r ]]; then echo {self.kernel}; else command uname "$@"; fi; }}
+{keys}uname() {{ if [[ "${{1:-}}" == -r ]]; then echo {self.kernel}; else command uname "$@"; fi; }}
 init_script test
 make_temp_dir
 """

@@ -94,15 +94,13 @@ PROGRAMS = [(stack, stack, None) for stack in STACKS] + [
 
 @cache
 def host_steps() -> list[tuple[str, str, str, dict[str, str]]]:
-    """(stack, step name, script, params) of every program the stacks send to hosts."""
+    """(stack, step name, script, params) of every program the stacks send to hosts (a
+    Command without stdin, `<node>-in-service`, sends none)."""
     steps = []
     for label, stack, config in PROGRAMS:
         for step in run_program(stack, config=config).of_type("command:remote:Command"):
-            steps.append((label, step.name, *rendered_params(unwrap(step.inputs["stdin"]))))
-            delete = unwrap(step.inputs.get("delete"))
-            if delete:
-                body = delete.split("\n", 1)[1]
-                steps.append((label, f"{step.name} (delete)", *rendered_params(body)))
+            if "stdin" in step.inputs:
+                steps.append((label, step.name, *rendered_params(unwrap(step.inputs["stdin"]))))
     return steps
 
 

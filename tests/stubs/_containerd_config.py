@@ -1,4 +1,5 @@
-"""`containerd config default` and `config dump` of containerd 2.2.1, for the containerd stub.
+"""`containerd config default` and `config dump` of containerd 2.2.1, for the containerd stub:
+it stands for those two commands of containerd 2.2.1 (Docker's containerd.io 2.2.1-1).
 
 default: the output containerd 2.2.1 generated (tests/upstream/containerd-2.2.1/
 config-default.toml), as is.

@@ -1,4 +1,6 @@
-"""The TOML the Go tools the stubs stand for print, from a parsed document (tomllib's dicts).
+"""The TOML the Go tools the stubs stand for print, from a parsed document (tomllib's dicts):
+it stands for go-toml v2.2.4's encoder as containerd 2.2.1 calls it and go-toml v1.9.5's as
+nvidia-ctk 1.20.0 calls it.
 
 - `v2_dumps`: go-toml v2 (github.com/pelletier/go-toml/v2 v2.2.4, `marshaler.go`) as containerd
   2.x calls it, `toml.NewEncoder(w).SetIndentTables(true).Encode(config)`

@@ -104,6 +104,14 @@ kubectl_api() {
     echo "error: stat ${kubeconfig}: no such file or directory" >&2
     exit 1
   fi
+  # A kubeadm control plane's API server is a static Pod: the kubelet stops it when its manifest
+  # leaves /etc/kubernetes/manifests and starts it again when it is back (kubeadm's "Certificate
+  # Management with kubeadm" restarts it that way). State kubectl/static-pods opts in.
+  if state_has kubectl/static-pods && [[ ! -f /etc/kubernetes/manifests/kube-apiserver.yaml ]]; then
+    echo "The connection to the server 10.0.0.1:6443 was refused - did you specify the right host or port?" >&2
+    printf 'down\n' >>"${STUB_STATE}/kubectl/api-down-seen"
+    exit 1
+  fi
   if state_has kubectl/api-down; then
     echo "The connection to the server 10.0.0.1:6443 was refused - did you specify the right host or port?" >&2
     exit 1

@@ -1,5 +1,5 @@
-"""What nvidia-ctk 1.20.0 writes, for the nvidia-ctk stub (NVIDIA/nvidia-container-toolkit
-v1.20.0, from the file source, its default).
+"""What nvidia-ctk 1.20.0 writes, for the nvidia-ctk stub: it stands for nvidia-ctk of
+NVIDIA/nvidia-container-toolkit v1.20.0 (the config read from the file source, its default).
 
 runtime configure --runtime=containerd [--set-as-default] --config=F --drop-in-config=D
   (cmd/nvidia-ctk/runtime/configure/configure.go; pkg/config/engine/containerd/containerd.go

@@ -100,7 +100,7 @@ BINARIES: tuple[Binary, ...] = (
         ldflags=_kube_version_ldflags(_KUBERNETES),
     ),
     # The hosts of the end-to-end tests run the real kubectl against the real API server
-    # (docs/decisions/058-end-to-end-on-hosts-in-network-namespaces.md); a module of its own:
+    # (docs/decisions/066-end-to-end-on-hosts-in-network-namespaces.md); a module of its own:
     # kustomize and the other CLI libraries are no part of kube-apiserver's build list.
     Binary(
         name="kubectl",

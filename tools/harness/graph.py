@@ -55,7 +55,8 @@ class Resource:
     deleted_with: str | None = None
     retain_on_delete: bool = False
     id: str = ""  # what the provider (the mocks) answered
-    # Resource hooks bound to it, by lifecycle point (`before_create`: [hook names]).
+    # Its resource hooks by lifecycle point (`before_delete`: [hook names]), as the state stores
+    # them.
     hooks: dict[str, list[str]] = field(default_factory=dict)
 
     @property
@@ -107,7 +108,10 @@ def plain_strings(value: Any) -> Iterator[str]:
 
 
 def script_params(resource: Resource) -> dict[str, str]:
-    """The NAME='value' inputs of the script a host step renders on stdin (secrets unwrapped)."""
+    """The NAME='value' inputs of the script a host step renders on stdin (secrets unwrapped);
+    none for a Command that sends no stdin (`<node>-in-service` runs nothing)."""
+    if "stdin" not in resource.inputs:
+        return {}
     return program_params(unwrap(resource.inputs["stdin"]))
 
 
@@ -144,10 +148,19 @@ def program_script(program: str) -> str:
 class Graph:
     """The registered resources of one program run, and questions about their order."""
 
-    def __init__(self, resources: list[Resource], stack_outputs: dict[str, Any]):
+    def __init__(
+        self,
+        resources: list[Resource],
+        stack_outputs: dict[str, Any],
+        hooks: tuple[str, ...] = (),
+    ):
         self.resources = resources
         self.by_urn = {r.urn: r for r in resources}
         self.outputs = stack_outputs
+        # The names of the resource hooks the program registered (RegisterResourceHook), and of
+        # those that also run in a preview (`on_dry_run`).
+        self.hooks = hooks
+        self.dry_run_hooks: tuple[str, ...] = ()
 
     def __iter__(self) -> Iterator[Resource]:
         return iter(self.resources)

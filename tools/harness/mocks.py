@@ -8,11 +8,14 @@ import contextlib
 import hashlib
 import json
 from collections.abc import Callable, Iterator
+from datetime import date, timedelta
 
 import pulumi.runtime
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from pulumi.runtime import MockCallArgs, MockResourceArgs
+
+from tools.harness.graph import program_params
 
 
 def fake_id(prefix: str, name: str, length: int = 17) -> str:
@@ -33,6 +36,11 @@ CA_CERT_HASH = "sha256:" + hashlib.sha256(b"test cluster CA").hexdigest()
 READY_TO_JOIN_AT = "2026-01-01T00:00:00Z"
 
 
+def _plain(value: object) -> object:
+    """An input as the mock monitor hands it over, a secret unwrapped."""
+    return value.get("value") if isinstance(value, dict) else value
+
+
 def _join_token_stdout(args: MockResourceArgs) -> str:
     """Stands for what mint-join-token.sh printed in the releases before commit 1824a45 (an
     earlier release: git show 1824a45^:components/hosts/scripts/mint-join-token.sh,
@@ -46,8 +54,12 @@ def _join_token_stdout(args: MockResourceArgs) -> str:
 
 
 def _kube_tools_stdout(args: MockResourceArgs) -> str:
-    """What install-kube-tools.sh of earlier releases printed last: when the host was ready to
-    join (one JSON line; this version's script prints none, and its program reads none)."""
+    """Stands for what install-kube-tools.sh printed last in the releases before commit b78550f
+    (an earlier release: git show b78550f^:components/hosts/scripts/install-kube-tools.sh,
+    `print_ready_to_join`): one JSON line, {"readyToJoinAt": ...}, the time as GNU date
+    (coreutils 8.32 and 9.4, Ubuntu 22.04 and 24.04) prints `date -u +%Y-%m-%dT%H:%M:%SZ`.
+    This version's script prints nothing and its program reads nothing there; recorded graphs
+    of those releases run under these mocks too."""
     return json.dumps({"readyToJoinAt": READY_TO_JOIN_AT}) + "\n"
 
 
@@ -56,9 +68,12 @@ def _kubeconfig_stdout(args: MockResourceArgs) -> str:
     (`print_kubeconfig`): the admin.conf kubeadm 1.35 writes (cmd/kubeadm/app/phases/kubeconfig,
     client-go tools/clientcmd `Write`) with its server rewritten, then "# ca-cert-hash:
     sha256:<64 hex>"; here with fake, recognisable credentials (tests look for
-    FAKE-TEST-ADMIN-KEY in plain inputs and outputs to catch a leak).
+    FAKE-TEST-ADMIN-KEY in plain inputs and outputs to catch a leak), its certificate the one
+    valid until ADMIN_CERT_NOT_AFTER (a renewed one, a new kubeconfig).
     tests/test_canned_outputs.py holds its shape to that script's output."""
-    fake = base64.b64encode(f"FAKE-TEST-ADMIN-KEY for {args.name}".encode()).decode()
+    stdin = _plain(args.inputs.get("stdin"))
+    until = program_params(str(stdin)).get("ADMIN_CERT_NOT_AFTER", "") if stdin else ""
+    fake = base64.b64encode(f"FAKE-TEST-ADMIN-KEY for {args.name}{until}".encode()).decode()
     ca = base64.b64encode(b"FAKE-TEST-CA").decode()
     return (
         "apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n"
@@ -71,12 +86,23 @@ def _kubeconfig_stdout(args: MockResourceArgs) -> str:
     )
 
 
+def _certificates_stdout(args: MockResourceArgs) -> str:
+    """What renew-certificates.sh prints last: admin.conf's certificate's expiry, a year after
+    the renewal period this run is for began (as if the period's check renewed it)."""
+    stdin = _plain(args.inputs.get("stdin"))
+    period = date.fromisoformat(program_params(str(stdin))["CHECK_PERIOD"])
+    return json.dumps({"adminConfNotAfter": f"{period + timedelta(days=365)}T00:00:00Z"}) + "\n"
+
+
 STASH = "pulumi:index:Stash"
+
+
 # Outputs of host steps whose stdout the program parses, keyed by the end of the resource name.
 COMMAND_STDOUT: dict[str, Callable[[MockResourceArgs], str]] = {
     "-join-token": _join_token_stdout,
     "-kubeconfig": _kubeconfig_stdout,
     "-kube-tools": _kube_tools_stdout,
+    "-certificates": _certificates_stdout,
 }
 
 
@@ -179,6 +205,23 @@ def stored_user_data(name: str, inputs: dict) -> str:
     return hashlib.sha1(user_data.encode()).hexdigest()
 
 
+def local_inputs(stdin: object) -> tuple[dict[str, list[str]], str]:
+    """A first contact's stdin as components/hosts/local/rotate-host-key.sh reads it: its
+    NAME=value lines (each name's values in order), and the host program after the line `---`."""
+    if isinstance(stdin, dict):  # a secret, as the mock monitor hands it over
+        stdin = stdin.get("value")
+    head, _, program = str(stdin or "").partition("\n---\n")
+    inputs: dict[str, list[str]] = {}
+    for line in head.splitlines():
+        key, _, value = line.partition("=")
+        inputs.setdefault(key, []).append(value)
+    return inputs, program
+
+
+def _local_input(stdin: object, name: str) -> str:
+    return local_inputs(stdin)[0].get(name, [""])[-1]
+
+
 # Images this account already holds (id, tags), for the `getAmiIds` look-up of baked images:
 # empty by default (a first build); tests and tools add one to stand for a build made earlier.
 EXISTING_IMAGES: list[tuple[str, dict[str, str]]] = []
@@ -274,8 +317,8 @@ class Mocks(pulumi.runtime.Mocks):
             triggers = json.dumps(args.inputs.get("triggers"), sort_keys=True, default=str)
             return fake_id("cmd-", f"{name}|{triggers}", 12), state
         if typ == "command:local:Command" and name.endswith("-host-key-rotation"):
-            # What scripts/rotate-host-key.sh prints last: the host's new public key (a real
-            # key, derived from the name, so it differs from the key the machine booted with).
+            # What scripts/rotate-host-key.sh prints last when it stages: the host's new public
+            # key (a real key, derived from the name, so it differs from the boot key).
             state["stdout"] = ed25519_key(f"{name} rotated")["publicKeyOpenssh"].strip()
             state.setdefault("stderr", "")
             triggers = json.dumps(args.inputs.get("triggers"), sort_keys=True, default=str)
@@ -286,6 +329,13 @@ class Mocks(pulumi.runtime.Mocks):
             # is a random UUID.
             state["output"] = self.kept_stash_outputs.get(name, state.get("input"))
             return fake_id("stash-", name, 32), state
+        if typ == "command:local:Command" and name.endswith("-host-key-switch"):
+            # What the local script prints after the switch: the key it then saw the machine
+            # serve, the one its inputs name (VERIFY_HOST_KEY).
+            state["stdout"] = _local_input(args.inputs.get("stdin"), "VERIFY_HOST_KEY")
+            state.setdefault("stderr", "")
+            triggers = json.dumps(args.inputs.get("triggers"), sort_keys=True, default=str)
+            return fake_id("cmd-", f"{name}|{triggers}", 12), state
         if typ == "kubernetes:batch/v1:Job":
             # pulumi-kubernetes returns a Job only once it has completed (it awaits the
             # Complete condition and fails on Failed), so a created Job reports success.

@@ -9,6 +9,7 @@ subclass of the SDK's `MockMonitor` that answers as the SDK does and keeps each
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import math
 import threading
@@ -16,6 +17,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
+import pulumi
 from google.protobuf import json_format, struct_pb2
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import rpc
@@ -85,6 +87,8 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         self.record_inputs = record_inputs
         self.recorded: list[Resource] = []
         self.outputs_by_urn: dict[str, dict[str, Any]] = {}
+        self.hooks: list[str] = []
+        self.dry_run_hooks: list[str] = []
         # The SDK's MockMonitor keeps every resource's state (its inputs, for a mock that echoes
         # them) and the program keeps the outputs: without sharing, each stdin of every step
         # would be held a third time here (a third of the harness's memory at 1,000 nodes).
@@ -163,11 +167,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 deleted_with=request.deletedWith or None,
                 retain_on_delete=request.retainOnDelete,
                 id=response.id,
-                hooks={
-                    point: list(getattr(request.hooks, point))
-                    for point in HOOK_POINTS
-                    if getattr(request.hooks, point)
-                },
+                hooks=_hooks(request),
             )
         )
 
@@ -201,6 +201,21 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
     def RegisterResourceOutputs(self, request):
         self.outputs_by_urn[request.urn] = decode(request.outputs)
         return super().RegisterResourceOutputs(request)
+
+    def RegisterResourceHook(self, request):
+        with self.answering:
+            self.hooks.append(request.name)
+            if request.on_dry_run:
+                self.dry_run_hooks.append(request.name)
+        return super().RegisterResourceHook(request)
+
+
+def _hooks(request) -> dict[str, list[str]]:
+    """The request's hook binding by lifecycle point, as the engine stores it."""
+    if not request.HasField("hooks"):
+        return {}
+    binding = request.hooks
+    return {p: list(getattr(binding, p)) for p in HOOK_POINTS if getattr(binding, p)}
 
 
 def _trigger(request) -> Any:
@@ -315,9 +330,20 @@ def record(
         if root is not None and getattr(root, "outputs", None):
             root.register_outputs(massage(root.outputs, []))
 
-    _sync_await(run_pulumi_func(main))
+    failure: BaseException | None = None
+    try:
+        _sync_await(run_pulumi_func(main))
+    except pulumi.RunError as error:  # the program stopped itself (a user's mistake)
+        failure = error
+    if failure is not None:
+        # Finalize the stopped run's futures here: one collected later, while CPython 3.11
+        # builds an AST (pytest rewriting a module), breaks that build ("AST constructor
+        # recursion depth mismatch", cpython#106905). Its traceback holds them: drop it.
+        failure.__traceback__ = failure.__cause__ = failure.__context__ = None
+        gc.collect()
+        raise failure
     stack_urn = f"urn:pulumi:{stack}::{project}::{ROOT_STACK_TYPE}::{project}-{stack}"
     for resource in monitor.recorded:
         resource.outputs = monitor.outputs_by_urn.get(resource.urn, {})
-    graph = Graph(monitor.recorded, monitor.outputs_by_urn.get(stack_urn, {}))
+    graph = Graph(monitor.recorded, monitor.outputs_by_urn.get(stack_urn, {}), tuple(monitor.hooks))
     return graph

@@ -6,10 +6,9 @@ every module of components/; the script sandbox (`tests.sandbox`) renders with
 components/hosts/rendering.py and lib/common.sh. Test files that name the file come first (they
 usually kill a mutant within seconds; pytest stops at the first failure).
 
-Left out on purpose, so a mutant counts as killed only by a test of behaviour: the linters
-(tests/test_lint.py, tests/test_workflows.py, shellcheck inside the preview tests) and the digest
-pin of every rendered script (tests/test_preview.py, and tests/test_first_commands.py, which runs
-it in a subprocess), which fails on any change at all.
+Left out, so that a mutant counts as killed only by a test of behaviour: the linters
+(tests/test_lint.py, tests/test_workflows.py, shellcheck in the preview tests) and the digest
+pin of every rendered script (tests/test_preview.py, tests/test_first_commands.py).
 """
 
 from __future__ import annotations

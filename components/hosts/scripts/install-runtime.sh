@@ -137,16 +137,16 @@ imports = ["${CONTAINERD_DROP_INS}/*.toml"]
 TOML
 }
 
-# What containerd runs with, as a digest of what it reads (`containerd config dump`, parsed, so
-# a file nvidia-ctk rewrote in another spelling is the same config), recorded after each restart.
+# What containerd was last restarted with, as a digest of what it reads (`containerd config
+# dump`, parsed, so a file nvidia-ctk rewrote in another spelling is the same config).
 CONTAINERD_RUNNING_RECORD=/var/lib/gpu-cluster/containerd-effective-config.sha256
 
-# effective_config: the sha256 of `containerd config dump` as parsed TOML (sorted JSON).
+# effective_config <name>: the sha256 of `containerd config dump` as parsed TOML (sorted JSON);
+# fails, after containerd's message, when containerd cannot read its config.
 effective_config() {
   local dump
   dump="$(temp_path "config-dump.$1.toml")"
-  containerd config dump >"${dump}" ||
-    fatal "containerd config dump failed: containerd cannot read ${CONTAINERD_CONFIG}"
+  containerd config dump >"${dump}" || return 1
   toml_read canonical "${dump}" | sha256sum | awk '{ print $1 }'
 }
 
@@ -154,24 +154,32 @@ effective_config() {
 # writes the nvidia runtime, copied from runc's options (so systemd cgroups too) and set as the
 # default, to its drop-in, and rewrites config.toml in its own spelling on every run (1.20.0,
 # config_drop_in.go `ConfigWithDropIn.Save`). So no file's bytes say whether containerd must
-# restart: it restarts when what it reads differs from what it was last started with (the
-# record; without one, what it read before this run), and only then.
+# restart; what it reads does. It restarts when what it reads after this run's edits differs
+# from what it read before them (a config edited by hand and put back: containerd may run the
+# edit) or from the record of its last restart by this step (a run killed between its edits
+# and the restart left the new config on disk, containerd on the old one), and only then.
 configure_containerd() {
-  local running now
+  local before now recorded=""
+  if ! before="$(effective_config before)"; then
+    log "containerd cannot read ${CONTAINERD_CONFIG} as found (above): writing it whole"
+    before=unreadable
+  fi
   if [[ -s "${CONTAINERD_RUNNING_RECORD}" ]]; then
-    running="$(cat "${CONTAINERD_RUNNING_RECORD}")"
-  else
-    running="$(effective_config before)"
+    recorded="$(cat "${CONTAINERD_RUNNING_RECORD}")"
   fi
   containerd_config | write_file_if_changed "${CONTAINERD_CONFIG}" >/dev/null
   if with_toolkit; then
     nvidia-ctk runtime configure --runtime=containerd --set-as-default \
       --config="${CONTAINERD_CONFIG}" --drop-in-config="${NVIDIA_DROP_IN}" >/dev/null
   fi
-  now="$(effective_config after)"
+  now="$(effective_config after)" ||
+    fatal "containerd config dump failed: containerd cannot read ${CONTAINERD_CONFIG}"
   enable_service containerd
-  if [[ "${now}" != "${running}" ]]; then
+  if [[ "${now}" != "${before}" ]]; then
     log "containerd's configuration changed (\`containerd config dump\`): restarting containerd"
+    systemctl restart containerd
+  elif [[ -n "${recorded}" && "${now}" != "${recorded}" ]]; then
+    log "containerd was not restarted after its configuration last changed: restarting containerd"
     systemctl restart containerd
   else
     log "containerd: configuration unchanged (\`containerd config dump\`), not restarting"

@@ -5,8 +5,10 @@
 # is a secret (Pulumi keeps it encrypted and unlogged); nothing of it goes to the log.
 #
 # Inputs:
-#   API_SERVER  https://host:port the kubeconfig should point at (required)
-#   CA_CERT     the cluster CA certificate (default /etc/kubernetes/pki/ca.crt)
+#   API_SERVER            https://host:port the kubeconfig should point at (required)
+#   CA_CERT               the cluster CA certificate (default /etc/kubernetes/pki/ca.crt)
+#   ADMIN_CERT_NOT_AFTER  admin.conf's certificate's expiry as renew-certificates.sh last saw it
+#                         (optional): a renewal changes it, and this step runs again
 set -Eeuo pipefail
 
 if ! declare -F init_script >/dev/null; then
@@ -21,6 +23,8 @@ check_inputs() {
   require_vars API_SERVER
   [[ "${API_SERVER}" =~ ^https://[A-Za-z0-9.-]+:[0-9]+$ ]] ||
     fatal "API_SERVER must be https://host:port, got '${API_SERVER}'"
+  [[ "${ADMIN_CERT_NOT_AFTER:-2000-01-01T00:00:00Z}" =~ ^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8}Z$ ]] ||
+    fatal "ADMIN_CERT_NOT_AFTER must be a UTC time (RFC 3339), got '${ADMIN_CERT_NOT_AFTER}'"
   [[ -r "${ADMIN_CONF}" ]] ||
     fatal "${ADMIN_CONF} not found on this host; it must be a kubeadm control-plane node"
   [[ -r "${CA_CERT}" ]] ||
@@ -54,7 +58,8 @@ print_kubeconfig() {
     $1 == "server:" { sub(/server:.*/, "server: " server) }
     { print }' "${ADMIN_CONF}"
   printf '# ca-cert-hash: %s\n' "${CA_HASH}"
-  log "admin kubeconfig for ${API_SERVER} printed (secret output)"
+  log "admin kubeconfig for ${API_SERVER} printed (secret output; its certificate valid until" \
+    "${ADMIN_CERT_NOT_AFTER:-a date renew-certificates.sh did not report})"
 }
 
 main() {

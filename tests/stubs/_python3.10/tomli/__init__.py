@@ -1,6 +1,8 @@
-"""tomli as jammy's python3-tomli (1.2.2) installs it: `loads(str)` and `load(binary file)`.
+"""Stands for tomli 1.2.2 as jammy's python3-tomli (1.2.2-2) installs it: `loads(str)` and
+`load(binary file)`, raising TOMLDecodeError (tomli/_parser.py `loads`, `load`).
 
-This machine's stdlib tomllib, which is tomli's code (PEP 680), loaded under tomli's name.
+This machine's stdlib tomllib, which is tomli's code (PEP 680: "tomllib is based on tomli"),
+loaded under tomli's name.
 """
 
 import importlib.util
