@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests import sandbox
-from tests.helpers import cluster, engine
+from tests.helpers import cluster, engine, lab
 
 # The policy pack's modules import each other as `gpu_cluster_policies` (the pack runs from
 # policies/): a test module that imports them works alone too, not only after test_policies.py.
@@ -91,5 +91,9 @@ def cluster_binaries() -> Path:
 def kube_cluster(cluster_binaries, tmp_path_factory):
     """etcd, kube-apiserver, kube-controller-manager and kube-scheduler on loopback, shared by
     the session's real-engine tests (each test uses namespaces and Nodes of its own)."""
-    with cluster.running(tmp_path_factory.mktemp("cluster"), cluster_binaries) as running:
+    # Its serving certificate also names the end-to-end lab's control-plane address, where the
+    # lab forwards the API (tests/helpers/lab.py).
+    with cluster.running(
+        tmp_path_factory.mktemp("cluster"), cluster_binaries, (lab.control_plane_address(),)
+    ) as running:
         yield running

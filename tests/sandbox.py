@@ -143,17 +143,24 @@ class RunResult:
 
 
 class Sandbox:
-    def __init__(self, root: Path, state_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        state_dir: Path | None = None,
+        overlaid: tuple[str, ...] = OVERLAID_DIRS,
+    ) -> None:
         """`state_dir` shared by two sandboxes: two hosts (or two runs on one host) that see one
-        simulated cluster API, each with its own files."""
+        simulated cluster API, each with its own files. `overlaid`: the directories written
+        into the upper dirs (as root, a host of the end-to-end tests overlays all of /usr)."""
         self.root = Path(root)
+        self.overlaid = overlaid
         self.state_dir = Path(state_dir) if state_dir is not None else self.root / "state"
         self.tmp_dir = self.root / "tmp"
         self.uppers: dict[str, Path] = {}
         self._workdirs: dict[str, Path] = {}
         for d in (self.state_dir, self.tmp_dir):
             d.mkdir(parents=True, exist_ok=True)
-        for overlaid in OVERLAID_DIRS:
+        for overlaid in self.overlaid:
             slug = overlaid.strip("/").replace("/", "_")
             self.uppers[overlaid] = self.root / "upper" / slug
             self._workdirs[overlaid] = self.root / "work" / slug
@@ -197,10 +204,10 @@ class Sandbox:
 
     def host_path(self, path: str) -> Path:
         """Where a host path (e.g. /etc/fstab) lives in the upper dirs."""
-        for overlaid in sorted(OVERLAID_DIRS, key=len, reverse=True):
+        for overlaid in sorted(self.overlaid, key=len, reverse=True):
             if path == overlaid or path.startswith(overlaid + "/"):
                 return self.uppers[overlaid] / path[len(overlaid) :].lstrip("/")
-        raise ValueError(f"{path} is not under an overlaid directory {OVERLAID_DIRS}")
+        raise ValueError(f"{path} is not under an overlaid directory {self.overlaid}")
 
     def write(self, path: str, text: str, mode: int = 0o644) -> None:
         """Put a file on the sandboxed host before a run (e.g. /etc/os-release)."""
@@ -260,15 +267,17 @@ class Sandbox:
 
     # ---- running ----------------------------------------------------------------------
 
-    def _mount_commands(self) -> str:
+    def mount_commands(self, then: str = 'exec env -i "$@" bash -s') -> str:
+        """A bash program that mounts the overlays (in a new mount namespace), then runs
+        `then`."""
         lines = ["set -e"]
-        for overlaid in OVERLAID_DIRS:
+        for overlaid in self.overlaid:
             lines.append(
                 "mount -t overlay overlay -o "
                 f"lowerdir={overlaid},upperdir={self.uppers[overlaid]},"
                 f"workdir={self._workdirs[overlaid]} {overlaid}"
             )
-        lines.append('exec env -i "$@" bash -s')
+        lines.append(then)
         return "\n".join(lines)
 
     def run_text(
@@ -287,7 +296,7 @@ class Sandbox:
             *(f"{name}={value}" for name, value in (env or {}).items()),
         ]
         proc = subprocess.run(
-            [*unshare_command(), "bash", "-c", self._mount_commands(), "sandbox", *env],
+            [*unshare_command(), "bash", "-c", self.mount_commands(), "sandbox", *env],
             input=program,
             capture_output=True,
             text=True,

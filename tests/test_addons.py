@@ -16,6 +16,7 @@ from components.labels import EFA_LABEL, EFA_RESOURCE, GPU_PRESENT_LABEL
 from components.settings import SUPPORTED_KUBERNETES_MINORS, DcgmExporter, Taint
 from tests.helpers.manifests import manifest, only_on_the_provider, pinned, stack_minor, validate
 from tools.harness.graph import Graph, script_params
+from tools.harness.identity import VARIANTS
 from tools.harness.stacks import STACKS, run_program
 
 DAEMON_SET = "kubernetes:apps/v1:DaemonSet"
@@ -175,3 +176,27 @@ def test_the_dcgm_port_the_docs_give_is_the_one_served():
     assert [p["containerPort"] for p in container["ports"]] == [port], container["ports"]
     listen = {e["name"]: e.get("value") for e in container["env"]}["DCGM_EXPORTER_LISTEN"]
     assert listen == f":{port}", listen
+
+
+def test_a_dead_nodes_pods_stop_no_destroy():
+    """pulumi-kubernetes deletes in the foreground by default and waits for the pods; a pod on
+    a dead Node never goes, so a destroy with a dead node stopped for 10 minutes on each
+    DaemonSet and failed (tests/test_e2e.py, on the real engine and API server). Each one the
+    program registers is deleted in the background (components/kube/manifests.py
+    `BACKGROUND_DELETION` cites the provider)."""
+    seen = set()
+    for name in [*STACKS, *VARIANTS]:
+        stack, config = VARIANTS.get(name, (name, None))
+        graph_of = run_program(stack, config=config)
+        for daemon_set in graph_of.of_type("kubernetes:apps/v1:DaemonSet"):
+            seen.add(daemon_set.name.removeprefix(f"{stack}-"))
+            annotations = daemon_set.inputs["metadata"].get("annotations", {})
+            assert annotations.get("pulumi.com/deletionPropagationPolicy") == "background", (
+                daemon_set.urn
+            )
+        # Their namespaces are not awaited on delete: one holding a dead Node's pod is not gone
+        # until the Node is (NO_DELETE_WAIT cites the provider).
+        for namespace in graph_of.of_type("kubernetes:core/v1:Namespace"):
+            annotations = namespace.inputs["metadata"].get("annotations", {})
+            assert annotations.get("pulumi.com/skipAwait") == "true", namespace.urn
+    assert len(seen) >= 4, seen

@@ -127,13 +127,11 @@ def test_each_machine_boots_with_its_own_key_and_only_it(stack_graph):
         # provider's stored copy (a hash of the secret) is a secret output.
         assert "userData" in instance.ignore_changes, instance.urn
         assert "userData" in instance.additional_secret_outputs, instance.urn
-    # The two-node EFA check has keys of its own (its pods' SSH), under its component, and
-    # each pool a join-token seed.
+    # The two-node EFA check has keys of its own (its pods' SSH), under its component.
     keys = {
         r.name
         for r in graph.of_type(PRIVATE_KEY)
         if "gpu-cluster:index:NcclEfaValidation" not in (r.parent or "")
-        and not r.name.endswith("-join-token-seed")
     }
     assert keys == {f"{i.name}-host-key" for i in instances}, stack
 
@@ -146,9 +144,7 @@ def test_an_efa_pool_checked_across_two_nodes_keeps_one_host_key_per_machine():
     instances = graph.of_type(INSTANCE)
     check_keys = [r for r in graph.of_type(PRIVATE_KEY) if "NcclEfaValidation" in (r.parent or "")]
     assert len(check_keys) == 2, [r.name for r in graph.of_type(PRIVATE_KEY)]
-    seeds = {r.name for r in graph.of_type(PRIVATE_KEY) if r.name.endswith("-join-token-seed")}
     machine_keys = {r.name for r in graph.of_type(PRIVATE_KEY)} - {r.name for r in check_keys}
-    machine_keys -= seeds
     assert machine_keys == {f"{i.name}-host-key" for i in instances}
     check_urns = {r.urn for r in check_keys}
     for instance in instances:

@@ -32,14 +32,14 @@ from components.kube.node_hooks import ClusterAccess
 from tests.helpers.fake_kube_api import FakeApiServer, make_pki, run_async, secret_data
 from tests.helpers.manifests import stack_minor, validate
 from tools import drift, lifecycle, recovery
-from tools.harness import deployed, mocks
+from tools.harness import deployed, mocks, stacks
 from tools.harness.graph import Graph, Resource, Secret, script_params, unwrap
 from tools.harness.identity import VARIANTS
 from tools.harness.stacks import PROGRAM_CLOCK, ROOT, STACKS, TEST_SECRETS, run_program
 from tools.lifecycle import Action
 
 STASH = "pulumi:index:Stash"
-SEED = "tls:index/privateKey:PrivateKey"
+SEED = "pulumi:index:Stash"
 T0 = PROGRAM_CLOCK
 HOUR = datetime.timedelta(hours=1)
 
@@ -106,7 +106,7 @@ def test_each_node_has_a_token_record_its_own_hook_mints(graphs, stack):
 
 def test_the_token_needs_no_ssh_key_but_a_seed_of_its_own(graphs):
     """Another sshPrivateKey (or none, once SSH goes through an agent) gives the same token;
-    the pool's seed is a key the tls provider made, a secret of the state only."""
+    the pool's seed is a Stash of a fresh secret, a secret of the state only."""
     other = mocks.ed25519_key("another operator login")["privateKeyOpenssh"]
     assert other != TEST_SECRETS["sshPrivateKey"]
     again = run_program("dev", secrets={"sshPrivateKey": other})
@@ -115,7 +115,8 @@ def test_the_token_needs_no_ssh_key_but_a_seed_of_its_own(graphs):
         assert record_of(again, name).inputs == record_of(graphs["dev"], name).inputs, name
     seeds = [r for r in graphs["dev"].of_type(SEED) if r.name.endswith("-join-token-seed")]
     assert [s.name for s in seeds] == ["dev-gpu-a10g-join-token-seed"], seeds
-    assert seeds[0].inputs == {"algorithm": "ED25519"}, seeds[0].urn
+    assert "input" in seeds[0].ignore_changes, seeds[0].urn
+    assert isinstance(seeds[0].inputs["input"], Secret), "a secret in the state"
     held = bootstrap_token.derive
     parts = {"node": "n", "machine": "i-0a", "cluster": "10.0.0.1:6443/sha256:ab"}
     token = held("seed", registered_at="2026-01-01T00:00:00Z", **parts)
@@ -124,6 +125,22 @@ def test_the_token_needs_no_ssh_key_but_a_seed_of_its_own(graphs):
         changed = {**parts, key: parts[key] + "x"}
         assert held("seed", registered_at="2026-01-01T00:00:00Z", **changed) != token, key
     assert held("seed", registered_at="2026-01-01T00:00:01Z", **parts) != token
+
+
+def test_the_seed_is_made_once_and_kept_by_every_later_run(graphs, monkeypatch):
+    """Each run of the program makes a fresh secret for the seed; only the first is stored. The
+    engine keeps a Stash's `output` on update and its input is ignored (components/kube/
+    bootstrap_token.py `seed` cites builtins.go), so a later run, with another fresh secret,
+    changes nothing: the seed, the token records and the joins stay as they are."""
+    monkeypatch.setattr(stacks, "mock_secret", lambda name: f"another run's secret for {name}")
+    later = run_program("dev", state=graphs["dev"])
+    plan = lifecycle.plan(graphs["dev"], later)
+    [seed] = [c for c in plan.changes if c.name.endswith("-join-token-seed")]
+    assert seed.action is Action.UNCHANGED, seed
+    moved = [(c.name, c.action) for c in plan.changes if c.action is not Action.UNCHANGED]
+    assert moved == [], moved
+    for name in node_names(later):
+        assert join_token_of(later, name) == join_token_of(graphs["dev"], name), name
 
 
 # ---------------------------------------------------------------- finding 8: whose clock
@@ -406,12 +423,17 @@ def test_the_upgrade_mints_nothing_for_joined_nodes(release, pinned):
     plan = lifecycle.plan(before, after)
     nodes = lifecycle.node_names(before)
     stashes = [c for c in plan.by_action(Action.CREATE) if c.type == STASH]
-    # And the cluster's CA hash (decision 066), the same one the joins already pin.
+    # And the cluster's CA hash (decision 066), the same one the joins already pin, and the
+    # pools' join-token seeds.
     (ca,) = [c for c in stashes if c.name.endswith("-ca-cert-hash")]
-    created = [c for c in stashes if c is not ca]
+    created = [c for c in stashes if c is not ca and not c.name.endswith("-join-token-seed")]
     assert sorted(c.name for c in created) == sorted(f"{n}-join-token" for n in nodes), (
         lifecycle.render(plan)
     )
+    # And each pool's seed, a fresh secret of this run (bootstrap_token.seed).
+    pools = {r.name for r in after.of_type("gpu-cluster:index:GpuNodePool")}
+    seeds = {c.name for c in stashes} - {c.name for c in created}
+    assert seeds == {f"{p}-join-token-seed" for p in pools}, seeds
     with FakeApiServer() as api:
         for name in nodes:
             api.cluster.add_node(name, machine=before.named(name).id)

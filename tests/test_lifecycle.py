@@ -126,6 +126,25 @@ def test_a_real_edit_of_the_shared_library_updates_steps_in_place(baseline):
         assert not (impact.drained or impact.reset or impact.rejoined), impact
 
 
+def test_a_real_edit_of_a_node_script_copies_every_nodes_scripts_again(baseline):
+    """The engine hashes a copy's source directory (an archive sent by path) and updates the
+    copy when the hash changes (pulumi archive.go `EnsureHashWithWD`; pulumi-command
+    copyController.go `Update`): an edit of install-driver.sh copies every GPU node's scripts
+    again before its driver step runs the new program. Found by the end-to-end run
+    (tests/test_e2e.py): the plan said the copies were unchanged."""
+
+    def edit(text: str) -> str:
+        return text + '\nreadonly GPU_CLUSTER_DRIVER_EDITION="2"\n'
+
+    with edited_script("install-driver.sh", edit):
+        after = run_program("dev")
+    plan = lifecycle.plan(baseline["dev"], after)
+    copies = {c.name: c.action for c in plan.changes if c.name.endswith("-scripts")}
+    nodes = lifecycle.node_names(after)
+    assert {n for n, a in copies.items() if a is Action.UPDATE} == {f"{n}-scripts" for n in nodes}
+    assert copies["dev-gpu-control-plane-scripts"] is Action.UNCHANGED, "not in its bundle"
+
+
 def test_a_driver_change_updates_only_that_pools_driver_step(baseline):
     after = run_program("prod", config=pools_with("prod", h100={"driverVersion": "570"}))
     plan = lifecycle.plan(baseline["prod"], after)

@@ -19,7 +19,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.kube import addon_manifests as manifests
-from components.kube.manifests import MANAGED_BY
+from components.kube.manifests import BACKGROUND_DELETION, MANAGED_BY
 from components.settings import DcgmExporter, Taint
 
 
@@ -55,6 +55,7 @@ class GpuNodeAddons(pulumi.ComponentResource):
                     "name": manifests.EFA_PLUGIN_NAME,
                     "namespace": namespace,
                     "labels": {**manifests.efa_plugin_labels(), **MANAGED_BY},
+                    "annotations": BACKGROUND_DELETION,
                 },
                 spec=manifests.efa_plugin_daemon_set_spec(pool_taints=taints),
                 opts=child,
@@ -67,7 +68,7 @@ class GpuNodeAddons(pulumi.ComponentResource):
             }
             self.dcgm_exporter = k8s.apps.v1.DaemonSet(
                 f"{name}-dcgm-exporter",
-                metadata=metadata,
+                metadata={**metadata, "annotations": BACKGROUND_DELETION},
                 spec=manifests.dcgm_exporter_daemon_set_spec(dcgm_exporter, pool_taints=taints),
                 opts=child,
             )

@@ -6,7 +6,8 @@ a token, and none when the cluster already has this machine's Node. The lifetime
 program's clock at the mint plus JOIN_TOKEN_TTL, clamped by the API server's clock; the node's
 clock plays no part. The value is an HMAC under the pool's own seed of the node, machine,
 cluster and the run that registered it, carried from the state (`ignore_changes`), so a second
-`up` and a refresh change nothing. Pulumi never owns the Secret: the token cleaner deletes it.
+`up` and a refresh change nothing. The seed is a Stash too, of a fresh secret kept from its
+create: no provider makes it. Pulumi never owns the Secret: the token cleaner deletes it.
 Why: docs/decisions/057-a-join-token-is-minted-when-a-node-must-join.md
 """
 
@@ -17,13 +18,13 @@ import contextlib
 import datetime
 import hashlib
 import hmac
+import secrets
 import urllib.parse
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pulumi
-import pulumi_tls as tls
 
 from components.hosts import steps
 from components.kube import manifests
@@ -50,6 +51,7 @@ RFC3339 = "%Y-%m-%dT%H:%M:%SZ"
 _ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
 
 Clock = Callable[[], datetime.datetime]
+Entropy = Callable[[str], str]  # a resource name -> a fresh secret for it
 
 
 def system_clock() -> datetime.datetime:
@@ -74,6 +76,25 @@ def clock(fixed: Clock) -> Iterator[None]:
         _CLOCK.remove(fixed)
 
 
+def fresh_secret(name: str) -> str:
+    """32 random bytes, hex: a seed's value when it is created (`name` plays no part)."""
+    return secrets.token_hex(32)
+
+
+_ENTROPY: list[Entropy] = [fresh_secret]
+
+
+@contextlib.contextmanager
+def entropy(fixed: Entropy) -> Iterator[None]:
+    """Seeds made inside take `fixed(name)` instead of a fresh secret (tests: one value per
+    name, as the mocks answer a generated key)."""
+    _ENTROPY.insert(0, fixed)
+    try:
+        yield
+    finally:
+        _ENTROPY.remove(fixed)
+
+
 class JoinTokenError(Exception):
     """A token that could not be minted; the message names the node and the fix, no secret."""
 
@@ -87,12 +108,18 @@ class JoinToken:
 
 
 def seed(name: str, *, parent: pulumi.Resource) -> pulumi.Output[str]:
-    """`<name>-join-token-seed`: a key made once by the tls provider (whose Read keeps the
-    state), used only as the HMAC key of join tokens: no SSH key is needed for them."""
-    key = tls.PrivateKey(
-        f"{name}-join-token-seed", algorithm="ED25519", opts=pulumi.ResourceOptions(parent=parent)
+    """`<name>-join-token-seed`: a Stash of a fresh secret, used only as the HMAC key of join
+    tokens (no SSH key is needed for them). The engine's Stash stores its input as `output` at
+    create and keeps that `output` on every update and read (pulumi pkg/resource/deploy/
+    builtins.go `builtinProvider.Create`, `Update`: `OldOutputs["output"]`, `Read`: the state);
+    with the input ignored the next run's new secret is no change at all, so the seed is the
+    one made at create until the pool is deleted (or `--replace`d)."""
+    stash = pulumi.Stash(
+        f"{name}-join-token-seed",
+        input=pulumi.Output.secret(_ENTROPY[0](f"{name}-join-token-seed")),
+        opts=pulumi.ResourceOptions(parent=parent, ignore_changes=["input"]),
     )
-    return pulumi.Output.secret(key.private_key_pem)
+    return pulumi.Output.secret(stash.output)
 
 
 def derive(

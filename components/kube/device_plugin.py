@@ -70,6 +70,7 @@ class NvidiaDevicePlugin(pulumi.ComponentResource):
                 "name": manifests.DEVICE_PLUGIN_NAME,
                 "namespace": namespace_name,
                 "labels": {**manifests.device_plugin_labels(), **manifests.MANAGED_BY},
+                "annotations": manifests.BACKGROUND_DELETION,
             },
             spec=manifests.device_plugin_daemon_set_spec(settings, pool_taints=pool_taints),
             opts=pulumi.ResourceOptions.merge(

@@ -19,7 +19,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.kube import feature_discovery_manifests as manifests
-from components.kube.manifests import MANAGED_BY
+from components.kube.manifests import BACKGROUND_DELETION, MANAGED_BY
 from components.settings import DevicePlugin, Taint
 
 
@@ -168,7 +168,7 @@ class GpuFeatureDiscovery(pulumi.ComponentResource):
         )
         return k8s.apps.v1.DaemonSet(
             f"{name}-daemonset",
-            metadata=metadata,
+            metadata={**metadata, "annotations": BACKGROUND_DELETION},
             spec=manifests.gfd_daemon_set_spec(args.device_plugin, pool_taints=args.pool_taints),
             opts=pulumi.ResourceOptions.merge(
                 after_crds, pulumi.ResourceOptions(depends_on=[binding])

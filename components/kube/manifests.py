@@ -68,6 +68,18 @@ UNSCHEDULABLE_TOLERATION = {
 # pulumi-kubernetes: a Job that failed in an earlier `up` is replaced on the next one (rather than
 # awaited forever), so fixing the node and running `pulumi up` validates it again.
 REPLACE_UNREADY_ANNOTATION = "pulumi.com/replaceUnready"
+# pulumi-kubernetes deletes with foreground propagation unless this annotation says otherwise
+# (provider/pkg/metadata/overrides.go `DeletionPropagation`; await.go `Deletion` then waits, 10
+# minutes by default, for the object to be gone). A DaemonSet's pod on a dead Node never goes
+# (no kubelet confirms it) until the Node is deleted, so a foreground delete of the DaemonSet
+# would stop a destroy for those 10 minutes and fail it; in the background the DaemonSet goes at
+# once and the pod garbage collector removes its pods once their Node is gone.
+BACKGROUND_DELETION = {"pulumi.com/deletionPropagationPolicy": "background"}
+# The same for a namespace holding those pods: it is not gone until they are, so the provider
+# is told not to wait for it (metadata/overrides.go `DeletedCondition`: `pulumi.com/skipAwait`
+# holds on delete for a Namespace, `allowsSkipAwaitWithDelete`). The namespace controller
+# finishes it once the Node's deletion lets its pods go.
+NO_DELETE_WAIT = {"pulumi.com/skipAwait": "true"}
 MAX_NAME_LENGTH = 63  # a Job's name becomes its pods' job-name label value
 # What the nvidia container runtime mounts into the validation pod: `compute` for the CUDA
 # sample, `utility` for nvidia-smi and NVML. Set on the container so the check does not depend on
@@ -85,6 +97,7 @@ def namespace(name: str, pod_security: str) -> dict[str, Any]:
             **MANAGED_BY,
             "pod-security.kubernetes.io/enforce": pod_security,
         },
+        "annotations": NO_DELETE_WAIT,
     }
 
 

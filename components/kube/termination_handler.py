@@ -16,7 +16,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.kube import termination_handler_manifests as manifests
-from components.kube.manifests import MANAGED_BY
+from components.kube.manifests import BACKGROUND_DELETION, MANAGED_BY
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ class SpotTerminationHandler(pulumi.ComponentResource):
         )
         self.daemon_set = k8s.apps.v1.DaemonSet(
             f"{name}-daemonset",
-            metadata=metadata,
+            metadata={**metadata, "annotations": BACKGROUND_DELETION},
             spec=manifests.daemon_set_spec(args.spot_pools, args.image),
             opts=pulumi.ResourceOptions.merge(child, pulumi.ResourceOptions(depends_on=[binding])),
         )

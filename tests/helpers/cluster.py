@@ -38,9 +38,10 @@ def _openssl(*args: str, cwd: Path) -> None:
     subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
 
 
-def make_pki(directory: Path) -> None:
+def make_pki(directory: Path, extra_ips: tuple[str, ...] = ()) -> None:
     """kubeadm's layout, smaller (cmd/kubeadm/app/phases/certs): ca.crt/key; apiserver.crt for
-    127.0.0.1 and localhost; sa.key/sa.pub; admin.crt with CN kubernetes-admin in
+    127.0.0.1, localhost and `extra_ips` (where else clients reach it: the end-to-end tests'
+    control-plane address); sa.key/sa.pub; admin.crt with CN kubernetes-admin in
     system:masters, which RBAC binds to cluster-admin without a binding."""
     directory.mkdir(parents=True, exist_ok=True)
     _openssl(
@@ -97,7 +98,9 @@ def make_pki(directory: Path) -> None:
     signed(
         "apiserver",
         "/CN=kube-apiserver",
-        "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc\n"
+        "subjectAltName="
+        + ",".join(f"IP:{ip}" for ip in ("127.0.0.1", *extra_ips))
+        + ",DNS:localhost,DNS:kubernetes.default.svc\n"
         "extendedKeyUsage=serverAuth\n",
     )
     signed("admin", "/O=system:masters/CN=kubernetes-admin", "extendedKeyUsage=clientAuth\n")
@@ -257,10 +260,11 @@ def _wait(cluster: Cluster, what: str, ready) -> None:
     raise RuntimeError(f"{what}: not within {READY_WITHIN_SECONDS} s\n{cluster.logs()}")
 
 
-def start(directory: Path, binaries: Path) -> Cluster:
+def start(directory: Path, binaries: Path, extra_ips: tuple[str, ...] = ()) -> Cluster:
     """etcd, then kube-apiserver (ready when /readyz says so), then the controller manager and
-    the scheduler (ready when the default ServiceAccount exists: pods can be admitted)."""
-    make_pki(directory / "pki")
+    the scheduler (ready when the default ServiceAccount exists: pods can be admitted).
+    `extra_ips`: addresses its serving certificate names besides 127.0.0.1."""
+    make_pki(directory / "pki", extra_ips)
     port = free_port()
     cluster = Cluster(directory, f"https://127.0.0.1:{port}")
     cluster.kubeconfig_path.write_text(yaml.safe_dump(kubeconfig(cluster.server, cluster.pki)))
@@ -400,8 +404,8 @@ def start(directory: Path, binaries: Path) -> Cluster:
 
 
 @contextlib.contextmanager
-def running(directory: Path, binaries: Path) -> Iterator[Cluster]:
-    cluster = start(directory, binaries)
+def running(directory: Path, binaries: Path, extra_ips: tuple[str, ...] = ()) -> Iterator[Cluster]:
+    cluster = start(directory, binaries, extra_ips)
     try:
         yield cluster
     finally:

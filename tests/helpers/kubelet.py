@@ -15,7 +15,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from tests.helpers.cluster import Api
+from tests.helpers.cluster import Api, ApiError
 
 KUBELET_VERSION = "v1.35.4"
 
@@ -176,4 +176,116 @@ def finish_pod(api: Api, pod: dict[str, Any], exit_code: int = 0) -> dict[str, A
     meta = pod["metadata"]
     return api.merge_patch(
         f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status", {"status": status}
+    )
+
+
+def run_pod(api: Api, pod: dict[str, Any]) -> dict[str, Any]:
+    """Report a bound pod's containers as started and ready (Running), as the status manager
+    does once the containers run and their readiness probes pass (pkg/kubelet/prober: a
+    container without a probe is ready once running)."""
+    now = _now()
+    spec = pod["spec"]
+
+    def running(container: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "name": container["name"],
+            "image": container["image"],
+            "imageID": "",
+            "ready": True,
+            "restartCount": 0,
+            "started": True,
+            "state": {"running": {"startedAt": now}},
+        }
+
+    def done(container: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "name": container["name"],
+            "image": container["image"],
+            "imageID": "",
+            "ready": True,
+            "restartCount": 0,
+            "started": False,
+            "state": {
+                "terminated": {
+                    "exitCode": 0,
+                    "reason": "Completed",
+                    "startedAt": now,
+                    "finishedAt": now,
+                }
+            },
+        }
+
+    status = {
+        "phase": "Running",
+        "hostIP": "127.0.0.1",
+        "podIP": "10.244.0.11",
+        "startTime": now,
+        "conditions": [
+            {"type": kind, "status": "True", "lastTransitionTime": now}
+            for kind in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+        ],
+        "initContainerStatuses": [done(c) for c in spec.get("initContainers", [])],
+        "containerStatuses": [running(c) for c in spec["containers"]],
+    }
+    meta = pod["metadata"]
+    return api.merge_patch(
+        f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status", {"status": status}
+    )
+
+
+def remove_pod(api: Api, pod: dict[str, Any]) -> None:
+    """A pod being deleted (an eviction, a drain) is gone once its kubelet stopped its
+    containers: the status manager deletes it with a grace period of 0 and the pod's UID as
+    precondition (pkg/kubelet/status/status_manager.go `syncPod`, `canBeDeleted`)."""
+    meta = pod["metadata"]
+    try:
+        api.request(
+            "DELETE",
+            f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
+            {
+                "kind": "DeleteOptions",
+                "apiVersion": "v1",
+                "gracePeriodSeconds": 0,
+                "preconditions": {"uid": meta["uid"]},
+            },
+        )
+    except ApiError as error:
+        if error.status not in (404, 409):
+            raise
+
+
+def report_devices(api: Api, node: str, resource: str, count: int) -> None:
+    """The capacity and allocatable of a device plugin's resource on `node`, as the kubelet's
+    node status reports the devices a plugin registered (pkg/kubelet/nodestatus/setters.go
+    `MachineInfo`: capacity and allocatable from the device manager's `GetCapacity`)."""
+    api.merge_patch(
+        f"/api/v1/nodes/{node}/status",
+        {"status": {"capacity": {resource: str(count)}, "allocatable": {resource: str(count)}}},
+    )
+
+
+def stop_posting(api: Api, node: str) -> None:
+    """The Node of a kubelet that stopped (its machine gone), as the node lifecycle controller
+    marks it once the grace period passes without a heartbeat: every condition Unknown
+    (pkg/controller/nodelifecycle/node_lifecycle_controller.go `tryUpdateNodeHealth`: reason
+    NodeStatusUnknown, "Kubelet stopped posting node status."). The test cluster's grace period
+    is an hour (tests/helpers/cluster.py), so the tests mark it when the machine goes; the
+    running controller then taints the Node unreachable, as it would."""
+    current = api.get(f"/api/v1/nodes/{node}")
+    now = _now()
+    conditions = [
+        {
+            **condition,
+            "status": "Unknown",
+            "reason": "NodeStatusUnknown",
+            "message": "Kubelet stopped posting node status.",
+            "lastTransitionTime": now,
+        }
+        for condition in current["status"].get("conditions", [])
+    ]
+    api.request(
+        "PATCH",
+        f"/api/v1/nodes/{node}/status",
+        {"status": {"conditions": conditions}},
+        "application/strategic-merge-patch+json",
     )

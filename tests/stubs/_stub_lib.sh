@@ -160,3 +160,16 @@ real_python3() {
   stubs="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
   PATH="$(tr ':' '\n' <<<"${PATH}" | grep -vxF "${stubs}" | paste -sd: -)" command -v python3
 }
+
+# kubelet_register <JoinConfiguration file>: a kubelet starting on a joined host registers its
+# Node when it is not there: in the state directory (_kubelet_register.py), or, with state
+# cluster.api (a real API server: the end-to-end tests), in that API server with the kubelet's
+# own credentials (_kubeadm_cluster.py, run by the tests' Python, $STUB_PYTHON).
+kubelet_register() {
+  if state_has cluster.api; then
+    "${STUB_PYTHON:?STUB_PYTHON must name the Python of the tests}" \
+      "$(dirname "${BASH_SOURCE[0]}")/_kubeadm_cluster.py" register "$1"
+  else
+    python3 "$(dirname "${BASH_SOURCE[0]}")/_kubelet_register.py" "${STUB_STATE}" <"$1"
+  fi
+}

@@ -99,6 +99,17 @@ BINARIES: tuple[Binary, ...] = (
         version=_KUBERNETES,
         ldflags=_kube_version_ldflags(_KUBERNETES),
     ),
+    # The hosts of the end-to-end tests run the real kubectl against the real API server
+    # (docs/decisions/067-end-to-end-on-hosts-in-network-namespaces.md); a module of its own:
+    # kustomize and the other CLI libraries are no part of kube-apiserver's build list.
+    Binary(
+        name="kubectl",
+        module="kubectl",
+        package="k8s.io/kubernetes/cmd/kubectl",
+        requires="k8s.io/kubernetes",
+        version=_KUBERNETES,
+        ldflags=_kube_version_ldflags(_KUBERNETES),
+    ),
     Binary(
         name="etcd",
         module="etcd",

@@ -17,9 +17,11 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,6 +68,20 @@ class Operation:
         ]
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every process below `pid` (Linux: /proc/<pid>/task/<tid>/children)."""
+    found: list[int] = []
+    pending = [pid]
+    while pending:
+        parent = pending.pop()
+        for children in Path(f"/proc/{parent}/task").glob("*/children"):
+            with contextlib.suppress(OSError):
+                for child in children.read_text().split():
+                    found.append(int(child))
+                    pending.append(int(child))
+    return found
+
+
 @dataclass
 class EngineStack:
     """One stack of one project on a file:// backend under `work_dir`."""
@@ -76,6 +92,8 @@ class EngineStack:
     binaries: Path
     python: str = sys.executable
     extra_env: dict[str, str] = field(default_factory=dict)
+    # (command, wall seconds) of every operation run, in order: what a suite costs.
+    log: list[tuple[str, float]] = field(default_factory=list)
 
     @property
     def project_dir(self) -> Path:
@@ -171,7 +189,42 @@ class EngineStack:
             host.terminate()
             host.wait(timeout=30)
 
-    def _operation(self, args: list[str], runs_program: bool) -> Operation:
+    def _killed_when(
+        self, args: list[str], interrupt: Callable[[], bool], timeout: float = 900
+    ) -> subprocess.CompletedProcess:
+        """`pulumi ARGS` in a process group of its own, killed (SIGKILL, the CLI and its plugins
+        at once, as a cancelled CI job's runner kills its container) as soon as `interrupt()` is
+        true. The CLI starts each plugin in a process group of its own (pulumi sdk/go/common/
+        resource/plugin/plugin.go `execPlugin`: `cmdutil.RegisterProcessGroup`, Setpgid), so
+        they are found as its descendants and killed with it, or they would outlive the test."""
+        process = subprocess.Popen(
+            [str(self.binaries / "pulumi"), *args],
+            cwd=self.project_dir,
+            env=self.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        while process.poll() is None and time.monotonic() < deadline:
+            if interrupt():
+                plugins = _descendants(process.pid)
+                os.killpg(process.pid, signal.SIGKILL)
+                for pid in plugins:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                break
+            time.sleep(0.1)
+        stdout, stderr = process.communicate(timeout=60)
+        return subprocess.CompletedProcess(args, process.returncode, stdout, stderr)
+
+    def _operation(
+        self,
+        args: list[str],
+        runs_program: bool,
+        interrupt: Callable[[], bool] | None = None,
+    ) -> Operation:
         log = self.work_dir / "events.jsonl"
         log.unlink(missing_ok=True)
         args = [
@@ -188,7 +241,9 @@ class EngineStack:
             if runs_program:
                 address = stack.enter_context(self._language_host())
                 args += [f"--client={address}", "--exec-kind", "auto.inline"]
-            result = self.cli(*args)
+            started = time.monotonic()
+            result = self.cli(*args) if interrupt is None else self._killed_when(args, interrupt)
+            self.log.append((args[0], time.monotonic() - started))
         events = (
             [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
             if log.exists()
@@ -203,7 +258,9 @@ class EngineStack:
         refresh: bool = False,
         policy_packs: tuple[Path, ...] = (),
         extra: tuple[str, ...] = (),
+        interrupt: Callable[[], bool] | None = None,
     ) -> Operation:
+        """`pulumi up`; with `interrupt`, killed as soon as it returns true."""
         args = ["up", "--yes", "--skip-preview", *extra]
         if expect_no_changes:
             args.append("--expect-no-changes")
@@ -211,7 +268,7 @@ class EngineStack:
             args.append("--refresh")
         for pack in policy_packs:
             args += ["--policy-pack", str(pack)]
-        return self._operation(args, runs_program=True)
+        return self._operation(args, runs_program=True, interrupt=interrupt)
 
     def preview(
         self,
@@ -238,6 +295,11 @@ class EngineStack:
         if run_program:
             args.append("--run-program")
         return self._operation(args, runs_program=run_program)
+
+    def cancel(self) -> subprocess.CompletedProcess:
+        """`pulumi cancel --yes`: a file backend's lock of a killed operation removed
+        (pkg/backend/diy/backend.go `CancelCurrentUpdate` deletes the stack's lock files)."""
+        return self.cli("cancel", "--yes", "--stack", self.name)
 
     def state(self, show_secrets: bool = False) -> dict[str, Any]:
         """The stack's checkpoint (`pulumi stack export`, apitype.UntypedDeployment)."""

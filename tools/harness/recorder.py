@@ -11,9 +11,11 @@ subclass of the SDK's `MockMonitor` that answers as the SDK does and keeps each
 from __future__ import annotations
 
 import gc
+import hashlib
 import math
 import threading
 from collections.abc import Callable, Collection
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -28,6 +30,7 @@ from tools.harness.graph import Graph, Resource, Secret, unwrap
 
 # How the SDK marks a secret value in a serialized struct.
 _SECRET_SIG = rpc._special_secret_sig
+_ARCHIVE_SIG = rpc._special_archive_sig
 _SIG_KEY = rpc._special_sig_key
 
 ROOT_STACK_TYPE = "pulumi:pulumi:Stack"
@@ -140,7 +143,9 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                 dependencies=set(request.dependencies),
                 property_dependencies={key: set(by_property[key].urns) for key in by_property},
                 provider=request.provider or None,
-                inputs=decode(request.object, self._strings) if self.record_inputs else {},
+                inputs=with_archive_hashes(decode(request.object, self._strings))
+                if self.record_inputs
+                else {},
                 custom_timeouts={
                     k: v
                     for k, v in (
@@ -272,6 +277,34 @@ def _decode_value(value: struct_pb2.Value, strings: dict[str, str] | None) -> An
     if kind == "list_value":
         return [_decode_value(item, strings) for item in value.list_value.values]
     return None  # a null, or a value with no kind set (which json_format reads as null too)
+
+
+def archive_hash(path: Path) -> str:
+    """What identifies a directory archive's contents to the engine: it hashes the archive the
+    SDK sends (by path) when it reads the request (pulumi sdk/go/common/resource/plugin/rpc.go
+    `ComputeAssetHashes`; resource/archive/archive.go `EnsureHashWithWD`: a directory becomes a
+    tar whose entries are each file's name, a fixed mode 0600, its size and bytes,
+    `addNextFileToTar`). So the same names and contents give the same hash, any other its own;
+    this is the sha256 of those, not of Go's tar bytes."""
+    digest = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for file in files:
+        data = file.read_bytes()
+        name = file.relative_to(path).as_posix() if path.is_dir() else file.name
+        digest.update(f"{name}\0{len(data)}\0".encode() + data)
+    return digest.hexdigest()
+
+
+def with_archive_hashes(value: Any) -> Any:
+    """`value` with each path archive carrying the hash the engine computes for it (`hash`), so
+    a plan sees a copy's source change when its files change, as the engine's diff does."""
+    if isinstance(value, dict):
+        if value.get(_SIG_KEY) == _ARCHIVE_SIG and isinstance(value.get("path"), str):
+            return {**value, "hash": archive_hash(Path(value["path"]))}
+        return {key: with_archive_hashes(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [with_archive_hashes(item) for item in value]
+    return value
 
 
 def _collect_strings(value: Any, strings: dict[str, str]) -> None:

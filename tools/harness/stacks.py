@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import hashlib
 import importlib
 import ipaddress
 import json
@@ -192,7 +193,7 @@ def run_program(
     def run_file() -> None:
         runpy.run_path(str(program), run_name="__main__")
 
-    with program_clock(clock):
+    with program_clock(clock), program_entropy():
         return record(
             program if callable(program) else run_file,
             Mocks(),
@@ -215,6 +216,24 @@ def program_clock(at: datetime.datetime) -> Iterator[None]:
     except ModuleNotFoundError:
         fixed = None
     with fixed(lambda: at) if fixed is not None else contextlib.nullcontext():
+        yield
+
+
+def mock_secret(name: str) -> str:
+    """A seed's value under the mocks: one per resource name, as they answer a generated key,
+    so two runs of one config register the same tokens."""
+    return hashlib.sha256(f"gpu-cluster mock secret {name}".encode()).hexdigest()
+
+
+@contextlib.contextmanager
+def program_entropy() -> Iterator[None]:
+    """The program's fresh secrets are `mock_secret` (components/kube/bootstrap_token.py
+    `entropy`), where the program being run has them."""
+    try:
+        fixed = getattr(importlib.import_module("components.kube.bootstrap_token"), "entropy", None)
+    except ModuleNotFoundError:
+        fixed = None
+    with fixed(mock_secret) if fixed is not None else contextlib.nullcontext():
         yield
 
 
