@@ -22,6 +22,7 @@ from components.hosts import steps
 from components.kube import bootstrap_token
 from components.kube.api_client import Access, Api, ApiError
 from components.kube.bootstrap_token import JOIN_TOKEN_TTL, JoinTokenError
+from tests.helpers import graphs as shared
 from tests.helpers.kube_api import FakeApi, fake_api, make_pki, node, secret_data
 from tests.helpers.manifests import stack_minor, validate
 from tools import drift, lifecycle, recovery
@@ -39,7 +40,7 @@ HOUR = datetime.timedelta(hours=1)
 
 @pytest.fixture(scope="module")
 def graphs() -> dict[str, Graph]:
-    return {stack: run_program(stack) for stack in STACKS}
+    return {stack: shared.stack_graph(stack) for stack in STACKS}
 
 
 def node_names(graph: Graph) -> list[str]:
