@@ -14,6 +14,7 @@ import yaml
 from components.kube import addon_manifests as manifests
 from components.labels import EFA_LABEL, EFA_RESOURCE, GPU_PRESENT_LABEL
 from components.settings import SUPPORTED_KUBERNETES_MINORS, DcgmExporter, Taint
+from tests.helpers import graphs as shared
 from tests.helpers.manifests import manifest, only_on_the_provider, pinned, stack_minor, validate
 from tools.harness.graph import Graph, script_params
 from tools.harness.identity import VARIANTS
@@ -29,7 +30,9 @@ L4_POOL = {"name": "l4", "instanceType": "g6.xlarge", "count": 1}
 
 @cache
 def graph(stack: str, overrides: str = "") -> Graph:
-    return run_program(stack, config=yaml.safe_load(overrides) if overrides else None)
+    if not overrides:
+        return shared.stack_graph(stack)
+    return run_program(stack, config=yaml.safe_load(overrides))
 
 
 def efa_graph(**extra) -> Graph:

@@ -18,6 +18,7 @@ import pytest
 from components.hosts import bundle
 from components.hosts.rendering import COMMON_LIB, stripped_script
 from components.hosts.steps import ALL_STEPS, Where, host_scripts
+from tests.helpers import graphs as shared
 from tests.sandbox import LOGIN_HOME, Sandbox, needs_sandbox, step_stdin
 from tools.harness.graph import Graph, Resource, script_params, unwrap
 from tools.harness.identity import VARIANTS
@@ -35,7 +36,7 @@ def graph(stack: str) -> Graph:
     if stack in VARIANTS:
         base, config = VARIANTS[stack]
         return run_program(base, config=config)
-    return run_program(stack)
+    return shared.stack_graph(stack)
 
 
 GRAPHS = (*STACKS, *VARIANTS)

@@ -17,6 +17,7 @@ from components.control_plane import API_PORT, ETCD_PORTS, parse_ca_cert_hash
 from components.hosts import bundle
 from components.hosts.rendering import available_scripts
 from components.settings.load import ConfigError
+from tests.helpers import graphs as shared
 from tools.harness.graph import Graph, Resource, Secret, plain_strings, secret_paths, unwrap
 from tools.harness.mocks import CA_CERT_HASH, COMMAND_STDOUT, fake_id, fake_ip
 from tools.harness.stacks import run_program, stack_file
@@ -42,7 +43,7 @@ KUBECONFIG_LEAK_MARKER = "RkFLRS1URVNULUFETUlOLUtFWQ"  # base64 of "FAKE-TEST-AD
 
 @cache
 def stack_graph(stack: str) -> Graph:
-    return run_program(stack)
+    return shared.stack_graph(stack)
 
 
 def elastic_ip(graph: Graph, cluster: str) -> str:

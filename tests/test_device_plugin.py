@@ -13,6 +13,7 @@ from components.kube.device_plugin import NvidiaDevicePlugin, NvidiaDevicePlugin
 from components.labels import GPU_PRESENT_LABEL
 from components.settings import DevicePlugin, Taint, TimeSlicing
 from components.settings.constants import DEVICE_PLUGIN_DIGESTS
+from tests.helpers import graphs as shared
 from tools.harness.graph import Graph, Resource
 from tools.harness.stacks import STACKS, run_program, stack_file
 
@@ -23,7 +24,7 @@ GPU_NODE_TYPE = "gpu-cluster:index:GpuNode"
 
 @cache
 def graph(stack: str) -> Graph:
-    return run_program(stack)
+    return shared.stack_graph(stack)
 
 
 def pod_spec(ds: Resource) -> dict:

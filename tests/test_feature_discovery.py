@@ -21,6 +21,7 @@ import yaml
 from components.kube import feature_discovery_manifests as fd
 from components.kube import manifests as km
 from components.settings import SUPPORTED_KUBERNETES_MINORS, DevicePlugin, Taint
+from tests.helpers import graphs as shared
 from tests.helpers.manifests import manifest, only_on_the_provider, pinned, stack_minor, validate
 from tools.harness.graph import Graph
 from tools.harness.stacks import STACKS, run_program
@@ -33,7 +34,9 @@ COMPONENT = "gpu-cluster:index:GpuFeatureDiscovery"
 
 @cache
 def graph(stack: str, overrides: str = "") -> Graph:
-    return run_program(stack, config=yaml.safe_load(overrides) if overrides else None)
+    if not overrides:
+        return shared.stack_graph(stack)
+    return run_program(stack, config=yaml.safe_load(overrides))
 
 
 def env(container: dict) -> dict[str, object]:

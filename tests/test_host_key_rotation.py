@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives import serialization
 from components.hosts import host_keys
 from components.hosts.host_keys import HOST_SCRIPT, LOCAL_CREATE, Reach
 from components.hosts.rendering import script_text
+from tests.helpers import graphs as shared
 from tests.sandbox import Sandbox, needs_sandbox
 from tools.harness import mocks
 from tools.harness.graph import Graph, Resource, Secret, plain_strings, unwrap
@@ -33,7 +34,7 @@ REMOTE = ("command:remote:Command", "command:remote:CopyToRemote")
 
 @pytest.fixture(scope="module", params=STACKS)
 def stack_graph(request) -> tuple[str, Graph]:
-    return request.param, run_program(request.param)
+    return request.param, shared.stack_graph(request.param)
 
 
 def boot_key(instance: Resource) -> str:

@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives import serialization
 
 from components.hosts import host_keys
 from components.hosts.host_keys import UnpinnedHost
+from tests.helpers import graphs as shared
 from tools.harness import mocks
 from tools.harness.graph import Graph, Resource, Secret, plain_strings, unwrap
 from tools.harness.mocks import fake_id, fake_ip
@@ -32,7 +33,7 @@ OLD_MACHINE_KEY = mocks.ed25519_key("a machine of an earlier release")["publicKe
 
 @pytest.fixture(scope="module", params=STACKS)
 def stack_graph(request) -> tuple[str, Graph]:
-    return request.param, run_program(request.param)
+    return request.param, shared.stack_graph(request.param)
 
 
 def boot_config(instance: Resource) -> dict:

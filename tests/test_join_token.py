@@ -29,6 +29,7 @@ from components.kube.api.client import (
 )
 from components.kube.bootstrap_token import JOIN_TOKEN_TTL, JoinTokenError
 from components.kube.node_hooks import ClusterAccess
+from tests.helpers import graphs as shared
 from tests.helpers.fake_kube_api import FakeApiServer, make_pki, run_async, secret_data
 from tests.helpers.manifests import stack_minor, validate
 from tools import drift, lifecycle, recovery
@@ -46,7 +47,7 @@ HOUR = datetime.timedelta(hours=1)
 
 @pytest.fixture(scope="module")
 def graphs() -> dict[str, Graph]:
-    return {stack: run_program(stack) for stack in STACKS}
+    return {stack: shared.stack_graph(stack) for stack in STACKS}
 
 
 def node_names(graph: Graph) -> list[str]:

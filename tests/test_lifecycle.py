@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from components.hosts import steps
+from tests.helpers import graphs as shared
 from tools import lifecycle
 from tools.harness import mocks
 from tools.harness.graph import unwrap
@@ -53,7 +54,7 @@ def replaced(plan: lifecycle.Plan, type_: str | None = None) -> list[str]:
 
 @pytest.fixture(scope="module")
 def baseline() -> dict:
-    return {stack: run_program(stack) for stack in ("dev", "prod")}
+    return {stack: shared.stack_graph(stack) for stack in ("dev", "prod")}
 
 
 def test_an_unchanged_program_changes_nothing(baseline):

@@ -20,6 +20,7 @@ import pytest
 
 from components.kube import manifests
 from components.settings import SUPPORTED_KUBERNETES_MINORS, DevicePlugin, Taint, TimeSlicing
+from tests.helpers import graphs as shared
 from tests.helpers.manifests import (
     available_minors,
     manifest,
@@ -35,7 +36,7 @@ EXPECTED_KINDS = {"Namespace", "ConfigMap", "DaemonSet", "Job", "ClusterRoleBind
 
 @cache
 def graph(stack: str) -> Graph:
-    return run_program(stack)
+    return shared.stack_graph(stack)
 
 
 def kubernetes_objects(g: Graph) -> list[Resource]:

@@ -16,6 +16,7 @@ from components.catalog import CATALOG
 from components.kube import nccl_validation
 from components.kube.manifests import GPU_EXTENDED_RESOURCE
 from components.settings import SUPPORTED_KUBERNETES_MINORS, Taint
+from tests.helpers import graphs as shared
 from tests.helpers.manifests import manifest, stack_minor, validate
 from tools.harness.graph import Graph
 from tools.harness.stacks import ROOT, STACKS, run_program, stack_file
@@ -38,7 +39,9 @@ NCCL_OUTPUT = """\
 
 @cache
 def graph(stack: str, overrides: str = "") -> Graph:
-    return run_program(stack, config=yaml.safe_load(overrides) if overrides else None)
+    if not overrides:
+        return shared.stack_graph(stack)
+    return run_program(stack, config=yaml.safe_load(overrides))
 
 
 def run_command(tmp_path: Path, gpu_type: str, *, busbw: str | None, rc: int = 0):

@@ -8,6 +8,7 @@ import pytest
 
 from components.aws.network import KUBELET_PORT, MEMBER_PORTS
 from components.control_plane import ETCD_PORTS
+from tests.helpers import graphs as shared
 from tools.harness.stacks import STACKS, load_stack_settings, run_program, stack_file
 
 SECURITY_GROUP = "aws:ec2/securityGroup:SecurityGroup"
@@ -15,7 +16,7 @@ SECURITY_GROUP = "aws:ec2/securityGroup:SecurityGroup"
 
 @pytest.fixture(scope="module", params=STACKS)
 def stack_graph(request):
-    return request.param, run_program(request.param)
+    return request.param, shared.stack_graph(request.param)
 
 
 def _covers(rule: dict, port: int) -> bool:

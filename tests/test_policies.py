@@ -36,6 +36,7 @@ from gpu_cluster_policies import validators as v
 from gpu_cluster_policies.pack import PACK_NAME, build_policies
 
 from components import catalog
+from tests.helpers import graphs as shared
 from tests.helpers.policies import (
     MANDATORY,
     analyze,
@@ -379,7 +380,7 @@ def test_every_policy_is_mandatory_with_a_schema_default_for_each_setting():
 
 @pytest.fixture(scope="module", params=STACKS)
 def stack_graph(request) -> tuple[str, Graph]:
-    return request.param, run_program(request.param)
+    return request.param, shared.stack_graph(request.param)
 
 
 def test_every_stack_passes_all_mandatory_policies(stack_graph):

@@ -7,13 +7,14 @@ import json
 import pytest
 
 from components import catalog
+from tests.helpers import graphs as shared
 from tools.harness.graph import Secret, plain_strings
 from tools.harness.stacks import STACKS, load_stack_settings, run_program
 
 
 @pytest.fixture(scope="module", params=STACKS)
 def stack_run(request):
-    return request.param, run_program(request.param)
+    return request.param, shared.stack_graph(request.param)
 
 
 def test_every_stack_registers_its_nodes(stack_run):

@@ -16,6 +16,7 @@ import pytest
 
 from components.hosts import pins, rolling, steps
 from components.kube import node_hooks
+from tests.helpers import graphs as shared
 from tools import lifecycle
 from tools.harness.graph import Graph, Resource, script_params
 from tools.harness.stacks import STACKS, run_program, stack_file
@@ -24,7 +25,7 @@ from tools.lifecycle import Action
 
 @cache
 def graph(stack: str) -> Graph:
-    return run_program(stack)
+    return shared.stack_graph(stack)
 
 
 def nodes(g: Graph) -> list[str]:

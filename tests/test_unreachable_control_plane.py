@@ -15,6 +15,7 @@ import logging
 
 import pytest
 
+from tests.helpers import graphs as shared
 from tools import lifecycle, recovery
 from tools.harness.graph import Graph, unwrap
 from tools.harness.stacks import load_stack_settings, run_program, stack_file
@@ -32,7 +33,7 @@ def _switched(stack: str) -> Graph:
 @pytest.fixture(scope="module", params=["dev", "prod"])
 def graphs(request):
     """(stack, before: the stack as deployed, after: the same stack with the switch on)."""
-    return request.param, run_program(request.param), _switched(request.param)
+    return request.param, shared.stack_graph(request.param), _switched(request.param)
 
 
 def test_the_up_that_sets_the_switch_dials_nothing(graphs):

@@ -14,6 +14,7 @@ import pytest
 from components.catalog import CATALOG
 from components.kube import manifests
 from components.settings import NodePool
+from tests.helpers import graphs as shared
 from tools.harness.graph import Graph, Resource
 from tools.harness.stacks import STACKS, run_program, stack_file
 
@@ -22,7 +23,7 @@ DAEMON_SET = "nvidia-device-plugin-daemonset"
 
 @cache
 def graph(stack: str) -> Graph:
-    return run_program(stack)
+    return shared.stack_graph(stack)
 
 
 def nodes(stack: str) -> list[tuple[str, NodePool]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.helpers import graphs as shared
 from tools import lifecycle, recovery
 from tools.harness.graph import unwrap
 from tools.harness.identity import match, read_snapshot
@@ -25,7 +26,7 @@ ZONES = ["us-east-2a", "us-east-2b"]  # Pulumi.staging.yaml
 
 @pytest.fixture(scope="module")
 def staging():
-    return run_program("staging")
+    return shared.stack_graph("staging")
 
 
 def _with_zones(zones: list[str], **config):

@@ -24,6 +24,7 @@ class Binary:
     tags: tuple[str, ...] = ()
     generate: str | None = None  # a generator of tools/engine/generate.py, run before the build
     generated_version: str | None = None  # the version the generator writes into the files
+    download_package: str | None = None  # what `go list` fetches the modules of, if not package
 
     @property
     def module_dir(self) -> Path:
@@ -74,6 +75,7 @@ BINARIES: tuple[Binary, ...] = (
         ldflags=("-X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=4.25.0",),
         generate="kubernetes-main",
         generated_version="4.25.0",
+        download_package="github.com/pulumi/pulumi-kubernetes/provider/v4/cmd/pulumi-resource-kubernetes",
     ),
     Binary(
         name="kube-apiserver",
