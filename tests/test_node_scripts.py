@@ -1050,6 +1050,42 @@ def test_runtime_killed_before_the_restart_restarts_on_the_next_run(sandbox):
     assert restarts(sandbox.run("install-runtime.sh", new_image)) == []
 
 
+def updates(result) -> list[list[str]]:
+    return [c for c in result.called("apt-get") if "update" in c]
+
+
+@needs_sandbox
+def test_an_update_that_reaches_no_source_fails_instead_of_leaving_no_lists(sandbox):
+    """apt-get exits 0 when a source cannot be reached ("W: Failed to fetch", apt-pkg/update.cc
+    `AcquireUpdate`) unless --error-on=any: the update of a repository added on this run is
+    retried until apt read its lists, never taken for done."""
+    sandbox.state("apt-get.fail.update", 1)
+    result = sandbox.run("install-runtime.sh", RUNTIME)
+    assert result.returncode == 0, result.stderr
+    assert "W: Failed to fetch" not in result.stderr
+    assert "E: Failed to fetch https://download.docker.com/linux/ubuntu/dists/noble/InRelease" in (
+        result.stderr
+    )
+    assert all("--error-on=any" in c for c in updates(result)), updates(result)
+    assert sandbox.installed("containerd.io") == CONTAINERD
+
+
+@needs_sandbox
+def test_an_update_that_failed_after_a_repository_was_added_runs_on_the_next_run(sandbox):
+    """The sources list and keyring are written, then every apt-get update fails (or the step is
+    killed during it): the next run finds both files as it wants them and still owes the
+    update, so it runs it instead of failing on a pin apt has no lists for."""
+    sandbox.state("apt-get.fail.update", 3)
+    first = sandbox.run("install-runtime.sh", RUNTIME)
+    assert first.returncode != 0
+    assert "apt-get update" in first.stderr
+    again = sandbox.run("install-runtime.sh", RUNTIME)
+    assert again.returncode == 0, again.stderr
+    assert updates(again), "the owed update did not run"
+    assert sandbox.installed("containerd.io") == CONTAINERD
+    assert updates(sandbox.run("install-runtime.sh", RUNTIME)) == [], "settled once it succeeded"
+
+
 @needs_sandbox
 def test_runtime_without_the_toolkit_for_control_plane_hosts(sandbox):
     result = sandbox.run("install-runtime.sh", CONTROL_PLANE_RUNTIME)

@@ -178,9 +178,17 @@ repair_interrupted_dpkg() {
     env DEBIAN_FRONTEND=noninteractive dpkg --force-confdef --force-confold --configure -a >&2
 }
 
+# apt_update [attempts]: refresh the package lists, retried; any index that failed to download
+# fails it. Without --error-on=any apt-get exits 0 after a transient network failure ("W: Failed
+# to fetch ...", "W: Some index files failed to download. They have been ignored, or old ones
+# used instead.": apt-pkg/update.cc `AcquireUpdate`, ErrorMode::Persistent), and a repository
+# added on this run would have no lists at all. The option exists from apt 2.1.16 on (apt-get(8),
+# --error-on=any; apt-private/private-cmndline.cc of apt 2.4.13 and 2.7.14, Ubuntu 22.04's and
+# 24.04's). A success settles the update a changed sources list or keyring owes (APT_UPDATE_OWED).
 apt_update() {
   log "apt-get update"
-  retry "${APT_RETRIES:-3}" apt_get update >/dev/null
+  retry "${1:-${APT_RETRIES:-3}}" apt_get update --error-on=any >/dev/null
+  settle "${APT_UPDATE_OWED}"
 }
 
 # installed_version <pkg>: the installed version, empty when not installed.
@@ -320,19 +328,21 @@ keyring_current() {
 # [signed-by=<keyring>] <source>" in sources.list.d/<name>.list, the keyring (default
 # /etc/apt/keyrings/<name>.gpg) fetched (fetch_key) when it is missing, holds another key or
 # expired (publishers extend a key's expiry: pkgs.k8s.io's did, kubernetes/release#3818);
-# apt-get update only when either changed.
+# apt-get update when either changed, on this run or on one that ended before its update
+# succeeded (the change owes it, APT_UPDATE_OWED: the files alone no longer say so).
 add_signed_apt_repo() {
-  local name="$1" url="$2" fingerprint="$3" source="$4" key changed_key="" changed_list
+  local name="$1" url="$2" fingerprint="$3" source="$4" key list
   local keyring="${5:-/etc/apt/keyrings/$1.gpg}"
   if ! keyring_current "${keyring}" "${fingerprint}"; then
     key="$(temp_path "${name}.key")"
     fetch_key "${url}" "${fingerprint}" "${key}"
     gpg --batch --yes --dearmor -o "${key}.gpg" "${key}"
-    changed_key="$(install_file_if_changed "${key}.gpg" "${keyring}")"
+    install_file_owing "${key}.gpg" "${keyring}" "${APT_UPDATE_OWED}"
   fi
-  changed_list="$(printf 'deb [signed-by=%s] %s\n' "${keyring}" "${source}" |
-    write_file_if_changed "/etc/apt/sources.list.d/${name}.list")"
-  if [[ "${changed_key}${changed_list}" == *changed* ]]; then
+  list="$(temp_path "${name}.list")"
+  printf 'deb [signed-by=%s] %s\n' "${keyring}" "${source}" >"${list}"
+  install_file_owing "${list}" "/etc/apt/sources.list.d/${name}.list" "${APT_UPDATE_OWED}"
+  if owed "${APT_UPDATE_OWED}"; then
     apt_update
   fi
 }
@@ -442,6 +452,41 @@ install_file_if_changed() {
   install -D -m "${mode}" "${src}" "${dest}"
   log "${dest}: updated"
   echo changed
+}
+
+# ---- actions a change owes -------------------------------------------------------------
+#
+# A change that calls for an action (a restart, an apt-get update, a rebuild) is recorded as
+# owing it before the change is made, and the record goes only once the action succeeded: a run
+# killed in between (a step's timeout, a failed action) leaves the record, and the next run,
+# which finds the files already as it wants them, still acts.
+
+OWED_DIR=/var/lib/gpu-cluster/owed
+APT_UPDATE_OWED=apt-get-update
+
+# owe <action>: record that <action> is owed.
+owe() {
+  mkdir -p "${OWED_DIR}"
+  : >"${OWED_DIR}/$1"
+}
+
+# owed <action>: true while <action> is owed.
+owed() {
+  [[ -e "${OWED_DIR}/$1" ]]
+}
+
+# settle <action>: <action> succeeded: nothing is owed any more.
+settle() {
+  rm -f -- "${OWED_DIR}/$1"
+}
+
+# install_file_owing <src> <dest> <action> [mode]: as install_file_if_changed, but a change owes
+# <action>, recorded before dest is written.
+install_file_owing() {
+  if [[ "$(file_hash "$1")" != "$(file_hash "$2")" ]]; then
+    owe "$3"
+  fi
+  install_file_if_changed "$1" "$2" "${@:4}" >/dev/null
 }
 
 # write_file_if_changed <dest> [mode] < content: as above, content on stdin.
