@@ -1087,6 +1087,19 @@ def test_an_update_that_failed_after_a_repository_was_added_runs_on_the_next_run
 
 
 @needs_sandbox
+def test_runtime_first_run_killed_before_the_restart_restarts_on_the_next_run(sandbox):
+    """The first run wrote the config and stopped before containerd restarted (its timeout, a
+    failed restart): containerd still runs containerd.io's config (CRI disabled). The next run
+    finds the files as it wants them and no record of a restart, and still restarts."""
+    sandbox.state("systemctl.fail.restart.containerd", 1)
+    assert sandbox.run("install-runtime.sh", RUNTIME).returncode != 0
+    again = sandbox.run("install-runtime.sh", RUNTIME)
+    assert again.returncode == 0, again.stderr
+    assert restarts(again) == [["systemctl", "restart", "containerd"]], again.stderr
+    assert restarts(sandbox.run("install-runtime.sh", RUNTIME)) == []
+
+
+@needs_sandbox
 def test_runtime_without_the_toolkit_for_control_plane_hosts(sandbox):
     result = sandbox.run("install-runtime.sh", CONTROL_PLANE_RUNTIME)
     assert result.returncode == 0, result.stderr

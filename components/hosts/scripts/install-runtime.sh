@@ -156,8 +156,9 @@ effective_config() {
 # config_drop_in.go `ConfigWithDropIn.Save`). So no file's bytes say whether containerd must
 # restart; what it reads does. It restarts when what it reads after this run's edits differs
 # from what it read before them (a config edited by hand and put back: containerd may run the
-# edit) or from the record of its last restart by this step (a run killed between its edits
-# and the restart left the new config on disk, containerd on the old one), and only then.
+# edit) or from the record of its last restart by this step, or of what it read before the
+# first run's edits (a run killed between its edits and the restart left the new config on
+# disk, containerd on the old one), and only then.
 configure_containerd() {
   local before now recorded=""
   if ! before="$(effective_config before)"; then
@@ -166,6 +167,12 @@ configure_containerd() {
   fi
   if [[ -s "${CONTAINERD_RUNNING_RECORD}" ]]; then
     recorded="$(cat "${CONTAINERD_RUNNING_RECORD}")"
+  else
+    # No record yet (the first run): containerd runs what it reads now. Recorded before the
+    # first edit, so a run killed between the edits and the restart leaves a record that
+    # differs from the edited config, and the next run restarts.
+    recorded="${before}"
+    printf '%s\n' "${recorded}" | write_file_if_changed "${CONTAINERD_RUNNING_RECORD}" >/dev/null
   fi
   containerd_config | write_file_if_changed "${CONTAINERD_CONFIG}" >/dev/null
   if with_toolkit; then
