@@ -67,8 +67,6 @@ BOOT_CHECK=/usr/local/sbin/gpu-cluster-nvidia-boot-check
 BOOT_CHECK_UNIT=/etc/systemd/system/gpu-cluster-nvidia-boot-check.service
 PERSISTENCED_DROP_IN=/etc/systemd/system/nvidia-persistenced.service.d/50-gpu-cluster-persistence-mode.conf
 NVLSM_MODULES_CONF=/etc/modules-load.d/gpu-cluster-nvlsm.conf
-# NVIDIA's CUDA repository signing key (3bf863cc), by the fingerprint NVIDIA publishes it with.
-CUDA_KEY_FINGERPRINT=EB693B3035CD5710E231E123A4B469963BF863CC
 CUDA_PREFERENCES=/etc/apt/preferences.d/gpu-cluster-cuda
 FABRIC_PACKAGES=()    # the fabric manager first: the packages of the CUDA repository at the driver's version
 DRIVER_REMOVALS=()    # "pkg-": another branch naming's fabric packages, removed in the same transaction

@@ -37,15 +37,7 @@ NVIDIA_DROP_IN="${CONTAINERD_DROP_INS}/99-nvidia.toml"
 TOOLKIT_CONFIG=/etc/nvidia-container-runtime/config.toml
 CRICTL_CONFIG=/etc/crictl.yaml
 CONTAINERD_SOCKET=unix:///run/containerd/containerd.sock
-# Docker's signing key as docs.docker.com/engine/install/ubuntu/ documents it.
-DOCKER_KEY_URL=https://download.docker.com/linux/ubuntu/gpg
-DOCKER_KEY_FINGERPRINT=9DC858229FC7DD38854AE2D88D81803C0EBFCD88
-NVIDIA_KEY_URL=https://nvidia.github.io/libnvidia-container/gpgkey
-# NVIDIA's container toolkit repository key, "NVIDIA CORPORATION (Open Source Projects)
-# <cudatools@nvidia.com>": the fingerprint NVIDIA's maintainers quote for that gpgkey
-# (NVIDIA/libnvidia-container#109: "The key wasn't changed, but it did expire";
-# NVIDIA/libnvidia-container#171: "The key is the correct one").
-NVIDIA_KEY_FINGERPRINT=C95B321B61E88C1809C4F759DDCAE044F796ECB0
+# The repositories' keys (DOCKER_KEY_*, NVIDIA_KEY_*) are pinned in lib/common.sh.
 CTK_PACKAGES="nvidia-container-toolkit nvidia-container-toolkit-base libnvidia-container-tools libnvidia-container1"
 # containerd 2.x config (version 3): the CRI plugin is split into these two.
 CRI_RUNTIME='plugins."io.containerd.cri.v1.runtime"'

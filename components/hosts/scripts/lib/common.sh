@@ -324,27 +324,75 @@ keyring_current() {
   fi
 }
 
+# renew_keyring <name> <key url> <fingerprint> <keyring>: the keyring fetched again (fetch_key)
+# when it is missing, holds another key or expired (publishers extend a key's expiry:
+# pkgs.k8s.io's did, kubernetes/release#3818); a new one owes an apt-get update.
+renew_keyring() {
+  local key
+  keyring_current "$4" "$3" && return 0
+  key="$(temp_path "$1.key")"
+  fetch_key "$2" "$3" "${key}"
+  gpg --batch --yes --dearmor -o "${key}.gpg" "${key}"
+  install_file_owing "${key}.gpg" "$4" "${APT_UPDATE_OWED}"
+}
+
 # add_signed_apt_repo <name> <key url> <fingerprint> <source> [keyring]: the apt source "deb
-# [signed-by=<keyring>] <source>" in sources.list.d/<name>.list, the keyring (default
-# /etc/apt/keyrings/<name>.gpg) fetched (fetch_key) when it is missing, holds another key or
-# expired (publishers extend a key's expiry: pkgs.k8s.io's did, kubernetes/release#3818);
-# apt-get update when either changed, on this run or on one that ended before its update
-# succeeded (the change owes it, APT_UPDATE_OWED: the files alone no longer say so).
+# [signed-by=<keyring>] <source>" in sources.list.d/<name>.list, its keyring (default
+# /etc/apt/keyrings/<name>.gpg) current (renew_keyring); apt-get update when either changed, on
+# this run or on one that ended before its update succeeded (the change owes it,
+# APT_UPDATE_OWED: the files alone no longer say so).
 add_signed_apt_repo() {
-  local name="$1" url="$2" fingerprint="$3" source="$4" key list
+  local name="$1" source="$4" list
   local keyring="${5:-/etc/apt/keyrings/$1.gpg}"
-  if ! keyring_current "${keyring}" "${fingerprint}"; then
-    key="$(temp_path "${name}.key")"
-    fetch_key "${url}" "${fingerprint}" "${key}"
-    gpg --batch --yes --dearmor -o "${key}.gpg" "${key}"
-    install_file_owing "${key}.gpg" "${keyring}" "${APT_UPDATE_OWED}"
-  fi
+  renew_keyring "${name}" "$2" "$3" "${keyring}"
   list="$(temp_path "${name}.list")"
   printf 'deb [signed-by=%s] %s\n' "${keyring}" "${source}" >"${list}"
   install_file_owing "${list}" "/etc/apt/sources.list.d/${name}.list" "${APT_UPDATE_OWED}"
   if owed "${APT_UPDATE_OWED}"; then
     apt_update
   fi
+}
+
+# Docker's signing key as docs.docker.com/engine/install/ubuntu/ documents it.
+DOCKER_KEY_URL=https://download.docker.com/linux/ubuntu/gpg
+DOCKER_KEY_FINGERPRINT=9DC858229FC7DD38854AE2D88D81803C0EBFCD88
+NVIDIA_KEY_URL=https://nvidia.github.io/libnvidia-container/gpgkey
+# NVIDIA's container toolkit repository key, "NVIDIA CORPORATION (Open Source Projects)
+# <cudatools@nvidia.com>": the fingerprint NVIDIA's maintainers quote for that gpgkey
+# (NVIDIA/libnvidia-container#109: "The key wasn't changed, but it did expire";
+# NVIDIA/libnvidia-container#171: "The key is the correct one").
+NVIDIA_KEY_FINGERPRINT=C95B321B61E88C1809C4F759DDCAE044F796ECB0
+# NVIDIA's CUDA repository signing key (3bf863cc), by the fingerprint NVIDIA publishes it with.
+CUDA_KEY_FINGERPRINT=EB693B3035CD5710E231E123A4B469963BF863CC
+
+# pinned_key <list name> <the list's URI>: "<key url> <fingerprint>" of a repository the steps
+# add with add_signed_apt_repo; nothing for any other list.
+pinned_key() {
+  case "$1" in
+    docker) echo "${DOCKER_KEY_URL} ${DOCKER_KEY_FINGERPRINT}" ;;
+    nvidia-container-toolkit) echo "${NVIDIA_KEY_URL} ${NVIDIA_KEY_FINGERPRINT}" ;;
+    kubernetes) echo "${2}Release.key ${KUBE_KEY_FINGERPRINT}" ;;
+    cuda) echo "${2}3bf863cc.pub ${CUDA_KEY_FINGERPRINT}" ;;
+  esac
+}
+
+# renew_pinned_keyrings: the keyring of every repository an earlier run (or the image) added,
+# renewed before anything runs apt-get update. apt refuses a repository whose Release is signed
+# by a key the keyring holds only expired ("The repository '...' is not signed", exit 100) when
+# the host has no earlier Release of it (lists cleaned, a host booted from an image), so the
+# first update of a run would fail before the step that adds the repository could renew it.
+renew_pinned_keyrings() {
+  local list name keyring uri url fingerprint
+  for list in /etc/apt/sources.list.d/{docker,nvidia-container-toolkit,kubernetes,cuda}.list; do
+    [[ -f "${list}" ]] || continue
+    name="${list##*/}"
+    name="${name%.list}"
+    # The one line add_signed_apt_repo writes: deb [signed-by=<keyring>] <uri> <suite...>
+    read -r keyring uri < <(sed -nE 's/^deb \[signed-by=([^] ]+)\] ([^ ]+) .*/\1 \2/p' "${list}") ||
+      continue
+    read -r url fingerprint < <(pinned_key "${name}" "${uri}")
+    renew_keyring "${name}" "${url}" "${fingerprint}" "${keyring}"
+  done
 }
 
 # offered_versions <pkg>: the versions the archive offers, newest first, comma-separated.
