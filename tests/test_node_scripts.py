@@ -445,6 +445,25 @@ def test_transitional_branch_fails_before_downloading_naming_its_target(sandbox,
 
 
 @needs_sandbox
+def test_a_branch_turned_transitional_leaves_a_node_that_has_it_alone(sandbox):
+    """Ubuntu's -updates turns the installed branch's headless package into a transitional one
+    for a newer branch (as it did to older branches on noble): the nodes that run the branch,
+    held, re-run every step (a login-key rotation, a roll) without being told to move branch."""
+    assert sandbox.run("install-driver.sh", DRIVER).returncode == 0
+    pkg = "nvidia-headless-no-dkms-580-server"
+    sandbox.state(f"apt.available/{pkg}", "590.44.01-0ubuntu0.24.04.1\n")
+    sandbox.state(f"apt.depends/{pkg}", "nvidia-headless-no-dkms-590-server")
+    sandbox.state(f"apt.description/{pkg}", "Transitional package for nvidia-headless-no-dkms-590")
+    nouveau = sandbox.run("disable-nouveau.sh", NOUVEAU_KERNEL)
+    assert nouveau.returncode == 0, nouveau.stderr
+    again = sandbox.run("install-driver.sh", DRIVER)
+    assert again.returncode == 0, again.stderr
+    assert "is transitional" not in again.stderr + nouveau.stderr
+    assert installs(again) == []
+    assert sandbox.installed(pkg) == DRIVER_SET[pkg]
+
+
+@needs_sandbox
 def test_kernel_and_driver_move_together(sandbox):
     for pkg in ("linux-aws", "linux-image-aws", "linux-headers-aws"):
         sandbox.apt_available(pkg, "6.8.0.1021.23")

@@ -1133,9 +1133,22 @@ driver_offered() {
 # -server packages into transitional ones that install another branch (on noble, for example,
 # an end-of-life branch's nvidia-headless-no-dkms-<branch>-server is a newer branch's version
 # that depends on that branch's package): the driver would install, then fail its version check.
+# A host that has the branch already (its headless package, or the running kernel's module) is
+# left alone: its driver stays what it is, held, whatever the archive turned the name into.
 refuse_transitional_branch() {
-  local pkg version depends target
+  local pkg version depends target module
   pkg="nvidia-headless-no-dkms-$(nvidia_suffix)"
+  version="$(installed_version "${pkg}")"
+  if [[ "${version}" == "${DRIVER_BRANCH}."* ]]; then
+    log "driver branch ${DRIVER_BRANCH}: ${pkg} ${version} installed"
+    return 0
+  fi
+  module="$(nvidia_module_package "$(uname -r)")"
+  version="$(installed_version "${module}")"
+  if [[ -n "${version}" ]]; then
+    log "driver branch ${DRIVER_BRANCH}: ${module} ${version} installed"
+    return 0
+  fi
   version="$(apt_field "${pkg}" Version)" ||
     fatal "${pkg} is not in this host's package archive: driver branch ${DRIVER_BRANCH}" \
       "(${KERNEL_MODULES} kernel modules) has no Ubuntu packages for this release"
