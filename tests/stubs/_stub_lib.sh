@@ -160,3 +160,15 @@ real_python3() {
   stubs="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
   PATH="$(tr ':' '\n' <<<"${PATH}" | grep -vxF "${stubs}" | paste -sd: -)" command -v python3
 }
+
+# dpkg_lock_held: true while another frontend (unattended-upgrades) holds dpkg's frontend lock,
+# /var/lib/dpkg/lock-frontend, which apt-get and dpkg both take: state apt.lock-until (epoch
+# seconds), or apt.lock-seconds, turned into apt.lock-until at the first apt-get or dpkg call.
+dpkg_lock_held() {
+  if state_has apt.lock-seconds; then
+    state_set apt.lock-until "$(awk -v s="$(state_get apt.lock-seconds)" -v n="$(date +%s.%N)" \
+      'BEGIN { printf "%.3f", n + s }')"
+    rm -f "${STUB_STATE}/apt.lock-seconds"
+  fi
+  ! past "$(state_get apt.lock-until 0)"
+}

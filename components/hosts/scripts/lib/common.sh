@@ -12,6 +12,8 @@
 #   APT_RETRIES                attempts for apt-get update/install (default 3)
 #   DPKG_REPAIR_TIMEOUT_SECONDS  bound on `dpkg --configure -a` after an interrupted dpkg
 #                              (default 900)
+#   DPKG_LOCK_POLL_SECONDS     pause between two tries of that repair while another package
+#                              manager holds dpkg's lock (default 5)
 #   CLOUD_INIT_TIMEOUT_SECONDS bound on `cloud-init status --wait` (default 900)
 #   DOWNLOAD_RETRIES           attempts for a download (default 5)
 #   POLL_SECONDS               pause between two looks at the API server (readyz, a
@@ -158,24 +160,51 @@ apt_get() {
     -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "$@"
 }
 
+# dpkg_journal: the first entry of dpkg's journal in /var/lib/dpkg/updates/ (a file whose name is
+# all digits), empty when there is none.
+dpkg_journal() {
+  local entry
+  for entry in /var/lib/dpkg/updates/*; do
+    if [[ "${entry##*/}" =~ ^[0-9]+$ ]]; then
+      printf '%s\n' "${entry}"
+      return 0
+    fi
+  done
+}
+
 # repair_interrupted_dpkg: finish what a killed dpkg left (a step's timeout in the middle of a
 # transaction). Its journal stays in /var/lib/dpkg/updates/, and apt then refuses every install
 # with "dpkg was interrupted, you must manually run 'dpkg --configure -a' to correct the
 # problem." (apt-pkg/deb/debsystem.cc, debSystem::Lock and CheckUpdates: any file there whose
-# name is all digits). So this runs what apt asks for, before apt, bounded and retried (dpkg
-# waits for no lock: it fails at once while another apt holds it).
+# name is all digits). So this runs what apt asks for, before apt, bounded. dpkg waits for no
+# lock: while another frontend holds it (unattended-upgrades, whose live transaction has a
+# journal too) dpkg fails at once ("... lock was locked by another process", lib/dpkg/file.c
+# `file_lock`), so the lock is waited for as apt waits for it (DPkg::Lock::Timeout,
+# APT_LOCK_TIMEOUT_SECONDS), looking again at the journal, which that frontend may finish
+# itself. A repair that fails otherwise (a package's maintainer script) stops the step with
+# dpkg's own error.
 repair_interrupted_dpkg() {
-  local entry journal=""
-  for entry in /var/lib/dpkg/updates/*; do
-    if [[ "${entry##*/}" =~ ^[0-9]+$ ]]; then
-      journal="${entry}"
-      break
+  local journal out rc limit="${APT_LOCK_TIMEOUT_SECONDS:-600}" deadline
+  deadline=$((SECONDS + limit))
+  while journal="$(dpkg_journal)" && [[ -n "${journal}" ]]; do
+    log "dpkg was interrupted (${journal} left behind): running dpkg --configure -a"
+    rc=0
+    out="$(timeout -k 30 "${DPKG_REPAIR_TIMEOUT_SECONDS:-900}" env DEBIAN_FRONTEND=noninteractive \
+      dpkg --force-confdef --force-confold --configure -a 2>&1)" || rc=$?
+    printf '%s\n' "${out}" >&2
+    if ((rc == 0)); then
+      return 0
     fi
+    if [[ "${out}" == *"lock was locked by another process"* ]] && ((SECONDS < deadline)); then
+      log "another package manager holds dpkg's lock: waiting for it (at most ${limit}s)"
+      sleep "${DPKG_LOCK_POLL_SECONDS:-5}"
+      continue
+    fi
+    fatal "dpkg --configure -a failed (exit ${rc}) finishing an interrupted dpkg:" \
+      "$({ grep -m 2 -A 1 -E '^dpkg: error' <<<"${out}" || :; } | paste -sd ' ' -)." \
+      "Fix what dpkg reports above on this host (or wait for the package manager holding its" \
+      "lock), run 'sudo dpkg --configure -a' until it succeeds, then pulumi up again"
   done
-  [[ -n "${journal}" ]] || return 0
-  log "dpkg was interrupted (${journal} left behind): running dpkg --configure -a"
-  retry "${APT_RETRIES:-3}" timeout -k 30 "${DPKG_REPAIR_TIMEOUT_SECONDS:-900}" \
-    env DEBIAN_FRONTEND=noninteractive dpkg --force-confdef --force-confold --configure -a >&2
 }
 
 # apt_update [attempts]: refresh the package lists, retried; any index that failed to download
