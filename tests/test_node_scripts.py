@@ -201,8 +201,14 @@ def test_apt_lock_held_past_the_timeout_fails_naming_the_step(sandbox):
     )
     assert result.returncode != 0
     assert "Could not get lock /var/lib/dpkg/lock-frontend" in result.stderr
-    # Docker's repository is added first: its apt-get update is the first to wait.
-    assert "[runtime] FAILED at step 1/7 (install containerd), in apt_update" in result.stderr
+    # Docker's repository is added first: its apt-get update is the first to wait. The failure
+    # names the step, the command and what to look at, not a line of the rendered program.
+    assert (
+        "[runtime] FAILED: step 1/7 (install containerd): 'apt_get update --error-on=any' failed "
+        "2 times (last exit 100); apt's errors are above: check that this host reaches the "
+        "repositories in /etc/apt/sources.list.d and Ubuntu's archive, then pulumi up again"
+    ) in result.stderr, result.stderr
+    assert 'return "${rc}"' not in result.stderr
     assert "[runtime 1/7] install containerd" in result.stderr
 
 
@@ -224,7 +230,14 @@ def test_download_that_keeps_failing_fails_the_step(sandbox):
     assert result.returncode != 0
     assert len(result.called("curl")) == 3
     assert "giving up after 3 attempts" in result.stderr
-    assert "[kube-tools] FAILED at step 4/7 (add kubernetes apt repo), in download" in result.stderr
+    assert (
+        "[kube-tools] FAILED: step 4/7 (add kubernetes apt repo): 'curl -fsSL --proto =https "
+    ) in result.stderr, result.stderr
+    assert (
+        "failed 3 times (last exit 6); check that this host reaches "
+        "https://pkgs.k8s.io/core:/stable:/v1.35/deb/Release.key (its errors are above), then "
+        "pulumi up again"
+    ) in result.stderr, result.stderr
     assert result.called("apt-get", "install") == []
 
 
@@ -847,7 +860,7 @@ def test_failing_package_install_names_the_step(sandbox):
     assert result.returncode != 0
     assert len(installs(result)) == 2
     assert "[driver 4/9] install driver packages" in result.stderr
-    assert "[driver] FAILED at step 4/9 (install driver packages), in apt_install" in result.stderr
+    assert "[driver] FAILED: step 4/9 (install driver packages): 'apt_get install" in result.stderr
     assert result.called("modprobe", "nvidia") == []
 
 

@@ -100,7 +100,8 @@ temp_path() {
 # ---- retries and bounds -----------------------------------------------------
 
 # retry <attempts> <cmd...>: run cmd until it succeeds, sleeping base*2^(n-1)
-# plus up to 50% jitter between attempts. The command is logged: no secrets in it.
+# plus up to 50% jitter between attempts; when every attempt failed the step stops, naming the
+# command and what to look at (retry_hint). The command is logged: no secrets in it.
 retry() {
   local attempts="$1" n=1 delay rc
   shift
@@ -112,7 +113,8 @@ retry() {
     fi
     if ((n >= attempts)); then
       log "giving up after ${attempts} attempts (exit ${rc}): $*"
-      return "${rc}"
+      fatal "step ${STEP_INDEX:-0}/${STEP_COUNT:-0} (${STEP_TITLE:-setup}): '$*' failed" \
+        "${attempts} times (last exit ${rc}); $(retry_hint "$@")"
     fi
     delay="$(awk -v b="${RETRY_BASE_SECONDS:-2}" -v n="${n}" -v r="${RANDOM}" \
       -v m="${RETRY_MAX_SECONDS:-60}" \
@@ -121,6 +123,30 @@ retry() {
     sleep "${delay}"
     n=$((n + 1))
   done
+}
+
+# retry_hint <cmd...>: what to look at when that command keeps failing.
+retry_hint() {
+  local word
+  for word in "$@"; do
+    case "${word}" in
+      apt_get | apt-get)
+        echo "apt's errors are above: check that this host reaches the repositories in" \
+          "/etc/apt/sources.list.d and Ubuntu's archive, then pulumi up again"
+        return 0
+        ;;
+      curl)
+        echo "check that this host reaches ${*: -1} (its errors are above), then pulumi up again"
+        return 0
+        ;;
+      ctr)
+        echo "check that this host reaches the image's registry (ctr's errors are above), then" \
+          "pulumi up again"
+        return 0
+        ;;
+    esac
+  done
+  echo "its errors are above; pulumi up again once their cause is fixed"
 }
 
 # wait_for_cloud_init: cloud-init must be done before apt and config edits.
