@@ -537,6 +537,54 @@ def test_persistence_mode_on_through_a_drop_in(sandbox):
 
 
 @needs_sandbox
+def test_persistence_mode_needs_the_daemon_started_on_the_drop_in(sandbox):
+    """systemd runs a drop-in only after a daemon-reload: nvidia-persistenced restarted without
+    one keeps Ubuntu's --no-persistence-mode (the nvidia-smi stub reads what it was started
+    with, not the file)."""
+    assert sandbox.run("install-driver.sh", DRIVER).returncode == 0
+    drop_in = (
+        "/etc/systemd/system/nvidia-persistenced.service.d/50-gpu-cluster-persistence-mode.conf"
+    )
+    sandbox.write(
+        drop_in, sandbox.read(drop_in).replace("--persistence-mode", "--no-persistence-mode")
+    )
+    assert sandbox.run_text("systemctl restart nvidia-persistenced").returncode == 0
+    modes = sandbox.run_text("nvidia-smi --query-gpu=persistence_mode --format=csv,noheader")
+    assert modes.stdout.split() == ["Enabled"] * 4, "restarted on the unit as loaded"
+    assert sandbox.run_text("systemctl daemon-reload").returncode == 0
+    assert sandbox.run_text("systemctl restart nvidia-persistenced").returncode == 0
+    modes = sandbox.run_text("nvidia-smi --query-gpu=persistence_mode --format=csv,noheader")
+    assert modes.stdout.split() == ["Disabled"] * 4
+
+
+@needs_sandbox
+def test_a_persistenced_restart_lost_to_a_failed_run_is_done_by_the_next(sandbox):
+    """The run wrote the drop-in and ended before nvidia-persistenced restarted on it (the restart
+    failed, the step was killed): the daemon keeps --no-persistence-mode. The next run finds
+    the drop-in as it wants it and still reloads and restarts."""
+    sandbox.state("systemctl.fail.restart.nvidia-persistenced", 1)
+    assert sandbox.run("install-driver.sh", DRIVER).returncode != 0
+    again = sandbox.run("install-driver.sh", DRIVER)
+    assert again.returncode == 0, again.stderr
+    assert ["systemctl", "daemon-reload"] in again.calls
+    assert restarts(again) == [["systemctl", "restart", "nvidia-persistenced"]], again.stderr
+    assert "persistence mode on" in again.stderr
+    third = sandbox.run("install-driver.sh", DRIVER)
+    assert restarts(third) == [] and ["systemctl", "daemon-reload"] not in third.calls
+
+
+@needs_sandbox
+def test_an_initramfs_rebuild_killed_halfway_is_done_by_the_next_run(sandbox):
+    sandbox.state("update-initramfs.killed", 1)
+    first = sandbox.run("disable-nouveau.sh", FAST)
+    assert first.returncode != 0
+    again = sandbox.run("disable-nouveau.sh", FAST)
+    assert again.returncode == 0, again.stderr
+    assert again.called("update-initramfs", "-u"), again.stderr
+    assert sandbox.run("disable-nouveau.sh", FAST).called("update-initramfs") == []
+
+
+@needs_sandbox
 def test_fabric_manager_installed_and_started_on_nvswitch_types(sandbox):
     result = sandbox.run("install-driver.sh", {**FABRIC})
     assert result.returncode == 0, result.stderr

@@ -564,18 +564,29 @@ install_file_if_changed() {
 # killed in between (a step's timeout, a failed action) leaves the record, and the next run,
 # which finds the files already as it wants them, still acts.
 
+# An action named <name>@boot (a restart, a module reload) is owed until it succeeded or the
+# host rebooted, which does it too: its record holds the boot it was owed in.
 OWED_DIR=/var/lib/gpu-cluster/owed
 APT_UPDATE_OWED=apt-get-update
+BOOT_ID=/proc/sys/kernel/random/boot_id
 
 # owe <action>: record that <action> is owed.
 owe() {
   mkdir -p "${OWED_DIR}"
-  : >"${OWED_DIR}/$1"
+  if [[ "$1" == *@boot ]]; then
+    cat "${BOOT_ID}" >"${OWED_DIR}/$1"
+  else
+    : >"${OWED_DIR}/$1"
+  fi
 }
 
 # owed <action>: true while <action> is owed.
 owed() {
-  [[ -e "${OWED_DIR}/$1" ]]
+  local boot
+  [[ -e "${OWED_DIR}/$1" ]] || return 1
+  [[ "$1" == *@boot ]] || return 0
+  read -r boot <"${OWED_DIR}/$1" || return 1
+  [[ "${boot}" == "$(cat "${BOOT_ID}")" ]]
 }
 
 # settle <action>: <action> succeeded: nothing is owed any more.
@@ -590,6 +601,14 @@ install_file_owing() {
     owe "$3"
   fi
   install_file_if_changed "$1" "$2" "${@:4}" >/dev/null
+}
+
+# write_file_owing <dest> <action> [mode] < content: as install_file_owing, content on stdin.
+write_file_owing() {
+  local staged
+  staged="$(temp_path "staged.$(basename "$1")")"
+  cat >"${staged}"
+  install_file_owing "${staged}" "$@"
 }
 
 # write_file_if_changed <dest> [mode] < content: as above, content on stdin.
@@ -652,12 +671,14 @@ ensure_sysctl() {
 # only once they are installed. Listed users first: the DRM drivers hold nova_core.
 NVIDIA_RIVALS=(nova_drm nova nova_core nouveau)
 NVIDIA_RIVALS_BLOCKLIST=/etc/modprobe.d/blacklist-nouveau.conf
+# A reboot does not rebuild the initramfs: owed across boots.
+INITRAMFS_OWED=update-initramfs
 
 # blocklist_nouveau_and_nova: keep them off the GPUs from the next boot on (modprobe.d, as
-# Canonical's file words it, and the initramfs, rebuilt only when the blocklist changed).
+# Canonical's file words it, and the initramfs, rebuilt when the blocklist changed, on this run
+# or on one that ended before the rebuild succeeded).
 blocklist_nouveau_and_nova() {
-  local changed
-  changed="$(write_file_if_changed "${NVIDIA_RIVALS_BLOCKLIST}" <<'CONF'
+  write_file_owing "${NVIDIA_RIVALS_BLOCKLIST}" "${INITRAMFS_OWED}" <<'CONF'
 # Written by gpu-cluster: the NVIDIA driver needs nouveau and nova unloaded.
 blacklist nouveau
 options nouveau modeset=0
@@ -668,10 +689,10 @@ alias nova_core off
 alias nova off
 alias nova_drm off
 CONF
-)"
-  if [[ "${changed}" == changed ]]; then
+  if owed "${INITRAMFS_OWED}"; then
     log "rebuilding the initramfs without nouveau and nova"
     timeout -k 30 600 update-initramfs -u >&2
+    settle "${INITRAMFS_OWED}"
   fi
 }
 
