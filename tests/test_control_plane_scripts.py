@@ -135,6 +135,7 @@ def test_failed_kubeadm_init_names_the_step(sandbox):
         ("CERT_SANS", f"{PUBLIC_IP},bad name", "CERT_SANS: 'bad name'"),
         ("CONTROL_PLANE_ENDPOINT", PRIVATE_IP, "CONTROL_PLANE_ENDPOINT must be host:port"),
         ("KUBERNETES_MINOR", "1.35.1", "KUBERNETES_MINOR must be a minor version"),
+        ("CLUSTER_NAME", 'gpu"\nkind: x', "CLUSTER_NAME must be a lowercase DNS label"),
     ],
 )
 def test_init_rejects_malformed_inputs_before_acting(sandbox, name, value, message):

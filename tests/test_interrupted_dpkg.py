@@ -74,15 +74,55 @@ def test_wait_ready_finishes_it_before_the_lists(host):
     assert not host.exists(JOURNAL)
 
 
+RUNTIME = {
+    **pins.runtime_params("24.04", "1.35", with_toolkit=True),
+    "RETRY_BASE_SECONDS": "0.01",
+    "DPKG_LOCK_POLL_SECONDS": "0.2",
+}
+
+
 @needs_sandbox
 def test_a_dpkg_lock_held_by_another_apt_is_waited_out(host):
-    """dpkg takes no lock timeout: held by unattended-upgrades it fails at once; retried."""
+    """dpkg takes no lock timeout: held by unattended-upgrades it fails at once; tried again."""
     interrupt_dpkg(host)
     host.state("dpkg.fail.configure", 1)
-    result = host.run(
-        "install-runtime.sh",
-        {**pins.runtime_params("24.04", "1.35", with_toolkit=True), "RETRY_BASE_SECONDS": "0.01"},
-    )
+    result = host.run("install-runtime.sh", RUNTIME)
     assert result.returncode == 0, result.stderr
     assert len(result.called("dpkg")) == 2
     assert "dpkg frontend lock was locked by another process" in result.stderr
+
+
+@needs_sandbox
+def test_the_repair_waits_for_the_lock_as_long_as_apt_would(host):
+    """unattended-upgrades holds dpkg's lock for longer than a few retries last (3 s here, with
+    retries of 10 ms), well inside apt's 600 s: the repair waits for it, as apt would."""
+    interrupt_dpkg(host)
+    host.hold_apt_lock(3)
+    result = host.run("install-runtime.sh", RUNTIME)
+    assert result.returncode == 0, result.stderr
+    assert "another package manager holds dpkg's lock: waiting for it (at most 600s)" in (
+        result.stderr
+    )
+    assert not host.exists(JOURNAL)
+
+
+@needs_sandbox
+def test_a_repair_that_fails_stops_the_step_with_dpkgs_error(host):
+    """A maintainer script that fails: the step stops at the repair, naming dpkg's error and the
+    way out, and runs apt no more."""
+    interrupt_dpkg(host)
+    host.state("dpkg.half-configured/nvidia-utils-580-server", "")
+    host.state("dpkg.postinst-fails/nvidia-utils-580-server", "")
+    result = host.run("install-runtime.sh", RUNTIME)
+    assert result.returncode == 1
+    assert (
+        "FAILED: dpkg --configure -a failed (exit 1) finishing an interrupted dpkg: dpkg: error "
+        "processing package nvidia-utils-580-server (--configure):  installed "
+        "nvidia-utils-580-server package post-installation script subprocess returned error exit "
+        "status 1. Fix what dpkg reports above" in result.stderr
+    ), result.stderr
+    assert "run 'sudo dpkg --configure -a' until it succeeds, then pulumi up again" in (
+        result.stderr
+    )
+    assert len(result.called("dpkg")) == 1
+    assert not any("install" in c for c in result.called("apt-get"))

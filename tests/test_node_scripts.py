@@ -201,8 +201,14 @@ def test_apt_lock_held_past_the_timeout_fails_naming_the_step(sandbox):
     )
     assert result.returncode != 0
     assert "Could not get lock /var/lib/dpkg/lock-frontend" in result.stderr
-    # Docker's repository is added first: its apt-get update is the first to wait.
-    assert "[runtime] FAILED at step 1/7 (install containerd), in apt_update" in result.stderr
+    # Docker's repository is added first: its apt-get update is the first to wait. The failure
+    # names the step, the command and what to look at, not a line of the rendered program.
+    assert (
+        "[runtime] FAILED: step 1/7 (install containerd): 'apt_get update --error-on=any' failed "
+        "2 times (last exit 100); apt's errors are above: check that this host reaches the "
+        "repositories in /etc/apt/sources.list.d and Ubuntu's archive, then pulumi up again"
+    ) in result.stderr, result.stderr
+    assert 'return "${rc}"' not in result.stderr
     assert "[runtime 1/7] install containerd" in result.stderr
 
 
@@ -224,7 +230,14 @@ def test_download_that_keeps_failing_fails_the_step(sandbox):
     assert result.returncode != 0
     assert len(result.called("curl")) == 3
     assert "giving up after 3 attempts" in result.stderr
-    assert "[kube-tools] FAILED at step 4/7 (add kubernetes apt repo), in download" in result.stderr
+    assert (
+        "[kube-tools] FAILED: step 4/7 (add kubernetes apt repo): 'curl -fsSL --proto =https "
+    ) in result.stderr, result.stderr
+    assert (
+        "failed 3 times (last exit 6); check that this host reaches "
+        "https://pkgs.k8s.io/core:/stable:/v1.35/deb/Release.key (its errors are above), then "
+        "pulumi up again"
+    ) in result.stderr, result.stderr
     assert result.called("apt-get", "install") == []
 
 
@@ -445,6 +458,25 @@ def test_transitional_branch_fails_before_downloading_naming_its_target(sandbox,
 
 
 @needs_sandbox
+def test_a_branch_turned_transitional_leaves_a_node_that_has_it_alone(sandbox):
+    """Ubuntu's -updates turns the installed branch's headless package into a transitional one
+    for a newer branch (as it did to older branches on noble): the nodes that run the branch,
+    held, re-run every step (a login-key rotation, a roll) without being told to move branch."""
+    assert sandbox.run("install-driver.sh", DRIVER).returncode == 0
+    pkg = "nvidia-headless-no-dkms-580-server"
+    sandbox.state(f"apt.available/{pkg}", "590.44.01-0ubuntu0.24.04.1\n")
+    sandbox.state(f"apt.depends/{pkg}", "nvidia-headless-no-dkms-590-server")
+    sandbox.state(f"apt.description/{pkg}", "Transitional package for nvidia-headless-no-dkms-590")
+    nouveau = sandbox.run("disable-nouveau.sh", NOUVEAU_KERNEL)
+    assert nouveau.returncode == 0, nouveau.stderr
+    again = sandbox.run("install-driver.sh", DRIVER)
+    assert again.returncode == 0, again.stderr
+    assert "is transitional" not in again.stderr + nouveau.stderr
+    assert installs(again) == []
+    assert sandbox.installed(pkg) == DRIVER_SET[pkg]
+
+
+@needs_sandbox
 def test_kernel_and_driver_move_together(sandbox):
     for pkg in ("linux-aws", "linux-image-aws", "linux-headers-aws"):
         sandbox.apt_available(pkg, "6.8.0.1021.23")
@@ -502,6 +534,54 @@ def test_persistence_mode_on_through_a_drop_in(sandbox):
     assert "--persistence-mode" in drop_in and "--no-persistence-mode" not in drop_in
     assert sandbox.service_active("nvidia-persistenced")
     assert "[driver 8/9] persistence mode on" in result.stderr
+
+
+@needs_sandbox
+def test_persistence_mode_needs_the_daemon_started_on_the_drop_in(sandbox):
+    """systemd runs a drop-in only after a daemon-reload: nvidia-persistenced restarted without
+    one keeps Ubuntu's --no-persistence-mode (the nvidia-smi stub reads what it was started
+    with, not the file)."""
+    assert sandbox.run("install-driver.sh", DRIVER).returncode == 0
+    drop_in = (
+        "/etc/systemd/system/nvidia-persistenced.service.d/50-gpu-cluster-persistence-mode.conf"
+    )
+    sandbox.write(
+        drop_in, sandbox.read(drop_in).replace("--persistence-mode", "--no-persistence-mode")
+    )
+    assert sandbox.run_text("systemctl restart nvidia-persistenced").returncode == 0
+    modes = sandbox.run_text("nvidia-smi --query-gpu=persistence_mode --format=csv,noheader")
+    assert modes.stdout.split() == ["Enabled"] * 4, "restarted on the unit as loaded"
+    assert sandbox.run_text("systemctl daemon-reload").returncode == 0
+    assert sandbox.run_text("systemctl restart nvidia-persistenced").returncode == 0
+    modes = sandbox.run_text("nvidia-smi --query-gpu=persistence_mode --format=csv,noheader")
+    assert modes.stdout.split() == ["Disabled"] * 4
+
+
+@needs_sandbox
+def test_a_persistenced_restart_lost_to_a_failed_run_is_done_by_the_next(sandbox):
+    """The run wrote the drop-in and ended before nvidia-persistenced restarted on it (the restart
+    failed, the step was killed): the daemon keeps --no-persistence-mode. The next run finds
+    the drop-in as it wants it and still reloads and restarts."""
+    sandbox.state("systemctl.fail.restart.nvidia-persistenced", 1)
+    assert sandbox.run("install-driver.sh", DRIVER).returncode != 0
+    again = sandbox.run("install-driver.sh", DRIVER)
+    assert again.returncode == 0, again.stderr
+    assert ["systemctl", "daemon-reload"] in again.calls
+    assert restarts(again) == [["systemctl", "restart", "nvidia-persistenced"]], again.stderr
+    assert "persistence mode on" in again.stderr
+    third = sandbox.run("install-driver.sh", DRIVER)
+    assert restarts(third) == [] and ["systemctl", "daemon-reload"] not in third.calls
+
+
+@needs_sandbox
+def test_an_initramfs_rebuild_killed_halfway_is_done_by_the_next_run(sandbox):
+    sandbox.state("update-initramfs.killed", 1)
+    first = sandbox.run("disable-nouveau.sh", FAST)
+    assert first.returncode != 0
+    again = sandbox.run("disable-nouveau.sh", FAST)
+    assert again.returncode == 0, again.stderr
+    assert again.called("update-initramfs", "-u"), again.stderr
+    assert sandbox.run("disable-nouveau.sh", FAST).called("update-initramfs") == []
 
 
 @needs_sandbox
@@ -828,7 +908,7 @@ def test_failing_package_install_names_the_step(sandbox):
     assert result.returncode != 0
     assert len(installs(result)) == 2
     assert "[driver 4/9] install driver packages" in result.stderr
-    assert "[driver] FAILED at step 4/9 (install driver packages), in apt_install" in result.stderr
+    assert "[driver] FAILED: step 4/9 (install driver packages): 'apt_get install" in result.stderr
     assert result.called("modprobe", "nvidia") == []
 
 
@@ -1048,6 +1128,55 @@ def test_runtime_killed_before_the_restart_restarts_on_the_next_run(sandbox):
     assert again.returncode == 0, again.stderr
     assert restarts(again) == [["systemctl", "restart", "containerd"]]
     assert restarts(sandbox.run("install-runtime.sh", new_image)) == []
+
+
+def updates(result) -> list[list[str]]:
+    return [c for c in result.called("apt-get") if "update" in c]
+
+
+@needs_sandbox
+def test_an_update_that_reaches_no_source_fails_instead_of_leaving_no_lists(sandbox):
+    """apt-get exits 0 when a source cannot be reached ("W: Failed to fetch", apt-pkg/update.cc
+    `AcquireUpdate`) unless --error-on=any: the update of a repository added on this run is
+    retried until apt read its lists, never taken for done."""
+    sandbox.state("apt-get.fail.update", 1)
+    result = sandbox.run("install-runtime.sh", RUNTIME)
+    assert result.returncode == 0, result.stderr
+    assert "W: Failed to fetch" not in result.stderr
+    assert "E: Failed to fetch https://download.docker.com/linux/ubuntu/dists/noble/InRelease" in (
+        result.stderr
+    )
+    assert all("--error-on=any" in c for c in updates(result)), updates(result)
+    assert sandbox.installed("containerd.io") == CONTAINERD
+
+
+@needs_sandbox
+def test_an_update_that_failed_after_a_repository_was_added_runs_on_the_next_run(sandbox):
+    """The sources list and keyring are written, then every apt-get update fails (or the step is
+    killed during it): the next run finds both files as it wants them and still owes the
+    update, so it runs it instead of failing on a pin apt has no lists for."""
+    sandbox.state("apt-get.fail.update", 3)
+    first = sandbox.run("install-runtime.sh", RUNTIME)
+    assert first.returncode != 0
+    assert "apt-get update" in first.stderr
+    again = sandbox.run("install-runtime.sh", RUNTIME)
+    assert again.returncode == 0, again.stderr
+    assert updates(again), "the owed update did not run"
+    assert sandbox.installed("containerd.io") == CONTAINERD
+    assert updates(sandbox.run("install-runtime.sh", RUNTIME)) == [], "settled once it succeeded"
+
+
+@needs_sandbox
+def test_runtime_first_run_killed_before_the_restart_restarts_on_the_next_run(sandbox):
+    """The first run wrote the config and stopped before containerd restarted (its timeout, a
+    failed restart): containerd still runs containerd.io's config (CRI disabled). The next run
+    finds the files as it wants them and no record of a restart, and still restarts."""
+    sandbox.state("systemctl.fail.restart.containerd", 1)
+    assert sandbox.run("install-runtime.sh", RUNTIME).returncode != 0
+    again = sandbox.run("install-runtime.sh", RUNTIME)
+    assert again.returncode == 0, again.stderr
+    assert restarts(again) == [["systemctl", "restart", "containerd"]], again.stderr
+    assert restarts(sandbox.run("install-runtime.sh", RUNTIME)) == []
 
 
 @needs_sandbox

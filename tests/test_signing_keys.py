@@ -96,6 +96,30 @@ def test_an_expired_keyring_is_fetched_again_and_the_lists_refreshed(host):
 
 
 @needs_sandbox
+def test_wait_ready_renews_an_expired_keyring_before_its_first_update(host):
+    """The host has pkgs.k8s.io's list and a keyring whose key expired (an image built before the
+    expiry was extended, its lists cleaned): apt would refuse that repository ("is not signed",
+    exit 100) at wait-ready's apt-get update, the first of the run, before the step that adds the
+    repository renews its key. wait-ready renews it first."""
+    assert host.run("install-kube-tools.sh", KUBE).returncode == 0
+    past, future = int(time.time()) - 86400, int(time.time()) + 365 * 86400
+    host.write(K8S_KEYRING, "dearmored keyring\n" + key(K8S_FPR, past))
+    host.state("curl.body.Release.key", key(K8S_FPR, future))
+    result = host.run("wait-ready.sh", FAST)
+    assert result.returncode == 0, result.stderr
+    assert fetched(result) == [K8S_KEY], "the kubernetes list's own minor's key, nothing else"
+    assert f"stub key expires {future}" in host.read(K8S_KEYRING)
+    commands = result.commands()
+    first_update = next(
+        i for i, c in enumerate(commands) if c.startswith("apt-get ") and "update" in c
+    )
+    fetch = next(i for i, c in enumerate(commands) if c.startswith("curl "))
+    assert fetch < first_update, commands
+    again = host.run("wait-ready.sh", FAST)
+    assert fetched(again) == [], "a current keyring is left alone"
+
+
+@needs_sandbox
 def test_a_keyring_holding_another_key_is_replaced(host):
     assert host.run("install-runtime.sh", RUNTIME).returncode == 0
     host.write(NVIDIA_KEYRING, "dearmored keyring\n" + key(OTHER_FPR))

@@ -173,3 +173,15 @@ kubelet_register() {
     python3 "$(dirname "${BASH_SOURCE[0]}")/_kubelet_register.py" "${STUB_STATE}" <"$1"
   fi
 }
+
+# dpkg_lock_held: true while another frontend (unattended-upgrades) holds dpkg's frontend lock,
+# /var/lib/dpkg/lock-frontend, which apt-get and dpkg both take: state apt.lock-until (epoch
+# seconds), or apt.lock-seconds, turned into apt.lock-until at the first apt-get or dpkg call.
+dpkg_lock_held() {
+  if state_has apt.lock-seconds; then
+    state_set apt.lock-until "$(awk -v s="$(state_get apt.lock-seconds)" -v n="$(date +%s.%N)" \
+      'BEGIN { printf "%.3f", n + s }')"
+    rm -f "${STUB_STATE}/apt.lock-seconds"
+  fi
+  ! past "$(state_get apt.lock-until 0)"
+}

@@ -58,6 +58,11 @@ check_inputs() {
   [[ "${POD_SUBNET}" =~ ${CIDR_RE} ]] || fatal "POD_SUBNET must be a CIDR, got '${POD_SUBNET}'"
   [[ "${SERVICE_SUBNET}" =~ ${CIDR_RE} ]] ||
     fatal "SERVICE_SUBNET must be a CIDR, got '${SERVICE_SUBNET}'"
+  # Pasted into the kubeadm config's YAML: a DNS label as gpu-cluster:clusterName is
+  # (components/settings/fields.py `_dns_label`), so it can close no quote.
+  [[ "${CLUSTER_NAME}" =~ ^[a-z]([-a-z0-9]*[a-z0-9])?$ && ${#CLUSTER_NAME} -le 40 ]] ||
+    fatal "CLUSTER_NAME must be a lowercase DNS label of at most 40 characters like" \
+      "gpu-dev, got '${CLUSTER_NAME}'"
   [[ "${NODE_NAME}" =~ ^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$ ]] ||
     fatal "NODE_NAME must be a lowercase DNS name, got '${NODE_NAME}'"
   IFS=, read -r -a sans <<<"${CERT_SANS}"

@@ -67,12 +67,14 @@ BOOT_CHECK=/usr/local/sbin/gpu-cluster-nvidia-boot-check
 BOOT_CHECK_UNIT=/etc/systemd/system/gpu-cluster-nvidia-boot-check.service
 PERSISTENCED_DROP_IN=/etc/systemd/system/nvidia-persistenced.service.d/50-gpu-cluster-persistence-mode.conf
 NVLSM_MODULES_CONF=/etc/modules-load.d/gpu-cluster-nvlsm.conf
-# NVIDIA's CUDA repository signing key (3bf863cc), by the fingerprint NVIDIA publishes it with.
-CUDA_KEY_FINGERPRINT=EB693B3035CD5710E231E123A4B469963BF863CC
 CUDA_PREFERENCES=/etc/apt/preferences.d/gpu-cluster-cuda
 FABRIC_PACKAGES=()    # the fabric manager first: the packages of the CUDA repository at the driver's version
 DRIVER_REMOVALS=()    # "pkg-": another branch naming's fabric packages, removed in the same transaction
 GSP_OPTIONS=/etc/modprobe.d/gpu-cluster-nvidia-gsp.conf
+# A change of the drop-in or the module's options owes a restart or a reload (lib/common.sh
+# `owe`): a run ended in between leaves it owed, and the next run does it.
+PERSISTENCED_RESTART_OWED=nvidia-persistenced-restart@boot
+GSP_RELOAD_OWED=nvidia-module-reload@boot
 RELOAD_REASONS=()     # why an nvidia module loaded before this run must be loaded again
 
 nvlink_subnet_manager() {
@@ -306,18 +308,16 @@ UNIT
 # (amazon-eks-ami templates/al2023/runtime/gpu/nvidia-kmod-load.sh, disable-gsp); it takes
 # effect when the module loads.
 set_module_options() {
-  local changed=""
   if [[ "${GSP_FIRMWARE:-on}" == off ]]; then
-    changed="$(write_file_if_changed "${GSP_OPTIONS}" <<'CONF'
+    write_file_owing "${GSP_OPTIONS}" "${GSP_RELOAD_OWED}" <<'CONF'
 # Written by gpu-cluster (install-driver.sh): no GSP firmware on this instance type.
 options nvidia NVreg_EnableGpuFirmware=0
 CONF
-)"
   elif [[ -e "${GSP_OPTIONS}" ]]; then
+    owe "${GSP_RELOAD_OWED}"
     rm -f -- "${GSP_OPTIONS}"
-    changed=changed
   fi
-  if [[ "${changed}" == changed ]]; then
+  if owed "${GSP_RELOAD_OWED}"; then
     RELOAD_REASONS+=("GSP firmware ${GSP_FIRMWARE:-on}")
   fi
 }
@@ -331,6 +331,8 @@ load_driver() {
   if [[ "${loaded}" == true ]] && ((${#RELOAD_REASONS[@]} > 0)); then
     reload_nvidia_module "${RELOAD_REASONS[*]}" "must be loaded again (${RELOAD_REASONS[*]})"
   fi
+  # The module now runs with the options on disk (loaded fresh, or again).
+  settle "${GSP_RELOAD_OWED}"
   enable_persistence_mode
   if nvlink_subnet_manager; then
     load_nvlink5_modules
@@ -376,19 +378,23 @@ fabric_manager_journal() {
 # lost state between pods). Ubuntu's nvidia-persistenced unit starts the daemon with
 # --no-persistence-mode; this drop-in starts it with --persistence-mode.
 enable_persistence_mode() {
-  local changed
-  changed="$(write_file_if_changed "${PERSISTENCED_DROP_IN}" <<'UNIT'
+  write_file_owing "${PERSISTENCED_DROP_IN}" "${PERSISTENCED_RESTART_OWED}" <<'UNIT'
 # Written by gpu-cluster: persistence mode on every GPU.
 [Service]
 ExecStart=
 ExecStart=/usr/bin/nvidia-persistenced --user nvidia-persistenced --persistence-mode --verbose
 UNIT
-)"
-  if [[ "${changed}" == changed ]]; then
+  if owed "${PERSISTENCED_RESTART_OWED}"; then
     systemctl daemon-reload
   fi
   enable_service nvidia-persistenced
-  restart_if_changed nvidia-persistenced "${changed}"
+  if owed "${PERSISTENCED_RESTART_OWED}"; then
+    log "restarting nvidia-persistenced on its drop-in"
+    systemctl restart nvidia-persistenced
+    settle "${PERSISTENCED_RESTART_OWED}"
+  else
+    log "nvidia-persistenced: no change, not restarting"
+  fi
 }
 
 # After a branch change the old kernel module stays loaded until it is unloaded or the host

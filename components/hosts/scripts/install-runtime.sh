@@ -37,15 +37,7 @@ NVIDIA_DROP_IN="${CONTAINERD_DROP_INS}/99-nvidia.toml"
 TOOLKIT_CONFIG=/etc/nvidia-container-runtime/config.toml
 CRICTL_CONFIG=/etc/crictl.yaml
 CONTAINERD_SOCKET=unix:///run/containerd/containerd.sock
-# Docker's signing key as docs.docker.com/engine/install/ubuntu/ documents it.
-DOCKER_KEY_URL=https://download.docker.com/linux/ubuntu/gpg
-DOCKER_KEY_FINGERPRINT=9DC858229FC7DD38854AE2D88D81803C0EBFCD88
-NVIDIA_KEY_URL=https://nvidia.github.io/libnvidia-container/gpgkey
-# NVIDIA's container toolkit repository key, "NVIDIA CORPORATION (Open Source Projects)
-# <cudatools@nvidia.com>": the fingerprint NVIDIA's maintainers quote for that gpgkey
-# (NVIDIA/libnvidia-container#109: "The key wasn't changed, but it did expire";
-# NVIDIA/libnvidia-container#171: "The key is the correct one").
-NVIDIA_KEY_FINGERPRINT=C95B321B61E88C1809C4F759DDCAE044F796ECB0
+# The repositories' keys (DOCKER_KEY_*, NVIDIA_KEY_*) are pinned in lib/common.sh.
 CTK_PACKAGES="nvidia-container-toolkit nvidia-container-toolkit-base libnvidia-container-tools libnvidia-container1"
 # containerd 2.x config (version 3): the CRI plugin is split into these two.
 CRI_RUNTIME='plugins."io.containerd.cri.v1.runtime"'
@@ -156,8 +148,9 @@ effective_config() {
 # config_drop_in.go `ConfigWithDropIn.Save`). So no file's bytes say whether containerd must
 # restart; what it reads does. It restarts when what it reads after this run's edits differs
 # from what it read before them (a config edited by hand and put back: containerd may run the
-# edit) or from the record of its last restart by this step (a run killed between its edits
-# and the restart left the new config on disk, containerd on the old one), and only then.
+# edit) or from the record of its last restart by this step, or of what it read before the
+# first run's edits (a run killed between its edits and the restart left the new config on
+# disk, containerd on the old one), and only then.
 configure_containerd() {
   local before now recorded=""
   if ! before="$(effective_config before)"; then
@@ -166,6 +159,12 @@ configure_containerd() {
   fi
   if [[ -s "${CONTAINERD_RUNNING_RECORD}" ]]; then
     recorded="$(cat "${CONTAINERD_RUNNING_RECORD}")"
+  else
+    # No record yet (the first run): containerd runs what it reads now. Recorded before the
+    # first edit, so a run killed between the edits and the restart leaves a record that
+    # differs from the edited config, and the next run restarts.
+    recorded="${before}"
+    printf '%s\n' "${recorded}" | write_file_if_changed "${CONTAINERD_RUNNING_RECORD}" >/dev/null
   fi
   containerd_config | write_file_if_changed "${CONTAINERD_CONFIG}" >/dev/null
   if with_toolkit; then

@@ -139,9 +139,10 @@ wait_for_apt_daily() {
 
 # DPkg::Lock::Timeout covers the dpkg frontend lock only: apt-get update fails at once while
 # another apt holds /var/lib/apt/lists/lock, so it is retried (with backoff) until it is free.
+# The keyrings of the repositories the host has are renewed first (renew_pinned_keyrings).
 wait_for_apt_and_refresh_lists() {
-  log "apt-get update"
-  retry "${APT_LISTS_RETRIES:-8}" apt_get update >/dev/null
+  renew_pinned_keyrings
+  apt_update "${APT_LISTS_RETRIES:-8}"
 }
 
 write_authorized_keys() {

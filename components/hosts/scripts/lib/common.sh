@@ -12,6 +12,8 @@
 #   APT_RETRIES                attempts for apt-get update/install (default 3)
 #   DPKG_REPAIR_TIMEOUT_SECONDS  bound on `dpkg --configure -a` after an interrupted dpkg
 #                              (default 900)
+#   DPKG_LOCK_POLL_SECONDS     pause between two tries of that repair while another package
+#                              manager holds dpkg's lock (default 5)
 #   CLOUD_INIT_TIMEOUT_SECONDS bound on `cloud-init status --wait` (default 900)
 #   DOWNLOAD_RETRIES           attempts for a download (default 5)
 #   POLL_SECONDS               pause between two looks at the API server (readyz, a
@@ -98,7 +100,8 @@ temp_path() {
 # ---- retries and bounds -----------------------------------------------------
 
 # retry <attempts> <cmd...>: run cmd until it succeeds, sleeping base*2^(n-1)
-# plus up to 50% jitter between attempts. The command is logged: no secrets in it.
+# plus up to 50% jitter between attempts; when every attempt failed the step stops, naming the
+# command and what to look at (retry_hint). The command is logged: no secrets in it.
 retry() {
   local attempts="$1" n=1 delay rc
   shift
@@ -110,7 +113,8 @@ retry() {
     fi
     if ((n >= attempts)); then
       log "giving up after ${attempts} attempts (exit ${rc}): $*"
-      return "${rc}"
+      fatal "step ${STEP_INDEX:-0}/${STEP_COUNT:-0} (${STEP_TITLE:-setup}): '$*' failed" \
+        "${attempts} times (last exit ${rc}); $(retry_hint "$@")"
     fi
     delay="$(awk -v b="${RETRY_BASE_SECONDS:-2}" -v n="${n}" -v r="${RANDOM}" \
       -v m="${RETRY_MAX_SECONDS:-60}" \
@@ -119,6 +123,30 @@ retry() {
     sleep "${delay}"
     n=$((n + 1))
   done
+}
+
+# retry_hint <cmd...>: what to look at when that command keeps failing.
+retry_hint() {
+  local word
+  for word in "$@"; do
+    case "${word}" in
+      apt_get | apt-get)
+        echo "apt's errors are above: check that this host reaches the repositories in" \
+          "/etc/apt/sources.list.d and Ubuntu's archive, then pulumi up again"
+        return 0
+        ;;
+      curl)
+        echo "check that this host reaches ${*: -1} (its errors are above), then pulumi up again"
+        return 0
+        ;;
+      ctr)
+        echo "check that this host reaches the image's registry (ctr's errors are above), then" \
+          "pulumi up again"
+        return 0
+        ;;
+    esac
+  done
+  echo "its errors are above; pulumi up again once their cause is fixed"
 }
 
 # wait_for_cloud_init: cloud-init must be done before apt and config edits.
@@ -158,29 +186,64 @@ apt_get() {
     -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "$@"
 }
 
+# dpkg_journal: the first entry of dpkg's journal in /var/lib/dpkg/updates/ (a file whose name is
+# all digits), empty when there is none.
+dpkg_journal() {
+  local entry
+  for entry in /var/lib/dpkg/updates/*; do
+    if [[ "${entry##*/}" =~ ^[0-9]+$ ]]; then
+      printf '%s\n' "${entry}"
+      return 0
+    fi
+  done
+}
+
 # repair_interrupted_dpkg: finish what a killed dpkg left (a step's timeout in the middle of a
 # transaction). Its journal stays in /var/lib/dpkg/updates/, and apt then refuses every install
 # with "dpkg was interrupted, you must manually run 'dpkg --configure -a' to correct the
 # problem." (apt-pkg/deb/debsystem.cc, debSystem::Lock and CheckUpdates: any file there whose
-# name is all digits). So this runs what apt asks for, before apt, bounded and retried (dpkg
-# waits for no lock: it fails at once while another apt holds it).
+# name is all digits). So this runs what apt asks for, before apt, bounded. dpkg waits for no
+# lock: while another frontend holds it (unattended-upgrades, whose live transaction has a
+# journal too) dpkg fails at once ("... lock was locked by another process", lib/dpkg/file.c
+# `file_lock`), so the lock is waited for as apt waits for it (DPkg::Lock::Timeout,
+# APT_LOCK_TIMEOUT_SECONDS), looking again at the journal, which that frontend may finish
+# itself. A repair that fails otherwise (a package's maintainer script) stops the step with
+# dpkg's own error.
 repair_interrupted_dpkg() {
-  local entry journal=""
-  for entry in /var/lib/dpkg/updates/*; do
-    if [[ "${entry##*/}" =~ ^[0-9]+$ ]]; then
-      journal="${entry}"
-      break
+  local journal out rc limit="${APT_LOCK_TIMEOUT_SECONDS:-600}" deadline
+  deadline=$((SECONDS + limit))
+  while journal="$(dpkg_journal)" && [[ -n "${journal}" ]]; do
+    log "dpkg was interrupted (${journal} left behind): running dpkg --configure -a"
+    rc=0
+    out="$(timeout -k 30 "${DPKG_REPAIR_TIMEOUT_SECONDS:-900}" env DEBIAN_FRONTEND=noninteractive \
+      dpkg --force-confdef --force-confold --configure -a 2>&1)" || rc=$?
+    printf '%s\n' "${out}" >&2
+    if ((rc == 0)); then
+      return 0
     fi
+    if [[ "${out}" == *"lock was locked by another process"* ]] && ((SECONDS < deadline)); then
+      log "another package manager holds dpkg's lock: waiting for it (at most ${limit}s)"
+      sleep "${DPKG_LOCK_POLL_SECONDS:-5}"
+      continue
+    fi
+    fatal "dpkg --configure -a failed (exit ${rc}) finishing an interrupted dpkg:" \
+      "$({ grep -m 2 -A 1 -E '^dpkg: error' <<<"${out}" || :; } | paste -sd ' ' -)." \
+      "Fix what dpkg reports above on this host (or wait for the package manager holding its" \
+      "lock), run 'sudo dpkg --configure -a' until it succeeds, then pulumi up again"
   done
-  [[ -n "${journal}" ]] || return 0
-  log "dpkg was interrupted (${journal} left behind): running dpkg --configure -a"
-  retry "${APT_RETRIES:-3}" timeout -k 30 "${DPKG_REPAIR_TIMEOUT_SECONDS:-900}" \
-    env DEBIAN_FRONTEND=noninteractive dpkg --force-confdef --force-confold --configure -a >&2
 }
 
+# apt_update [attempts]: refresh the package lists, retried; any index that failed to download
+# fails it. Without --error-on=any apt-get exits 0 after a transient network failure ("W: Failed
+# to fetch ...", "W: Some index files failed to download. They have been ignored, or old ones
+# used instead.": apt-pkg/update.cc `AcquireUpdate`, ErrorMode::Persistent), and a repository
+# added on this run would have no lists at all. The option exists from apt 2.1.16 on (apt-get(8),
+# --error-on=any; apt-private/private-cmndline.cc of apt 2.4.13 and 2.7.14, Ubuntu 22.04's and
+# 24.04's). A success settles the update a changed sources list or keyring owes (APT_UPDATE_OWED).
 apt_update() {
   log "apt-get update"
-  retry "${APT_RETRIES:-3}" apt_get update >/dev/null
+  retry "${1:-${APT_RETRIES:-3}}" apt_get update --error-on=any >/dev/null
+  settle "${APT_UPDATE_OWED}"
 }
 
 # installed_version <pkg>: the installed version, empty when not installed.
@@ -316,25 +379,75 @@ keyring_current() {
   fi
 }
 
+# renew_keyring <name> <key url> <fingerprint> <keyring>: the keyring fetched again (fetch_key)
+# when it is missing, holds another key or expired (publishers extend a key's expiry:
+# pkgs.k8s.io's did, kubernetes/release#3818); a new one owes an apt-get update.
+renew_keyring() {
+  local key
+  keyring_current "$4" "$3" && return 0
+  key="$(temp_path "$1.key")"
+  fetch_key "$2" "$3" "${key}"
+  gpg --batch --yes --dearmor -o "${key}.gpg" "${key}"
+  install_file_owing "${key}.gpg" "$4" "${APT_UPDATE_OWED}"
+}
+
 # add_signed_apt_repo <name> <key url> <fingerprint> <source> [keyring]: the apt source "deb
-# [signed-by=<keyring>] <source>" in sources.list.d/<name>.list, the keyring (default
-# /etc/apt/keyrings/<name>.gpg) fetched (fetch_key) when it is missing, holds another key or
-# expired (publishers extend a key's expiry: pkgs.k8s.io's did, kubernetes/release#3818);
-# apt-get update only when either changed.
+# [signed-by=<keyring>] <source>" in sources.list.d/<name>.list, its keyring (default
+# /etc/apt/keyrings/<name>.gpg) current (renew_keyring); apt-get update when either changed, on
+# this run or on one that ended before its update succeeded (the change owes it,
+# APT_UPDATE_OWED: the files alone no longer say so).
 add_signed_apt_repo() {
-  local name="$1" url="$2" fingerprint="$3" source="$4" key changed_key="" changed_list
+  local name="$1" source="$4" list
   local keyring="${5:-/etc/apt/keyrings/$1.gpg}"
-  if ! keyring_current "${keyring}" "${fingerprint}"; then
-    key="$(temp_path "${name}.key")"
-    fetch_key "${url}" "${fingerprint}" "${key}"
-    gpg --batch --yes --dearmor -o "${key}.gpg" "${key}"
-    changed_key="$(install_file_if_changed "${key}.gpg" "${keyring}")"
-  fi
-  changed_list="$(printf 'deb [signed-by=%s] %s\n' "${keyring}" "${source}" |
-    write_file_if_changed "/etc/apt/sources.list.d/${name}.list")"
-  if [[ "${changed_key}${changed_list}" == *changed* ]]; then
+  renew_keyring "${name}" "$2" "$3" "${keyring}"
+  list="$(temp_path "${name}.list")"
+  printf 'deb [signed-by=%s] %s\n' "${keyring}" "${source}" >"${list}"
+  install_file_owing "${list}" "/etc/apt/sources.list.d/${name}.list" "${APT_UPDATE_OWED}"
+  if owed "${APT_UPDATE_OWED}"; then
     apt_update
   fi
+}
+
+# Docker's signing key as docs.docker.com/engine/install/ubuntu/ documents it.
+DOCKER_KEY_URL=https://download.docker.com/linux/ubuntu/gpg
+DOCKER_KEY_FINGERPRINT=9DC858229FC7DD38854AE2D88D81803C0EBFCD88
+NVIDIA_KEY_URL=https://nvidia.github.io/libnvidia-container/gpgkey
+# NVIDIA's container toolkit repository key, "NVIDIA CORPORATION (Open Source Projects)
+# <cudatools@nvidia.com>": the fingerprint NVIDIA's maintainers quote for that gpgkey
+# (NVIDIA/libnvidia-container#109: "The key wasn't changed, but it did expire";
+# NVIDIA/libnvidia-container#171: "The key is the correct one").
+NVIDIA_KEY_FINGERPRINT=C95B321B61E88C1809C4F759DDCAE044F796ECB0
+# NVIDIA's CUDA repository signing key (3bf863cc), by the fingerprint NVIDIA publishes it with.
+CUDA_KEY_FINGERPRINT=EB693B3035CD5710E231E123A4B469963BF863CC
+
+# pinned_key <list name> <the list's URI>: "<key url> <fingerprint>" of a repository the steps
+# add with add_signed_apt_repo; nothing for any other list.
+pinned_key() {
+  case "$1" in
+    docker) echo "${DOCKER_KEY_URL} ${DOCKER_KEY_FINGERPRINT}" ;;
+    nvidia-container-toolkit) echo "${NVIDIA_KEY_URL} ${NVIDIA_KEY_FINGERPRINT}" ;;
+    kubernetes) echo "${2}Release.key ${KUBE_KEY_FINGERPRINT}" ;;
+    cuda) echo "${2}3bf863cc.pub ${CUDA_KEY_FINGERPRINT}" ;;
+  esac
+}
+
+# renew_pinned_keyrings: the keyring of every repository an earlier run (or the image) added,
+# renewed before anything runs apt-get update. apt refuses a repository whose Release is signed
+# by a key the keyring holds only expired ("The repository '...' is not signed", exit 100) when
+# the host has no earlier Release of it (lists cleaned, a host booted from an image), so the
+# first update of a run would fail before the step that adds the repository could renew it.
+renew_pinned_keyrings() {
+  local list name keyring uri url fingerprint
+  for list in /etc/apt/sources.list.d/{docker,nvidia-container-toolkit,kubernetes,cuda}.list; do
+    [[ -f "${list}" ]] || continue
+    name="${list##*/}"
+    name="${name%.list}"
+    # The one line add_signed_apt_repo writes: deb [signed-by=<keyring>] <uri> <suite...>
+    read -r keyring uri < <(sed -nE 's/^deb \[signed-by=([^] ]+)\] ([^ ]+) .*/\1 \2/p' "${list}") ||
+      continue
+    read -r url fingerprint < <(pinned_key "${name}" "${uri}")
+    renew_keyring "${name}" "${url}" "${fingerprint}" "${keyring}"
+  done
 }
 
 # offered_versions <pkg>: the versions the archive offers, newest first, comma-separated.
@@ -444,6 +557,60 @@ install_file_if_changed() {
   echo changed
 }
 
+# ---- actions a change owes -------------------------------------------------------------
+#
+# A change that calls for an action (a restart, an apt-get update, a rebuild) is recorded as
+# owing it before the change is made, and the record goes only once the action succeeded: a run
+# killed in between (a step's timeout, a failed action) leaves the record, and the next run,
+# which finds the files already as it wants them, still acts.
+
+# An action named <name>@boot (a restart, a module reload) is owed until it succeeded or the
+# host rebooted, which does it too: its record holds the boot it was owed in.
+OWED_DIR=/var/lib/gpu-cluster/owed
+APT_UPDATE_OWED=apt-get-update
+BOOT_ID=/proc/sys/kernel/random/boot_id
+
+# owe <action>: record that <action> is owed.
+owe() {
+  mkdir -p "${OWED_DIR}"
+  if [[ "$1" == *@boot ]]; then
+    cat "${BOOT_ID}" >"${OWED_DIR}/$1"
+  else
+    : >"${OWED_DIR}/$1"
+  fi
+}
+
+# owed <action>: true while <action> is owed.
+owed() {
+  local boot
+  [[ -e "${OWED_DIR}/$1" ]] || return 1
+  [[ "$1" == *@boot ]] || return 0
+  read -r boot <"${OWED_DIR}/$1" || return 1
+  [[ "${boot}" == "$(cat "${BOOT_ID}")" ]]
+}
+
+# settle <action>: <action> succeeded: nothing is owed any more.
+settle() {
+  rm -f -- "${OWED_DIR}/$1"
+}
+
+# install_file_owing <src> <dest> <action> [mode]: as install_file_if_changed, but a change owes
+# <action>, recorded before dest is written.
+install_file_owing() {
+  if [[ "$(file_hash "$1")" != "$(file_hash "$2")" ]]; then
+    owe "$3"
+  fi
+  install_file_if_changed "$1" "$2" "${@:4}" >/dev/null
+}
+
+# write_file_owing <dest> <action> [mode] < content: as install_file_owing, content on stdin.
+write_file_owing() {
+  local staged
+  staged="$(temp_path "staged.$(basename "$1")")"
+  cat >"${staged}"
+  install_file_owing "${staged}" "$@"
+}
+
 # write_file_if_changed <dest> [mode] < content: as above, content on stdin.
 write_file_if_changed() {
   local staged
@@ -504,12 +671,14 @@ ensure_sysctl() {
 # only once they are installed. Listed users first: the DRM drivers hold nova_core.
 NVIDIA_RIVALS=(nova_drm nova nova_core nouveau)
 NVIDIA_RIVALS_BLOCKLIST=/etc/modprobe.d/blacklist-nouveau.conf
+# A reboot does not rebuild the initramfs: owed across boots.
+INITRAMFS_OWED=update-initramfs
 
 # blocklist_nouveau_and_nova: keep them off the GPUs from the next boot on (modprobe.d, as
-# Canonical's file words it, and the initramfs, rebuilt only when the blocklist changed).
+# Canonical's file words it, and the initramfs, rebuilt when the blocklist changed, on this run
+# or on one that ended before the rebuild succeeded).
 blocklist_nouveau_and_nova() {
-  local changed
-  changed="$(write_file_if_changed "${NVIDIA_RIVALS_BLOCKLIST}" <<'CONF'
+  write_file_owing "${NVIDIA_RIVALS_BLOCKLIST}" "${INITRAMFS_OWED}" <<'CONF'
 # Written by gpu-cluster: the NVIDIA driver needs nouveau and nova unloaded.
 blacklist nouveau
 options nouveau modeset=0
@@ -520,10 +689,10 @@ alias nova_core off
 alias nova off
 alias nova_drm off
 CONF
-)"
-  if [[ "${changed}" == changed ]]; then
+  if owed "${INITRAMFS_OWED}"; then
     log "rebuilding the initramfs without nouveau and nova"
     timeout -k 30 600 update-initramfs -u >&2
+    settle "${INITRAMFS_OWED}"
   fi
 }
 
@@ -898,9 +1067,22 @@ driver_offered() {
 # -server packages into transitional ones that install another branch (on noble, for example,
 # an end-of-life branch's nvidia-headless-no-dkms-<branch>-server is a newer branch's version
 # that depends on that branch's package): the driver would install, then fail its version check.
+# A host that has the branch already (its headless package, or the running kernel's module) is
+# left alone: its driver stays what it is, held, whatever the archive turned the name into.
 refuse_transitional_branch() {
-  local pkg version depends target
+  local pkg version depends target module
   pkg="nvidia-headless-no-dkms-$(nvidia_suffix)"
+  version="$(installed_version "${pkg}")"
+  if [[ "${version}" == "${DRIVER_BRANCH}."* ]]; then
+    log "driver branch ${DRIVER_BRANCH}: ${pkg} ${version} installed"
+    return 0
+  fi
+  module="$(nvidia_module_package "$(uname -r)")"
+  version="$(installed_version "${module}")"
+  if [[ -n "${version}" ]]; then
+    log "driver branch ${DRIVER_BRANCH}: ${module} ${version} installed"
+    return 0
+  fi
   version="$(apt_field "${pkg}" Version)" ||
     fatal "${pkg} is not in this host's package archive: driver branch ${DRIVER_BRANCH}" \
       "(${KERNEL_MODULES} kernel modules) has no Ubuntu packages for this release"
