@@ -149,7 +149,15 @@ def test_a_host_key_that_cannot_be_pinned_is_refused(key, says):
 
 @pytest.mark.parametrize(
     ("address", "says"),
-    [("10.8.0.21; reboot", "IP address or DNS name"), ("gpu 01.lab", "IP address or DNS name")],
+    [
+        ("10.8.0.21; reboot", "or a DNS name"),
+        ("gpu 01.lab", "or a DNS name"),
+        ("127.0.0.1", "loopback"),
+        ("localhost", "not localhost"),
+        ("169.254.1.1", "link-local"),
+        ("0.0.0.0", "unspecified"),
+        ("::ffff:10.8.0.21", "not as ::ffff:10.8.0.21"),
+    ],
 )
 def test_an_address_is_an_ip_or_a_dns_name(address, says):
     found = problems(nodePools=[pool(hosts=[host(address=address, name="x")])])
@@ -158,7 +166,7 @@ def test_an_address_is_an_ip_or_a_dns_name(address, says):
 
 def test_a_host_user_and_port_are_checked():
     found = problems(nodePools=[pool(hosts=[host(user="Root User", port=0)])])
-    assert "a Unix user name" in found["nodePools[0].hosts[0].user"]
+    assert "a login name" in found["nodePools[0].hosts[0].user"]
     assert "a number >= 1" in found["nodePools[0].hosts[0].port"]
 
 
