@@ -258,6 +258,50 @@ def test_user_label_collides_with_a_label_the_program_sets(label):
 
 
 @pytest.mark.parametrize(
+    ("label", "why"),
+    [
+        ("kubernetes.io/hostname", "kubelet does not set itself"),
+        ("kubernetes.io/os", "kubelet does not set itself"),
+        ("kubernetes.io/arch", "kubelet does not set itself"),
+        ("node.kubernetes.io/instance-type", "kubelet does not set itself"),
+        ("topology.kubernetes.io/zone", "kubelet does not set itself"),
+        ("topology.kubernetes.io/region", "kubelet does not set itself"),
+        ("beta.kubernetes.io/arch", "kubelet does not set itself"),
+        ("failure-domain.beta.kubernetes.io/zone", "kubelet does not set itself"),
+        ("nvidia.com/gpu.product", "hardware discovery"),
+        ("nvidia.com/gpu.count", "hardware discovery"),
+        ("nvidia.com/mig.config", "hardware discovery"),
+        ("nvidia.com/cuda.driver.major", "hardware discovery"),
+        ("feature.node.kubernetes.io/pci-10de.present", "hardware discovery"),
+        ("gpu-cluster.io/node-change", "outside gpu-cluster.io/"),
+        ("gpu-cluster.io/unproven", "outside gpu-cluster.io/"),
+    ],
+)
+def test_user_label_of_the_kubelet_discovery_or_the_program_is_refused(label, why):
+    """Issue 41: the kubelet sets its own well-known labels (kubernetes
+    pkg/kubelet/kubelet_node_status.go initialNode, updateDefaultLabels), so the node guard
+    refused the registration of a pool that also set one (a managed key); GPU feature discovery
+    and NFD write the nvidia.com/gpu., mig., cuda. and feature.node.kubernetes.io/ keys; the
+    program keeps gpu-cluster.io/. Each is refused naming the key and the value."""
+    expected = _problem(
+        f"nodePools[0].labels.{label}", config={"nodePools": [{**POOL, "labels": {label: "v1"}}]}
+    )
+    assert why in expected, expected
+
+
+@pytest.mark.parametrize("effect", ["NoSchedule", "PreferNoSchedule", "NoExecute"])
+def test_user_taint_of_the_program_is_refused(effect):
+    """Issue 41: a pool taint gpu-cluster.io/unproven would race the write that lifts the proof
+    taint; the program keeps every gpu-cluster.io/ taint key."""
+    taints = [{"key": "team", "effect": "NoSchedule"}]
+    taints.append({"key": "gpu-cluster.io/unproven", "effect": effect})
+    expected = _problem(
+        "nodePools[0].taints[1].key", config={"nodePools": [{**POOL, "taints": taints}]}
+    )
+    assert "outside gpu-cluster.io/" in expected, expected
+
+
+@pytest.mark.parametrize(
     "label",
     [
         "node-role.kubernetes.io/gpu",
@@ -283,8 +327,8 @@ def test_user_label_the_kubelet_refuses_to_set(label):
     "label",
     [
         "node.kubernetes.io/lifecycle",
-        "topology.kubernetes.io/zone",
         "team.example.com/owner",
+        "nvidia.com/team",
         "kubelet.kubernetes.io/x",
         "a.node.kubernetes.io/x",
         "k8s.io.example.com/team",

@@ -173,8 +173,8 @@ def test_version_override_changes_the_image():
 def test_explicit_pool_taints_give_exact_tolerations():
     taints = [
         Taint(key="nvidia.com/gpu", value="true", effect="NoSchedule"),
-        Taint(key="gpu-cluster.io/dedicated", value="training", effect="NoExecute"),
-        Taint(key="gpu-cluster.io/dedicated", value="inference", effect="NoExecute"),
+        Taint(key="dedicated", value="training", effect="NoExecute"),
+        Taint(key="dedicated", value="inference", effect="NoExecute"),
     ]
 
     def program() -> None:
@@ -190,7 +190,7 @@ def test_explicit_pool_taints_give_exact_tolerations():
     tolerations = pod_spec(ds)["tolerations"]
     assert tolerations == [
         manifests.GPU_TOLERATION,
-        {"key": "gpu-cluster.io/dedicated", "operator": "Exists", "effect": "NoExecute"},
+        {"key": "dedicated", "operator": "Exists", "effect": "NoExecute"},
         # It runs on a node before its proof (decision 059).
         manifests.UNPROVEN_TOLERATION,
     ], f"{ds.urn}: {tolerations}"

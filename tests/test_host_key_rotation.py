@@ -356,6 +356,18 @@ def test_nothing_is_dialled_without_its_inputs(tmp_path, missing):
         _stdin([f"{BOOT}\n{NEW}"])
 
 
+@pytest.mark.parametrize(
+    "value", ["\nPROXY_HOST=evil", "10.42.0.7\n", "\r10.42.0.7", "10.42.0.7\0"]
+)
+@pytest.mark.parametrize("field", ["address", "user"])
+def test_a_value_with_a_line_break_at_either_end_is_refused(field, value):
+    """Issue 41: the one-line check read the stripped value but wrote the value itself, so a
+    leading newline added an input line (PROXY_HOST=evil after SSH_HOST=)."""
+    with pytest.raises(ValueError, match="must be one line"):
+        _stdin([BOOT], **{field: value})
+    assert _stdin([BOOT + "\n"]).count("\nHOST_KEY=") == 1
+
+
 # ------------------------------------------------------------------ the host half, sandbox
 
 

@@ -101,7 +101,7 @@ def test_validation_disabled_still_validates_what_is_left():
 def builder_objects(minor_settings: DevicePlugin) -> list[tuple[str, dict[str, Any]]]:
     taints = [
         Taint(key="nvidia.com/gpu", value="true", effect="NoSchedule"),
-        Taint(key="gpu-cluster.io/dedicated", value="training", effect="NoExecute"),
+        Taint(key="dedicated", value="training", effect="NoExecute"),
     ]
     return [
         ("namespace", _obj("v1", "Namespace", manifests.device_plugin_namespace())),

@@ -57,7 +57,7 @@ POOLS = [
         "count": 2,
         "taints": [
             {"key": "nvidia.com/gpu", "value": "true", "effect": "NoSchedule"},
-            {"key": "gpu-cluster.io/dedicated", "value": "training", "effect": "NoExecute"},
+            {"key": "dedicated", "value": "training", "effect": "NoExecute"},
         ],
     },
     {"name": "l40s", "instanceType": "g6e.48xlarge", "count": 3, "efa": True},

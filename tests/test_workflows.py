@@ -521,7 +521,7 @@ def test_drift_is_looked_for_daily_on_every_stack():
         assert job["with"]["operation"] == "drift", job
         assert job["with"]["runs-on"] == deploy_runners[job["with"]["stack"]], job
     up = load(WORKFLOWS / "pulumi-up.yml")["jobs"]["up"]
-    (step,) = [s for s in up["steps"] if "pulumi preview" in str(s.get("run", ""))]
+    (step,) = [s for s in up["steps"] if "--expect-no-changes" in str(s.get("run", ""))]
     assert step["if"] == "${{ inputs.operation == 'drift' }}", step
     assert "--refresh --expect-no-changes" in step["run"], step["run"]
     assert "python -m tools.drift state.json" in step["run"] and '"${excluded[@]}"' in step["run"]
@@ -709,3 +709,59 @@ def test_the_documented_trust_policies_trust_only_main_s_deploy_subjects():
     assert environments["production"]["environment"]["reviewers"], "production unreviewed"
     subject = json.loads((docs / "github-oidc-subject.json").read_text())
     assert subject["include_claim_keys"] == ["repo", "context", "job_workflow_ref"], subject
+
+
+def _is_up(step: dict[str, Any]) -> bool:
+    uses = str(step.get("uses", ""))
+    return (uses.startswith("pulumi/actions@") and step.get("with", {}).get("command") == "up") or (
+        "pulumi up" in str(step.get("run", ""))
+    )
+
+
+def _guards(preview: dict[str, Any], up: dict[str, Any]) -> bool:
+    """`preview` runs a blocking policy-pack preview whenever `up` runs."""
+    run = str(preview.get("run", ""))
+    if "pulumi preview" not in run or "--policy-pack policies" not in run:
+        return False
+    if preview.get("continue-on-error") or "--expect-no-changes" in run:
+        return False
+    condition = str(preview.get("if", "")).removeprefix("${{").removesuffix("}}").strip()
+    return not condition or condition in str(up.get("if", ""))
+
+
+def unguarded_ups(name: str, workflow: dict[str, Any]) -> list[str]:
+    """Each `up` step without an earlier policy-pack preview in its job."""
+    found = []
+    for job_name, job in workflow.get("jobs", {}).items():
+        steps = job.get("steps", [])
+        for index, step in enumerate(steps):
+            if _is_up(step) and not any(_guards(prior, step) for prior in steps[:index]):
+                found.append(f"{name} {job_name}: {step.get('name')}")
+    return found
+
+
+def test_every_up_is_preceded_by_a_policy_pack_preview():
+    """Issue 41: pulumi/actions runs `up` through the Automation API, as `up --yes
+    --skip-preview` (pulumi/pulumi sdk/nodejs/automation/stack.ts Stack.up;
+    sdk/python/lib/pulumi/automation/_stack.py Stack.up), and the engine runs stack policies
+    only after the update's steps (deployment_executor.go deploymentExecutor.Execute). A
+    preview with the pack, earlier in the same job and on the same condition, blocks first."""
+    workflows = _workflows()
+    ups = [
+        n
+        for n, (_t, wf) in workflows.items()
+        for j in wf["jobs"].values()
+        for s in j.get("steps", [])
+        if _is_up(s)
+    ]
+    assert "pulumi-up.yml" in ups, ups
+    found = [line for n, (_t, wf) in workflows.items() for line in unguarded_ups(n, wf)]
+    assert found == [], found
+    _text, up_wf = workflows["pulumi-up.yml"]
+    dropped = copy.deepcopy(up_wf)
+    dropped["jobs"]["up"]["steps"] = [
+        s
+        for s in dropped["jobs"]["up"]["steps"]
+        if "pulumi preview --stack" not in str(s.get("run"))
+    ]
+    assert unguarded_ups("pulumi-up.yml", dropped), "an up without its preview passed"

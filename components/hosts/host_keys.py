@@ -327,7 +327,10 @@ def local_stdin(
         ]
     rendered = []
     for name, value in lines:
-        if any(c in value.strip() for c in "\n\r\0"):
+        # A key line may end in a newline (key_line keeps its first two words); any other value
+        # is written as it is, so its own text decides: a leading newline would add an input.
+        text = value.strip() if name.endswith("HOST_KEY") else value
+        if any(c in text for c in "\n\r\0"):
             raise ValueError(f"{machine}: the first contact's {name} must be one line")
         rendered.append(f"{name}={key_line(value) if name.endswith('HOST_KEY') else value}\n")
     return "".join(rendered) + f"{END_OF_INPUTS}\n" + program

@@ -51,21 +51,35 @@ PROGRAM_NODE_LABELS = (GPU_PRESENT_LABEL, POOL_LABEL, EFA_LABEL, INSTANCE_LABEL)
 # Label namespaces a kubelet may set on its own Node (kubelet --node-labels / NodeRestriction):
 # other kubernetes.io and k8s.io labels make the kubelet refuse to start.
 KUBELET_LABEL_NAMESPACES = ("kubelet.kubernetes.io", "node.kubernetes.io")
-KUBELET_LABELS = frozenset(
+# Labels the kubelet sets on its own Node from the machine and rewrites when they differ
+# (kubernetes pkg/kubelet/kubelet_node_status.go initialNode and updateDefaultLabels;
+# staging/src/k8s.io/api/core/v1/well_known_labels.go): a pool may not set them, as the node
+# guard refuses a registration carrying a key the program manages, and a configured value would
+# claim another node's name, zone or machine.
+KUBELET_OWN_LABELS = frozenset(
     {
-        "beta.kubernetes.io/arch",
-        "beta.kubernetes.io/instance-type",
-        "beta.kubernetes.io/os",
-        "failure-domain.beta.kubernetes.io/region",
-        "failure-domain.beta.kubernetes.io/zone",
         "kubernetes.io/arch",
         "kubernetes.io/hostname",
         "kubernetes.io/os",
         "node.kubernetes.io/instance-type",
-        "topology.kubernetes.io/region",
-        "topology.kubernetes.io/zone",
     }
 )
+KUBELET_OWN_LABEL_NAMESPACES = (
+    "beta.kubernetes.io",
+    "failure-domain.beta.kubernetes.io",
+    "topology.kubernetes.io",
+)
+# Label key prefixes hardware discovery writes (NVIDIA GPU feature discovery: nvidia.com/gpu.*,
+# nvidia.com/mig.*, nvidia.com/cuda.*; node feature discovery: feature.node.kubernetes.io/*):
+# a pool's value would claim a GPU the machine lacks, and the discovery would fight the program.
+DISCOVERY_LABEL_PREFIXES = (
+    "nvidia.com/gpu.",
+    "nvidia.com/mig.",
+    "nvidia.com/cuda.",
+    "feature.node.kubernetes.io/",
+)
+# The program's own label and taint keys (components/labels.py): no pool sets any key here.
+PROGRAM_KEY_PREFIX = "gpu-cluster.io/"
 # AWS tags the program sets on its resources itself (a configured one would be overwritten).
 PROGRAM_TAGS = ("Name", "gpu-cluster:cluster", POOL_LABEL)
 # A created VPC: one subnet per zone (the first SUBNETS_IN_NEW_VPC of the region unless

@@ -190,9 +190,32 @@ def host_problem(value: str) -> str | None:
     if "%" in value:
         return f"{accepted}: a zone index names an interface of the machine that dials"
     try:
-        ipaddress.ip_address(value)
+        address = ipaddress.ip_address(value)
     except ValueError:
+        if value.lower() == "localhost" or value.lower().endswith(".localhost"):
+            # RFC 6761 section 6.3: resolvers answer loopback for these names.
+            return f"{accepted}, not localhost: it names the machine that dials"
         return None if dns_name(value) else accepted
+    return _special_address(address, accepted)
+
+
+def _special_address(
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address, accepted: str
+) -> str | None:
+    """Why `address` names no remote host, or None: loopback, unspecified, link-local
+    (169.254.0.0/16, fe80::/10: the EC2 metadata service among them), multicast, or an IPv4
+    address in IPv6's mapped form (::ffff:a.b.c.d, which dodges the IPv4 checks)."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return f"{accepted}: write an IPv4 address as itself, not as ::ffff:{address.ipv4_mapped}"
+    kinds = (
+        ("is_loopback", "a loopback address (the machine that dials)"),
+        ("is_unspecified", "the unspecified address"),
+        ("is_link_local", "a link-local address (169.254.0.0/16, fe80::/10: the metadata service)"),
+        ("is_multicast", "a multicast address"),
+    )
+    for attribute, kind in kinds:
+        if getattr(address, attribute):
+            return f"{accepted}, of a remote host: not {kind}"
     return None
 
 
@@ -229,6 +252,14 @@ def _endpoint(value: str) -> str:
         raise PydanticCustomError("endpoint", expected)
     if is_ipv6(host) != bracketed:
         raise PydanticCustomError("endpoint", expected)
+    if not dns_name(host) and not is_private(ipaddress.ip_network(host)):
+        raise PydanticCustomError(
+            "endpoint_private",
+            "{expected}: a DNS name or a private address (10.0.0.0/8, 172.16.0.0/12, "
+            "192.168.0.0/16, 100.64.0.0/10, fc00::/7); nodes join the API at this address "
+            "and send it their join tokens, so a public address is someone else's machine",
+            {"expected": expected},
+        )
     return value
 
 

@@ -27,6 +27,7 @@ from components.settings.fields import (
     NodeNamePart,
     SshHostKey,
     UnixUser,
+    is_ipv6,
     problems,
 )
 from components.settings.node_pool import (
@@ -76,7 +77,8 @@ class HostGpus(Model):
 
 class ExistingHost(Model):
     address: Host = Field(
-        description="Where the host is reached over SSH: an IP address or DNS name"
+        description="Where the host is reached over SSH: an IPv4 address or a DNS name (not an "
+        "IPv6 address: its kubelet's serving certificate could not be approved)"
     )
     host_key: SshHostKey | None = Field(
         default=None,
@@ -88,7 +90,7 @@ class ExistingHost(Model):
         default=None,
         description="The host's key in its pool and the end of its node's name "
         "<clusterName>-<pool>-<name> (default: from the address, 10.8.0.21 -> 10-8-0-21, "
-        "gpu01.lab.example -> gpu01; required for an IPv6 address). Renaming makes a new node",
+        "gpu01.lab.example -> gpu01). Renaming makes a new node",
     )
     user: UnixUser | None = Field(
         default=None, description="SSH user on this host (default: ssh.user)"
@@ -100,17 +102,22 @@ class ExistingHost(Model):
     @model_validator(mode="after")
     def _pinned_and_named(self) -> ExistingHost:
         found: list[Found] = []
-        if self.host_key is None:
-            found.append(("hostKey", None, host_key_needed(self.address, self.port or 22)))
-        if self.key is None:
+        if is_ipv6(self.address):
+            # The serving names an existing host's certificate is approved against are checked
+            # as IPv4 only (lib/common.sh require_serving_names), and openssl prints an IPv6
+            # SAN expanded and uppercase (crypto/x509/v3_san.c, i2v_GENERAL_NAME), so the
+            # approval would never match: refused here instead of failing on the host.
             found.append(
                 (
-                    "name",
-                    None,
-                    "a name for the host (letters, digits and '-'): its node's name ends with "
-                    "it, and an IPv6 address makes none",
+                    "address",
+                    self.address,
+                    "an IPv4 address or a DNS name: a host reached by an IPv6 address cannot "
+                    "have its kubelet's serving certificate approved (name it by a DNS name "
+                    "that resolves to it instead)",
                 )
             )
+        if self.host_key is None:
+            found.append(("hostKey", None, host_key_needed(self.address, self.port or 22)))
         if found:
             raise problems(found)
         return self

@@ -9,8 +9,11 @@ from pydantic_core import PydanticCustomError
 
 from components import catalog
 from components.settings.constants import (
+    DISCOVERY_LABEL_PREFIXES,
     KUBELET_LABEL_NAMESPACES,
-    KUBELET_LABELS,
+    KUBELET_OWN_LABEL_NAMESPACES,
+    KUBELET_OWN_LABELS,
+    PROGRAM_KEY_PREFIX,
     PROGRAM_NODE_LABELS,
     SUPPORTED_DRIVER_BRANCHES,
 )
@@ -62,11 +65,50 @@ def _kubernetes_namespace(namespace: str) -> bool:
     )
 
 
-def _kubelet_may_set(key: str, namespace: str) -> bool:
-    return key in KUBELET_LABELS or any(
+def _kubelet_may_set(namespace: str) -> bool:
+    return any(
         namespace == allowed or namespace.endswith(f".{allowed}")
         for allowed in KUBELET_LABEL_NAMESPACES
     )
+
+
+def _reserved_label(key: str) -> str | None:
+    """Why a pool may not set label `key`, or None."""
+    namespace = key.rpartition("/")[0]
+    if key in PROGRAM_NODE_LABELS:
+        return (
+            "a label the program does not set itself: it sets "
+            f"{', '.join(PROGRAM_NODE_LABELS)} on GPU nodes (the device plugins "
+            "selects on them); remove this one"
+        )
+    if key in KUBELET_OWN_LABELS or namespace in KUBELET_OWN_LABEL_NAMESPACES:
+        return (
+            "a label the kubelet does not set itself from the machine (it sets "
+            f"{', '.join(sorted(KUBELET_OWN_LABELS))} and the "
+            f"{', '.join(KUBELET_OWN_LABEL_NAMESPACES)} keys): the node guard refuses a "
+            "registration that carries a pool's value for it, and the value would claim "
+            "another machine's name, zone or type; remove this one"
+        )
+    if key.startswith(DISCOVERY_LABEL_PREFIXES):
+        return (
+            "a label outside the keys hardware discovery writes "
+            f"({', '.join(p + '*' for p in DISCOVERY_LABEL_PREFIXES)}): a pool's value would "
+            "claim GPUs or features the machine may lack, and the discovery would overwrite "
+            "it; use a key of your own domain (team.example.com/gpu)"
+        )
+    if key.startswith(PROGRAM_KEY_PREFIX):
+        return (
+            f"a key outside {PROGRAM_KEY_PREFIX}, which the program keeps for its own labels "
+            "and taints; use a key of your own domain (team.example.com/...)"
+        )
+    if _kubernetes_namespace(namespace) and not _kubelet_may_set(namespace):
+        return (
+            "a label the kubelet may set on its own Node: in the kubernetes.io and "
+            f"k8s.io namespaces only {', '.join(KUBELET_LABEL_NAMESPACES)} "
+            "(and their subdomains); the kubelet refuses to start with others "
+            "(set node-role.kubernetes.io/* with kubectl label after the join)"
+        )
+    return None
 
 
 class NodePool(Model):
@@ -243,41 +285,33 @@ class NodePool(Model):
 
 
 def label_problems(labels: dict[str, str]) -> list[Found]:
-    """A pool's labels that the program sets itself, or that the kubelet refuses to set."""
+    """A pool's labels that the program, the kubelet or hardware discovery set, or that the
+    kubelet refuses to set."""
     found: list[Found] = []
     for key, value in labels.items():
-        namespace = key.rpartition("/")[0]
-        if key in PROGRAM_NODE_LABELS:
-            found.append(
-                (
-                    ("labels", key),
-                    value,
-                    "a label the program does not set itself: it sets "
-                    f"{', '.join(PROGRAM_NODE_LABELS)} on GPU nodes (the device plugins "
-                    "selects on them); remove this one",
-                )
-            )
-        elif _kubernetes_namespace(namespace) and not _kubelet_may_set(key, namespace):
-            found.append(
-                (
-                    ("labels", key),
-                    value,
-                    "a label the kubelet may set on its own Node: in the kubernetes.io and "
-                    f"k8s.io namespaces only {', '.join(KUBELET_LABEL_NAMESPACES)} "
-                    "(and their subdomains) or a well-known key like "
-                    "topology.kubernetes.io/zone; the kubelet refuses to start with others "
-                    "(set node-role.kubernetes.io/* with kubectl label after the join)",
-                )
-            )
+        why = _reserved_label(key)
+        if why is not None:
+            found.append((("labels", key), value, why))
     return found
 
 
 def taint_problems(taints: list[Taint]) -> list[Found]:
-    """Each key/effect pair of a pool's taints once."""
+    """Each key/effect pair of a pool's taints once, and no key of the program's own."""
+    found: list[Found] = [
+        (
+            ("taints", index, "key"),
+            taint.key,
+            f"a key outside {PROGRAM_KEY_PREFIX}, which the program keeps for its own taints "
+            "(the proof taint gpu-cluster.io/unproven is lifted by the same write that sets a "
+            "pool's taints); use a key of your own domain (team.example.com/dedicated)",
+        )
+        for index, taint in enumerate(taints)
+        if taint.key.startswith(PROGRAM_KEY_PREFIX)
+    ]
     keys = [(t.key, t.effect) for t in taints]
-    if len(set(keys)) == len(keys):
-        return []
-    return [("taints", [t.model_dump() for t in taints], "each key/effect pair once")]
+    if len(set(keys)) != len(keys):
+        found.append(("taints", [t.model_dump() for t in taints], "each key/effect pair once"))
+    return found
 
 
 def gpu_problems(

@@ -135,7 +135,8 @@ class ExistingControlPlane(Model):
     )
     endpoint: Endpoint | None = Field(
         default=None,
-        description="API server address nodes join, host:port; required with mode: existing",
+        description="API server address nodes join, host:port (a private address or a DNS "
+        "name); required with mode: existing",
     )
     user: UnixUser | None = Field(
         default=None, description="SSH user on the control-plane host (default: ssh.user)"
