@@ -92,7 +92,7 @@ def test_the_kubeconfig_answer_has_the_shape_read_kubeconfig_prints(tmp_path: Pa
     sb.write("/etc/kubernetes/pki/ca.crt", ca_cert)
     result = sb.run("read-kubeconfig.sh", {"API_SERVER": "https://203.0.113.10:6443"})
     assert result.returncode == 0, result.stderr
-    canned = mocks.COMMAND_STDOUT["-kubeconfig"](SimpleNamespace(name="cp-kubeconfig"))
+    canned = mocks.COMMAND_STDOUT["-kubeconfig"](SimpleNamespace(name="cp-kubeconfig", inputs={}))
     for text in (result.stdout, canned):
         assert CA_HASH_LINE.fullmatch(text.splitlines()[-1]), text.splitlines()[-1]
     assert shape(yaml.safe_load(result.stdout)) == shape(yaml.safe_load(canned))

@@ -57,7 +57,7 @@ LOGIN_USER = "ubuntu"
 LOGIN_UID = 4300
 LOGIN_HOME = f"/var/lib/gpu-cluster-test-home/{LOGIN_USER}"
 SYSTEMCTL_STUB = Path(__file__).resolve().parent / "sshd_systemctl"
-INSTALL = "apt-get install openssh-server sudo (and run as root)"
+INSTALL = "apt-get install openssh-server sudo iproute2 util-linux"
 # The hosts' addresses: one /30 each out of this block, the test's side first.
 ADDRESS_BLOCK = ipaddress.ip_network("10.250.0.0/16")
 # Bounds of every wait (seconds): a host that does not listen by then has failed to start.

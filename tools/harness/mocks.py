@@ -87,8 +87,11 @@ def _kubeconfig_stdout(args: MockResourceArgs) -> str:
 
 
 def _certificates_stdout(args: MockResourceArgs) -> str:
-    """What renew-certificates.sh prints last: admin.conf's certificate's expiry, a year after
-    the renewal period this run is for began (as if the period's check renewed it)."""
+    """Stands for what components/hosts/scripts/renew-certificates.sh prints last
+    (`print_admin_expiry`): admin.conf's `expirationDate` from kubeadm 1.35's `certs
+    check-expiration -o json` (cmd/kubeadm/app/cmd/certs.go `newCmdCertsExpiration`, kind
+    `CertificateExpirationInfo` of output.kubeadm.k8s.io, RFC 3339 UTC), a year after the renewal period this run is for began (as if the period's
+    check renewed it)."""
     stdin = _plain(args.inputs.get("stdin"))
     period = date.fromisoformat(program_params(str(stdin))["CHECK_PERIOD"])
     return json.dumps({"adminConfNotAfter": f"{period + timedelta(days=365)}T00:00:00Z"}) + "\n"
