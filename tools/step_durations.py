@@ -157,6 +157,13 @@ COMMON: dict[str, Duration] = {
         "SFTP of ~100 KB of scripts, ~2 s",
     ),
     "kubernetes:core/v1:Secret": _d(1.0, "assumption: one API call"),
+    # A record the engine keeps (`<cluster>-ca-cert-hash`, `<pool>-join-token-seed`; a node's
+    # `-join-token` has its own row, its hook's API calls).
+    "pulumi:index:Stash": _d(
+        0.0,
+        "pulumi pkg/resource/deploy/builtins.go builtinProvider.Create, stashType: output = "
+        "input and a new UUID, in the engine's own process (no plugin, no network)",
+    ),
     "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy": _d(
         1.0, "assumption: one API call (the node guard's policy)"
     ),
