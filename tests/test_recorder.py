@@ -21,8 +21,10 @@ from tools.harness.stacks import run_program
 
 def test_the_recorder_replaces_nothing_of_the_sdks_mock_monitor():
     # Only the URN (the engine's form, not the mock's), the recording (of the registrations, the
-    # stack's outputs and the resource hooks' names) and the output the engine keeps for a Stash
-    # it does not create again (a `same` step) are its own.
+    # stack's outputs and the resource hooks' names), the output the engine keeps for a Stash
+    # it does not create again (a `same` step) and, in a preview, pulumi-command's unknown
+    # outputs for a command it would run (`_computed_in_preview`) are its own. The two helpers
+    # adjust the SDK's answer in RegisterResource after it; neither is a method of the SDK's.
     own = {
         name
         for name, value in vars(recorder.RecordingMonitor).items()
@@ -32,10 +34,13 @@ def test_the_recorder_replaces_nothing_of_the_sdks_mock_monitor():
         "make_urn",
         "RegisterResource",
         "_keep_stash_output",
+        "_computed_in_preview",
         "_record",
         "RegisterResourceOutputs",
         "RegisterResourceHook",
     }
+    helpers = {"_keep_stash_output", "_computed_in_preview", "_record"}
+    assert not helpers & set(dir(pulumi_mocks.MockMonitor)), "a helper shadows the SDK's"
 
 
 def test_every_registration_is_recorded_once_with_the_sdks_answer():
