@@ -27,7 +27,7 @@ from components.aws.network import Network, tcp_port_rule
 from components.hosts import fan_in, host_keys, pins, steps
 from components.hosts.remote import Host, Login, machine_host, run_step, ssh_host
 from components.images.control_plane_image import install_steps
-from components.kube import certificates, kubelet_serving, manifests
+from components.kube import ca_cert_hash, certificates, kubelet_serving, manifests
 from components.settings import (
     SUPPORTED_KUBERNETES_MINORS,
     ExistingControlPlane,
@@ -40,8 +40,6 @@ API_PORT = 6443
 # etcd's client and peer ports (Kubernetes "Ports and Protocols": control plane, 2379-2380,
 # used by kube-apiserver and etcd): from the control plane's own group only.
 ETCD_PORTS = (2379, 2380)
-# The line read-kubeconfig.sh ends the kubeconfig with: the CA public key's hash nodes pin.
-CA_HASH_PREFIX = "# ca-cert-hash: "
 
 
 def node_name(cluster_name: str) -> str:
@@ -162,7 +160,9 @@ class ControlPlane(pulumi.ComponentResource):
         self.sshd_ready = core.sshd_ready
         self.kubeconfig = pulumi.Output.secret(core.kubeconfig_step.stdout)
         # Not a secret: the hash of the CA's public key identifies the cluster (nodes pin it).
-        self.ca_cert_hash = self._ca_cert_hash(core)
+        self.ca_cert_hash = ca_cert_hash.kept(
+            name, core.kubeconfig_step.stdout, core.cluster_identifier, parent=self
+        )
         # The provider is replaced (and every Kubernetes object with it) only when this changes:
         # pulumi-kubernetes `provider/pkg/provider/provider.go` DiffConfig replaces on an
         # updated clusterIdentifier and drops every other replacement while it stays the same,
@@ -446,24 +446,6 @@ class ControlPlane(pulumi.ComponentResource):
         }
         return self._step(host, steps.CP_KUBECONFIG, params, after=[renewal])
 
-    def _ca_cert_hash(self, core: ControlPlaneCore) -> pulumi.Output[str]:
-        """The CA hash the kubeconfig step read when the cluster was first seen, kept by
-        `<cluster>-ca-cert-hash` (a Stash, `input` ignored after create) until the cluster's
-        identity changes. The kubeconfig step re-runs on each renewal, and then its stdout is
-        unknown in a preview (pulumi-go-provider `markComputed`): read from it, every join
-        would show as replaced (an unknown trigger counts as changed, pulumi step_generator.go
-        `shouldTriggerReplace`). Why: docs/decisions/066-the-cas-hash-is-known-in-a-preview.md"""
-        record = pulumi.Stash(
-            f"{self._name}-ca-cert-hash",
-            input=pulumi.Output.unsecret(core.kubeconfig_step.stdout.apply(parse_ca_cert_hash)),
-            opts=pulumi.ResourceOptions(
-                parent=self,
-                ignore_changes=["input"],
-                replacement_trigger=core.cluster_identifier,
-            ),
-        )
-        return pulumi.Output.unsecret(record.output)
-
     def _operator_access(self, core: ControlPlaneCore) -> pulumi.Output[str]:
         """The operators' kubeconfig: its own identity, group-bound, with a bounded lifetime."""
         access = self._args.operators
@@ -492,19 +474,6 @@ class ControlPlane(pulumi.ComponentResource):
             after=[core.kubeconfig_step],
         )
         return pulumi.Output.secret(step.stdout)
-
-
-def parse_ca_cert_hash(kubeconfig: str) -> str:
-    """The `sha256:<hex>` read-kubeconfig.sh writes after the kubeconfig. Errors never include
-    the kubeconfig: it holds the admin's key."""
-    for line in reversed(kubeconfig.splitlines()):
-        if line.startswith(CA_HASH_PREFIX):
-            value = line.removeprefix(CA_HASH_PREFIX).strip()
-            if value.startswith("sha256:") and len(value) == len("sha256:") + 64:
-                return value
-    raise ValueError(
-        "read-kubeconfig.sh printed no '# ca-cert-hash: sha256:<64 hex>' line (output not shown)"
-    )
 
 
 def warn_unreachable(config: ManagedControlPlane | ExistingControlPlane) -> None:

@@ -13,9 +13,10 @@ from functools import cache
 
 import pytest
 
-from components.control_plane import API_PORT, ETCD_PORTS, parse_ca_cert_hash
+from components.control_plane import API_PORT, ETCD_PORTS
 from components.hosts import bundle
 from components.hosts.rendering import available_scripts
+from components.kube.ca_cert_hash import parse_ca_cert_hash
 from components.settings.load import ConfigError
 from tests.helpers import graphs as shared
 from tools.harness.graph import Graph, Resource, Secret, plain_strings, secret_paths, unwrap

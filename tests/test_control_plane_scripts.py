@@ -354,7 +354,7 @@ def ca_public_key_hash(pem: str) -> str:
 def test_kubeconfig_points_at_the_operators_address_and_is_not_logged(cluster, ca_cert):
     """The admin kubeconfig, then the hash of the cluster CA's public key that joining nodes
     pin (what mint-join-token.sh printed with each token): the program reads both from it."""
-    from components.control_plane import parse_ca_cert_hash
+    from components.kube.ca_cert_hash import parse_ca_cert_hash
 
     cluster.write("/etc/kubernetes/pki/ca.crt", ca_cert)
     server = f"https://{PUBLIC_IP}:6443"
