@@ -90,8 +90,8 @@ def _certificates_stdout(args: MockResourceArgs) -> str:
     """Stands for what components/hosts/scripts/renew-certificates.sh prints last
     (`print_admin_expiry`): admin.conf's `expirationDate` from kubeadm 1.35's `certs
     check-expiration -o json` (cmd/kubeadm/app/cmd/certs.go `newCmdCertsExpiration`, kind
-    `CertificateExpirationInfo` of output.kubeadm.k8s.io, RFC 3339 UTC), a year after the renewal period this run is for began (as if the period's
-    check renewed it)."""
+    `CertificateExpirationInfo` of output.kubeadm.k8s.io, RFC 3339 UTC), a year after the
+    renewal period this run is for began (as if the period's check renewed it)."""
     stdin = _plain(args.inputs.get("stdin"))
     period = date.fromisoformat(program_params(str(stdin))["CHECK_PERIOD"])
     return json.dumps({"adminConfNotAfter": f"{period + timedelta(days=365)}T00:00:00Z"}) + "\n"
