@@ -272,6 +272,20 @@ def test_wait_ready_rejects_other_systems(sandbox, os_release, found):
 
 
 @needs_sandbox
+def test_wait_ready_holds_a_host_to_its_pools_release(sandbox):
+    """An existing host whose pool names another release stops before apt touches it (keyrings,
+    lists): the packages of the next steps are pinned for the pool's release."""
+    result = sandbox.run("wait-ready.sh", {**FAST, "OS_VERSION": "22.04"})  # the host: 24.04
+    assert result.returncode == 1, result.stderr
+    assert (
+        "Ubuntu 22.04 expected (the pool's osVersion, whose packages the next steps install), "
+        'this host runs Ubuntu 24.04; set osVersion: "24.04" on its pool' in result.stderr
+    ), result.stderr
+    assert result.called("apt-get") == [], result.commands()
+    assert result.called("gpg") == [], result.commands()
+
+
+@needs_sandbox
 def test_wait_ready_bounds_cloud_init(sandbox):
     sandbox.state("cloud-init.seconds", 30)
     started = time.monotonic()
