@@ -172,6 +172,19 @@ CASES: list[Case] = [
     bad("init-control-plane.sh", "POD_SUBNET", "10.244.0.0", "POD_SUBNET must be a CIDR"),
     bad("init-control-plane.sh", "SERVICE_SUBNET", "10.96/12", "SERVICE_SUBNET must be a CIDR"),
     bad("init-control-plane.sh", "NODE_NAME", "CP_1", "NODE_NAME must be a lowercase DNS name"),
+    # Pasted into the kubeadm config's YAML between double quotes: a quote would close it.
+    bad(
+        "init-control-plane.sh",
+        "CLUSTER_NAME",
+        'gpu"\nextra: x',
+        "CLUSTER_NAME must be a lowercase DNS label of at most 40 characters like gpu-dev, got",
+    ),
+    bad(
+        "init-control-plane.sh",
+        "CLUSTER_NAME",
+        "g" * 41,
+        "CLUSTER_NAME must be a lowercase DNS label of at most 40 characters",
+    ),
     bad("init-control-plane.sh", "CERT_SANS", "10.42.3.7,a b", "CERT_SANS: 'a b' is not an IP"),
     bad(
         "init-control-plane.sh",
