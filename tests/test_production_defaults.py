@@ -88,8 +88,13 @@ def test_retry_backoff_grows_to_a_minute_in_production(dev_graph, host):
     and caps a single wait at 60 s: a mirror that is down for minutes is waited out, and a
     retry loop never sleeps for hours."""
     program = library_only(step_program(dev_graph, f"{NODE}-runtime"))
-    result = host.run_text(program + "init_script probe\nretry 8 false || echo gave-up\n")
-    assert "gave-up" in result.stdout, result.stderr
+    result = host.run_text(program + "init_script probe\nretry 8 false\necho went-on\n")
+    # Out of attempts, retry stops the step, naming the command and how often it failed.
+    assert result.returncode == 1, result.stderr
+    assert "went-on" not in result.stdout, result.stdout
+    assert "[probe] FAILED: step 0/0 (setup): 'false' failed 8 times (last exit 1)" in (
+        result.stderr
+    ), result.stderr
     sleeps = requested_sleeps(host)
     assert len(sleeps) == 7, sleeps
     for attempt, slept in enumerate(sleeps, start=1):
