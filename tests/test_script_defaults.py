@@ -53,6 +53,7 @@ PASSED = {
     ("join-node.sh", "DEVICE_PLUGIN_NAMESPACE"),
     ("join-node.sh", "READY_TIMEOUT_SECONDS"),
     ("join-node.sh", "CAPACITY_TIMEOUT_SECONDS"),
+    ("read-kubeconfig.sh", "ADMIN_CERT_NOT_AFTER"),
 }
 # Run at its default by a test (module, function) that passes the script nothing for it.
 EXERCISED_BY = [
@@ -120,6 +121,11 @@ EXERCISED_BY = [
         "test_script_defaults",
         "test_an_interrupted_dpkg_is_finished_within_its_bound",
         [("lib/common.sh", "DPKG_REPAIR_TIMEOUT_SECONDS")],
+    ),
+    (
+        "test_script_defaults",
+        "test_the_repair_of_an_interrupted_dpkg_waits_out_a_held_lock",
+        [("lib/common.sh", "DPKG_LOCK_POLL_SECONDS")],
     ),
     (
         "test_control_plane_scripts",
@@ -447,6 +453,27 @@ def test_an_interrupted_dpkg_is_finished_within_its_bound(dev, tmp_path):
     result = sb.run_registered(step_program(dev, "dev-gpu-kube-tools"), timeout=120)
     assert result.returncode == 0, result.stderr
     assert len(result.called("dpkg")) == 1
+    assert sb.installed("kubeadm") == "1.35.1-1.1"
+
+
+@needs_sandbox
+def test_the_repair_of_an_interrupted_dpkg_waits_out_a_held_lock(dev, tmp_path):
+    """A killed step left dpkg's journal and unattended-upgrades holds dpkg's lock for 2 s (20 s
+    here): dpkg fails at once while it is held, so the kube-tools step tries the repair again
+    every 5 s until the lock is free, then installs."""
+    sb = scaled_host(tmp_path)
+    sb.write("/etc/os-release", 'NAME="Ubuntu"\nVERSION_ID="24.04"\nID=ubuntu\n')
+    for pkg in ("kubelet", "kubeadm", "kubectl", "cri-tools"):
+        sb.apt_available(pkg, "1.35.0-1.1", "1.35.1-1.1")
+    sb.write("/var/lib/dpkg/updates/0001", "Package: kubelet\nStatus: install ok unpacked\n")
+    sb.hold_apt_lock(2)
+    result = sb.run_registered(step_program(dev, "dev-gpu-kube-tools"), timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "another package manager holds dpkg's lock: waiting for it (at most 600s)" in (
+        result.stderr
+    )
+    polls = [s for s in sleeps(sb) if s == 5]
+    assert len(result.called("dpkg")) == len(polls) + 1 >= 2, (result.commands(), sleeps(sb))
     assert sb.installed("kubeadm") == "1.35.1-1.1"
 
 
