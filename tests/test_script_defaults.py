@@ -47,6 +47,9 @@ INTERNAL = {
 }
 # Passed by the program in every host step that runs the script, in every stack.
 PASSED = {
+    ("renew-certificates.sh", "API_DOWN_SECONDS"),
+    ("renew-certificates.sh", "API_UP_SECONDS"),
+    ("renew-certificates.sh", "POLL_SECONDS"),
     ("install-driver.sh", "NVLINK_SUBNET_MANAGER"),
     ("install-driver.sh", "GSP_FIRMWARE"),
     ("install-efa.sh", "EFA_INSTALLER_TIMEOUT_SECONDS"),

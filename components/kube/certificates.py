@@ -17,6 +17,12 @@ RENEW_WITHIN_DAYS = 90
 CHECK_EVERY_DAYS = 30
 # Periods are counted from this instant (a Monday, 00:00 UTC): the same on every machine.
 EPOCH = datetime(2024, 1, 1, tzinfo=UTC)
+# A static Pod stops and starts again when its manifest leaves and returns: the kubelet reads
+# the manifest directory every 20 s (KubeletConfiguration `fileCheckFrequency`), so six reads
+# to stop, and kube-apiserver's start on a loaded control plane within five minutes.
+API_DOWN_SECONDS = 120
+API_UP_SECONDS = 300
+POLL_SECONDS = 5
 
 
 def period_start(days: int, at: datetime) -> str:
@@ -35,6 +41,9 @@ def renewal_params(run_at: datetime, *, manages_control_plane: bool) -> dict[str
         "CHECK_PERIOD": period_start(CHECK_EVERY_DAYS, run_at),
         "RENEW_WITHIN_DAYS": str(RENEW_WITHIN_DAYS),
         "RENEW_CONTROL_PLANE": "true" if manages_control_plane else "false",
+        "API_DOWN_SECONDS": str(API_DOWN_SECONDS),
+        "API_UP_SECONDS": str(API_UP_SECONDS),
+        "POLL_SECONDS": str(POLL_SECONDS),
     }
 
 

@@ -16,6 +16,7 @@
 #                        false: admin.conf alone, the others reported (required)
 #   API_DOWN_SECONDS     how long the kubelet may take to stop the API server (default 120)
 #   API_UP_SECONDS       how long the API server may take to answer again (default 300)
+#   POLL_SECONDS         how often it asks the API server while it waits (default 5)
 set -Eeuo pipefail
 
 if ! declare -F init_script >/dev/null; then
@@ -32,6 +33,7 @@ NO_RESTART=(admin.conf super-admin.conf)
 ADMIN_CONF=/etc/kubernetes/admin.conf
 API_DOWN_SECONDS="${API_DOWN_SECONDS:-120}"
 API_UP_SECONDS="${API_UP_SECONDS:-300}"
+POLL_SECONDS="${POLL_SECONDS:-5}"
 
 check_inputs() {
   require_vars CHECK_PERIOD RENEW_WITHIN_DAYS RENEW_CONTROL_PLANE
@@ -156,7 +158,7 @@ restart_static_pods() {
       fatal "the API server still answered ${API_DOWN_SECONDS}s after its manifest left" \
         "${MANIFESTS}: is the kubelet running? (systemctl status kubelet)"
     fi
-    sleep "${POLL_SECONDS:-5}"
+    sleep "${POLL_SECONDS}"
   done
   log "the control plane's static Pods stopped; starting them with the renewed certificates"
   restore_held_manifests
