@@ -334,6 +334,8 @@ class AptHost:
             "DPKG_ROOT": str(self.root),
             "MIRROR_ROOT": str(self.mirror),
             "GNUPGHOME": str(self.gnupg),
+            # What the scripts owe (lib/common.sh `owe`) stays in this root, not the machine's.
+            "OWED_DIR": str(self.root / "var/lib/gpu-cluster/owed"),
             "TMPDIR": str(self.root / "tmp"),
             "HOME": str(self.root / "tmp"),
             "LANG": "C.UTF-8",
