@@ -41,6 +41,9 @@ INTERNAL = {
     ("lib/common.sh", "STEP_INDEX"),
     ("lib/common.sh", "STEP_COUNT"),
     ("lib/common.sh", "STEP_TITLE"),
+    # Where owed actions are recorded: the program never sets it; the real-apt tests point it
+    # inside their root (tests/helpers/real_apt.py), production uses the default.
+    ("lib/common.sh", "OWED_DIR"),
     ("init-control-plane.sh", "INITIALIZED_NOW"),
     ("join-node.sh", "NODE_READY"),
     ("join-node.sh", "NODE_ERROR"),
