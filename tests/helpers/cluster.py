@@ -233,6 +233,20 @@ class Cluster:
                 process.wait()
 
 
+def _control_loop_flags(cluster: Cluster) -> list[str]:
+    """What kube-controller-manager and kube-scheduler both take here: the admin kubeconfig for
+    the API, its authentication and authorization, a free loopback port, no leader election."""
+    kubeconfig = str(cluster.kubeconfig_path)
+    return [
+        *("--kubeconfig", kubeconfig),
+        *("--authentication-kubeconfig", kubeconfig),
+        *("--authorization-kubeconfig", kubeconfig),
+        *("--bind-address", "127.0.0.1"),
+        *("--secure-port", str(free_port())),
+        "--leader-elect=false",
+    ]
+
+
 def _start(cluster: Cluster, name: str, argv: list[str]) -> None:
     log = (cluster.directory / f"{name}.log").open("wb")
     cluster.processes[name] = subprocess.Popen(
@@ -346,17 +360,7 @@ def start(directory: Path, binaries: Path, extra_ips: tuple[str, ...] = ()) -> C
             "kube-controller-manager",
             [
                 str(binaries / "kube-controller-manager"),
-                "--kubeconfig",
-                str(cluster.kubeconfig_path),
-                "--authentication-kubeconfig",
-                str(cluster.kubeconfig_path),
-                "--authorization-kubeconfig",
-                str(cluster.kubeconfig_path),
-                "--bind-address",
-                "127.0.0.1",
-                "--secure-port",
-                str(free_port()),
-                "--leader-elect=false",
+                *_control_loop_flags(cluster),
                 "--use-service-account-credentials=true",
                 "--controllers",
                 "*,bootstrapsigner,tokencleaner",
@@ -379,17 +383,7 @@ def start(directory: Path, binaries: Path, extra_ips: tuple[str, ...] = ()) -> C
             "kube-scheduler",
             [
                 str(binaries / "kube-scheduler"),
-                "--kubeconfig",
-                str(cluster.kubeconfig_path),
-                "--authentication-kubeconfig",
-                str(cluster.kubeconfig_path),
-                "--authorization-kubeconfig",
-                str(cluster.kubeconfig_path),
-                "--bind-address",
-                "127.0.0.1",
-                "--secure-port",
-                str(free_port()),
-                "--leader-elect=false",
+                *_control_loop_flags(cluster),
             ],
         )
         _wait(
